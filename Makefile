@@ -1,0 +1,31 @@
+# Front end: `make run` reproduces the figures, `make test` runs the suite, `make lab` opens
+# the notebooks. Each creates .venv on first use; the install is skipped while pyproject.toml
+# and the set-up script are unchanged.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-$(EXTRAS)
+
+.PHONY: run quick test lab lint clean-venv
+
+$(STAMP): pyproject.toml scripts/setup_env.sh
+	PYTHON=$(PYTHON) EXTRAS=$(EXTRAS) scripts/setup_env.sh
+	touch $@
+
+run: $(STAMP)
+	$(BIN)/tiered-kv reproduce
+
+quick: $(STAMP)
+	$(BIN)/tiered-kv reproduce --quick
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q
+
+lab: $(STAMP)
+	$(BIN)/jupyter lab notebooks/
+
+lint: $(STAMP)
+	$(BIN)/ruff check tiered_kv kernels tests
+
+clean-venv:
+	rm -rf $(VENV)

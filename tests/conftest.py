@@ -1,0 +1,19 @@
+"""Test set-up shared by the whole suite.
+
+Without a CUDA device, TRITON_INTERPRET=1 is set here, before any kernel module is imported,
+so the Triton kernels themselves run (slowly, on small tensors) on the CPU in CI.
+"""
+
+import os
+
+
+def _cuda_available() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return torch.cuda.is_available()
+
+
+if "TRITON_INTERPRET" not in os.environ and not _cuda_available():
+    os.environ["TRITON_INTERPRET"] = "1"

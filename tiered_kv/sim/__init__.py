@@ -1,0 +1,1 @@
+"""Trace-driven simulation: traces, one-pass curves, policies, cluster and latency models."""

@@ -1,0 +1,1 @@
+"""Reusable test suites and fakes (for example the shared store suite every SSD backend must pass)."""

@@ -1,0 +1,1 @@
+"""The three cache tiers: GPU (in-flight), host (per-machine sliding windows), SSD (global KV)."""

@@ -1,0 +1,1 @@
+"""One module per reproduced figure; see :mod:`tiered_kv.viz.report` for the contract."""
