@@ -1,0 +1,145 @@
+"""Token blocks -> chained prefix keys.
+
+A cached prefix is only reusable when it matches *exactly from the first token*, so every block
+key hashes its parent key together with its own tokens: ``key_i = H(key_{i-1}, block_i, ns)``.
+A key therefore stands for the block *and everything before it* (Mooncake's ``hash_ids`` use
+the same convention), and a lookup walks the chain from block 0 until the first miss.
+
+The namespace folds in everything that makes two caches' bytes incompatible: the model
+fingerprint, the KV format (MXFP4 / NVFP4), the block size and the KV shape. Two namespaces
+never share a key, so a store can hold several models without confusion.
+
+Hashes are blake2b from :mod:`hashlib` (stable across processes and machines), never Python's
+salted ``hash()``. Only *full* blocks get keys: a partial tail block is never stored.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+
+KEY_BYTES = 16
+_ROOT = bytes(KEY_BYTES)
+_FALLBACK_FORMATS = ("mxfp4", "nvfp4")
+_MASK63 = (1 << 63) - 1
+
+
+def _known_formats() -> tuple[str, ...]:
+    """KV formats the FP4 kernels implement (falls back to the two OCP/NVIDIA names)."""
+    try:
+        from tiered_kv.kernels.fp4 import FORMATS
+    except ImportError:  # kernels not importable (e.g. a partial checkout)
+        return _FALLBACK_FORMATS
+    return tuple(FORMATS)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Namespace:
+    """What must agree for two chunks of KV bytes to be interchangeable.
+
+    ``model`` is a fingerprint of the weights (a name plus a checkpoint hash, say); ``fmt`` the
+    FP4 format; ``block_size`` tokens per chunk; ``kv_heads`` x ``head_dim`` the shape of one
+    token's K (and V).
+    """
+
+    model: str
+    fmt: str
+    block_size: int = 256
+    kv_heads: int
+    head_dim: int
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.model, str) or not self.model:
+            raise ValueError(f"Namespace.model: must be a non-empty string, got {self.model!r}")
+        formats = _known_formats()
+        if self.fmt not in formats:
+            raise ValueError(f"Namespace.fmt: must be one of {list(formats)}, got {self.fmt!r}")
+        for name in ("block_size", "kv_heads", "head_dim"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+                raise ValueError(f"Namespace.{name}: must be an integer >= 1, got {value!r}")
+        if self.head_dim % 32:
+            raise ValueError(
+                f"Namespace.head_dim: must be a multiple of 32 (one FP4 scale block), got {self.head_dim}"
+            )
+
+    @cached_property
+    def digest(self) -> bytes:
+        """16-byte fingerprint of every field; part of every key and every chunk header."""
+        text = f"tiered-kv/ns/v1|{self.model}|{self.fmt}|{self.block_size}|{self.kv_heads}|{self.head_dim}"
+        return hashlib.blake2b(text.encode(), digest_size=KEY_BYTES).digest()
+
+    @property
+    def kv_shape(self) -> tuple[int, int, int]:
+        """Shape of one token's global KV: (2, kv_heads, head_dim), K and V stacked."""
+        return (2, self.kv_heads, self.head_dim)
+
+
+def as_token_array(tokens, *, name: str = "tokens") -> np.ndarray:
+    """A 1-D int64 numpy view of a list, numpy array or 1-D tensor of token ids."""
+    if hasattr(tokens, "detach") and hasattr(tokens, "cpu"):  # torch.Tensor without importing torch
+        tokens = tokens.detach().cpu().numpy()
+    arr = np.asarray(tokens)
+    if arr.size == 0:
+        return np.zeros(0, dtype=np.int64)
+    if arr.ndim != 1:
+        raise ValueError(f"{name}: must be 1-D (one sequence of token ids), got shape {tuple(arr.shape)}")
+    if arr.dtype.kind not in "iu":
+        raise ValueError(f"{name}: must hold integer token ids, got dtype {arr.dtype}")
+    if arr.dtype.kind == "i" and arr.min() < 0:
+        raise ValueError(f"{name}: token ids must be >= 0, got {int(arr.min())}")
+    return arr.astype("<i8", copy=False)
+
+
+def block_keys(tokens, namespace: Namespace) -> list[bytes]:
+    """Chained 16-byte keys of every *full* block of ``tokens`` (a partial tail gets none)."""
+    arr = as_token_array(tokens)
+    bs = namespace.block_size
+    ns = namespace.digest
+    keys: list[bytes] = []
+    parent = _ROOT
+    for i in range(len(arr) // bs):
+        h = hashlib.blake2b(parent, digest_size=KEY_BYTES)
+        h.update(ns)
+        h.update(arr[i * bs:(i + 1) * bs].tobytes())
+        parent = h.digest()
+        keys.append(parent)
+    return keys
+
+
+def key_hex(key: bytes) -> str:
+    """Hex form of a key, as used in store paths (hashes only: never a user string)."""
+    if not isinstance(key, (bytes, bytearray)) or len(key) != KEY_BYTES:
+        raise ValueError(f"key: must be {KEY_BYTES} bytes, got {key!r}")
+    return bytes(key).hex()
+
+
+def _encode_block(block) -> bytes:
+    if isinstance(block, (int, np.integer)):
+        return b"i" + int(block).to_bytes(16, "little", signed=True)
+    return b"t" + as_token_array(block, name="block").tobytes()
+
+
+def chain_ids(blocks: Iterable[Sequence[int] | int], salt: bytes = b"") -> list[int]:
+    """Namespace-free chained 63-bit ids for a sequence of blocks.
+
+    Each element of ``blocks`` is either the token ids of one block or an opaque per-block id
+    (an int). The result ``id_i`` depends on blocks 0..i, like a key. Ids are non-negative and
+    below 2**63 so they fit both int64 and uint64 columns. ``salt`` separates id spaces (for
+    example two tenants, or two models in a simulated cluster).
+    """
+    if not isinstance(salt, (bytes, bytearray)):
+        raise ValueError(f"salt: must be bytes, got {type(salt).__name__}")
+    out: list[int] = []
+    parent = bytes(8)
+    for block in blocks:
+        h = hashlib.blake2b(parent, digest_size=8, person=b"tkv-chain")
+        h.update(salt)
+        h.update(_encode_block(block))
+        parent = h.digest()
+        out.append(int.from_bytes(parent, "little") & _MASK63)
+    return out
