@@ -1,0 +1,544 @@
+"""MXFP4 and NVFP4: 4-bit floating-point KV, packed two values a byte.
+
+Why FP4 for the global KV tier: the SSD tier is bandwidth- and capacity-bound, and FP4 cuts
+bf16 KV 3.5-3.8x. Hopper has no FP4 math, so these kernels only move bytes; they are
+memory-bound and judged in GB/s against the roofline.
+
+Element format (both formats): E2M1, codes 0..7 = 0, 0.5, 1, 1.5, 2, 3, 4, 6 and bit 3 the
+sign. A scaled value is rounded to the nearest code, ties to the even code, and saturates at 6.
+The sign bit is set when the input is < 0, so a small negative value that rounds to zero is
+stored as -0 (code 8). Element 2i of a row sits in the low nibble of byte i, element 2i+1 in
+the high nibble: ``data`` has shape ``[..., D // 2]``.
+
+MXFP4 (OCP MX v1.0): 32 consecutive elements of the last axis share an E8M0 scale
+``X = 2 ** (code - 127)``. Rule ``"floor"`` (the spec) picks ``X = 2 ** (floor(log2 amax) - 2)``
+(values above 6 X then saturate); rule ``"ceil"`` picks the smallest power of two with
+``amax <= 6 X`` (never saturates, coarser step). An all-zero block gets code 0. Both rules
+are computed from the exponent bits of ``amax``, exactly. 4.25 bits/element.
+
+NVFP4: 16 elements share an E4M3 (fn: max 448, no inf) scale, times an FP32 ``global_scale``.
+One FP32 scale per whole tensor underflows block scales when magnitudes spread widely across
+tokens or heads, so here it is per chunk *and head*:
+
+* input ``[..., H, D]`` with ``ndim >= 3``: ``global_scale`` has shape ``[H]`` and
+  ``global_scale[h] = amax(|x[..., h, :]|) / (448 * 6)``, the amax reduced over every axis
+  except the head axis (-2). A chunk of KV ``[T, H, D]`` thus gets one FP32 scale per head.
+* input ``[D]`` or ``[T, D]`` (``ndim <= 2``): one 0-d ``global_scale`` over the whole tensor.
+
+An all-zero head gets global scale 1. The block scale is ``e4m3(amax_block / (6 * gs))`` and an
+element is encoded as ``e2m1(x / (e4m3_value * gs))``; dequantization multiplies back.
+4.5 bits/element plus 4 bytes per head.
+
+Layout of this file, in the Triton tutorials' order: plain-torch references (with their
+memory traffic), the Triton kernels (each pointer argument commented), and the wrappers that
+check shapes, dtypes, contiguity and device and build the grid. ``backend="auto"`` runs Triton
+on CUDA tensors and the torch reference on the CPU; ``backend="triton"`` on CPU tensors works
+under ``TRITON_INTERPRET=1`` (the tests use it). E4M3 and E8M0 are encoded with integer
+operations only, because the interpreter's float-to-fp8 casts are wrong.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+
+import torch
+
+try:  # triton is optional: absent on macOS / Windows, where the torch reference runs
+    import triton
+    import triton.language as tl
+except ImportError:  # pragma: no cover - exercised only without triton
+    triton = None
+    tl = None
+
+FORMATS = ("mxfp4", "nvfp4")
+BLOCK = {"mxfp4": 32, "nvfp4": 16}
+SCALE_RULES = ("floor", "ceil")
+BACKENDS = ("auto", "torch", "triton")
+
+#: E2M1 magnitudes by code 0..7.
+E2M1_VALUES = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)
+E4M3_MAX = 448.0
+E2M1_MAX = 6.0
+_NV_GLOBAL_DIV = E4M3_MAX * E2M1_MAX  # 2688: maps a head's amax to the top of both ranges
+_TINY = 2.0 ** -149  # smallest fp32 subnormal: floor for a global scale that would underflow
+_INPUT_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
+
+
+def bytes_per_element(fmt: str) -> float:
+    """Nominal storage per element: 0.5 byte of E2M1 plus one scale byte per block.
+
+    Excludes NVFP4's per-head FP32 global scale (4 bytes per head per chunk), which
+    ``FP4Tensor.nbytes`` does count.
+    """
+    _check_fmt(fmt)
+    return 0.5 + 1.0 / BLOCK[fmt]
+
+
+@dataclass(frozen=True)
+class FP4Tensor:
+    """A quantized tensor: packed E2M1 codes, per-block scale codes, and for NVFP4 the
+    per-head FP32 global scale. ``shape``/``dtype`` are those of the original input."""
+
+    data: torch.Tensor  # uint8 [..., D // 2], element 2i in the low nibble
+    scales: torch.Tensor  # uint8 [..., D // block]: E8M0 (mxfp4) or E4M3 (nvfp4) codes
+    global_scale: torch.Tensor | None  # float32 [H] or 0-d (nvfp4); None (mxfp4)
+    fmt: str
+    shape: torch.Size
+    dtype: torch.dtype
+
+    @property
+    def block(self) -> int:
+        return BLOCK[self.fmt]
+
+    @property
+    def numel(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes stored: payload + block scales + global scales."""
+        extra = 0 if self.global_scale is None else 4 * self.global_scale.numel()
+        return self.data.numel() + self.scales.numel() + extra
+
+    @property
+    def bits_per_element(self) -> float:
+        """Actual bits per element, global scales included."""
+        return 8.0 * self.nbytes / max(self.numel, 1)
+
+    @property
+    def device(self) -> torch.device:
+        return self.data.device
+
+
+# ----------------------------------------------------------------------------- validation
+
+
+def _check_fmt(fmt: str) -> None:
+    if fmt not in FORMATS:
+        raise ValueError(f"unknown FP4 format {fmt!r}; allowed: {', '.join(FORMATS)}")
+
+
+def _is_interpreting() -> bool:
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+def _resolve_backend(backend: str, device: torch.device) -> str:
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown backend {backend!r}; allowed: {', '.join(BACKENDS)}")
+    if backend == "auto":
+        return "triton" if (device.type == "cuda" and triton is not None) else "torch"
+    if backend == "triton":
+        if triton is None:
+            raise ValueError("backend='triton' needs the triton package, which is not installed")
+        if device.type != "cuda" and not _is_interpreting():
+            raise ValueError(
+                f"backend='triton' needs a CUDA tensor (got {device.type}); on the CPU set "
+                "TRITON_INTERPRET=1 before importing tiered_kv.kernels, or use backend='torch'")
+    return backend
+
+
+def _check_input(x: torch.Tensor, fmt: str, scale_rule: str) -> None:
+    _check_fmt(fmt)
+    if scale_rule not in SCALE_RULES:
+        raise ValueError(f"unknown scale_rule {scale_rule!r}; allowed: {', '.join(SCALE_RULES)}")
+    if not isinstance(x, torch.Tensor):
+        raise ValueError(f"quantize expects a torch.Tensor, got {type(x).__name__}")
+    if x.dtype not in _INPUT_DTYPES:
+        raise ValueError(f"quantize needs a float tensor (float32/float16/bfloat16/float64), "
+                         f"got dtype {x.dtype}")
+    if x.ndim == 0:
+        raise ValueError("quantize needs at least one dimension [..., D]; got a 0-d tensor")
+    block = BLOCK[fmt]
+    if x.shape[-1] % block != 0 or x.shape[-1] == 0:
+        raise ValueError(f"{fmt} needs the last dimension D to be a positive multiple of "
+                         f"{block}; got D={x.shape[-1]} (shape {tuple(x.shape)})")
+
+
+def _nonfinite_error(fmt: str) -> ValueError:
+    return ValueError(f"{fmt} quantize: input contains NaN or Inf; FP4 cannot encode them")
+
+
+# ----------------------------------------------------------------------------- torch reference
+#
+# Memory traffic of the references (and of the kernels), per element of a [..., D] input:
+#   quantize:   read in_bytes, write 0.5 + 1/block           (NVFP4: + in_bytes for the
+#               per-head amax pass that makes the global scale)
+#   dequantize: read 0.5 + 1/block, write out_bytes
+# The references process a few hundred KiB at a time so their temporaries stay in cache.
+
+_CHUNK_BLOCKS = 8192  # blocks per chunk of the reference: 256 KiB-1 MiB of fp32 input
+
+
+def _as_int(t: torch.Tensor) -> torch.Tensor:
+    return t.view(torch.int32)
+
+
+def _as_float(t: torch.Tensor) -> torch.Tensor:
+    return t.view(torch.float32)
+
+
+def _e2m1_encode_torch(v: torch.Tensor) -> torch.Tensor:
+    """Scaled fp32 values -> E2M1 codes (uint8, sign in bit 3), nearest-even, saturating.
+
+    The code is the number of rounding thresholds below |v|; a threshold is strict (>) where
+    the tie goes down to an even code and inclusive (>=) where it goes up to one.
+    """
+    a = v.abs()
+    code = (a > 0.25).to(torch.uint8)
+    code += a >= 0.75
+    code += a > 1.25
+    code += a >= 1.75
+    code += a > 2.5
+    code += a >= 3.5
+    code += a > 5.0
+    code |= (v < 0).to(torch.uint8) << 3
+    return code
+
+
+def _e8m0_code_torch(amax: torch.Tensor, scale_rule: str) -> torch.Tensor:
+    """Block amax (fp32, >= 0) -> E8M0 code as int32; 255 (E8M0 NaN) flags NaN/Inf."""
+    bits = _as_int(amax)
+    bexp = (bits >> 23) & 0xFF
+    code = bexp - 2
+    if scale_rule == "ceil":
+        code = code + ((bits & 0x7FFFFF) > 0x400000).to(torch.int32)
+    code = code.clamp(0, 254)
+    return torch.where(bexp == 255, 255, code)
+
+
+def _e8m0_inverse_torch(code: torch.Tensor) -> torch.Tensor:
+    """E8M0 code -> 1/X = 2 ** (127 - code), exact (codes <= 253 by construction)."""
+    return _as_float(((254 - code.clamp(max=253)) << 23).to(torch.int32))
+
+
+def _e8m0_value_torch(code: torch.Tensor) -> torch.Tensor:
+    """E8M0 code -> X = 2 ** (code - 127); code 0 is the subnormal 2 ** -127."""
+    code = code.to(torch.int32)
+    bits = torch.where(code == 0, 0x400000, code << 23)
+    return _as_float(bits.to(torch.int32))
+
+
+def _e4m3_encode_torch(s: torch.Tensor) -> torch.Tensor:
+    """Non-negative fp32 in [0, 448] -> E4M3 (fn) code, nearest-even, with integer ops."""
+    bits = _as_int(s)
+    normal = ((bits + 0x7FFFF + ((bits >> 20) & 1)) >> 20) - ((127 - 7) << 3)
+    sub = _as_int(s * 512.0 + 8388608.0) - 0x4B000000  # round(s * 2**9), ties to even
+    return torch.where(s < 2.0 ** -6, sub, normal)
+
+
+def _e4m3_value_torch(code: torch.Tensor) -> torch.Tensor:
+    """E4M3 code -> fp32 value, exact."""
+    code = code.to(torch.int32)
+    e, m = code >> 3, code & 7
+    normal = _as_float((((e + 120) << 23) | (m << 20)).to(torch.int32))
+    return torch.where(e == 0, m.to(torch.float32) * 2.0 ** -9, normal)
+
+
+def _pack_torch(codes: torch.Tensor) -> torch.Tensor:
+    return codes[:, 0::2] | (codes[:, 1::2] << 4)
+
+
+def _nv_global_scale(x: torch.Tensor) -> torch.Tensor:
+    """Per-head (ndim >= 3) or per-tensor FP32 global scale: amax / (448 * 6)."""
+    a = x.abs()
+    if x.ndim >= 3:
+        dims = tuple(d for d in range(x.ndim) if d != x.ndim - 2)
+        amax = a.amax(dim=dims).to(torch.float32)
+    else:
+        amax = a.amax().to(torch.float32)
+    if not bool(torch.isfinite(amax).all()):
+        raise _nonfinite_error("nvfp4")
+    gs = amax / _NV_GLOBAL_DIV
+    gs = torch.where(amax == 0, 1.0, gs)
+    return torch.clamp(gs, min=_TINY)
+
+
+def _block_gs(gs: torch.Tensor, shape: torch.Size, block: int) -> torch.Tensor:
+    """Global scale of every block of a flattened [..., D] input (head = row % H)."""
+    nb_row = shape[-1] // block
+    rows = math.prod(shape[:-1])
+    if gs.ndim == 0:
+        return gs.reshape(1).expand(rows * nb_row)
+    heads = shape[-2]
+    return gs.repeat(rows // heads).repeat_interleave(nb_row)
+
+
+def _quantize_blocks_torch(xb: torch.Tensor, fmt: str, scale_rule: str,
+                           gsb: torch.Tensor | None):
+    """One chunk of blocks [n, block] (any float dtype) -> (packed [n, block/2], scale codes)."""
+    xb = xb.to(torch.float32)
+    amax = xb.abs().amax(dim=1)
+    if fmt == "mxfp4":
+        code = _e8m0_code_torch(amax, scale_rule)
+        v = xb * _e8m0_inverse_torch(code)[:, None]
+    else:
+        s = torch.clamp(amax / (gsb * 6.0), max=E4M3_MAX)
+        code = _e4m3_encode_torch(s)
+        scale = _e4m3_value_torch(code) * gsb
+        v = torch.where(scale[:, None] > 0, xb / scale[:, None], 0.0)
+    return _pack_torch(_e2m1_encode_torch(v)), code.to(torch.uint8)
+
+
+def quantize_torch(x: torch.Tensor, fmt: str = "mxfp4", scale_rule: str = "floor") -> FP4Tensor:
+    """Plain-torch reference of :func:`quantize` (vectorized, processed in cache-sized chunks)."""
+    _check_input(x, fmt, scale_rule)
+    block = BLOCK[fmt]
+    shape, dtype = x.shape, x.dtype
+    if dtype == torch.float64:
+        x = x.to(torch.float32)
+    x = x.contiguous()
+    gs = _nv_global_scale(x) if fmt == "nvfp4" else None
+    gs_blocks = _block_gs(gs, shape, block) if gs is not None else None
+    blocks = x.reshape(-1, block)
+    nb = blocks.shape[0]
+    data = torch.empty((nb, block // 2), dtype=torch.uint8, device=x.device)
+    scales = torch.empty((nb,), dtype=torch.uint8, device=x.device)
+    for lo in range(0, nb, _CHUNK_BLOCKS):
+        hi = min(lo + _CHUNK_BLOCKS, nb)
+        gsb = gs_blocks[lo:hi] if gs_blocks is not None else None
+        data[lo:hi], scales[lo:hi] = _quantize_blocks_torch(blocks[lo:hi], fmt, scale_rule, gsb)
+    if fmt == "mxfp4" and nb and bool((scales == 255).any()):
+        raise _nonfinite_error(fmt)
+    return FP4Tensor(data.reshape(*shape[:-1], shape[-1] // 2),
+                     scales.reshape(*shape[:-1], shape[-1] // block), gs, fmt, shape, dtype)
+
+
+def _e2m1_pair_table(device: torch.device) -> torch.Tensor:
+    """[256, 2] fp32: byte -> (low-nibble value, high-nibble value)."""
+    vals = torch.tensor(E2M1_VALUES + tuple(-v for v in E2M1_VALUES), dtype=torch.float32)
+    byte = torch.arange(256)
+    return torch.stack([vals[byte & 15], vals[byte >> 4]], dim=1).to(device)
+
+
+def dequantize_torch(q: FP4Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """Plain-torch reference of :func:`dequantize`: one table gather per byte, times scale."""
+    block = q.block
+    packed = q.data.reshape(-1, block // 2)
+    codes = q.scales.reshape(-1)
+    nb = packed.shape[0]
+    table = _e2m1_pair_table(q.device)
+    gs_blocks = _block_gs(q.global_scale, q.shape, block) if q.fmt == "nvfp4" else None
+    out = torch.empty((nb, block), dtype=dtype, device=q.device)
+    for lo in range(0, nb, _CHUNK_BLOCKS):
+        hi = min(lo + _CHUNK_BLOCKS, nb)
+        vals = torch.nn.functional.embedding(packed[lo:hi].long(), table).reshape(hi - lo, block)
+        if q.fmt == "mxfp4":
+            scale = _e8m0_value_torch(codes[lo:hi])
+        else:
+            scale = _e4m3_value_torch(codes[lo:hi]) * gs_blocks[lo:hi]
+        out[lo:hi] = vals * scale[:, None]
+    return out.reshape(q.shape)
+
+
+# ----------------------------------------------------------------------------- Triton kernels
+
+if triton is not None:
+
+    @triton.jit
+    def _e2m1_encode(v):
+        """fp32 scaled values -> int32 E2M1 codes (nearest-even, saturating, sign bit 3)."""
+        a = tl.abs(v)
+        code = (a > 0.25).to(tl.int32) + (a >= 0.75).to(tl.int32) + (a > 1.25).to(tl.int32)
+        code += (a >= 1.75).to(tl.int32) + (a > 2.5).to(tl.int32) + (a >= 3.5).to(tl.int32)
+        code += (a > 5.0).to(tl.int32)
+        return code | ((v < 0).to(tl.int32) << 3)
+
+    @triton.jit
+    def _e2m1_value(c):
+        """int32 E2M1 code -> fp32 value, built from bits."""
+        m = c & 7
+        e = m >> 1
+        mt = m & 1
+        normal = (((e + 126) << 23) | (mt << 22)).to(tl.float32, bitcast=True)
+        mag = tl.where(e == 0, mt.to(tl.float32) * 0.5, normal)
+        return tl.where((c & 8) != 0, -mag, mag)
+
+    @triton.jit
+    def _e4m3_encode(s):
+        """fp32 in [0, 448] -> int32 E4M3 code, nearest-even, integer ops only."""
+        bits = s.to(tl.int32, bitcast=True)
+        normal = ((bits + 0x7FFFF + ((bits >> 20) & 1)) >> 20) - 960
+        sub = (s * 512.0 + 8388608.0).to(tl.int32, bitcast=True) - 0x4B000000
+        return tl.where(s < 0.015625, sub, normal)
+
+    @triton.jit
+    def _e4m3_value(code):
+        """int32 E4M3 code -> fp32 value, exact."""
+        e = code >> 3
+        m = code & 7
+        normal = (((e + 120) << 23) | (m << 20)).to(tl.float32, bitcast=True)
+        return tl.where(e == 0, m.to(tl.float32) * 0.001953125, normal)
+
+    @triton.jit
+    def _quantize_kernel(
+        x_ptr,  # *f32|f16|bf16 [n_blocks * BLOCK], contiguous input, read once
+        data_ptr,  # *u8 [n_blocks * BLOCK // 2], packed E2M1 output (2i low nibble)
+        scale_ptr,  # *u8 [n_blocks], E8M0 (mxfp4) or E4M3 (nvfp4) scale codes output
+        gs_ptr,  # *f32 [n_heads], NVFP4 per-head global scales (unused for mxfp4)
+        n_blocks,  # number of scale blocks in the whole input
+        blocks_per_row,  # D // BLOCK: block index -> row index
+        n_heads,  # H: row index -> head index (row % H); 1 for a scalar global scale
+        BLOCK: tl.constexpr,  # 32 (mxfp4) or 16 (nvfp4) elements per scale
+        BLOCKS_PER_PROG: tl.constexpr,  # scale blocks handled by one program
+        IS_NV: tl.constexpr,  # NVFP4 (E4M3 x global) instead of MXFP4 (E8M0)
+        CEIL: tl.constexpr,  # MXFP4 scale rule: ceil instead of the spec's floor
+    ):
+        pid = tl.program_id(0)
+        blk = pid * BLOCKS_PER_PROG + tl.arange(0, BLOCKS_PER_PROG)
+        bmask = blk < n_blocks
+        half = tl.arange(0, BLOCK // 2)
+        offs = blk.to(tl.int64)[:, None] * BLOCK + 2 * half[None, :]
+        even = tl.load(x_ptr + offs, mask=bmask[:, None], other=0.0).to(tl.float32)
+        odd = tl.load(x_ptr + offs + 1, mask=bmask[:, None], other=0.0).to(tl.float32)
+        amax = tl.maximum(tl.max(tl.abs(even), axis=1), tl.max(tl.abs(odd), axis=1))
+        if IS_NV:
+            head = (blk // blocks_per_row) % n_heads
+            gs = tl.load(gs_ptr + head, mask=bmask, other=1.0)
+            s = tl.minimum(tl.math.div_rn(amax, gs * 6.0), 448.0)
+            code = _e4m3_encode(s)
+            scale = _e4m3_value(code) * gs
+            pos = scale > 0
+            denom = tl.where(pos, scale, 1.0)[:, None]
+            v_even = tl.where(pos[:, None], tl.math.div_rn(even, denom), 0.0)
+            v_odd = tl.where(pos[:, None], tl.math.div_rn(odd, denom), 0.0)
+        else:
+            bad = (even != even) | (tl.abs(even) == float("inf"))
+            bad = bad | (odd != odd) | (tl.abs(odd) == float("inf"))
+            bad_blk = tl.max(bad.to(tl.int32), axis=1) > 0
+            bits = amax.to(tl.int32, bitcast=True)
+            code = ((bits >> 23) & 0xFF) - 2
+            if CEIL:
+                code += ((bits & 0x7FFFFF) > 0x400000).to(tl.int32)
+            code = tl.minimum(tl.maximum(code, 0), 253)
+            inv = ((254 - code) << 23).to(tl.float32, bitcast=True)[:, None]
+            v_even = even * inv
+            v_odd = odd * inv
+            code = tl.where(bad_blk, 255, code)
+        packed = _e2m1_encode(v_even) | (_e2m1_encode(v_odd) << 4)
+        out_offs = blk.to(tl.int64)[:, None] * (BLOCK // 2) + half[None, :]
+        tl.store(data_ptr + out_offs, packed.to(tl.uint8), mask=bmask[:, None])
+        tl.store(scale_ptr + blk, code.to(tl.uint8), mask=bmask)
+
+    @triton.jit
+    def _dequantize_kernel(
+        data_ptr,  # *u8 [n_blocks * BLOCK // 2], packed E2M1 codes
+        scale_ptr,  # *u8 [n_blocks], E8M0 / E4M3 scale codes
+        gs_ptr,  # *f32 [n_heads], NVFP4 per-head global scales (unused for mxfp4)
+        out_ptr,  # *f32|f16|bf16 [n_blocks * BLOCK], output, written once
+        n_blocks,  # number of scale blocks
+        blocks_per_row,  # D // BLOCK
+        n_heads,  # H (1 for a scalar global scale)
+        BLOCK: tl.constexpr,
+        BLOCKS_PER_PROG: tl.constexpr,
+        IS_NV: tl.constexpr,
+    ):
+        pid = tl.program_id(0)
+        blk = pid * BLOCKS_PER_PROG + tl.arange(0, BLOCKS_PER_PROG)
+        bmask = blk < n_blocks
+        half = tl.arange(0, BLOCK // 2)
+        in_offs = blk.to(tl.int64)[:, None] * (BLOCK // 2) + half[None, :]
+        byte = tl.load(data_ptr + in_offs, mask=bmask[:, None], other=0).to(tl.int32)
+        code = tl.load(scale_ptr + blk, mask=bmask, other=0).to(tl.int32)
+        if IS_NV:
+            head = (blk // blocks_per_row) % n_heads
+            gs = tl.load(gs_ptr + head, mask=bmask, other=1.0)
+            scale = _e4m3_value(code) * gs
+        else:
+            scale = tl.where(code == 0, 0x400000, code << 23).to(tl.float32, bitcast=True)
+        lo = _e2m1_value(byte & 15) * scale[:, None]
+        hi = _e2m1_value(byte >> 4) * scale[:, None]
+        out_offs = blk.to(tl.int64)[:, None] * BLOCK + 2 * half[None, :]
+        out_ty = out_ptr.dtype.element_ty
+        tl.store(out_ptr + out_offs, lo.to(out_ty), mask=bmask[:, None])
+        tl.store(out_ptr + out_offs + 1, hi.to(out_ty), mask=bmask[:, None])
+
+
+def _blocks_per_prog(fmt: str) -> int:
+    """Scale blocks per program: ~4K elements on a GPU, more under the slow interpreter."""
+    per = 4096 if not _is_interpreting() else 16384
+    return per // BLOCK[fmt]
+
+
+def quantize_triton(x: torch.Tensor, fmt: str = "mxfp4", scale_rule: str = "floor") -> FP4Tensor:
+    """Triton path of :func:`quantize` (CUDA, or CPU under TRITON_INTERPRET=1)."""
+    _check_input(x, fmt, scale_rule)
+    _resolve_backend("triton", x.device)
+    block = BLOCK[fmt]
+    shape, dtype = x.shape, x.dtype
+    if dtype == torch.float64:
+        x = x.to(torch.float32)
+    x = x.contiguous()
+    nb = x.numel() // block
+    data = torch.empty((nb, block // 2), dtype=torch.uint8, device=x.device)
+    scales = torch.empty((nb,), dtype=torch.uint8, device=x.device)
+    if fmt == "nvfp4":
+        gs = _nv_global_scale(x)
+        gs_arg = gs.reshape(-1).contiguous()
+    else:
+        gs = None
+        gs_arg = torch.ones(1, dtype=torch.float32, device=x.device)
+    n_heads = shape[-2] if (gs is not None and gs.ndim == 1) else 1
+    bpp = _blocks_per_prog(fmt)
+    if nb:
+        grid = (triton.cdiv(nb, bpp),)
+        _quantize_kernel[grid](x, data, scales, gs_arg, nb, shape[-1] // block, n_heads,
+                               BLOCK=block, BLOCKS_PER_PROG=bpp, IS_NV=fmt == "nvfp4",
+                               CEIL=scale_rule == "ceil")
+    if fmt == "mxfp4" and nb and bool((scales == 255).any()):
+        raise _nonfinite_error(fmt)
+    return FP4Tensor(data.reshape(*shape[:-1], shape[-1] // 2),
+                     scales.reshape(*shape[:-1], shape[-1] // block), gs, fmt, shape, dtype)
+
+
+def dequantize_triton(q: FP4Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """Triton path of :func:`dequantize` (CUDA, or CPU under TRITON_INTERPRET=1)."""
+    _resolve_backend("triton", q.device)
+    block = q.block
+    nb = q.data.numel() // (block // 2)
+    # The interpreter's fp32 -> bf16/fp16 casts truncate: write fp32 there, round in torch.
+    kernel_dtype = torch.float32 if _is_interpreting() else dtype
+    out = torch.empty(q.shape, dtype=kernel_dtype, device=q.device)
+    if q.global_scale is not None:
+        gs_arg = q.global_scale.reshape(-1).to(torch.float32).contiguous()
+        n_heads = q.shape[-2] if q.global_scale.ndim == 1 else 1
+    else:
+        gs_arg, n_heads = torch.ones(1, dtype=torch.float32, device=q.device), 1
+    bpp = _blocks_per_prog(q.fmt)
+    if nb:
+        grid = (triton.cdiv(nb, bpp),)
+        _dequantize_kernel[grid](q.data.contiguous(), q.scales.contiguous(), gs_arg, out, nb,
+                                 q.shape[-1] // block, n_heads, BLOCK=block,
+                                 BLOCKS_PER_PROG=bpp, IS_NV=q.fmt == "nvfp4")
+    return out if out.dtype == dtype else out.to(dtype)
+
+
+# ----------------------------------------------------------------------------- public API
+
+
+def quantize(x: torch.Tensor, fmt: str = "mxfp4", *, scale_rule: str = "floor",
+             backend: str = "auto") -> FP4Tensor:
+    """Quantize ``x [..., D]`` to MXFP4 or NVFP4 (see the module docstring for the formats).
+
+    ``scale_rule`` ("floor" | "ceil") applies to MXFP4. ``backend``: "auto" (Triton on CUDA,
+    torch reference on CPU), "torch" or "triton". Raises ``ValueError`` for an unknown format,
+    rule or backend, a non-float dtype, D not a multiple of the block, or NaN/Inf.
+    """
+    _check_input(x, fmt, scale_rule)
+    if _resolve_backend(backend, x.device) == "triton":
+        return quantize_triton(x, fmt, scale_rule)
+    return quantize_torch(x, fmt, scale_rule)
+
+
+def dequantize(q: FP4Tensor, dtype: torch.dtype = torch.float32, *,
+               backend: str = "auto") -> torch.Tensor:
+    """Decode an :class:`FP4Tensor` back to a dense tensor of ``q.shape`` in ``dtype``."""
+    if not isinstance(q, FP4Tensor):
+        raise ValueError(f"dequantize expects an FP4Tensor, got {type(q).__name__}")
+    _check_fmt(q.fmt)
+    if not dtype.is_floating_point:
+        raise ValueError(f"dequantize needs a float output dtype, got {dtype}")
+    if _resolve_backend(backend, q.device) == "triton":
+        return dequantize_triton(q, dtype)
+    return dequantize_torch(q, dtype)
