@@ -1,0 +1,510 @@
+"""A small YOCO-style encoder-decoder transformer whose caches map onto the three tiers.
+
+Why this shape: the encoder's L_e sliding-window layers produce *one* global K/V per token
+(projected from the encoder's final, normed hidden state) which every decoder layer
+cross-attends to. That global KV is what goes to the SSD tier (FP4, prefix-keyed). Each
+sliding-window layer (encoder and decoder) also has a window cache of its last W-1 keys and
+values; those are small, per machine, and live in the host tier. When they are missing they
+are rebuilt by *bounded replay*: running the stack over the last R tokens from empty windows.
+
+Design choices worth knowing:
+
+- The decoder's input is the token embedding, not the encoder's output. The decoder then
+  needs only tokens and the global KV to run, never the encoder's hidden states, so a
+  decoder replay over [N-R, N) is possible from the SSD tier alone.
+- Rotary embeddings at absolute positions: a replayed segment sits at its true positions, and
+  global keys are stored already rotated (their position never changes for a given prefix).
+- Attention is computed by :func:`tiered_kv.kernels.swa.sliding_window_attention` (a query
+  at absolute position t sees keys at positions p with t-W < p <= t) over query chunks, so a
+  32K-token prefill never materializes a 32K x 32K score matrix. Training uses a batched,
+  masked SDPA path that computes the same function (a test checks they agree).
+- :class:`DecoderOnly` is a plain decoder-only transformer of the same depth (L_e+L_d
+  sliding-window layers, each with its own KV), the baseline for prefill FLOP counts.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from dataclasses import asdict, dataclass, replace
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+BYTE_VOCAB = 256
+BOS = 256  #: start of a document (every file in the training corpus starts with it)
+EOS = 257  #: end of a document
+VOCAB_SIZE = 258
+
+#: Query-chunk size for inference attention; bounds the score matrix per call.
+_MAX_SCORES = 1 << 24
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Shape of the encoder-decoder. ``window`` (W) and ``replay`` (R) are settings, not weights."""
+
+    name: str = "custom"
+    vocab_size: int = VOCAB_SIZE
+    d_model: int = 192
+    n_heads: int = 6
+    kv_heads: int = 2
+    head_dim: int = 32
+    enc_layers: int = 3
+    dec_layers: int = 3
+    mlp_hidden: int = 512
+    window: int = 512
+    replay: int = 128
+    max_seq_len: int = 65536
+    rope_theta: float = 10000.0
+    norm_eps: float = 1e-5
+
+    def __post_init__(self) -> None:
+        def need(cond: bool, setting: str, allowed: str) -> None:
+            if not cond:
+                raise ValueError(f"ModelConfig.{setting}: must be {allowed}, got {getattr(self, setting)!r}")
+
+        for name in ("vocab_size", "d_model", "n_heads", "kv_heads", "head_dim", "mlp_hidden",
+                     "window", "replay", "max_seq_len"):
+            value = getattr(self, name)
+            need(isinstance(value, int) and not isinstance(value, bool) and value >= 1, name, "an integer >= 1")
+        need(self.vocab_size >= VOCAB_SIZE, "vocab_size", f">= {VOCAB_SIZE} (256 bytes + BOS + EOS)")
+        need(self.n_heads % self.kv_heads == 0, "n_heads", f"a multiple of kv_heads={self.kv_heads}")
+        need(self.head_dim % 2 == 0, "head_dim", "even (rotary pairs)")
+        for name in ("enc_layers", "dec_layers"):
+            value = getattr(self, name)
+            need(isinstance(value, int) and value >= 1, name, "an integer >= 1")
+        need(self.window >= 2, "window", ">= 2 tokens")
+        need(self.replay <= self.max_seq_len, "replay", f"<= max_seq_len={self.max_seq_len}")
+        need(self.rope_theta > 1, "rope_theta", "> 1")
+        need(0 < self.norm_eps < 1, "norm_eps", "in (0, 1)")
+
+    @property
+    def exact_replay_tokens(self) -> int:
+        """Replay length from which replay through the deeper stack is exact: L*(W-1)+1."""
+        return max(self.enc_layers, self.dec_layers) * (self.window - 1) + 1
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+PRESETS: dict[str, ModelConfig] = {
+    # For tests: trains in seconds, windows small enough that replay exactness is cheap to hit.
+    "tiny": ModelConfig(name="tiny", d_model=64, n_heads=2, kv_heads=1, head_dim=32, enc_layers=2,
+                        dec_layers=2, mlp_hidden=128, window=16, replay=8, max_seq_len=2048),
+    # For measurements: a few million parameters, W=512, R=128; trains in ~15 min on 2 cores.
+    "small": ModelConfig(name="small", d_model=192, n_heads=6, kv_heads=2, head_dim=32, enc_layers=3,
+                         dec_layers=3, mlp_hidden=512, window=512, replay=128, max_seq_len=65536),
+}
+
+
+def preset(name: str, **overrides) -> ModelConfig:
+    """A named preset, optionally with settings replaced (e.g. ``window=256``)."""
+    if name not in PRESETS:
+        raise ValueError(f"model preset: must be one of {sorted(PRESETS)}, got {name!r}")
+    return replace(PRESETS[name], **overrides)
+
+
+# --------------------------------------------------------------------------- attention helpers
+
+def _swa_reference(q, k, v, window, q_offset, *, k_offset=0, scale=None, backend="torch"):
+    """Masked-SDPA sliding-window attention, same signature as the kernels' function."""
+    tq, tk = q.shape[0], k.shape[0]
+    qp = torch.arange(tq, device=q.device) + q_offset
+    kp = torch.arange(tk, device=q.device) + k_offset
+    diff = qp[:, None] - kp[None, :]
+    mask = (diff >= 0) & (diff < window)
+    out = F.scaled_dot_product_attention(q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1),
+                                         attn_mask=mask, scale=scale, enable_gqa=True)
+    return out.transpose(0, 1)
+
+
+def _swa_function():
+    try:
+        from tiered_kv.kernels.swa import sliding_window_attention
+    except ImportError:  # kernels not landed in this checkout: same math, masked SDPA
+        return _swa_reference
+    return sliding_window_attention
+
+
+def windowed_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: int, q_offset: int,
+                       k_offset: int) -> torch.Tensor:
+    """Causal attention of ``q`` [Tq,Hq,D] (from ``q_offset``) over keys from ``k_offset``.
+
+    ``window`` = None means unbounded (full causal, used by cross-attention). Queries are
+    processed in chunks, each seeing only the keys its window can reach, so memory stays
+    bounded and the work is O(Tq * min(W, Tk)).
+    """
+    tq, hq, _ = q.shape
+    if window is not None:
+        chunk = min(tq, max(window, 256))
+    else:
+        chunk = min(tq, max(16, _MAX_SCORES // max(1, hq * (k_offset + k.shape[0]))))
+    # Cross-attention (window=None) is a window wide enough to reach position 0.
+    win = window if window is not None else q_offset + tq + 1
+    if window is None or q.device.type == "meta":
+        fn = _swa_reference
+    else:
+        fn = _swa_function()
+    outs = []
+    for a in range(0, tq, chunk):
+        b = min(tq, a + chunk)
+        qa = q_offset + a
+        lo = max(k_offset, qa - win + 1)
+        hi = min(k_offset + k.shape[0], q_offset + b)
+        ks, ke = lo - k_offset, hi - k_offset
+        outs.append(fn(q[a:b], k[ks:ke], v[ks:ke], win, qa, k_offset=lo))
+    return torch.cat(outs, 0) if len(outs) > 1 else outs[0]
+
+
+def _batched_attention(q, k, v, window: int | None) -> torch.Tensor:
+    """Training path: q [B,T,Hq,D], k/v [B,T,Hkv,D], both from position 0; band-masked SDPA."""
+    t = q.shape[1]
+    pos = torch.arange(t, device=q.device)
+    diff = pos[:, None] - pos[None, :]
+    mask = diff >= 0
+    if window is not None:
+        mask &= diff < window
+    out = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                                         attn_mask=mask, enable_gqa=True)
+    return out.transpose(1, 2)
+
+
+def rope(x: torch.Tensor, positions: torch.Tensor, theta: float) -> torch.Tensor:
+    """Rotary embedding of x [..., T, H, D] at absolute ``positions`` [T] (rotate-half form)."""
+    d = x.shape[-1]
+    inv = theta ** (-torch.arange(0, d, 2, device=x.device, dtype=torch.float32) / d)
+    ang = positions.to(torch.float32)[:, None] * inv[None, :]
+    cos = torch.cat([ang.cos(), ang.cos()], -1)[:, None, :].to(x.dtype)
+    sin = torch.cat([ang.sin(), ang.sin()], -1)[:, None, :].to(x.dtype)
+    x1, x2 = x[..., : d // 2], x[..., d // 2:]
+    return x * cos + torch.cat([-x2, x1], -1) * sin
+
+
+# --------------------------------------------------------------------------- window state
+
+@dataclass
+class LayerWindow:
+    """Keys (rotated) and values of the last <= W-1 positions before ``end`` for one layer."""
+
+    k: torch.Tensor  # [n, Hkv, D]
+    v: torch.Tensor
+
+    @property
+    def nbytes(self) -> int:
+        return self.k.numel() * self.k.element_size() + self.v.numel() * self.v.element_size()
+
+
+@dataclass
+class WindowState:
+    """Window caches of a stack of sliding-window layers, valid for continuing at ``end``."""
+
+    end: int
+    layers: list[LayerWindow]
+
+    @property
+    def nbytes(self) -> int:
+        return sum(layer.nbytes for layer in self.layers)
+
+    def clone(self) -> WindowState:
+        return WindowState(self.end, [LayerWindow(w.k.clone(), w.v.clone()) for w in self.layers])
+
+
+# --------------------------------------------------------------------------- layers
+
+class SelfAttention(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.cfg = cfg
+        d, h, hk, hd = cfg.d_model, cfg.n_heads, cfg.kv_heads, cfg.head_dim
+        self.wq = nn.Linear(d, h * hd, bias=False)
+        self.wk = nn.Linear(d, hk * hd, bias=False)
+        self.wv = nn.Linear(d, hk * hd, bias=False)
+        self.wo = nn.Linear(h * hd, d, bias=False)
+
+    def _qkv(self, x, positions):
+        c = self.cfg
+        q = self.wq(x).unflatten(-1, (c.n_heads, c.head_dim))
+        k = self.wk(x).unflatten(-1, (c.kv_heads, c.head_dim))
+        v = self.wv(x).unflatten(-1, (c.kv_heads, c.head_dim))
+        return rope(q, positions, c.rope_theta), rope(k, positions, c.rope_theta), v
+
+    def forward_batched(self, x: torch.Tensor, window: int) -> torch.Tensor:
+        q, k, v = self._qkv(x, torch.arange(x.shape[1], device=x.device))
+        return self.wo(_batched_attention(q, k, v, window).flatten(-2))
+
+    def forward(self, x: torch.Tensor, start: int, cache: LayerWindow | None, window: int,
+                keep: int) -> tuple[torch.Tensor, LayerWindow]:
+        """x [T,d] at positions [start, start+T); returns output and the last ``keep`` K/V."""
+        q, k, v = self._qkv(x, torch.arange(start, start + x.shape[0], device=x.device))
+        if cache is not None and cache.k.shape[0]:
+            k = torch.cat([cache.k, k], 0)
+            v = torch.cat([cache.v, v], 0)
+        k_offset = start + x.shape[0] - k.shape[0]
+        out = windowed_attention(q, k, v, window, start, k_offset)
+        return self.wo(out.flatten(-2)), LayerWindow(k[-keep:] if keep else k[:0], v[-keep:] if keep else v[:0])
+
+
+class CrossAttention(nn.Module):
+    """Causal attention to the shared global KV (query at t sees global positions <= t)."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.wq = nn.Linear(cfg.d_model, cfg.n_heads * cfg.head_dim, bias=False)
+        self.wo = nn.Linear(cfg.n_heads * cfg.head_dim, cfg.d_model, bias=False)
+
+    def _q(self, x, positions):
+        q = self.wq(x).unflatten(-1, (self.cfg.n_heads, self.cfg.head_dim))
+        return rope(q, positions, self.cfg.rope_theta)
+
+    def forward_batched(self, x, gk, gv):
+        q = self._q(x, torch.arange(x.shape[1], device=x.device))
+        return self.wo(_batched_attention(q, gk, gv, None).flatten(-2))
+
+    def forward(self, x, start, gk, gv):
+        q = self._q(x, torch.arange(start, start + x.shape[0], device=x.device))
+        end = start + x.shape[0]
+        out = windowed_attention(q, gk[:end], gv[:end], None, start, 0)
+        return self.wo(out.flatten(-2))
+
+
+class MLP(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.gate = nn.Linear(cfg.d_model, cfg.mlp_hidden, bias=False)
+        self.up = nn.Linear(cfg.d_model, cfg.mlp_hidden, bias=False)
+        self.down = nn.Linear(cfg.mlp_hidden, cfg.d_model, bias=False)
+
+    def forward(self, x):
+        return self.down(F.silu(self.gate(x)) * self.up(x))
+
+
+class SWALayer(nn.Module):
+    """Pre-norm block: sliding-window self-attention, optional cross-attention, MLP."""
+
+    def __init__(self, cfg: ModelConfig, cross: bool):
+        super().__init__()
+        self.norm1 = nn.RMSNorm(cfg.d_model, eps=cfg.norm_eps)
+        self.attn = SelfAttention(cfg)
+        self.cross = CrossAttention(cfg) if cross else None
+        self.norm_c = nn.RMSNorm(cfg.d_model, eps=cfg.norm_eps) if cross else None
+        self.norm2 = nn.RMSNorm(cfg.d_model, eps=cfg.norm_eps)
+        self.mlp = MLP(cfg)
+
+    def forward_batched(self, x, window, gk=None, gv=None):
+        x = x + self.attn.forward_batched(self.norm1(x), window)
+        if self.cross is not None:
+            x = x + self.cross.forward_batched(self.norm_c(x), gk, gv)
+        return x + self.mlp(self.norm2(x))
+
+    def forward(self, x, start, cache, window, keep, gk=None, gv=None):
+        a, new_cache = self.attn(self.norm1(x), start, cache, window, keep)
+        x = x + a
+        if self.cross is not None:
+            x = x + self.cross(self.norm_c(x), start, gk, gv)
+        return x + self.mlp(self.norm2(x)), new_cache
+
+
+# --------------------------------------------------------------------------- models
+
+def _check_tokens(tokens: torch.Tensor, cfg: ModelConfig, *, what: str = "tokens", end: int | None = None) -> None:
+    if tokens.ndim != 1:
+        raise ValueError(f"{what}: must be a 1-D tensor of token ids, got shape {tuple(tokens.shape)}")
+    if tokens.numel() == 0:
+        raise ValueError(f"{what}: must not be empty")
+    if tokens.device.type != "meta":
+        lo, hi = int(tokens.min()), int(tokens.max())
+        if lo < 0 or hi >= cfg.vocab_size:
+            raise ValueError(f"{what}: token ids must be in [0, {cfg.vocab_size}), got range [{lo}, {hi}]")
+    if end is not None and end > cfg.max_seq_len:
+        raise ValueError(f"{what}: sequence of {end} tokens exceeds the model limit max_seq_len={cfg.max_seq_len}")
+
+
+class EncoderDecoder(nn.Module):
+    """Encoder (SWA) -> one global K/V per token -> decoder (SWA + cross-attention)."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        self.encoder = nn.ModuleList(SWALayer(cfg, cross=False) for _ in range(cfg.enc_layers))
+        self.enc_norm = nn.RMSNorm(cfg.d_model, eps=cfg.norm_eps)
+        self.kv_proj = nn.Linear(cfg.d_model, 2 * cfg.kv_heads * cfg.head_dim, bias=False)
+        self.decoder = nn.ModuleList(SWALayer(cfg, cross=True) for _ in range(cfg.dec_layers))
+        self.dec_norm = nn.RMSNorm(cfg.d_model, eps=cfg.norm_eps)
+        self.apply(self._init)
+
+    def _init(self, m):
+        if isinstance(m, nn.Linear):
+            nn.init.normal_(m.weight, std=0.02)
+        elif isinstance(m, nn.Embedding):
+            nn.init.normal_(m.weight, std=0.02)
+
+    @property
+    def num_params(self) -> int:
+        return sum(p.numel() for p in self.parameters())
+
+    def with_settings(self, **settings) -> EncoderDecoder:
+        """A view of this model with other window/replay settings (shares weights)."""
+        new = copy.copy(self)  # shares sub-modules; layers read W and R from the top-level cfg
+        new.cfg = replace(self.cfg, **settings)
+        return new
+
+    def _logits(self, h: torch.Tensor) -> torch.Tensor:
+        return F.linear(self.dec_norm(h), self.embed.weight)
+
+    # ---- training path (batched, from position 0)
+    def forward_batched(self, tokens: torch.Tensor, kv_roundtrip=None) -> torch.Tensor:
+        """Logits [B,T,V] for a batch of sequences that start at position 0."""
+        c = self.cfg
+        x = self.embed(tokens)
+        for layer in self.encoder:
+            x = layer.forward_batched(x, c.window)
+        kv = self._project(self.enc_norm(x), torch.arange(tokens.shape[1], device=tokens.device))
+        if kv_roundtrip is not None:
+            kv = kv_roundtrip(kv)
+        gk, gv = kv[..., 0, :, :], kv[..., 1, :, :]
+        y = self.embed(tokens)
+        for layer in self.decoder:
+            y = layer.forward_batched(y, c.window, gk, gv)
+        return self._logits(y)
+
+    def _project(self, h: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        c = self.cfg
+        kv = self.kv_proj(h).unflatten(-1, (2, c.kv_heads, c.head_dim))
+        k = rope(kv[..., 0, :, :], positions, c.rope_theta)
+        return torch.stack([k, kv[..., 1, :, :]], -3)
+
+    # ---- inference path (one sequence, any start, window caches)
+    def encode(self, tokens: torch.Tensor, start: int, state: WindowState | None = None,
+               ) -> tuple[torch.Tensor, WindowState]:
+        """Run the encoder over ``tokens`` at [start, start+T) continuing from ``state``.
+
+        Returns the global KV [T,2,Hkv,D] of these tokens and the encoder window state at
+        start+T. ``state`` None means empty windows: exact only when start == 0.
+        """
+        _check_tokens(tokens, self.cfg, end=start + tokens.shape[0])
+        _check_state(state, start, "encoder state")
+        keep = self.cfg.window - 1
+        x = self.embed(tokens)
+        new_layers = []
+        for i, layer in enumerate(self.encoder):
+            cache = state.layers[i] if state is not None else None
+            x, win = layer(x, start, cache, self.cfg.window, keep)
+            new_layers.append(win)
+        pos = torch.arange(start, start + tokens.shape[0], device=tokens.device)
+        return self._project(self.enc_norm(x), pos), WindowState(start + tokens.shape[0], new_layers)
+
+    def decode(self, tokens: torch.Tensor, start: int, global_kv: torch.Tensor,
+               state: WindowState | None = None, *, all_logits: bool = False,
+               ) -> tuple[torch.Tensor, WindowState]:
+        """Run the decoder over ``tokens`` at [start, start+T) with cross-attention to
+        ``global_kv`` (>= start+T tokens). Returns logits (last position, or all) and the
+        decoder window state at start+T."""
+        end = start + tokens.shape[0]
+        _check_tokens(tokens, self.cfg, end=end)
+        _check_state(state, start, "decoder state")
+        if global_kv.shape[0] < end:
+            raise ValueError(f"global_kv: needs >= {end} tokens for positions [{start}, {end}), got {global_kv.shape[0]}")
+        gk, gv = global_kv[:, 0], global_kv[:, 1]
+        keep = self.cfg.window - 1
+        y = self.embed(tokens)
+        new_layers = []
+        for i, layer in enumerate(self.decoder):
+            cache = state.layers[i] if state is not None else None
+            y, win = layer(y, start, cache, self.cfg.window, keep, gk, gv)
+            new_layers.append(win)
+        h = y if all_logits else y[-1:]
+        return self._logits(h), WindowState(end, new_layers)
+
+    def forward(self, tokens: torch.Tensor, kv_roundtrip=None) -> torch.Tensor:
+        """Full uncached forward of one sequence from position 0: logits [T, V]."""
+        kv, _ = self.encode(tokens, 0)
+        if kv_roundtrip is not None:
+            kv = kv_roundtrip(kv)
+        logits, _ = self.decode(tokens, 0, kv, all_logits=True)
+        return logits
+
+    def replay_encoder(self, tokens: torch.Tensor, end: int, replay: int) -> WindowState:
+        """Rebuild the encoder windows at ``end`` by replaying ``tokens[end-R:end]`` from empty
+        windows. Exact when R >= L_e*(W-1) (or when the replay reaches position 0)."""
+        s = max(0, end - replay)
+        if end == 0:
+            return WindowState(0, [LayerWindow(*_empty_kv(self.cfg, tokens.device)) for _ in self.encoder])
+        _, state = self.encode(tokens[s:end], s)
+        return state
+
+    def first_token_logits(self, tokens: torch.Tensor, global_kv: torch.Tensor, replay: int,
+                           ) -> tuple[torch.Tensor, WindowState]:
+        """Bounded replay of the decoder: run it over the last R tokens only, from empty windows."""
+        n = tokens.shape[0]
+        s = max(0, n - replay)
+        return self.decode(tokens[s:], s, global_kv)
+
+
+def _empty_kv(cfg: ModelConfig, device) -> tuple[torch.Tensor, torch.Tensor]:
+    z = torch.zeros(0, cfg.kv_heads, cfg.head_dim, device=device)
+    return z, z.clone()
+
+
+def _check_state(state: WindowState | None, start: int, what: str) -> None:
+    if state is not None and state.end != start:
+        raise ValueError(f"{what}: windows end at position {state.end}, cannot continue at {start}")
+
+
+class DecoderOnly(nn.Module):
+    """Plain decoder-only baseline of the same depth: L_e+L_d SWA layers, each with its own KV."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        self.layers = nn.ModuleList(SWALayer(cfg, cross=False) for _ in range(cfg.enc_layers + cfg.dec_layers))
+        self.norm = nn.RMSNorm(cfg.d_model, eps=cfg.norm_eps)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        """Prefill of all N tokens; returns the last position's logits."""
+        x = self.embed(tokens)
+        for layer in self.layers:
+            x, _ = layer(x, 0, None, self.cfg.window, 0)
+        return F.linear(self.norm(x[-1:]), self.embed.weight)
+
+
+def kv_bytes_per_token(cfg: ModelConfig, bits_per_element: float) -> float:
+    """Global KV bytes per token: one K and one V of kv_heads x head_dim, shared by all layers."""
+    return 2 * cfg.kv_heads * cfg.head_dim * bits_per_element / 8
+
+
+def window_bytes(cfg: ModelConfig, bytes_per_element: int = 4) -> int:
+    """Host-tier bytes of one full window state (encoder + decoder layers, W-1 positions)."""
+    layers = cfg.enc_layers + cfg.dec_layers
+    return layers * 2 * (cfg.window - 1) * cfg.kv_heads * cfg.head_dim * bytes_per_element
+
+
+# --------------------------------------------------------------------------- checkpoints
+
+def save_checkpoint(model: EncoderDecoder, path, meta: dict | None = None, dtype=torch.bfloat16) -> None:
+    state = {k: v.to(dtype) for k, v in model.state_dict().items()}
+    torch.save({"config": model.cfg.to_dict(), "state_dict": state, "meta": meta or {}}, path)
+
+
+def load_checkpoint(path, **settings) -> tuple[EncoderDecoder, dict]:
+    """Load a checkpoint (weights in fp32 for inference); ``settings`` override W, R, ..."""
+    blob = torch.load(path, map_location="cpu", weights_only=True)
+    cfg = replace(ModelConfig(**blob["config"]), **settings)
+    model = EncoderDecoder(cfg)
+    model.load_state_dict({k: v.float() for k, v in blob["state_dict"].items()})
+    model.eval()
+    return model, blob.get("meta", {})
+
+
+def default_checkpoint(preset_name: str = "small"):
+    from tiered_kv import DATA_DIR
+
+    return DATA_DIR / "checkpoints" / f"{preset_name}.pt"
+
+
+def perplexity_bits(loss_nats: float) -> float:
+    return loss_nats / math.log(2)
