@@ -1,0 +1,395 @@
+"""A cluster of machines with three KV tiers, replayed request by request.
+
+Each of ``nodes`` machines has
+
+* a **GPU tier**: an LRU prefix cache of global-KV blocks in HBM (``gpu_capacity_tokens``);
+  its hits need no load;
+* a **host window tier**: an LRU of sliding-window states (``host_capacity_bytes``, one state of
+  ``window_state_bytes`` per request, stored at the request's last full block). A request whose
+  cached prefix ends at a boundary whose window state is on its machine skips the replay;
+  otherwise it pays a bounded replay of ``replay_tokens`` tokens;
+
+and the **SSD tier** holds global KV either in one pool shared by every machine
+(``ssd="shared"``) or as one cache per machine (``ssd="per-machine"``, for comparison).
+
+Per request, in timestamp order: route it to a machine; its GPU hit is the number of leading
+blocks in that machine's GPU tier, its SSD hit the number of leading blocks in the SSD tier it
+sees; the request is served from the longer of the two prefixes (GPU first, the rest loaded from
+SSD), the rest is recomputed. Then every block is touched or inserted, in order, in the
+machine's GPU tier and in its SSD tier, and its window state is stored in the host tier. With
+one machine, no GPU tier and an LRU SSD tier this is exactly the single-cache replay of
+:mod:`tiered_kv.sim.replay` (tested).
+
+SSD retention. A shared pool sees every request whatever the routing, so its contents do not
+depend on routing: any part-1 policy (:mod:`tiered_kv.sim.policies`: ``ttl`` per class,
+``watermark``, ``belady``...) is replayed once with :func:`tiered_kv.sim.replay.replay` and
+its per-request hit blocks are used here. The capacity-LRU pool (the default) and per-machine
+caches run inside the compiled loop (:mod:`tiered_kv.sim._lru_kernels`), which also records
+each evicted block's idle age by the class that touched it last: the *effective retention* one
+LRU watermark gives each class.
+
+Routing: ``random`` (seeded), ``round-robin``, ``cache-aware`` (the machine holding the longest
+prefix in its GPU tier or per-machine SSD cache, or the deepest window state of the prompt,
+among machines whose load, routed input tokens decayed with ``load_half_life_s``, is at most
+``(1 + load_slack)`` times the mean; ties go to the least loaded machine).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import polars as pl
+from numba import njit
+
+from tiered_kv.sim._lru_kernels import new_tier, touch
+
+ROUTINGS = ("random", "round-robin", "cache-aware")
+SSD_MODES = ("shared", "per-machine")
+_RET_BINS = 96  # idle-age histogram: log-spaced bins from 1 s, factor 1.25 (up to ~2 years)
+_RET_FACTOR = 1.25
+
+
+@dataclass(frozen=True)
+class ClusterConfig:
+    """Machines, tiers and routing. Capacities in tokens (blocks = floor(tokens/block_size))."""
+
+    nodes: int = 10
+    routing: str = "random"
+    gpu_capacity_tokens: int = 0  # per machine
+    host_capacity_bytes: int = 0  # per machine
+    window_state_bytes: int = 70_272 * 1024  # one window state: R tokens of DeepSeek-V3 BF16 KV
+    ssd: str = "shared"
+    ssd_capacity_tokens: float = math.inf  # total (shared) or per machine (per-machine)
+    replay_tokens: int = 1024
+    load_slack: float = 0.25
+    load_half_life_s: float = 60.0
+    kv_bytes_per_token: float = 70_272.0  # DeepSeek-V3 MLA, BF16 (latency.mla_kv_bytes_per_token)
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        checks = [
+            ("nodes", 1 <= self.nodes <= 64, "an integer in [1, 64]"),
+            ("routing", self.routing in ROUTINGS, f"one of {list(ROUTINGS)}"),
+            ("gpu_capacity_tokens", self.gpu_capacity_tokens >= 0, ">= 0 tokens"),
+            ("host_capacity_bytes", self.host_capacity_bytes >= 0, ">= 0 bytes"),
+            ("window_state_bytes", self.window_state_bytes > 0, "> 0 bytes"),
+            ("ssd", self.ssd in SSD_MODES, f"one of {list(SSD_MODES)}"),
+            ("ssd_capacity_tokens", self.ssd_capacity_tokens >= 0, ">= 0 tokens (inf: unlimited)"),
+            ("replay_tokens", self.replay_tokens >= 0, ">= 0 tokens"),
+            ("load_slack", self.load_slack >= 0, ">= 0"),
+            ("load_half_life_s", self.load_half_life_s > 0, "> 0 s"),
+            ("kv_bytes_per_token", self.kv_bytes_per_token > 0, "> 0 bytes"),
+        ]
+        for name, ok, allowed in checks:
+            if not ok:
+                raise ValueError(f"ClusterConfig.{name}: must be {allowed}, got {getattr(self, name)!r}")
+
+
+@dataclass
+class ClusterResult:
+    """Per-request outcome (replay order) plus summaries; see :meth:`summary`."""
+
+    config: ClusterConfig
+    requests: pl.DataFrame  # one row per request
+    evictions_ssd: int
+    evictions_gpu: int
+    evictions_host: int
+    retention: pl.DataFrame  # per class: idle age at SSD eviction (LRU pool only)
+    ssd_policy: str
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def summary(self) -> dict[str, Any]:
+        return summarize(self.requests, self)
+
+    def over_time(self, bin_s: float = 3600.0) -> pl.DataFrame:
+        return over_time(self.requests, bin_s)
+
+
+# --- the compiled loop ------------------------------------------------------------------------
+
+@njit(cache=True)
+def _run(offsets, blocks, ts, n_input, cls, window_idx, nodes, routing, rand_machine,
+         gpu, host, ssd, ssd_mode, ext_p, slack, half_life, hist):
+    n_req = offsets.size - 1
+    machine = np.zeros(n_req, dtype=np.int64)
+    p_gpu = np.zeros(n_req, dtype=np.int64)
+    p_all = np.zeros(n_req, dtype=np.int64)
+    win_hit = np.zeros(n_req, dtype=np.bool_)
+    ssd_used = np.zeros(n_req, dtype=np.int64)
+    ssd_ev = np.zeros(n_req, dtype=np.int64)
+    load = np.zeros(nodes)
+    load_t = np.zeros(nodes)
+    score = np.zeros(nodes, dtype=np.int64)
+    gmask, hmask, smask = gpu[9], host[9], ssd[9]
+    last_touch = ssd[13]
+    last_cls = np.zeros(last_touch.size, dtype=np.int32)
+    log_f = math.log(1.25)
+    full = (np.uint64(1) << np.uint64(nodes)) - np.uint64(1) if nodes < 64 else ~np.uint64(0)
+    for r in range(n_req):
+        t = ts[r]
+        s0, s1 = offsets[r], offsets[r + 1]
+        # decay machine loads to now
+        for m in range(nodes):
+            load[m] *= 0.5 ** ((t - load_t[m]) / half_life)
+            load_t[m] = t
+        if routing == 0:
+            m_sel = rand_machine[r]
+        elif routing == 1:
+            m_sel = r % nodes
+        else:
+            mean = load.sum() / nodes
+            eligible = np.uint64(0)
+            for m in range(nodes):
+                if load[m] <= (1.0 + slack) * mean:
+                    eligible |= np.uint64(1) << np.uint64(m)
+            alive = eligible
+            for m in range(nodes):
+                score[m] = 0
+            depth = 0
+            for j in range(s0, s1):
+                b = blocks[j]
+                held = gmask[b]
+                if ssd_mode == 2:
+                    held |= smask[b]
+                nxt = alive & held
+                dropped = alive & ~nxt
+                while dropped:
+                    m = 0
+                    while not (dropped >> np.uint64(m)) & np.uint64(1):
+                        m += 1
+                    score[m] = depth
+                    dropped &= ~(np.uint64(1) << np.uint64(m))
+                alive = nxt
+                depth += 1
+                w = hmask[b] & eligible
+                while w:
+                    m = 0
+                    while not (w >> np.uint64(m)) & np.uint64(1):
+                        m += 1
+                    if depth > score[m]:
+                        score[m] = depth
+                    w &= ~(np.uint64(1) << np.uint64(m))
+            while alive:
+                m = 0
+                while not (alive >> np.uint64(m)) & np.uint64(1):
+                    m += 1
+                score[m] = max(score[m], depth)
+                alive &= ~(np.uint64(1) << np.uint64(m))
+            m_sel = -1
+            for m in range(nodes):
+                if not (eligible >> np.uint64(m)) & np.uint64(1):
+                    continue
+                if m_sel < 0 or score[m] > score[m_sel] or (score[m] == score[m_sel] and load[m] < load[m_sel]):
+                    m_sel = m
+        bit = np.uint64(1) << np.uint64(m_sel)
+        machine[r] = m_sel
+        # lookups: leading blocks in the machine's GPU tier and in the SSD tier it sees
+        pg = 0
+        for j in range(s0, s1):
+            if gmask[blocks[j]] & bit:
+                pg += 1
+            else:
+                break
+        if ssd_mode == 0:
+            ps = ext_p[r]
+        else:
+            sbit = np.uint64(1) if ssd_mode == 1 else bit
+            ps = 0
+            for j in range(s0, s1):
+                if smask[blocks[j]] & sbit:
+                    ps += 1
+                else:
+                    break
+        p = max(pg, ps)
+        p_gpu[r] = pg
+        p_all[r] = p
+        if p > 0:
+            win_hit[r] = (hmask[blocks[s0 + p - 1]] & bit) != 0
+        # updates: touch / insert every block in order, then store the window state
+        for j in range(s0, s1):
+            b = blocks[j]
+            touch(gpu, m_sel, b, t)
+            if ssd_mode == 1:
+                v = touch(ssd, 0, b, t)
+                if v >= 0:
+                    idle = t - last_touch[v]
+                    k = 0 if idle < 1.0 else min(int(math.log(idle) / log_f) + 1, hist.shape[1] - 1)
+                    hist[last_cls[v], k] += 1
+                last_cls[b] = cls[r]
+            elif ssd_mode == 2:
+                touch(ssd, m_sel, b, t)
+        if window_idx[r] >= 0:
+            touch(host, m_sel, blocks[window_idx[r]], t)
+        load[m_sel] += n_input[r]
+        ssd_used[r] = ssd[8].sum()
+        ssd_ev[r] = ssd[10].sum()
+    return machine, p_gpu, p_all, win_hit, ssd_used, ssd_ev
+
+
+# --- driver -----------------------------------------------------------------------------------
+
+def _blocks(tokens: float, block_size: int) -> int:
+    if math.isinf(tokens):
+        return -1
+    return int(tokens // block_size)
+
+
+def simulate_cluster(trace, config: ClusterConfig, ssd_policy: Any = None,
+                     options: Any = None) -> ClusterResult:
+    """Replay ``trace`` (a frame or a :class:`~tiered_kv.sim.replay.CompiledTrace`) on a cluster.
+
+    ``ssd_policy``: ``None`` for a capacity-LRU SSD tier (``config.ssd_capacity_tokens``), or a
+    part-1 policy object (``tiered_kv.sim.policies``) for the shared pool, replayed once.
+    """
+    from tiered_kv.sim.replay import CompiledTrace, compile_trace, replay
+
+    t = trace if isinstance(trace, CompiledTrace) else compile_trace(trace, options)
+    if t.n_requests == 0:
+        raise ValueError("simulate_cluster: the trace has no requests")
+    bs = t.uniform_block_size
+    c = config
+    universe = t.n_unique
+    n_acc = t.n_accesses
+
+    def cap_blocks(tokens: float, per: int) -> int:
+        b = _blocks(tokens, bs)
+        return min(b, n_acc) if b >= 0 else n_acc  # unlimited: never more than all accesses
+
+    gpu = new_tier(c.nodes, cap_blocks(c.gpu_capacity_tokens, c.nodes), universe)
+    host = new_tier(c.nodes, min(int(c.host_capacity_bytes // c.window_state_bytes), t.n_requests), universe)
+    ext_p = np.zeros(t.n_requests, dtype=np.int64)
+    policy_name = "lru"
+    if ssd_policy is not None:
+        if c.ssd != "shared":
+            raise ValueError("simulate_cluster: a part-1 SSD policy needs ssd='shared'")
+        res = replay(t, ssd_policy)
+        ext_p = np.asarray(res.hit_blocks_per_request, dtype=np.int64)
+        ssd = new_tier(1, 0, universe)
+        mode = 0
+        policy_name = getattr(ssd_policy, "name", type(ssd_policy).__name__)
+        extra = dict(res.extra)
+    else:
+        parts = 1 if c.ssd == "shared" else c.nodes
+        ssd = new_tier(parts, cap_blocks(c.ssd_capacity_tokens, parts), universe)
+        mode = 1 if c.ssd == "shared" else 2
+        extra = {}
+    rng = np.random.default_rng(c.seed)
+    rand_machine = rng.integers(0, c.nodes, t.n_requests).astype(np.int64)
+    routing = ROUTINGS.index(c.routing)
+    lengths = np.diff(t.offsets)
+    nfull = np.minimum(t.input_length // t.block_size, lengths)
+    window_idx = np.where(nfull > 0, t.offsets[:-1] + nfull - 1, -1).astype(np.int64)
+    hist = np.zeros((max(len(t.class_names), 1), _RET_BINS), dtype=np.int64)
+    machine, p_gpu, p_all, win_hit, ssd_used, ssd_ev = _run(
+        t.offsets, t.blocks.astype(np.int64), t.timestamps, t.input_length, t.class_codes,
+        window_idx, c.nodes, routing, rand_machine, gpu, host, ssd, mode, ext_p,
+        float(c.load_slack), float(c.load_half_life_s), hist)
+    gpu_tok = t.hit_tokens_from_blocks(p_gpu)
+    hit_tok = t.hit_tokens_from_blocks(p_all)
+    replay_tok = np.where((hit_tok > 0) & ~win_hit, np.minimum(hit_tok, c.replay_tokens), 0)
+    frame = pl.DataFrame({
+        "request_id": t.request_id, "timestamp_s": t.timestamps,
+        "traffic_class": np.asarray(t.class_names, dtype=object)[t.class_codes].astype(str),
+        "machine": machine, "input_tokens": t.input_length, "gpu_tokens": gpu_tok,
+        "ssd_tokens": hit_tok - gpu_tok, "recomputed_tokens": t.input_length - hit_tok,
+        "window_hit": win_hit, "replay_tokens": replay_tok, "counted": t.counted,
+        "ssd_bytes_used": (ssd_used * bs * c.kv_bytes_per_token).astype(np.float64),
+        "ssd_evictions": ssd_ev,
+    })
+    return ClusterResult(config=c, requests=frame, evictions_ssd=int(ssd[10].sum()),
+                         evictions_gpu=int(gpu[10].sum()), evictions_host=int(host[10].sum()),
+                         retention=_retention_frame(hist, t.class_names) if mode == 1 else pl.DataFrame(),
+                         ssd_policy=policy_name, extra=extra)
+
+
+def _retention_frame(hist: np.ndarray, names) -> pl.DataFrame:
+    """Quantiles of idle age at eviction per class from the log-spaced histogram (bin upper edge)."""
+    edges = np.concatenate([[1.0], _RET_FACTOR ** np.arange(1, hist.shape[1])])
+    rows = []
+    for code, name in enumerate(names):
+        h = hist[code]
+        total = int(h.sum())
+        row = {"traffic_class": name, "evictions": total}
+        cum = np.cumsum(h)
+        for q in (50, 90, 99):
+            row[f"idle_at_eviction_p{q}_s"] = float(edges[np.searchsorted(cum, q / 100 * total)]) if total else math.nan
+        rows.append(row)
+    return pl.DataFrame(rows)
+
+
+_SUMS = ["input_tokens", "gpu_tokens", "ssd_tokens", "recomputed_tokens", "replay_tokens"]
+
+
+def _rates(df: pl.DataFrame) -> dict[str, float]:
+    s = {k: int(df[k].sum()) for k in _SUMS}
+    inp = max(s["input_tokens"], 1)
+    hits = df.filter(pl.col("gpu_tokens") + pl.col("ssd_tokens") > 0)
+    return {
+        "requests": df.height, **s,
+        "hit_tokens": s["gpu_tokens"] + s["ssd_tokens"],
+        "token_hit_rate": (s["gpu_tokens"] + s["ssd_tokens"]) / inp,
+        "gpu_token_hit_rate": s["gpu_tokens"] / inp,
+        "ssd_token_hit_rate": s["ssd_tokens"] / inp,
+        "disk_token_fraction": s["ssd_tokens"] / inp,
+        "window_hit_rate": float(hits["window_hit"].mean()) if hits.height else 0.0,
+    }
+
+
+def summarize(requests: pl.DataFrame, result: ClusterResult | None = None) -> dict[str, Any]:
+    """Totals, per class and per machine load, over counted requests."""
+    df = requests.filter(pl.col("counted"))
+    out = _rates(df)
+    out["by_class"] = {name: _rates(g) for (name,), g in sorted(df.group_by("traffic_class"), key=lambda x: x[0])}
+    per_machine = df.group_by("machine").agg(pl.col("input_tokens").sum())["input_tokens"].to_numpy()
+    out["machine_load_imbalance"] = float(per_machine.max() / per_machine.mean()) if per_machine.size else 0.0
+    out["ssd_bytes_used_max"] = float(requests["ssd_bytes_used"].max())
+    if result is not None:
+        out.update(ssd_policy=result.ssd_policy, evictions_ssd=result.evictions_ssd,
+                   evictions_gpu=result.evictions_gpu, evictions_host=result.evictions_host)
+        if result.retention.height:
+            out["effective_retention"] = {r["traffic_class"]: {k: v for k, v in r.items() if k != "traffic_class"}
+                                          for r in result.retention.to_dicts()}
+    return out
+
+
+def over_time(requests: pl.DataFrame, bin_s: float = 3600.0) -> pl.DataFrame:
+    """Per time bin and class: token hit rate per tier, disk token fraction, SSD bytes, evictions."""
+    if bin_s <= 0:
+        raise ValueError(f"over_time: bin_s must be > 0 seconds, got {bin_s}")
+    df = requests.with_columns((pl.col("timestamp_s") // bin_s * bin_s).alias("bin_start_s"))
+    agg = [pl.col(k).sum() for k in _SUMS] + [pl.col("ssd_bytes_used").last(), pl.col("ssd_evictions").last()]
+    by = (df.group_by(["bin_start_s", "traffic_class"]).agg(agg)
+          .vstack(df.group_by("bin_start_s").agg(agg).with_columns(pl.lit("all").alias("traffic_class"))
+                  .select(df.group_by(["bin_start_s", "traffic_class"]).agg(agg).columns)))
+    return by.with_columns(
+        ((pl.col("gpu_tokens") + pl.col("ssd_tokens")) / pl.col("input_tokens")).alias("token_hit_rate"),
+        (pl.col("gpu_tokens") / pl.col("input_tokens")).alias("gpu_token_hit_rate"),
+        (pl.col("ssd_tokens") / pl.col("input_tokens")).alias("disk_token_fraction"),
+    ).sort(["bin_start_s", "traffic_class"])
+
+
+def latency_of(result: ClusterResult, cfg=None, admission: bool = False) -> dict[str, Any]:
+    """TTFT percentiles (per class) and cost of a cluster run through :mod:`tiered_kv.sim.latency`."""
+    from tiered_kv.sim import latency as lat
+
+    cfg = cfg or lat.preset().with_(kv_bytes_per_token=result.config.kv_bytes_per_token,
+                                    replay_tokens=result.config.replay_tokens)
+    df = result.requests
+    q = lat.simulate_queue(cfg, df["timestamp_s"].to_numpy(), df["machine"].to_numpy(),
+                           df["input_tokens"].to_numpy(), df["ssd_tokens"].to_numpy(),
+                           local=df["gpu_tokens"].to_numpy(), window_present=df["window_hit"].to_numpy(),
+                           admission=admission)
+    counted = df["counted"].to_numpy()
+    out: dict[str, Any] = {}
+    p = lat.percentiles(q.ttft_s[counted])
+    out["ttft_p50_s"], out["ttft_p90_s"], out["ttft_p99_s"] = p["p50"], p["p90"], p["p99"]
+    hit = (df["gpu_tokens"] + df["ssd_tokens"]).to_numpy()
+    out["cost_per_mtok"] = float(lat.cost_per_mtok(cfg, hit[counted].sum(), df["input_tokens"].to_numpy()[counted].sum()))
+    out["recomputed_by_admission"] = int(q.recomputed[counted].sum())
+    classes = df["traffic_class"].to_numpy()
+    out["ttft_by_class"] = {str(k): lat.percentiles(q.ttft_s[counted & (classes == k)])
+                            for k in np.unique(classes[counted])}
+    return out
