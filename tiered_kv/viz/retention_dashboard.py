@@ -1,0 +1,159 @@
+"""The retention dashboard: per-class TTL, watermark and SSD capacity sliders on one trace.
+
+Everything slow happens once, in :func:`tiered_kv.viz.retention.build_table`; a slider move
+evaluates the precomputed table (:func:`evaluate`) and swaps the chart in place. The summary
+table above the chart shows each class's token hit rate, effective retention and the SSD
+tier's peak and mean resident KV.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import altair as alt
+import ipywidgets as widgets
+import numpy as np
+import polars as pl
+
+from tiered_kv.units import format_bytes, format_duration
+from tiered_kv.viz import retention as R
+from tiered_kv.viz.widgets import ChartView, html_table, log_slider
+
+
+@dataclass(frozen=True)
+class RetentionView:
+    """Everything the dashboard draws for one setting."""
+
+    setting: R.Setting
+    rates: pl.DataFrame  # per class + all: token hit rate
+    ttl_curves: pl.DataFrame  # per class: hit rate against own TTL
+    capacity_curve: pl.DataFrame  # overall hit rate against capacity
+    occupancy: pl.DataFrame  # resident tokens over time
+    effective_retention_s: np.ndarray  # per class
+
+
+def evaluate(table: R.RetentionTable, setting: R.Setting) -> RetentionView:
+    """All frames the dashboard shows at ``setting`` (pure; what a slider move runs)."""
+    return RetentionView(
+        setting=setting,
+        rates=R.hit_rates(table, setting),
+        ttl_curves=R.ttl_curves(table, setting, R.ttl_grid(table)),
+        capacity_curve=R.capacity_curve(table, setting, R.capacity_grid(table)),
+        occupancy=R.occupancy(table, setting),
+        effective_retention_s=R.effective_retention(table, setting),
+    )
+
+
+def _fmt_s(seconds: float) -> str:
+    if math.isinf(seconds):
+        return "inf"
+    return format_duration(float(f"{seconds:.3g}"))
+
+
+def retention_chart(view: RetentionView, title: str = "") -> alt.HConcatChart:
+    """Hit rate against TTL (per class), against capacity, and SSD occupancy over time."""
+    s = view.setting
+    marks = pl.DataFrame(
+        {"class": list(view.rates["class"][:-1]), "ttl_seconds": [max(t, 1.0) for t in s.ttl_s],
+         "token_hit_rate": list(view.rates["token_hit_rate"][:-1])}
+    )
+    curves = view.ttl_curves.filter(pl.col("ttl_seconds") > 0)
+    x_ttl = alt.X("ttl_seconds:Q", scale=alt.Scale(type="log"), title="TTL (seconds)")
+    y_rate = alt.Y("token_hit_rate:Q", title="token hit rate (fraction)", scale=alt.Scale(domain=[0, 1]))
+    ttl = (
+        alt.Chart(curves).mark_line().encode(x_ttl, y_rate, color=alt.Color("class:N", title="class"))
+        + alt.Chart(marks).mark_point(size=90, filled=True).encode(x_ttl, y_rate, color="class:N")
+    ).properties(width=260, height=200, title="hit rate vs TTL (other settings held)")
+    cap_tokens = s.capacity_tokens if math.isfinite(s.capacity_tokens) else float(view.capacity_curve["capacity_tokens"].max())
+    x_cap = alt.X("capacity_tokens:Q", scale=alt.Scale(type="log"), title="SSD capacity (tokens)")
+    cap = (
+        alt.Chart(view.capacity_curve).mark_line(color="#444").encode(x_cap, y_rate)
+        + alt.Chart(pl.DataFrame({"capacity_tokens": [cap_tokens]})).mark_rule(color="red").encode(x_cap)
+    ).properties(width=260, height=200, title="hit rate vs capacity (TTLs held)")
+    occ = alt.Chart(view.occupancy).mark_area(opacity=0.6).encode(
+        alt.X("time_seconds:Q", title="time since trace start (seconds)"),
+        alt.Y("resident_tokens:Q", title="resident KV on SSD (tokens)"),
+    ).properties(width=260, height=200, title="SSD occupancy over time")
+    return alt.hconcat(ttl, cap, occ).properties(title=title)
+
+
+def summary_rows(view: RetentionView, bytes_per_token: float | None = None) -> list[dict]:
+    """Rows of the summary table: class, TTL, effective retention, token hit rate."""
+    rows = []
+    eff = list(view.effective_retention_s) + [math.nan]
+    for row, e in zip(view.rates.iter_rows(named=True), eff):
+        rows.append({
+            "class": row["class"],
+            "TTL": "" if math.isnan(row["ttl_seconds"]) else _fmt_s(row["ttl_seconds"]),
+            "effective retention": "" if math.isnan(e) else _fmt_s(e),
+            "token hit rate": f"{row['token_hit_rate']:.2%}",
+            "hit tokens": f"{row['hit_tokens']:,}",
+        })
+    occ = view.occupancy["resident_tokens"]
+    peak, mean = float(occ.max()), float(occ.mean())
+    usage = f"SSD resident KV: peak {peak:,.0f} tokens, mean {mean:,.0f} tokens"
+    if bytes_per_token:
+        usage += f" ({format_bytes(peak * bytes_per_token)} peak at {bytes_per_token:g} B/token)"
+    rows.append({"class": "SSD", "TTL": "", "effective retention": "", "token hit rate": "", "hit tokens": usage})
+    return rows
+
+
+class RetentionDashboard:
+    """Sliders (TTL per class, capacity, watermark) over a precomputed :class:`RetentionTable`.
+
+    ``dashboard.view`` holds the frames of the last redraw; ``dashboard.widget`` is the VBox to
+    display. Set a slider's ``value`` from Python and the view recomputes synchronously.
+    """
+
+    def __init__(self, table: R.RetentionTable, *, title: str = "", ttl_s: dict[str, float] | None = None,
+                 capacity_tokens: float | None = None, watermark: float = 1.0,
+                 bytes_per_token: float | None = None) -> None:
+        self.table = table
+        self.title = title
+        self.bytes_per_token = bytes_per_token
+        hi_ttl = max(table.duration_s, 10.0)
+        ttl_s = ttl_s or {}
+        self.ttl_sliders = {
+            name: log_slider(f"TTL {name} (s)", ttl_s.get(name, hi_ttl), 1.0, hi_ttl)
+            for name in table.classes
+        }
+        footprint = float(max(table.distinct_blocks, 32) * table.block_size)
+        self.capacity_slider = log_slider("SSD capacity (tokens)", capacity_tokens or footprint,
+                                          16.0 * table.block_size, footprint)
+        self.watermark_slider = widgets.FloatSlider(
+            value=watermark, min=0.5, max=1.0, step=0.01, description="watermark (fraction)",
+            continuous_update=False, style={"description_width": "initial"}, layout=widgets.Layout(width="480px"),
+        )
+        self.summary = widgets.HTML()
+        self.chart_view = ChartView()
+        for w in [*self.ttl_sliders.values(), self.capacity_slider, self.watermark_slider]:
+            w.observe(self.refresh, names="value")
+        self.widget = widgets.VBox(
+            [*self.ttl_sliders.values(), self.capacity_slider, self.watermark_slider, self.summary,
+             self.chart_view.output]
+        )
+        self.view: RetentionView | None = None
+        self.refresh()
+
+    def setting(self) -> R.Setting:
+        ttl = tuple(float(self.ttl_sliders[c].value) for c in self.table.classes)
+        return R.Setting(ttl, float(self.capacity_slider.value), float(self.watermark_slider.value))
+
+    def refresh(self, _change=None) -> None:
+        self.view = evaluate(self.table, self.setting())
+        self.summary.value = html_table(
+            summary_rows(self.view, self.bytes_per_token), css_class="tkv-retention",
+            cell_classes={"token hit rate": "tkv-hit"},
+        )
+        self.chart_view.show(retention_chart(self.view, self.title))
+
+    def hit_rate(self, cls: str = "total") -> float:
+        """Token hit rate of ``cls`` (or ``"total"``) at the current slider values."""
+        assert self.view is not None
+        return float(self.view.rates.filter(pl.col("class") == cls)["token_hit_rate"][0])
+
+    def _ipython_display_(self) -> None:
+        from IPython.display import display
+
+        display(self.widget)
