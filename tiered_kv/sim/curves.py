@@ -1,0 +1,249 @@
+"""Hit-rate curves in one pass: LRU for every capacity, TTL for every TTL, the infinite bound,
+and Belady (the offline optimum) at chosen capacities.
+
+Why one pass works
+------------------
+Replay a request as DESIGN.md says: look up, then touch its blocks in order. Within a request
+the chained ids are distinct, and a block that is present at lookup is only touched (never
+inserted), so touching the leading hits evicts nothing. Hence "block k is among the request's
+leading present blocks at lookup" equals "blocks 0..k all hit when the request's accesses are
+replayed one by one": prefix hits are a property of the flattened access sequence.
+
+*LRU (Mattson et al. 1970).* An access hits an LRU cache of C blocks iff its stack distance
+(distinct blocks touched since the previous access of the same block, itself included) is at
+most C. Block k of a request is a leading hit iff ``max(d_0..d_k) <= C``. So one pass computes
+``D_k = max(d_0..d_k)`` for every access (a Fenwick tree over access positions counts the
+distinct blocks in between: O(n log n)), and the hit tokens at capacity C are the sum of token
+weights over accesses with ``D_k <= C``: a sorted array and a cumulative sum answer every C.
+
+*TTL.* With unlimited capacity a block is present iff its reuse time (now - last touch) is at
+most the TTL, and every touch refreshes it; so block k is a leading hit iff
+``max(r_0..r_k) <= TTL``: the same construction over reuse times answers every TTL.
+
+*Infinite bound.* A block hits iff it was ever touched before (D_k finite).
+
+Belady is an upper bound on prefix hits
+---------------------------------------
+:class:`~tiered_kv.sim.policies.Belady` is MIN with bypass on the flattened access sequence:
+on overflow it evicts the cached block whose next access is farthest (possibly the block just
+inserted), and among blocks never used again it evicts the *deepest* first.
+
+*Lemma (prefix closure).* If block b (depth k >= 1) has parent a (depth k-1, the block before
+it in every request that contains b), then every access of b is immediately preceded by an
+access of a, so at any time ``next(a) < next(b)`` whenever ``next(b)`` is finite, and when both
+are infinite the deeper b is preferred for eviction. So MIN never evicts a while b is cached.
+Insertion keeps closure too: a request inserts its blocks in order, so b's parent was touched
+just before; if the parent was bypassed, it was the farthest of cache + itself, and b, needed
+even later (or equally never, but deeper), is bypassed as well. By induction the cache is
+prefix-closed at every lookup: the present blocks of a request form a prefix of it, so
+Belady's prefix hits equal its block hits.
+
+*Bound.* Take any policy P with capacity C under the same replay. Its prefix hits are block
+hits of the flattened sequence for a policy P' that keeps P's lookup-time contents until the
+request's hit prefix has been touched (same contents, same capacity). MIN with bypass maximises
+block hits over all policies with capacity C (Belady 1966; Mattson et al. 1970), so
+``prefix_hits(P) <= block_hits(P') <= block_hits(MIN) = prefix_hits(Belady)``.
+
+The bound is on hit *blocks* and therefore on hit tokens whenever every block carries the same
+weight (``clamp_to_input=False``, or ``full_blocks_only``). With the clamp a reused *partial*
+tail block weighs less than a full one, and a policy could in principle trade one for the
+other; the tests check the bound in blocks and in unclamped tokens.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+from numba import njit
+
+from tiered_kv.sim.policies import Belady, next_use
+from tiered_kv.sim.replay import CompiledTrace
+
+#: Key of an access that can never hit (first touch of its block): above every capacity.
+COLD = np.int64(2**62)
+
+
+@njit(cache=True)
+def _stack_distances(offsets, blocks, n_unique):  # pragma: no cover - compiled
+    """Prefix-max LRU stack distance of every access (COLD when the block is new)."""
+    m = blocks.shape[0]
+    n = offsets.shape[0] - 1
+    tree = np.zeros(m + 1, np.int64)  # Fenwick tree over access positions (1-based)
+    last = np.full(n_unique, -1, np.int64)
+    out = np.empty(m, np.int64)
+    cold = np.int64(2**62)
+    for r in range(n):
+        run = np.int64(0)
+        for i in range(offsets[r], offsets[r + 1]):
+            b = blocks[i]
+            lp = last[b]
+            if lp >= 0:
+                # distinct blocks touched after lp and before i = marks in (lp, i)
+                s = np.int64(0)
+                j = i  # prefix sum over positions 1..i (0-based ..i-1)
+                while j > 0:
+                    s += tree[j]
+                    j -= j & (-j)
+                j = lp + 1
+                while j > 0:
+                    s -= tree[j]
+                    j -= j & (-j)
+                d = s + 1
+                j = lp + 1
+                while j <= m:
+                    tree[j] -= 1
+                    j += j & (-j)
+            else:
+                d = cold
+            j = i + 1
+            while j <= m:
+                tree[j] += 1
+                j += j & (-j)
+            last[b] = i
+            if d > run:
+                run = d
+            out[i] = run
+    return out
+
+
+@njit(cache=True)
+def _reuse_times(offsets, blocks, times, n_unique):  # pragma: no cover - compiled
+    """Prefix-max reuse time (seconds since the block's last touch) of every access; inf when new."""
+    m = blocks.shape[0]
+    n = offsets.shape[0] - 1
+    last = np.full(n_unique, -np.inf)
+    out = np.empty(m, np.float64)
+    for r in range(n):
+        now = times[r]
+        run = 0.0
+        for i in range(offsets[r], offsets[r + 1]):
+            b = blocks[i]
+            rt = now - last[b]
+            last[b] = now
+            if rt > run:
+                run = rt
+            out[i] = run
+    return out
+
+
+def lru_keys(trace: CompiledTrace) -> np.ndarray:
+    """int64 [m]: prefix-max stack distance (blocks) per access; COLD for first touches."""
+    return _stack_distances(trace.offsets, trace.blocks, trace.n_unique)
+
+
+def ttl_keys(trace: CompiledTrace) -> np.ndarray:
+    """float64 [m]: prefix-max reuse time (s) per access; inf for first touches."""
+    return _reuse_times(trace.offsets, trace.blocks, trace.timestamps, trace.n_unique)
+
+
+@dataclass
+class Curve:
+    """Hit tokens at every point ``x`` (capacity in tokens, or TTL in seconds), overall and per class."""
+
+    x: np.ndarray
+    hit_tokens: np.ndarray
+    input_tokens: int
+    by_class_hit_tokens: dict[str, np.ndarray] = field(default_factory=dict)
+    by_class_input_tokens: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def token_hit_rate(self) -> np.ndarray:
+        return self.hit_tokens / self.input_tokens if self.input_tokens else np.zeros(len(self.x))
+
+    def class_rate(self, name: str) -> np.ndarray:
+        inp = self.by_class_input_tokens[name]
+        return self.by_class_hit_tokens[name] / inp if inp else np.zeros(len(self.x))
+
+
+def _evaluate(trace: CompiledTrace, keys: np.ndarray, thresholds: np.ndarray, x: np.ndarray) -> Curve:
+    """Hit tokens at each threshold: token weights of counted accesses with key <= threshold."""
+    counted = trace.counted[trace.access_request]
+    classes = trace.class_codes[trace.access_request]
+    hit = np.zeros(len(thresholds), dtype=np.int64)
+    by_hit, by_inp = {}, {}
+    for code, name in enumerate(trace.class_names):
+        sel = counted & (classes == code)
+        order = np.argsort(keys[sel], kind="stable")
+        k_sorted = keys[sel][order]
+        cum = np.concatenate([[0], np.cumsum(trace.tokens[sel][order], dtype=np.int64)])
+        h = cum[np.searchsorted(k_sorted, thresholds, side="right")]
+        by_hit[name] = h
+        req = trace.counted & (trace.class_codes == code)
+        by_inp[name] = int(trace.input_length[req].sum())
+        hit += h
+    return Curve(x=np.asarray(x), hit_tokens=hit, input_tokens=int(trace.input_length[trace.counted].sum()),
+                 by_class_hit_tokens=by_hit, by_class_input_tokens=by_inp)
+
+
+def lru_curve(trace: CompiledTrace, capacities_tokens, keys: np.ndarray | None = None) -> Curve:
+    """LRU hit tokens at every capacity (tokens; ``floor(C / block_size)`` blocks) in one pass."""
+    caps = np.asarray(capacities_tokens, dtype=np.float64)
+    if np.any(caps < 0) or np.any(np.isnan(caps)):
+        raise ValueError("capacities: must be >= 0 tokens")
+    bs = trace.uniform_block_size
+    blocks = np.where(np.isinf(caps), float(trace.n_unique + 1), np.floor(caps / bs)).astype(np.int64)
+    keys = lru_keys(trace) if keys is None else keys
+    return _evaluate(trace, keys, blocks, caps)
+
+
+def ttl_curve(trace: CompiledTrace, ttls_seconds, keys: np.ndarray | None = None) -> Curve:
+    """TTL hit tokens (unlimited capacity) at every TTL in seconds, in one pass."""
+    ttls = np.asarray(ttls_seconds, dtype=np.float64)
+    if np.any(ttls < 0) or np.any(np.isnan(ttls)):
+        raise ValueError("ttls: must be >= 0 seconds")
+    keys = ttl_keys(trace) if keys is None else keys
+    # a first touch has reuse time inf: it never hits, even with an infinite TTL
+    return _evaluate(trace, keys, np.minimum(ttls, np.finfo(np.float64).max), ttls)
+
+
+def infinite_bound(trace: CompiledTrace, keys: np.ndarray | None = None) -> Curve:
+    """Hit tokens of an unlimited cache that never forgets (every reuse hits)."""
+    keys = lru_keys(trace) if keys is None else keys
+    return _evaluate(trace, keys, np.array([COLD - 1]), np.array([math.inf]))
+
+
+def belady_curve(trace: CompiledTrace, capacities_tokens, progress: bool = False) -> Curve:
+    """Belady (MIN with bypass) hit tokens at each capacity: one O(n log n) replay per point."""
+    caps = np.asarray(capacities_tokens, dtype=np.float64)
+    nxt = next_use(trace)
+    hit_blocks = []
+    it = caps
+    if progress:
+        from tqdm import tqdm
+
+        it = tqdm(caps, desc="belady", unit="capacity", leave=False)
+    for c in it:
+        pol = Belady(capacity_tokens=None if math.isinf(c) else int(c))
+        hit_blocks.append(pol.run(trace, nxt=nxt).hit_blocks)
+    hit_tokens = [trace.hit_tokens_from_blocks(h) for h in hit_blocks]
+    by_hit, by_inp = {}, {}
+    for code, name in enumerate(trace.class_names):
+        sel = trace.counted & (trace.class_codes == code)
+        by_hit[name] = np.array([int(h[sel].sum()) for h in hit_tokens], dtype=np.int64)
+        by_inp[name] = int(trace.input_length[sel].sum())
+    total = np.array([int(h[trace.counted].sum()) for h in hit_tokens], dtype=np.int64)
+    return Curve(x=caps, hit_tokens=total, input_tokens=int(trace.input_length[trace.counted].sum()),
+                 by_class_hit_tokens=by_hit, by_class_input_tokens=by_inp)
+
+
+def default_capacities(trace: CompiledTrace, n: int = 100) -> np.ndarray:
+    """``n`` log-spaced capacities in tokens (whole blocks) from one block to the trace's footprint."""
+    bs = trace.uniform_block_size
+    top = max(trace.n_unique, 2)
+    k = n
+    while True:  # rounding merges the smallest capacities: sample finer until n distinct
+        blocks = np.unique(np.round(np.geomspace(1, top, k)).astype(np.int64))
+        if blocks.size >= min(n, top) or k > 64 * n:
+            break
+        k += n
+    if blocks.size > n:  # keep n of them, evenly spread in log space
+        blocks = np.unique(blocks[np.round(np.linspace(0, blocks.size - 1, n)).astype(np.int64)])
+    return blocks * bs
+
+
+def default_ttls(trace: CompiledTrace, n: int = 100) -> np.ndarray:
+    """``n`` log-spaced TTLs in seconds from 1 s to the trace's time span (at least 10 s)."""
+    span = max(float(np.ptp(trace.timestamps)) if trace.n_requests else 0.0, 10.0)
+    return np.geomspace(1.0, span, n)
