@@ -177,14 +177,122 @@ def lru_trie_curve(t: TrieTrace, capacities) -> np.ndarray:
         return out
     dist_hist = _lru_trie_distance_hist(t.node, t.offsets, t.tokens, t.warmup, t.n_nodes)
     cum = np.cumsum(dist_hist)
+    dead = _underfilled_mask(t, caps)
     small = caps < t.max_request_blocks
     for i, c in enumerate(caps):
-        if small[i] and c > 0:
-            out[i] = replay_lru_trie(t, int(c))
-        elif c > 0:
+        if dead[i]:
+            continue
+        if small[i]:
+            out[i] = _replay_lru_list(t.node, t.parent, t.offsets, t.tokens, t.warmup, int(c))
+        else:
             out[i] = cum[min(int(c), cum.shape[0] - 1)]
-    out[_underfilled_mask(t, caps)] = 0
     return out
+
+
+@nb.njit(cache=True)
+def _relink_head(node, s, stop, r, owner, prv, nxt, head, tail):
+    """Move node[s:stop] to the list head, node[s] first; mark them as request ``r``'s."""
+    for a in range(stop - 1, s - 1, -1):
+        x = node[a]
+        p, q = prv[x], nxt[x]
+        if p >= 0 or q >= 0 or head == x:
+            if p >= 0:
+                nxt[p] = q
+            else:
+                head = q
+            if q >= 0:
+                prv[q] = p
+            else:
+                tail = p
+        prv[x] = -1
+        nxt[x] = head
+        if head >= 0:
+            prv[head] = x
+        head = x
+        if tail < 0:
+            tail = x
+        owner[x] = r
+    return head, tail
+
+
+@nb.njit(cache=True)
+def _replay_lru_list(node, parent, offsets, tokens, warmup, capacity):
+    """Exact trie-LRU at one capacity in O(1) per access: an LRU list in (request, -depth) order.
+
+    The current request's nodes sit at the head while it is admitted, so the tail is the
+    oldest leaf of an earlier request (module docstring). When the tail belongs to the current
+    request the cache holds nothing else: the peer then evicts the node just inserted (if any)
+    and stops admission, which is reproduced here.
+    """
+    n_nodes = parent.shape[0]
+    present = np.zeros(n_nodes, dtype=np.bool_)
+    owner = np.full(n_nodes, -1, dtype=np.int64)  # request that last touched the node
+    nxt = np.full(n_nodes, -1, dtype=np.int64)  # towards the tail (older)
+    prv = np.full(n_nodes, -1, dtype=np.int64)  # towards the head (newer)
+    head = -1
+    tail = -1
+    size = 0
+    filled = False
+    hits = 0
+    for r in range(offsets.shape[0] - 1):
+        if r >= warmup and not filled:
+            return 0
+        s, e = offsets[r], offsets[r + 1]
+        h = s
+        while h < e and present[node[h]]:
+            if r >= warmup:
+                hits += tokens[h]
+            h += 1
+        head, tail = _relink_head(node, s, h, r, owner, prv, nxt, head, tail)  # guard the hits
+        stop = h  # nodes s..stop-1 are present after admission
+        for a in range(h, e):
+            x = node[a]
+            if size >= capacity:
+                v = tail
+                if owner[v] == r:  # only this request's path is cached
+                    if a - 1 >= h:  # the node inserted just before is the one leaf: dropped
+                        d = node[a - 1]
+                        present[d] = False
+                        size -= 1
+                        stop = a - 1
+                        p, q = prv[d], nxt[d]  # unlink it (it was linked at the head)
+                        if p >= 0:
+                            nxt[p] = q
+                        else:
+                            head = q
+                        if q >= 0:
+                            prv[q] = p
+                        else:
+                            tail = p
+                        prv[d] = -1
+                        nxt[d] = -1
+                    break
+                present[v] = False  # evict the oldest leaf
+                size -= 1
+                p = prv[v]
+                tail = p
+                if p >= 0:
+                    nxt[p] = -1
+                else:
+                    head = -1
+                prv[v] = -1
+            present[x] = True
+            size += 1
+            owner[x] = r
+            # link at the head for now (final order is fixed below)
+            prv[x] = -1
+            nxt[x] = head
+            if head >= 0:
+                prv[head] = x
+            head = x
+            if tail < 0:
+                tail = x
+            if size >= capacity and r < warmup:
+                filled = True
+            stop = a + 1
+        # re-link this request's present nodes at the head, shallowest first (deepest oldest)
+        head, tail = _relink_head(node, s, stop, r, owner, prv, nxt, head, tail)
+    return hits if filled else 0
 
 
 @nb.njit(cache=True)
