@@ -1,0 +1,135 @@
+"""Hit-rate curves of a trace: LRU at every capacity and TTL at every TTL in one pass each,
+Belady (the offline optimum, an upper bound for any policy) and the infinite-cache bound.
+
+The LRU curve comes from stack distances and the TTL curve from reuse times, so 100 points cost
+about as much as one replay; Belady is replayed once per capacity (a progress bar appears when
+that takes more than two seconds). Capacities default to 100 log-spaced sizes from one block to
+the trace's footprint, TTLs to 100 log-spaced values from 1 s to the trace's span.
+
+Examples:
+  tiered-kv curves --trace conversation
+  tiered-kv curves --trace data/traces/mooncake/conversation_trace.jsonl --json
+  tiered-kv curves --trace conversation --semantics kvcache-ai --belady-points 20
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from typing import Any
+
+NAME = "curves"
+HELP = "LRU, TTL, Belady and infinite-cache hit-rate curves of a trace (one pass each)"
+
+
+def register(parser: argparse.ArgumentParser) -> None:
+    from tiered_kv.commands.simulate import add_trace_arguments
+
+    add_trace_arguments(parser)
+    parser.add_argument("--points", type=int, default=100, help="number of capacities (default 100)")
+    parser.add_argument("--ttl-points", type=int, default=100, help="number of TTLs (default 100)")
+    parser.add_argument("--capacity", action="append", default=None, metavar="TOKENS|BYTES",
+                        help="explicit capacities instead of the log grid (repeatable; tokens or bytes)")
+    parser.add_argument("--belady-points", type=int, default=None, metavar="K",
+                        help="replay Belady at K of the capacities, evenly spread (default: all; 0: none)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+
+
+def _pick(n: int, k: int | None) -> list[int]:
+    if k is None or k >= n:
+        return list(range(n))
+    if k <= 0:
+        return []
+    return sorted({round(i * (n - 1) / max(k - 1, 1)) for i in range(k)})
+
+
+def compute_curves(trace, sem, capacities, ttls, belady_idx: list[int], progress: bool = True) -> dict[str, Any]:
+    """Every curve of the JSON output for a compiled trace (see DESIGN.md field names)."""
+    import numpy as np
+
+    from tiered_kv.sim import curves as C
+
+    caps = np.asarray(capacities, dtype=np.float64)
+    bs = trace.uniform_block_size
+    inp = int(trace.input_length[trace.counted].sum())
+    keys = C.lru_keys(trace)
+    infinite = C.infinite_bound(trace, keys)
+    ttl = C.ttl_curve(trace, ttls)
+    belady: list[float | None] = [None] * len(caps)
+    by_class: dict[str, dict[str, list]] = {}
+    from tiered_kv.commands.simulate import trie_functions, trie_trace
+
+    trie_lru_fn, trie_opt_fn = trie_functions("lru"), trie_functions("belady")
+    if sem.lru_policy == "lru-trie" and trie_lru_fn is not None:
+        # kvcache.ai: trie-leaf LRU and trie Belady (tiered_kv.sim.trie_lru), totals only
+        t = trie_trace(trace)
+        blocks = (caps // bs).astype(np.int64)
+        lru_hit = trie_lru_fn(t, blocks)
+        if belady_idx and trie_opt_fn is not None:
+            opt = trie_opt_fn(t, blocks[belady_idx])
+            for j, i in enumerate(belady_idx):
+                belady[i] = int(opt[j]) / inp if inp else 0.0
+    else:
+        lru = C.lru_curve(trace, caps, keys)
+        lru_hit = lru.hit_tokens
+        if belady_idx:
+            bel = C.belady_curve(trace, caps[belady_idx], progress=progress)
+            for j, i in enumerate(belady_idx):
+                belady[i] = float(bel.token_hit_rate[j])
+        for name in trace.class_names:
+            by_class[name] = {"input_tokens": lru.by_class_input_tokens[name],
+                              "lru_token_hit_rate": lru.class_rate(name).tolist(),
+                              "ttl_token_hit_rate": ttl.class_rate(name).tolist(),
+                              "infinite_token_hit_rate": float(infinite.class_rate(name)[0])}
+    return {
+        "requests": int(trace.counted.sum()),
+        "input_tokens": inp,
+        "block_size": bs,
+        "capacity_tokens": [int(c) for c in caps],
+        "lru_hit_tokens": [int(h) for h in lru_hit],
+        "lru_token_hit_rate": [int(h) / inp if inp else 0.0 for h in lru_hit],
+        "belady_token_hit_rate": belady,
+        "ttl_seconds": [float(t) for t in ttls],
+        "ttl_token_hit_rate": ttl.token_hit_rate.tolist(),
+        "infinite_token_hit_rate": float(infinite.token_hit_rate[0]),
+        "by_class": by_class,
+    }
+
+
+def run(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    from tiered_kv.commands.simulate import jsonable, load_compiled
+    from tiered_kv.sim import curves as C
+    from tiered_kv.sim.policies import DEFAULT_BYTES_PER_TOKEN, capacity_tokens_from
+    from tiered_kv.units import format_bytes
+
+    if args.points < 2 or args.ttl_points < 2:
+        raise ValueError("--points/--ttl-points: must be >= 2")
+    _, trace, sem = load_compiled(args)
+    bpt = args.bytes_per_token or DEFAULT_BYTES_PER_TOKEN
+    if args.capacity:
+        caps = np.array(sorted(capacity_tokens_from(c, bytes_per_token=bpt, name="--capacity")
+                               for c in args.capacity), dtype=np.int64)
+    else:
+        caps = C.default_capacities(trace, args.points)
+    ttls = C.default_ttls(trace, args.ttl_points)
+    out = compute_curves(trace, sem, caps, ttls, _pick(len(caps), args.belady_points), progress=not args.json)
+    out.update({"trace": str(args.trace), "semantics": sem.name, "bytes_per_token": bpt})
+    if args.json:
+        print(json.dumps(jsonable(out), indent=2, allow_nan=False))
+        return 0
+    print(f"trace {args.trace} (semantics {sem.name}): {out['requests']:,} requests, "
+          f"{out['input_tokens']:,} input tokens; infinite-cache hit rate {out['infinite_token_hit_rate']:.2%}")
+    print(f"\n{'capacity (tokens)':>18} {'bytes':>10} {'LRU':>8} {'Belady':>8}")
+    for i in _pick(len(caps), 12):
+        b = out["belady_token_hit_rate"][i]
+        print(f"{out['capacity_tokens'][i]:>18,} {format_bytes(caps[i] * bpt):>10} "
+              f"{out['lru_token_hit_rate'][i]:>8.2%} {'-' if b is None else f'{b:.2%}':>8}")
+    print(f"\n{'TTL':>10} {'hit rate':>9}")  # unlimited capacity
+    for i in _pick(len(ttls), 10):
+        print(f"{ttls[i]:>8,.0f} s {out['ttl_token_hit_rate'][i]:>9.2%}")
+    if not math.isfinite(out["infinite_token_hit_rate"]):
+        return 1
+    return 0
