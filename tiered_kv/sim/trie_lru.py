@@ -27,15 +27,7 @@ request longer than the cache (``C`` < its block count): the peer then runs out 
 leaves mid-request and keeps one node fewer. Capacities below the longest request therefore
 get an exact per-capacity replay; all the others come from the one pass.
 
-*Trie-Belady with bypass.* Keys (next-use request, node id) never decrease from parent to
-child, so the farthest unprotected leaf is also the farthest unprotected node, and protecting
-the hit prefix never changes a decision (those nodes are needed no later than any candidate).
-The policy is then "keep the best ``C`` of cache + candidate" under one total order that every
-capacity shares at each step: a priority stack algorithm (Mattson et al. 1970). Membership only
-matters at the requested capacities, so the stack is kept as one segment per capacity, each a
-max-heap of its worst member; an access pushes the candidate down through the segments above
-its own, swapping with a segment's worst where the candidate is better. Exact at every
-requested capacity, O(accesses x segments x log) in one pass.
+*Trie-Belady with bypass* is a priority stack algorithm too: see :mod:`tiered_kv.sim.trie_belady`.
 
 *FIFO* is not a stack algorithm (Belady's anomaly), so each capacity is its own O(n) replay.
 
@@ -92,26 +84,56 @@ class TrieTrace:
 
 
 def build_trie(blocks: np.ndarray, offsets: np.ndarray, tokens: np.ndarray, warmup: int) -> TrieTrace:
-    """Map each request's block sequence onto prefix-trie nodes (node = (parent, block))."""
+    """Map each request's block sequence onto prefix-trie nodes (node = (parent, block)).
+
+    Node ids follow first appearance in replay order, as in kvcache.ai (its ``optimal`` breaks
+    ties on them). Chained ids (each id always behind the same parent) map one to one onto
+    nodes and take a vectorised path; anything else goes through an explicit trie.
+    """
     blocks = np.ascontiguousarray(blocks, dtype=np.int64)
     offsets = np.ascontiguousarray(offsets, dtype=np.int64)
     tokens = np.ascontiguousarray(tokens, dtype=np.int64)
     n = offsets.shape[0] - 1
     if not 0 <= warmup <= n:
         raise ValueError(f"warmup: must be in [0, {n}] requests, got {warmup}")
-    _, dense = np.unique(blocks, return_inverse=True)
-    node, parent = _build_trie(dense.astype(np.int64).reshape(-1), offsets)
+    if tokens.shape != blocks.shape or int(offsets[-1]) != blocks.shape[0]:
+        raise ValueError("build_trie: blocks, tokens and offsets disagree in length")
+    node, parent = _chained_nodes(blocks, offsets)
+    if node is None:
+        _, dense = np.unique(blocks, return_inverse=True)
+        node, parent = _build_trie(dense.astype(np.int64).reshape(-1), offsets)
     next_use = _next_use(node, offsets, parent.shape[0])
     measured = int(tokens[offsets[warmup]:].sum())
     return TrieTrace(node=node, parent=parent, offsets=offsets, tokens=tokens, next_use=next_use,
                      warmup=int(warmup), measured_tokens=measured)
 
 
+def _chained_nodes(blocks: np.ndarray, offsets: np.ndarray):
+    """(node, parent) when every id always follows the same parent, else (None, None)."""
+    m = blocks.shape[0]
+    if m == 0:
+        return np.zeros(0, dtype=np.int64), np.zeros(1, dtype=np.int64)
+    uniq, first, dense = np.unique(blocks, return_index=True, return_inverse=True)
+    rank = np.empty(uniq.shape[0], dtype=np.int64)
+    rank[np.argsort(first, kind="stable")] = np.arange(uniq.shape[0], dtype=np.int64)
+    node = rank[dense.reshape(-1)] + 1
+    prev = np.empty(m, dtype=np.int64)
+    prev[1:] = node[:-1]
+    starts = offsets[:-1][np.diff(offsets) > 0]
+    prev[starts] = 0
+    parent = np.zeros(uniq.shape[0] + 1, dtype=np.int64)
+    parent[node] = prev
+    if not np.array_equal(parent[node], prev):
+        return None, None
+    return node, parent
+
+
 def from_compiled(trace) -> TrieTrace:
-    """A :class:`TrieTrace` from a :class:`tiered_kv.sim.replay.CompiledTrace`."""
+    """A :class:`TrieTrace` from a :class:`tiered_kv.sim.replay.CompiledTrace` (its replay order,
+    token weights and warm-up)."""
     counted = np.asarray(trace.counted, dtype=bool)
     warmup = int(np.argmax(counted)) if counted.any() else counted.shape[0]
-    if counted[warmup:].sum() != counted.shape[0] - warmup:
+    if not counted[warmup:].all():
         raise ValueError("trie policies need the warm-up to be a leading block of requests")
     return build_trie(trace.blocks, trace.offsets, trace.tokens, warmup)
 
@@ -169,23 +191,43 @@ def _underfilled_mask(t: TrieTrace, caps: np.ndarray) -> np.ndarray:
     return (caps > t.warmup_nodes) | (caps <= 0) | (t.measured_tokens <= 0)
 
 
+def hit_tokens_of(t: TrieTrace, hit_blocks: np.ndarray) -> int:
+    """Counted hit tokens from per-request leading hit blocks."""
+    cum = np.concatenate([[0], np.cumsum(t.tokens, dtype=np.int64)])
+    start = t.offsets[t.warmup:-1]
+    return int((cum[start + hit_blocks[t.warmup:]] - cum[start]).sum())
+
+
+def replay_lru_trie(t: TrieTrace, capacity: int) -> tuple[np.ndarray, bool]:
+    """Exact trie-LRU at one capacity (blocks): (leading hit blocks per request, filled in warm-up)."""
+    if capacity <= 0 or t.n_requests == 0:
+        return np.zeros(t.n_requests, dtype=np.int64), capacity <= 0
+    return _replay_lru_list(t.node, t.parent, t.offsets, t.warmup, int(capacity))
+
+
+def replay_fifo_trie(t: TrieTrace, capacity: int) -> tuple[np.ndarray, bool]:
+    """Exact kvcache.ai FIFO at one capacity (blocks): (hit blocks per request, filled)."""
+    if capacity <= 0 or t.n_requests == 0:
+        return np.zeros(t.n_requests, dtype=np.int64), capacity <= 0
+    return _replay_fifo(t.node, t.offsets, t.warmup, t.n_nodes, int(capacity))
+
+
 def lru_trie_curve(t: TrieTrace, capacities) -> np.ndarray:
-    """Trie-LRU hit tokens at each capacity (blocks): one stack pass plus short exact replays."""
+    """Trie-LRU counted hit tokens at each capacity (blocks); 0 where kvcache.ai says underfilled.
+
+    One stack pass answers every capacity >= the longest request; smaller ones replay exactly.
+    """
     caps = _check_capacities(capacities)
     out = np.zeros(caps.shape[0], dtype=np.int64)
-    if t.n_requests == 0:
-        return out
-    dist_hist = _lru_trie_distance_hist(t.node, t.offsets, t.tokens, t.warmup, t.n_nodes)
-    cum = np.cumsum(dist_hist)
     dead = _underfilled_mask(t, caps)
-    small = caps < t.max_request_blocks
-    for i, c in enumerate(caps):
-        if dead[i]:
-            continue
-        if small[i]:
-            out[i] = _replay_lru_list(t.node, t.parent, t.offsets, t.tokens, t.warmup, int(c))
-        else:
-            out[i] = cum[min(int(c), cum.shape[0] - 1)]
+    if dead.all():
+        return out
+    big = ~dead & (caps >= t.max_request_blocks)
+    if big.any():
+        cum = np.cumsum(_lru_trie_distance_hist(t.node, t.offsets, t.tokens, t.warmup, t.n_nodes))
+        out[big] = cum[np.minimum(caps[big], cum.shape[0] - 1)]
+    for i in np.flatnonzero(~dead & ~big):
+        out[i] = hit_tokens_of(t, replay_lru_trie(t, int(caps[i]))[0])
     return out
 
 
@@ -216,7 +258,7 @@ def _relink_head(node, s, stop, r, owner, prv, nxt, head, tail):
 
 
 @nb.njit(cache=True)
-def _replay_lru_list(node, parent, offsets, tokens, warmup, capacity):
+def _replay_lru_list(node, parent, offsets, warmup, capacity):
     """Exact trie-LRU at one capacity in O(1) per access: an LRU list in (request, -depth) order.
 
     The current request's nodes sit at the head while it is admitted, so the tail is the
@@ -233,16 +275,15 @@ def _replay_lru_list(node, parent, offsets, tokens, warmup, capacity):
     tail = -1
     size = 0
     filled = False
-    hits = 0
+    hit_blocks = np.zeros(offsets.shape[0] - 1, dtype=np.int64)
     for r in range(offsets.shape[0] - 1):
         if r >= warmup and not filled:
-            return 0
+            return hit_blocks, False
         s, e = offsets[r], offsets[r + 1]
         h = s
         while h < e and present[node[h]]:
-            if r >= warmup:
-                hits += tokens[h]
             h += 1
+        hit_blocks[r] = h - s
         head, tail = _relink_head(node, s, h, r, owner, prv, nxt, head, tail)  # guard the hits
         stop = h  # nodes s..stop-1 are present after admission
         for a in range(h, e):
@@ -292,7 +333,7 @@ def _replay_lru_list(node, parent, offsets, tokens, warmup, capacity):
             stop = a + 1
         # re-link this request's present nodes at the head, shallowest first (deepest oldest)
         head, tail = _relink_head(node, s, stop, r, owner, prv, nxt, head, tail)
-    return hits if filled else 0
+    return hit_blocks, filled
 
 
 @nb.njit(cache=True)
@@ -336,316 +377,35 @@ def _lru_trie_distance_hist(node, offsets, tokens, warmup, n_nodes):
     return hist
 
 
-def replay_lru_trie(t: TrieTrace, capacity: int) -> int:
-    """Exact trie-LRU replay at one capacity (blocks): counted hit tokens (0 if underfilled)."""
-    if capacity <= 0 or t.n_requests == 0:
-        return 0
-    return int(_replay_trie(t.node, t.parent, t.offsets, t.tokens, t.next_use, t.warmup,
-                            int(capacity), False))
-
-
-def replay_optimal_trie(t: TrieTrace, capacity: int) -> int:
-    """Exact trie-Belady-with-bypass replay at one capacity (the reference for the stack pass)."""
-    if capacity <= 0 or t.n_requests == 0:
-        return 0
-    return int(_replay_trie(t.node, t.parent, t.offsets, t.tokens, t.next_use, t.warmup,
-                            int(capacity), True))
-
-
-@nb.njit(cache=True)
-def _heap_push(hk, hn, hv, size, key, nd, ver):
-    i = size
-    hk[i], hn[i], hv[i] = key, nd, ver
-    while i > 0:
-        p = (i - 1) >> 1
-        if hk[p] < hk[i] or (hk[p] == hk[i] and hn[p] > hn[i]):
-            break
-        hk[p], hk[i] = hk[i], hk[p]
-        hn[p], hn[i] = hn[i], hn[p]
-        hv[p], hv[i] = hv[i], hv[p]
-        i = p
-    return size + 1
-
-
-@nb.njit(cache=True)
-def _heap_pop(hk, hn, hv, size):
-    """Remove the root (smallest key; larger node first on ties); caller read it already."""
-    size -= 1
-    hk[0], hn[0], hv[0] = hk[size], hn[size], hv[size]
-    i = 0
-    while True:
-        lft = 2 * i + 1
-        best = i
-        if lft < size and (hk[lft] < hk[best] or (hk[lft] == hk[best] and hn[lft] > hn[best])):
-            best = lft
-        rgt = lft + 1
-        if rgt < size and (hk[rgt] < hk[best] or (hk[rgt] == hk[best] and hn[rgt] > hn[best])):
-            best = rgt
-        if best == i:
-            break
-        hk[best], hk[i] = hk[i], hk[best]
-        hn[best], hn[i] = hn[i], hn[best]
-        hv[best], hv[i] = hv[i], hv[best]
-        i = best
-    return size
-
-
-@nb.njit(cache=True)
-def _replay_trie(node, parent, offsets, tokens, next_use, warmup, capacity, optimal):
-    """Leaf-restricted replay. Keys: LRU = touch clock (min first); optimal = -next use."""
-    n_nodes = parent.shape[0]
-    present = np.zeros(n_nodes, dtype=np.bool_)
-    present[0] = True
-    children = np.zeros(n_nodes, dtype=np.int64)
-    key = np.zeros(n_nodes, dtype=np.int64)
-    version = np.zeros(n_nodes, dtype=np.int64)
-    guard = np.zeros(n_nodes, dtype=np.int64)
-    cap_heap = 4 * node.shape[0] + 16
-    hk = np.empty(cap_heap, dtype=np.int64)
-    hn = np.empty(cap_heap, dtype=np.int64)
-    hv = np.empty(cap_heap, dtype=np.int64)
-    sk = np.empty(capacity + 16, dtype=np.int64)
-    sn = np.empty(capacity + 16, dtype=np.int64)
-    sv = np.empty(capacity + 16, dtype=np.int64)
-    hsize = 0
-    size = 0
-    clock = 0
-    filled = False
-    hits = 0
-    for r in range(offsets.shape[0] - 1):
-        if r >= warmup and not filled:
-            return 0
-        s, e = offsets[r], offsets[r + 1]
-        h = s
-        while h < e and present[node[h]]:
-            nd = node[h]
-            if r >= warmup:
-                hits += tokens[h]
-            clock += 1
-            key[nd] = -next_use[h] if optimal else clock
-            if children[nd] == 0:
-                version[nd] += 1
-                hsize = _heap_push(hk, hn, hv, hsize, key[nd], nd, version[nd])
-            guard[nd] = r + 1
-            h += 1
-        for a in range(h, e):
-            nd = node[a]
-            if size >= capacity:
-                # evict the best unguarded leaf, or stop admission
-                ns = 0
-                evicted = False
-                while hsize > 0:
-                    k0, n0, v0 = hk[0], hn[0], hv[0]
-                    hsize = _heap_pop(hk, hn, hv, hsize)
-                    if not present[n0] or children[n0] != 0 or version[n0] != v0 or key[n0] != k0:
-                        continue
-                    if guard[n0] == r + 1:
-                        sk[ns], sn[ns], sv[ns] = k0, n0, v0
-                        ns += 1
-                        continue
-                    if optimal and -k0 <= next_use[a]:
-                        hsize = _heap_push(hk, hn, hv, hsize, k0, n0, v0)
-                        break
-                    present[n0] = False
-                    size -= 1
-                    p = parent[n0]
-                    children[p] -= 1
-                    if p > 0 and present[p] and children[p] == 0:
-                        version[p] += 1
-                        hsize = _heap_push(hk, hn, hv, hsize, key[p], p, version[p])
-                    evicted = True
-                    break
-                for j in range(ns):
-                    hsize = _heap_push(hk, hn, hv, hsize, sk[j], sn[j], sv[j])
-                if not evicted:
-                    break
-            if size < capacity and present[parent[nd]]:
-                present[nd] = True
-                size += 1
-                children[parent[nd]] += 1
-                clock += 1
-                key[nd] = -next_use[a] if optimal else clock
-                version[nd] += 1
-                hsize = _heap_push(hk, hn, hv, hsize, key[nd], nd, version[nd])
-                if size >= capacity and r < warmup:
-                    filled = True
-            else:
-                break
-        if hsize > cap_heap - 2 * (e - s) - 8:  # compact stale entries
-            j = 0
-            for i in range(hsize):
-                n0 = hn[i]
-                if present[n0] and children[n0] == 0 and version[n0] == hv[i] and key[n0] == hk[i]:
-                    hk[j], hn[j], hv[j] = hk[i], n0, hv[i]
-                    j += 1
-            hsize = 0
-            for i in range(j):
-                hsize = _heap_push(hk, hn, hv, hsize, hk[i], hn[i], hv[i])
-    if not filled:
-        return 0
-    return hits
-
-
-# --------------------------------------------------------------------------------------------
-# trie-Belady with bypass: one priority-stack pass, one segment per requested capacity
-
-
-def optimal_trie_curve(t: TrieTrace, capacities) -> np.ndarray:
-    """Trie-Belady-with-bypass hit tokens at each capacity (blocks), all in one pass."""
-    caps = _check_capacities(capacities)
-    out = np.zeros(caps.shape[0], dtype=np.int64)
-    live = caps[~_underfilled_mask(t, caps)]
-    if live.size == 0 or t.n_requests == 0:
-        return out
-    bounds = np.unique(live)
-    hist = _optimal_stack_hist(t.node, t.offsets, t.tokens, t.next_use, t.warmup,
-                               t.n_nodes, bounds)
-    cum = np.cumsum(hist)
-    idx = np.searchsorted(bounds, caps)
-    ok = ~_underfilled_mask(t, caps)
-    out[ok] = cum[idx[ok]]
-    return out
-
-
-@nb.njit(cache=True)
-def _sift_up(prio, hnode, pos, base, i):
-    while i > 0:
-        p = (i - 1) >> 1
-        if prio[base + p] >= prio[base + i]:
-            break
-        prio[base + p], prio[base + i] = prio[base + i], prio[base + p]
-        hnode[base + p], hnode[base + i] = hnode[base + i], hnode[base + p]
-        pos[hnode[base + p]] = p
-        pos[hnode[base + i]] = i
-        i = p
-
-
-@nb.njit(cache=True)
-def _sift_down(prio, hnode, pos, base, size, i):
-    while True:
-        lft = 2 * i + 1
-        best = i
-        if lft < size and prio[base + lft] > prio[base + best]:
-            best = lft
-        if lft + 1 < size and prio[base + lft + 1] > prio[base + best]:
-            best = lft + 1
-        if best == i:
-            break
-        prio[base + best], prio[base + i] = prio[base + i], prio[base + best]
-        hnode[base + best], hnode[base + i] = hnode[base + i], hnode[base + best]
-        pos[hnode[base + best]] = best
-        pos[hnode[base + i]] = i
-        i = best
-
-
-@nb.njit(cache=True)
-def _optimal_stack_hist(node, offsets, tokens, next_use, warmup, n_nodes, bounds):
-    """hist[q] = counted hit tokens whose node sat in segment q (hit at every capacity >= bounds[q])."""
-    nq = bounds.shape[0]
-    big = np.int64(n_nodes + 2)  # priority = next_use * big + id; a candidate ties last
-    base = np.zeros(nq + 1, dtype=np.int64)
-    for q in range(nq):
-        base[q + 1] = bounds[q]
-    limit = np.diff(base)
-    prio = np.empty(bounds[nq - 1], dtype=np.int64)
-    hnode = np.empty(bounds[nq - 1], dtype=np.int64)
-    fill = np.zeros(nq, dtype=np.int64)
-    seg = np.full(n_nodes + 1, -1, dtype=np.int64)  # -1 unseen, nq = below every capacity
-    pos = np.zeros(n_nodes + 1, dtype=np.int64)
-    hist = np.zeros(nq + 1, dtype=np.int64)
-    for r in range(offsets.shape[0] - 1):
-        for a in range(offsets[r], offsets[r + 1]):
-            x = node[a]
-            sx = seg[x]
-            if r >= warmup and 0 <= sx < nq:
-                hist[sx] += tokens[a]
-            if 0 <= sx < nq:  # take x out of its segment (its slot is refilled below)
-                b = base[sx]
-                i = pos[x]
-                last = fill[sx] - 1
-                fill[sx] = last
-                if i != last:
-                    prio[b + i] = prio[b + last]
-                    hnode[b + i] = hnode[b + last]
-                    moved = hnode[b + i]
-                    pos[moved] = i
-                    _sift_up(prio, hnode, pos, b, i)
-                    _sift_down(prio, hnode, pos, b, last, pos[moved])
-            y = x
-            py = next_use[a] * big + (big - 1)  # x competes as a candidate
-            y_res = next_use[a] * big + x  # ...and is stored with its resident priority
-            top = sx if 0 <= sx < nq else nq
-            placed = False
-            for q in range(top):
-                b = base[q]
-                if fill[q] < limit[q]:
-                    i = fill[q]
-                    prio[b + i] = y_res
-                    hnode[b + i] = y
-                    pos[y] = i
-                    seg[y] = q
-                    fill[q] = i + 1
-                    _sift_up(prio, hnode, pos, b, i)
-                    placed = True
-                    break
-                if py < prio[b]:  # y beats the segment's worst: swap them
-                    w = hnode[b]
-                    pw = prio[b]
-                    prio[b] = y_res
-                    hnode[b] = y
-                    pos[y] = 0
-                    seg[y] = q
-                    _sift_down(prio, hnode, pos, b, fill[q], 0)
-                    y = w
-                    py = pw
-                    y_res = pw
-            if not placed:
-                if 0 <= sx < nq:
-                    b = base[sx]
-                    i = fill[sx]
-                    prio[b + i] = y_res
-                    hnode[b + i] = y
-                    pos[y] = i
-                    seg[y] = sx
-                    fill[sx] = i + 1
-                    _sift_up(prio, hnode, pos, b, i)
-                else:
-                    seg[y] = nq
-    return hist
-
-
 # --------------------------------------------------------------------------------------------
 # FIFO over trie nodes (not prefix-closed: a hit needs every earlier block of the request)
 
 
 def fifo_trie_curve(t: TrieTrace, capacities) -> np.ndarray:
-    """kvcache.ai FIFO hit tokens at each capacity (blocks); one O(n) replay per capacity."""
+    """kvcache.ai FIFO counted hit tokens at each capacity (blocks): one O(n) replay each."""
     caps = _check_capacities(capacities)
     out = np.zeros(caps.shape[0], dtype=np.int64)
-    dead = _underfilled_mask(t, caps)
-    for i, c in enumerate(caps):
-        if not dead[i]:
-            out[i] = _replay_fifo(t.node, t.offsets, t.tokens, t.warmup, t.n_nodes, int(c))
+    for i in np.flatnonzero(~_underfilled_mask(t, caps)):
+        out[i] = hit_tokens_of(t, replay_fifo_trie(t, int(caps[i]))[0])
     return out
 
 
 @nb.njit(cache=True)
-def _replay_fifo(node, offsets, tokens, warmup, n_nodes, capacity):
+def _replay_fifo(node, offsets, warmup, n_nodes, capacity):
     cached = np.zeros(n_nodes + 1, dtype=np.bool_)
     ring = np.empty(capacity, dtype=np.int64)
     head = 0
     size = 0
     filled = False
-    hits = 0
+    hit_blocks = np.zeros(offsets.shape[0] - 1, dtype=np.int64)
     for r in range(offsets.shape[0] - 1):
         if r >= warmup and not filled:
-            return 0
+            return hit_blocks, False
         s, e = offsets[r], offsets[r + 1]
-        if r >= warmup:
-            for a in range(s, e):
-                if not cached[node[a]]:
-                    break
-                hits += tokens[a]
+        h = s
+        while h < e and cached[node[h]]:
+            h += 1
+        hit_blocks[r] = h - s
         for a in range(s, e):
             x = node[a]
             if cached[x]:
@@ -659,4 +419,80 @@ def _replay_fifo(node, offsets, tokens, warmup, n_nodes, capacity):
             size += 1
             if size >= capacity and r < warmup:
                 filled = True
-    return hits if filled else 0
+    return hit_blocks, filled
+
+
+# --------------------------------------------------------------------------------------------
+# policies for the replay engine (tiered_kv.sim.policies registry)
+
+
+def _trie_blocks(trace, capacity_tokens: int | None) -> int:
+    if capacity_tokens is None:
+        return int(np.unique(trace.blocks).shape[0]) + 1 if trace.n_accesses else 1
+    return int(capacity_tokens) // trace.uniform_block_size
+
+
+def _trie_run(trace, capacity_tokens: int | None, replay_fn):
+    from tiered_kv.sim.policies import PolicyRun
+
+    t = from_compiled(trace)
+    cap = _trie_blocks(trace, capacity_tokens)
+    hit_blocks, filled = replay_fn(t, cap)
+    underfilled = bool(cap <= 0 or not filled or cap > t.warmup_nodes or t.measured_tokens <= 0)
+    if underfilled:  # kvcache.ai: a cache that never filled during warm-up reports no hits
+        hit_blocks = np.zeros_like(hit_blocks)
+    return PolicyRun(np.asarray(hit_blocks, dtype=np.int64),
+                     {"capacity_blocks": cap, "underfilled": underfilled, "trie_nodes": t.n_nodes})
+
+
+def _register() -> None:
+    from typing import ClassVar
+
+    from tiered_kv.sim.policies import _check_capacity, register_policy
+
+    @register_policy
+    @dataclass(frozen=True)
+    class LRUTrie:
+        """kvcache.ai's LRU: leaves of the prefix trie only, hit prefix refreshed, admission stops."""
+
+        name: ClassVar[str] = "lru-trie"
+        capacity_tokens: int | None = None
+
+        def __post_init__(self) -> None:
+            _check_capacity("lru-trie capacity_tokens", self.capacity_tokens)
+
+        def run(self, trace):
+            return _trie_run(trace, self.capacity_tokens, replay_lru_trie)
+
+    @register_policy
+    @dataclass(frozen=True)
+    class FIFOTrie:
+        """kvcache.ai's FIFO over trie nodes (oldest inserted first; not prefix-closed)."""
+
+        name: ClassVar[str] = "fifo-trie"
+        capacity_tokens: int | None = None
+
+        def __post_init__(self) -> None:
+            _check_capacity("fifo-trie capacity_tokens", self.capacity_tokens)
+
+        def run(self, trace):
+            return _trie_run(trace, self.capacity_tokens, replay_fifo_trie)
+
+    @register_policy
+    @dataclass(frozen=True)
+    class BeladyTrie:
+        """kvcache.ai's "optimal": prefix-trie Belady with bypass (next use in requests)."""
+
+        name: ClassVar[str] = "belady-trie"
+        capacity_tokens: int | None = None
+
+        def __post_init__(self) -> None:
+            _check_capacity("belady-trie capacity_tokens", self.capacity_tokens)
+
+        def run(self, trace):
+            from tiered_kv.sim.trie_belady import replay_optimal_trie
+
+            return _trie_run(trace, self.capacity_tokens, replay_optimal_trie)
+
+
+_register()
