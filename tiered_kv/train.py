@@ -39,7 +39,7 @@ class TrainConfig:
     seed: int = 0
     heldout_every: int = 20
     eval_windows: int = 32
-    threads: int = 2
+    threads: int = 1
 
     def __post_init__(self) -> None:
         for name in ("steps", "batch", "seq_len", "warmup", "heldout_every", "eval_windows", "threads"):
@@ -54,7 +54,7 @@ class TrainConfig:
 
 TRAIN_PRESETS: dict[str, TrainConfig] = {
     "tiny": TrainConfig(steps=60, batch=8, seq_len=128, lr=3e-3, warmup=5, eval_windows=8),
-    "small": TrainConfig(steps=250, batch=8, seq_len=512),
+    "small": TrainConfig(steps=200, batch=4, seq_len=512, warmup=10),
 }
 
 
@@ -74,13 +74,20 @@ def stdlib_files(root: Path | None = None) -> list[Path]:
     return sorted(files, key=lambda p: p.relative_to(root).as_posix())
 
 
-def load_corpus(heldout_every: int = 20, root: Path | None = None, max_bytes: int | None = None) -> Corpus:
-    """Read the stdlib sources into BOS/EOS-delimited byte streams with a held-out split."""
+def load_corpus(heldout_every: int = 20, root: Path | None = None, max_bytes: int | None = None,
+                heldout_only: bool = False) -> Corpus:
+    """Read the stdlib sources into BOS/EOS-delimited byte streams with a held-out split.
+
+    ``heldout_only`` skips reading the training files (fast evaluation); ``max_bytes`` stops
+    after that many source bytes have been read.
+    """
     files = stdlib_files(root)
     if not files:
         raise FileNotFoundError(f"no .py files under {root or sysconfig.get_paths()['stdlib']}")
     train_parts, held_parts, n_bytes = [], [], 0
     for i, path in enumerate(files):
+        if heldout_only and i % heldout_every:
+            continue
         data = path.read_bytes()
         n_bytes += len(data)
         t = torch.empty(len(data) + 2, dtype=torch.int16)
@@ -92,12 +99,13 @@ def load_corpus(heldout_every: int = 20, root: Path | None = None, max_bytes: in
     desc = {
         "source": "Python standard library .py files (sysconfig stdlib path, no site-packages)",
         "python": sys.version.split()[0],
-        "files": len(train_parts) + len(held_parts),
+        "files": len(files) if not heldout_only and max_bytes is None else len(train_parts) + len(held_parts),
         "bytes": n_bytes,
         "heldout_files": len(held_parts),
         "heldout_rule": f"every {heldout_every}th file in sorted relative-path order",
     }
-    return Corpus(torch.cat(train_parts), torch.cat(held_parts), desc)
+    empty = torch.zeros(0, dtype=torch.int16)
+    return Corpus(torch.cat(train_parts) if train_parts else empty, torch.cat(held_parts), desc)
 
 
 def sample_windows(stream: torch.Tensor, n: int, seq_len: int, gen: torch.Generator) -> torch.Tensor:

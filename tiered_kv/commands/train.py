@@ -20,7 +20,7 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--preset", default="small", help="model + training preset: tiny or small")
     parser.add_argument("--steps", type=int, default=None, help="override the preset's step count")
     parser.add_argument("--seed", type=int, default=None, help="override the seed (default 0)")
-    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default 2)")
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default 1: faster than 2 on shared, oversubscribed cores)")
     parser.add_argument("--out", type=Path, default=None,
                         help="checkpoint path (default data/checkpoints/PRESET.pt)")
 

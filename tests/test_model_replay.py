@@ -1,0 +1,114 @@
+"""The encoder-decoder: cached continuation, bounded replay exactness, configs (tiny preset)."""
+
+import pytest
+import torch
+
+from tiered_kv.model import DecoderOnly, EncoderDecoder, ModelConfig, preset
+from tiered_kv.tiers.host import HostEntry, HostTier
+
+
+@pytest.fixture(scope="module")
+def model():
+    torch.manual_seed(0)
+    m = EncoderDecoder(preset("tiny")).eval()
+    with torch.no_grad():
+        for p in m.parameters():
+            if p.ndim > 1:
+                p.mul_(8)
+    return m
+
+
+def _tokens(n, seed=0):
+    return torch.randint(0, 256, (n,), generator=torch.Generator().manual_seed(seed))
+
+
+@torch.no_grad()
+def test_batched_training_path_equals_inference_path(model):
+    t = _tokens(77)
+    torch.testing.assert_close(model.forward_batched(t[None])[0], model.forward(t), rtol=0, atol=1e-4)
+
+
+@torch.no_grad()
+@pytest.mark.parametrize("split", [1, 15, 16, 17, 40])
+def test_window_state_continuation_is_exact(model, split):
+    t = _tokens(70, seed=split)
+    kv, _ = model.encode(t, 0)
+    kv1, s1 = model.encode(t[:split], 0)
+    kv2, _ = model.encode(t[split:], split, s1)
+    torch.testing.assert_close(torch.cat([kv1, kv2]), kv, rtol=0, atol=1e-5)
+    full = model.forward(t)
+    _, d1 = model.decode(t[:split], 0, kv)
+    logits, _ = model.decode(t[split:], split, kv, d1, all_logits=True)
+    torch.testing.assert_close(logits, full[split:], rtol=0, atol=1e-5)
+
+
+@torch.no_grad()
+def test_replay_exact_at_bound_and_approximate_below(model):
+    cfg = model.cfg
+    L, W = max(cfg.enc_layers, cfg.dec_layers), cfg.window
+    bound = L * (W - 1) + 1
+    assert bound == cfg.exact_replay_tokens
+    t = _tokens(120, seed=9)
+    kv, _ = model.encode(t, 0)
+    full = model.forward(t)[-1]
+    # decoder bounded replay over the last R tokens
+    at_bound, _ = model.first_token_logits(t, kv, bound)
+    torch.testing.assert_close(at_bound[0], full, rtol=0, atol=1e-5)
+    errs = [(model.first_token_logits(t, kv, r)[0][0] - full).abs().max().item() for r in (bound - 1, W, 4)]
+    assert min(errs) > 1e-4, errs
+    # encoder window rebuild: exact state from L_e*(W-1) tokens, not from fewer
+    _, exact_state = model.encode(t[:100], 0)
+    rebuilt = model.replay_encoder(t, 100, cfg.enc_layers * (W - 1))
+    for a, b in zip(rebuilt.layers, exact_state.layers):
+        torch.testing.assert_close(a.k, b.k, rtol=0, atol=1e-5)
+    short = model.replay_encoder(t, 100, W)
+    assert max((a.k - b.k).abs().max().item() for a, b in zip(short.layers, exact_state.layers)) > 1e-4
+
+
+@torch.no_grad()
+def test_decoder_only_baseline_runs(model):
+    base = DecoderOnly(model.cfg)
+    assert len(base.layers) == model.cfg.enc_layers + model.cfg.dec_layers
+    assert base(_tokens(40)).shape == (1, model.cfg.vocab_size)
+
+
+def test_config_validation_names_the_setting():
+    with pytest.raises(ValueError, match="ModelConfig.window"):
+        ModelConfig(window=1)
+    with pytest.raises(ValueError, match="ModelConfig.n_heads"):
+        ModelConfig(n_heads=5, kv_heads=2)
+    with pytest.raises(ValueError, match="preset"):
+        preset("huge")
+    assert preset("small", window=256).window == 256
+
+
+@torch.no_grad()
+def test_state_position_mismatch_is_an_error(model):
+    t = _tokens(20)
+    _, s = model.encode(t[:10], 0)
+    with pytest.raises(ValueError, match="cannot continue at 12"):
+        model.encode(t[12:], 12, s)
+
+
+@torch.no_grad()
+def test_host_tier_evicts_lru_by_bytes(model):
+    states = []
+    for i in range(4):
+        _, s = model.encode(_tokens(32, seed=i), 0)
+        states.append(HostEntry(s))
+    size = states[0].nbytes
+    host = HostTier(capacity_bytes=int(size * 2.5))
+    for i, e in enumerate(states[:3]):
+        assert host.put(bytes([i]) * 16, e)
+    assert len(host) == 2 and bytes([0]) * 16 not in host  # oldest evicted
+    assert host.used_bytes == 2 * size <= host.capacity_bytes
+    assert host.get(bytes([1]) * 16) is not None  # touch 1: now 2 is least recent
+    host.put(bytes([3]) * 16, states[3])
+    assert host.keys() == [bytes([1]) * 16, bytes([3]) * 16]
+    assert host.stats["evictions"] == 2 and host.stats["evicted_bytes"] == 2 * size
+    tiny = HostTier(capacity_bytes=size - 1)
+    assert not tiny.put(b"k" * 16, states[0]) and len(tiny) == 0
+    n, entry = host.lookup([bytes([9]) * 16, bytes([3]) * 16], block_size=16)
+    assert n == 32 and entry is not None
+    with pytest.raises(ValueError, match="host capacity_bytes"):
+        HostTier("lots")

@@ -1,0 +1,244 @@
+"""Prefill across the three tiers: key -> look up -> load -> compute the suffix -> replay -> first token.
+
+One prefill of N tokens, with P = the tokens whose global KV the SSD tier holds (whole blocks):
+
+1. key: chained block keys of the prompt (:func:`tiered_kv.keys.block_keys`).
+2. lookup: this machine's host tier, for window caches at a block boundary Q <= P.
+3. load: the SSD tier's longest stored prefix (reads and verifies the chunks).
+4. dequantize: FP4 chunks -> global KV [P, 2, Hkv, D].
+5. replay: the encoder windows at P. From the host tier when Q = P (or when running the
+   encoder over [Q, P) costs no more than R tokens); otherwise rebuilt by *bounded replay* of
+   the last R prefix tokens from empty windows (exact when R >= L_e*(W-1)).
+6. encoder: over the suffix [P, N), producing the global KV of the new tokens.
+7. decode: the decoder over the last R tokens [N-R, N) from empty windows (bounded replay),
+   cross-attending to the global KV of all N tokens; yields the first token's logits.
+
+TTFT is the sum of these stages. After the first token, new full blocks go to the SSD tier
+with the request's traffic class and the encoder windows at the last block boundary go to this
+machine's host tier ("store", reported separately: a server does it off the critical path).
+Only exact windows are kept (from position 0, from the host tier, or from a replay long enough
+to be exact), so a host-tier hit never carries a replay's approximation forward.
+
+Exactness: every global KV the decoder sees has been through the same FP4 round trip as the
+SSD tier applies (the blocks are quantized exactly as :func:`tiered_kv.codec.quantize_blocks`
+does), so a hit and a miss see identical numbers; with the host tier's windows present, a
+cached prefill equals an uncached one. The decoder's prefill semantics is bounded replay
+whatever is cached, so its cost is L_d*R, not L_d*N. With ``reuse_decoder_windows=True`` the
+decoder instead continues from the host tier's decoder windows at Q when N-Q <= R (fewer tokens
+and longer context; results then depend on what the host tier held).
+
+Several engines may share one SSD tier (the global KV is position- and machine-independent);
+each has its own host tier, as a machine would.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from tiered_kv import codec
+from tiered_kv.keys import Namespace, block_keys
+from tiered_kv.model import EncoderDecoder, WindowState, _check_tokens
+from tiered_kv.tiers.gpu import GPUTier, InFlight
+from tiered_kv.tiers.host import HostEntry, HostTier
+
+STAGES = ("key", "lookup", "load", "dequantize", "replay", "encoder", "decode")
+
+
+@dataclass
+class PrefillResult:
+    """First-token logits, where the prefix came from, and how long each stage took."""
+
+    request_id: str
+    logits: torch.Tensor  # [vocab]
+    n_tokens: int
+    hit_tokens: dict[str, int]  # {"ssd": P, "host": Q}
+    computed_tokens: dict[str, int]  # encoder suffix, encoder replay, decoder replay tokens
+    timings_s: dict[str, float] = field(default_factory=dict)
+    stored_blocks: int = 0
+    store_s: float = 0.0
+
+    @property
+    def ttft_s(self) -> float:
+        return sum(self.timings_s.get(s, 0.0) for s in STAGES)
+
+    @property
+    def next_token(self) -> int:
+        return int(self.logits.argmax())
+
+
+def fp4_roundtrip(kv: torch.Tensor, namespace: Namespace) -> torch.Tensor:
+    """The global KV as the SSD tier would return it: full blocks chunk by chunk, the tail alone."""
+    bs = namespace.block_size
+    full = (kv.shape[0] // bs) * bs
+    parts = []
+    if full:
+        parts.append(codec.dequantize_chunks(codec.quantize_blocks(kv[:full].contiguous(), namespace), kv.dtype))
+    if full < kv.shape[0]:
+        from tiered_kv.kernels import fp4
+
+        parts.append(fp4.dequantize(fp4.quantize(kv[full:].contiguous(), namespace.fmt), kv.dtype))
+    return torch.cat(parts) if len(parts) > 1 else parts[0]
+
+
+def namespace_for(model: EncoderDecoder, fmt: str = "mxfp4", block_size: int = 64, tag: str = "") -> Namespace:
+    """The SSD namespace of a model: its config (and an optional weights tag) fingerprint it."""
+    c = model.cfg
+    name = f"tiered-kv/{c.name}/d{c.d_model}-e{c.enc_layers}-d{c.dec_layers}-h{c.kv_heads}x{c.head_dim}{tag}"
+    return Namespace(model=name, fmt=fmt, block_size=block_size, kv_heads=c.kv_heads, head_dim=c.head_dim)
+
+
+class Engine:
+    """One machine: a model, its own host tier and GPU tier, and a (possibly shared) SSD tier."""
+
+    _ids = itertools.count()
+
+    def __init__(self, model: EncoderDecoder, ssd_tier, host_tier: HostTier | None = None, *,
+                 gpu_tier: GPUTier | None = None, replay: int | None = None,
+                 reuse_decoder_windows: bool = False, name: str = "engine0") -> None:
+        ns = ssd_tier.namespace
+        if (ns.kv_heads, ns.head_dim) != (model.cfg.kv_heads, model.cfg.head_dim):
+            raise ValueError(f"ssd_tier namespace KV shape {ns.kv_shape} does not match the model "
+                             f"(kv_heads={model.cfg.kv_heads}, head_dim={model.cfg.head_dim})")
+        r = model.cfg.replay if replay is None else replay
+        if not isinstance(r, int) or r < 1:
+            raise ValueError(f"replay: must be an integer >= 1 token, got {replay!r}")
+        self.model = model.eval()
+        self.ssd = ssd_tier
+        self.host = host_tier if host_tier is not None else HostTier()
+        self.gpu = gpu_tier if gpu_tier is not None else GPUTier()
+        self.replay = r
+        self.reuse_decoder_windows = reuse_decoder_windows
+        self.name = name
+        self.namespace = ns
+
+    # ------------------------------------------------------------------ prefill
+
+    @torch.no_grad()
+    def prefill(self, tokens, traffic_class: str = "default", *, request_id: str | None = None,
+                keep_running: bool = False) -> PrefillResult:
+        """Prefill ``tokens`` (1-D ids) and return the first token's logits and the stage timings.
+
+        ``keep_running`` leaves the request in the GPU tier (for decoding); otherwise it is
+        released at once, after its windows went to the host tier.
+        """
+        tokens = torch.as_tensor(tokens, dtype=torch.long)
+        cfg = self.model.cfg
+        _check_tokens(tokens, cfg, what="prompt", end=int(tokens.shape[0]) if tokens.ndim == 1 else None)
+        n, bs, R = tokens.shape[0], self.namespace.block_size, self.replay
+        t = {}
+        clock = time.perf_counter
+
+        t0 = clock()
+        keys = block_keys(tokens, self.namespace)
+        t["key"] = clock() - t0
+
+        t0 = clock()
+        hit = self.ssd.get_prefix(tokens, traffic_class)
+        t["load"] = clock() - t0
+        p = hit.hit_tokens
+
+        t0 = clock()
+        q, entry = self.host.lookup(keys[: p // bs], bs) if p else (0, None)
+        t["lookup"] = clock() - t0
+
+        t0 = clock()
+        prefix_kv = hit.kv(torch.float32) if p else None
+        t["dequantize"] = clock() - t0
+
+        # Encoder windows at P: host tier (exact) or bounded replay.
+        t0 = clock()
+        enc_state, enc_replayed, host_used = None, 0, 0
+        enc_exact = True  # host entries are exact; a replay is exact when it reaches back far enough
+        if p and entry is not None and p - q <= R:
+            enc_state = entry.encoder
+            host_used = q
+            if q < p:  # exact continuation over [Q, P); its global KV is discarded (SSD's is kept)
+                _, enc_state = self.model.encode(tokens[q:p], q, enc_state)
+                enc_replayed = p - q
+        elif p:
+            enc_state = self.model.replay_encoder(tokens, p, R)
+            enc_replayed = min(p, R)
+            enc_exact = p <= R or R >= cfg.enc_layers * (cfg.window - 1)
+        t["replay"] = clock() - t0
+
+        # Encoder over the suffix, snapshotting the windows at the last block boundary.
+        t0 = clock()
+        boundary = (n // bs) * bs
+        new_kv, state = [], enc_state
+        boundary_state = enc_state if boundary == p else None
+        if boundary > p:
+            kv_a, state = self.model.encode(tokens[p:boundary], p, state)
+            new_kv.append(kv_a)
+            boundary_state = state
+        if n > max(p, boundary):
+            start = max(p, boundary)
+            kv_b, state = self.model.encode(tokens[start:n], start, state)
+            new_kv.append(kv_b)
+        computed = torch.cat(new_kv) if new_kv else None
+        # Everything the decoder sees goes through the SSD tier's FP4 round trip.
+        computed_rt = fp4_roundtrip(computed, self.namespace) if computed is not None else None
+        parts = [x for x in (prefix_kv, computed_rt) if x is not None]
+        global_kv = torch.cat(parts) if len(parts) > 1 else parts[0]
+        t["encoder"] = clock() - t0
+
+        # Decoder: bounded replay over the last R tokens (or continue from host windows).
+        t0 = clock()
+        dec_from_host = (self.reuse_decoder_windows and entry is not None and entry.decoder is not None
+                         and entry.decoder.end == q and n - q <= R and q == host_used and q < n)
+        if dec_from_host:
+            logits, dec_state = self.model.decode(tokens[q:], q, global_kv, entry.decoder)
+            dec_tokens = n - q
+        else:
+            logits, dec_state = self.model.first_token_logits(tokens, global_kv, R)
+            dec_tokens = min(n, R)
+        t["decode"] = clock() - t0
+
+        # Off the critical path: new full blocks to SSD, windows at the boundary to host.
+        t0 = clock()
+        stored = 0
+        if computed is not None and boundary > p:
+            stored = self.ssd.put(tokens[:boundary], computed[: boundary - p], traffic_class, kv_offset=p)
+        if boundary and boundary_state is not None and enc_exact and (boundary > q or entry is None):
+            dec_at_boundary = dec_state if dec_state.end == boundary and _decoder_exact(n, R, dec_from_host) else None
+            self.host.put(keys[boundary // bs - 1], HostEntry(boundary_state, dec_at_boundary))
+        store_s = clock() - t0
+
+        rid = request_id or f"{self.name}-{next(self._ids)}"
+        if keep_running:
+            self.gpu.admit(InFlight(rid, tokens, global_kv, state if state is not None else enc_state,
+                                    dec_state, traffic_class))
+        return PrefillResult(
+            request_id=rid, logits=logits[-1], n_tokens=n,
+            hit_tokens={"ssd": p, "host": host_used},
+            computed_tokens={"encoder_suffix": n - p, "encoder_replay": enc_replayed, "decoder": dec_tokens},
+            timings_s=t, stored_blocks=stored, store_s=store_s)
+
+    # ------------------------------------------------------------------ decoding
+
+    @torch.no_grad()
+    def decode_step(self, request_id: str, token: int) -> torch.Tensor:
+        """Append one token to a running request; return the next token's logits."""
+        st = self.gpu.get(request_id)
+        old = st.nbytes
+        pos = st.tokens.shape[0]
+        tok = torch.tensor([token], dtype=torch.long)
+        kv, st.encoder = self.model.encode(tok, pos, st.encoder)
+        st.global_kv = torch.cat([st.global_kv, fp4_roundtrip(kv, self.namespace)])
+        logits, st.decoder = self.model.decode(tok, pos, st.global_kv, st.decoder)
+        st.tokens = torch.cat([st.tokens, tok])
+        self.gpu.update(st, old)
+        return logits[-1]
+
+    def release(self, request_id: str) -> InFlight:
+        """Finish a running request (its GPU-tier KV is freed)."""
+        return self.gpu.release(request_id)
+
+
+def _decoder_exact(n: int, replay: int, from_host: bool) -> bool:
+    """Decoder windows are kept only when they equal a full decoder pass: the replay reached
+    position 0, or it continued from (exact) host-tier windows."""
+    return n <= replay or from_host

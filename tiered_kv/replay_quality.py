@@ -1,0 +1,175 @@
+"""How much does bounded replay (and FP4) change what the model says? Measured, on held-out text.
+
+Replay error: for a held-out prefix of P tokens, "exact" decoding has the true window caches at
+P (both stacks run from position 0); "replayed" decoding rebuilds them by running the encoder
+and the decoder over only the last R prefix tokens from empty windows, as the engine does on a
+host-tier miss. Both use the same global KV of the prefix (the SSD tier's, FP4 round-tripped).
+Then both decode the same 32 held-out continuation tokens (teacher forcing, so the two runs
+see identical inputs) and we compare their next-token distributions at each step: argmax
+agreement and KL(exact || replayed) in nats. Replay through L layers of window W is exact
+once R >= L*(W-1)+1; below it the gap is what this module measures.
+
+FP4 error: same exact windows, global KV in fp32 vs through each FP4 format.
+
+Attention locality: the share of sliding-window attention probability that falls on the most
+recent 128 positions, for queries with a full window: why a 512-token window's useful range is
+much smaller than its size, and so why a short replay is nearly exact.
+
+Random weights say nothing about where attention looks; use the trained checkpoint.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from tiered_kv.model import EncoderDecoder
+
+WINDOWS = (128, 256, 512)
+REPLAYS = (16, 32, 64, 128, 256)
+
+
+def _kl_agree(exact: torch.Tensor, other: torch.Tensor) -> tuple[float, float]:
+    lp, lq = F.log_softmax(exact.double(), -1), F.log_softmax(other.double(), -1)
+    kl = (lp.exp() * (lp - lq)).sum(-1)
+    agree = (exact.argmax(-1) == other.argmax(-1)).double()
+    return float(kl.mean()), float(agree.mean())
+
+
+def _roundtrip(fmt: str | None, block_size: int, model: EncoderDecoder):
+    if fmt is None:
+        return lambda kv: kv
+    from tiered_kv.engine import fp4_roundtrip, namespace_for
+
+    ns = namespace_for(model, fmt=fmt, block_size=block_size)
+    return lambda kv: fp4_roundtrip(kv, ns)
+
+
+@torch.no_grad()
+def _exact_run(model: EncoderDecoder, seq: torch.Tensor, prefix: int, rt) -> tuple[torch.Tensor, torch.Tensor]:
+    """Global KV of the whole sequence and exact decoder logits for steps [prefix-1, end-1)."""
+    kv, _ = model.encode(seq, 0)
+    kv = rt(kv)
+    logits, _ = model.decode(seq[:-1], 0, kv, all_logits=True)
+    return kv, logits[prefix - 1:]
+
+
+@torch.no_grad()
+def _replayed_run(model: EncoderDecoder, seq: torch.Tensor, prefix: int, replay: int, kv_exact: torch.Tensor,
+                  rt) -> torch.Tensor:
+    """Logits for the same steps with both window caches rebuilt from the last R prefix tokens."""
+    enc_state = model.replay_encoder(seq, prefix, replay)
+    kv_cont, _ = model.encode(seq[prefix:], prefix, enc_state)
+    kv = torch.cat([kv_exact[:prefix], rt(kv_cont)])
+    s = max(0, prefix - replay)
+    logits, _ = model.decode(seq[s:-1], s, kv, all_logits=True)
+    return logits[prefix - 1 - s:]
+
+
+def sample_sequences(stream: torch.Tensor, n: int, length: int, seed: int = 0) -> list[torch.Tensor]:
+    """``n`` deterministic, evenly spaced windows of ``length`` tokens from a held-out stream."""
+    if stream.numel() < length + 1:
+        raise ValueError(f"held-out stream has {stream.numel()} tokens, need > {length}")
+    g = torch.Generator().manual_seed(seed)
+    span = (stream.numel() - length) // n
+    offs = [i * span + int(torch.randint(0, max(1, span), (1,), generator=g)) for i in range(n)]
+    return [stream[o:o + length].long() for o in offs]
+
+
+def replay_error(model: EncoderDecoder, sequences: list[torch.Tensor], *, windows=WINDOWS, replays=REPLAYS,
+                 steps: int = 32, prefix: int = 1024, fmt: str | None = "mxfp4", block_size: int = 64,
+                 progress: bool = False):
+    """Polars frame: window W, replay R, exact_bound, kl_nats, agreement (means over samples x steps)."""
+    import polars as pl
+
+    rows = []
+    rt = _roundtrip(fmt, block_size, model)
+    combos = [(w, r) for w in windows for r in replays]
+    it = combos
+    if progress:
+        from tqdm import tqdm
+
+        it = tqdm(combos, desc="replay quality", unit="(W,R)")
+    cache: dict[int, list] = {}
+    for w, r in it:
+        m = model.with_settings(window=w)
+        if w not in cache:
+            cache[w] = [_exact_run(m, seq[:prefix + steps], prefix, rt) for seq in sequences]
+        kls, agrees = [], []
+        for seq, (kv, exact) in zip(sequences, cache[w]):
+            rep = _replayed_run(m, seq[:prefix + steps], prefix, r, kv, rt)
+            kl, ag = _kl_agree(exact, rep)
+            kls.append(kl)
+            agrees.append(ag)
+        bound = max(m.cfg.enc_layers, m.cfg.dec_layers) * (w - 1) + 1
+        rows.append({"window_tokens": w, "replay_tokens": r, "exact_bound_tokens": bound,
+                     "kl_nats": sum(kls) / len(kls), "agreement": sum(agrees) / len(agrees),
+                     "samples": len(sequences), "steps": steps, "prefix_tokens": prefix})
+    return pl.DataFrame(rows)
+
+
+def fp4_error(model: EncoderDecoder, sequences: list[torch.Tensor], *, formats=("mxfp4", "nvfp4"),
+              steps: int = 32, prefix: int = 1024, block_size: int = 64):
+    """Polars frame: format, kl_nats, agreement of FP4 global KV vs fp32, exact windows."""
+    import polars as pl
+
+    rows = []
+    ref = [_exact_run(model, s[:prefix + steps], prefix, _roundtrip(None, block_size, model))[1] for s in sequences]
+    for fmt in formats:
+        rt = _roundtrip(fmt, block_size, model)
+        kls, ags = [], []
+        for seq, exact in zip(sequences, ref):
+            _, got = _exact_run(model, seq[:prefix + steps], prefix, rt)
+            kl, ag = _kl_agree(exact, got)
+            kls.append(kl)
+            ags.append(ag)
+        rows.append({"format": fmt, "kl_nats": sum(kls) / len(kls), "agreement": sum(ags) / len(ags),
+                     "samples": len(sequences), "steps": steps})
+    return pl.DataFrame(rows)
+
+
+@torch.no_grad()
+def attention_locality(model: EncoderDecoder, sequences: list[torch.Tensor], recent: int = 128) -> dict:
+    """Share of SWA attention mass on the most recent ``recent`` positions (queries t >= W-1).
+
+    Averaged over heads, queries and sequences, per stack (encoder, decoder) and overall.
+    """
+    cfg = model.cfg
+    w = cfg.window
+    out = {"encoder": [], "decoder": []}
+    for seq in sequences:
+        n = seq.shape[0]
+        if n < w + 1:
+            raise ValueError(f"attention_locality: sequences need > W={w} tokens, got {n}")
+        kv, _ = model.encode(seq, 0)
+        for stack, layers, x in (("encoder", model.encoder, model.embed(seq)),
+                                 ("decoder", model.decoder, model.embed(seq))):
+            for layer in layers:
+                h = layer.norm1(x)
+                q, k, _ = layer.attn._qkv(h, torch.arange(n))
+                qq = q[w - 1:]  # queries with a full window
+                rep = cfg.n_heads // cfg.kv_heads
+                kk = k.repeat_interleave(rep, dim=1)
+                scores = torch.einsum("qhd,khd->hqk", qq, kk) / cfg.head_dim ** 0.5
+                qp = torch.arange(w - 1, n)[:, None]
+                kp = torch.arange(n)[None, :]
+                band = (qp - kp >= 0) & (qp - kp < w)
+                probs = scores.masked_fill(~band, float("-inf")).softmax(-1)
+                near = (qp - kp >= 0) & (qp - kp < recent)
+                out[stack].append(float((probs * near).sum(-1).mean()))
+                if stack == "encoder":
+                    x, _ = layer(x, 0, None, w, 0)
+                else:
+                    x, _ = layer(x, 0, None, w, 0, kv[:, 0], kv[:, 1])
+    enc, dec = out["encoder"], out["decoder"]
+    return {"window_tokens": w, "recent_tokens": recent,
+            "encoder_share": sum(enc) / len(enc), "decoder_share": sum(dec) / len(dec),
+            "overall_share": (sum(enc) + sum(dec)) / (len(enc) + len(dec)),
+            "uniform_share": recent / w}
+
+
+def load_heldout(max_bytes: int | None = None) -> torch.Tensor:
+    """Held-out token stream of the training corpus (same split as training)."""
+    from tiered_kv.train import load_corpus
+
+    return load_corpus(max_bytes=max_bytes, heldout_only=True).heldout
