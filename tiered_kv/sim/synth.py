@@ -90,8 +90,8 @@ class ClassConfig:
     output_tokens_mean: float = 343.0  # gamma-distributed output length
     output_tokens_shape: float = 1.5
     turns_per_visit_mean: float = 1.5  # geometric, >= 1
-    think_median_s: float = 125.0  # lognormal time between turns of one visit
-    think_sigma: float = 1.2
+    think_median_s: float = 140.0  # lognormal time between turns of one visit
+    think_sigma: float = 1.0
     return_probability: float = 0.25  # chance of another visit after each visit
     return_median_s: float = 8 * HOUR_S  # lognormal gap between visits
     return_sigma: float = 2.0
@@ -143,8 +143,8 @@ AGENT = ClassConfig(
     name="agent", requests_per_hour=23_608.0, peak_hour=11.0, daily_amplitude=0.3,
     system_prompt_tokens=800, n_prefixes=5_000, prefix_probability=1.0, prefix_zipf=1.0,
     prefix_tokens_median=1_500.0, prefix_tokens_sigma=0.6,
-    first_tokens_median=1_500.0, first_tokens_sigma=1.2, short_first_probability=0.0,
-    turn_tokens_median=1_500.0, turn_tokens_sigma=1.2,
+    first_tokens_median=1_200.0, first_tokens_sigma=1.2, short_first_probability=0.0,
+    turn_tokens_median=1_300.0, turn_tokens_sigma=1.2,
     output_tokens_mean=182.0, output_tokens_shape=1.2,
     turns_per_visit_mean=2.0, think_median_s=6.0, think_sigma=0.8,
     return_probability=0.1, return_median_s=1 * HOUR_S, return_sigma=1.5, return_max_days=10.0,
@@ -334,17 +334,22 @@ def _class_layout(d: _ClassDraw, c: ClassConfig, block_size: int, next_id: int) 
 
 
 def _chunk_ids(lay: _Layout, lo: int, hi: int, block_size: int) -> tuple[np.ndarray, np.ndarray]:
-    """Flat ids of requests [lo, hi) and the request index (relative to lo) of each id."""
-    length = lay.length[lo:hi]
-    nb = -(-length // block_size)
-    r = np.repeat(np.arange(hi - lo, dtype=np.int64), nb)
-    starts = np.concatenate([[0], np.cumsum(nb)[:-1]])
-    j = np.arange(int(nb.sum()), dtype=np.int64) - starts[r]
-    g = r + lo
-    ids = np.where(j < (length // block_size)[r], lay.sess_base[g] + j, lay.partial_id[g])
-    ids = np.where(j < lay.n_shared[g], lay.pre_base[g] + j, ids)
-    ids = np.where(j < lay.n_sys[g], lay.sys_base[g] + j, ids)
-    return ids.astype(np.uint64), r
+    """Flat ids of requests [lo, hi) and the request index (relative to lo) of each id.
+
+    A request's ids are four runs of consecutive integers: system prompt ``sys_base + [0,
+    n_sys)``, shared prefix ``pre_base + [n_sys, n_shared)``, session ``sess_base + [n_shared,
+    n_full)`` and the partial block. Runs expand with one repeat and one arange.
+    """
+    sl = slice(lo, hi)
+    n_full = lay.length[sl] // block_size
+    lens = np.stack([lay.n_sys[sl], lay.n_shared[sl] - lay.n_sys[sl], n_full - lay.n_shared[sl],
+                     (lay.length[sl] % block_size != 0).astype(np.int64)], axis=1).ravel()
+    starts = np.stack([lay.sys_base[sl], lay.pre_base[sl] + lay.n_sys[sl],
+                       lay.sess_base[sl] + lay.n_shared[sl], lay.partial_id[sl]], axis=1).ravel()
+    run_pos = np.cumsum(lens) - lens  # flat position where each run begins
+    ids = np.arange(int(lens.sum()), dtype=np.int64) + np.repeat(starts - run_pos, lens)
+    nb = lens.reshape(-1, 4).sum(axis=1)
+    return ids.astype(np.uint64), np.repeat(np.arange(hi - lo, dtype=np.int64), nb)
 
 
 def _list_column(lay: _Layout, block_size: int, chunk_blocks: int = 4_000_000) -> pl.Series:
@@ -355,8 +360,9 @@ def _list_column(lay: _Layout, block_size: int, chunk_blocks: int = 4_000_000) -
     while lo < len(nb):
         hi = max(lo + 1, int(np.searchsorted(cum, (cum[lo - 1] if lo else 0) + chunk_blocks, side="right")))
         ids, r = _chunk_ids(lay, lo, hi, block_size)
-        part = pl.DataFrame({"r": r, "block_ids": ids}).group_by("r", maintain_order=True).agg("block_ids")
-        parts.append(part["block_ids"])
+        # rows are sorted: telling polars so makes the group-by a linear scan
+        frame = pl.DataFrame({"r": pl.Series(r).set_sorted(), "block_ids": ids})
+        parts.append(frame.group_by("r", maintain_order=True).agg("block_ids")["block_ids"])
         lo = hi
     return pl.concat(parts).alias("block_ids")
 

@@ -222,3 +222,36 @@ def calibration_report(seed: int = 0, *, quick: bool = False) -> pl.DataFrame:
                      "tolerance_kind": "relative" if t.relative else "absolute",
                      "within": t.within(value), "source": t.source})
     return pl.DataFrame(rows)
+
+
+def markdown_table(reports: list[pl.DataFrame]) -> str:
+    """Calibration table in Markdown: one 'achieved' column per report (seed)."""
+    def fmt(v: float) -> str:
+        return f"{v:.4f}" if abs(v) < 10 else f"{v:,.0f}"
+
+    first = reports[0]
+    head = "| class | metric | target | tolerance | " + " | ".join(f"seed {i}" for i in range(len(reports))) \
+        + " | within (all seeds) | source |"
+    lines = [head, "|" + "---|" * (6 + len(reports))]
+    for i, row in enumerate(first.iter_rows(named=True)):
+        tol = f"±{row['tolerance']:.0%}" if row["tolerance_kind"] == "relative" else f"±{fmt(row['tolerance'])}"
+        vals = " | ".join(fmt(r["achieved"][i]) for r in reports)
+        ok = all(r["within"][i] for r in reports)
+        lines.append(f"| {row['traffic_class']} | {row['metric']} | {fmt(row['target'])} | {tol} | {vals} | "
+                     f"{'yes' if ok else 'NO'} | {row['source']} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Print the calibration table: ``python -m tiered_kv.sim.synth_calibration [--quick] [--seeds ...]``."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("--quick", action="store_true", help="reduced sizes (seconds)")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0])
+    args = parser.parse_args(argv)
+    print(markdown_table([calibration_report(s, quick=args.quick) for s in args.seeds]))
+
+
+if __name__ == "__main__":
+    main()
