@@ -90,3 +90,15 @@ def test_real_trace_curves_equal_replays_at_sampled_points(conversation):
     bel = C.belady_curve(conversation, caps[[20, 60]])
     assert np.all(bel.hit_tokens >= lru.hit_tokens[[20, 60]])
     assert np.all(bel.hit_tokens <= C.infinite_bound(conversation).hit_tokens[0])
+
+
+def test_figure_07_data_is_computed_and_ordered():
+    import importlib
+
+    fig = importlib.import_module("tiered_kv.viz.figures.07_capacity_curves")
+    data, info = fig.curve_frame("conversation", belady_points=3)
+    lru = dict(data.filter(data["policy"] == "LRU").select("capacity_tokens", "token_hit_rate").iter_rows())
+    bel = data.filter(data["policy"] == "Belady (upper bound)")
+    assert bel.height == 3
+    for cap, rate in bel.select("capacity_tokens", "token_hit_rate").iter_rows():
+        assert lru[cap] <= rate <= info["infinite"] + 1e-12
