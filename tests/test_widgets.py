@@ -24,7 +24,7 @@ def _trace(rng: np.random.Generator, n: int, classes=("chatbot", "api")) -> pl.D
     rows = []
     t = 0
     for _ in range(n):
-        t += int(rng.integers(0, 4)) * 1000  # ms, ties included
+        t += int(rng.integers(0, 4))  # seconds, ties included
         base = prefixes[int(rng.integers(len(prefixes)))]
         keep = int(rng.integers(1, len(base) + 1))
         extra = int(rng.integers(0, 4))
@@ -32,8 +32,8 @@ def _trace(rng: np.random.Generator, n: int, classes=("chatbot", "api")) -> pl.D
         next_id += extra
         prefixes.append(blocks)
         length = (len(blocks) - 1) * BS + int(rng.integers(1, BS + 1))
-        rows.append({"timestamp": t, "input_length": length, "hash_ids": blocks,
-                     "class": classes[int(rng.integers(len(classes)))]})
+        rows.append({"timestamp_s": float(t), "input_length": length, "block_ids": blocks,
+                     "block_size": BS, "traffic_class": classes[int(rng.integers(len(classes)))]})
     return pl.DataFrame(rows)
 
 
@@ -41,17 +41,17 @@ def _replay(frame: pl.DataFrame, ttl: dict[str, float], cap_blocks: float) -> di
     """Brute force per DESIGN.md: in time order (stable), purge expired, look up, touch in order."""
     store: OrderedDict[int, tuple[float, str]] = OrderedDict()  # block -> (last touch s, class)
     hits: dict[str, int] = {}
-    for row in frame.with_row_index("i").sort(["timestamp", "i"]).iter_rows(named=True):
-        now, cls = row["timestamp"] / 1000, row["class"]
+    for row in frame.with_row_index("i").sort(["timestamp_s", "i"]).iter_rows(named=True):
+        now, cls = row["timestamp_s"], row["traffic_class"]
         for b in [b for b, (t, c) in store.items() if now - t > ttl[c]]:
             del store[b]
         p = 0
-        for b in row["hash_ids"]:
+        for b in row["block_ids"]:
             if b not in store:
                 break
             p += 1
         hits[cls] = hits.get(cls, 0) + min(p * BS, row["input_length"])
-        for b in row["hash_ids"]:
+        for b in row["block_ids"]:
             store.pop(b, None)
             store[b] = (now, cls)
             while len(store) > cap_blocks:
@@ -70,7 +70,7 @@ ttl_values = st.sampled_from([0.0, 1.0, 2.0, 3.0, 5.0, 8.0, 20.0, math.inf])
 @given(seed=st.integers(0, 10_000), t_chat=ttl_values, t_api=ttl_values)
 def test_per_class_ttl_matches_replay(seed, t_chat, t_api):
     frame = _trace(np.random.default_rng(seed), 60)
-    table = R.build_table(frame, block_size=BS)
+    table = R.build_table(frame)
     ttl = {"chatbot": t_chat, "api": t_api}
     setting = R.Setting(tuple(ttl[c] for c in table.classes))
     got = _hits(table, setting)
@@ -82,7 +82,7 @@ def test_per_class_ttl_matches_replay(seed, t_chat, t_api):
 @given(seed=st.integers(0, 10_000), ttl=ttl_values, cap=st.integers(1, 40), wm=st.sampled_from([0.5, 0.8, 1.0]))
 def test_shared_ttl_with_capacity_matches_replay(seed, ttl, cap, wm):
     frame = _trace(np.random.default_rng(seed), 60)
-    table = R.build_table(frame, block_size=BS)
+    table = R.build_table(frame)
     setting = R.Setting((ttl,) * table.n_classes, capacity_tokens=cap * BS, watermark=wm)
     got = _hits(table, setting)
     want = _replay(frame, dict.fromkeys(table.classes, ttl), math.floor(cap * wm))
@@ -91,7 +91,7 @@ def test_shared_ttl_with_capacity_matches_replay(seed, ttl, cap, wm):
 
 def test_curves_agree_with_point_evaluations():
     frame = _trace(np.random.default_rng(7), 200)
-    table = R.build_table(frame, block_size=BS)
+    table = R.build_table(frame)
     base = R.Setting((5.0, 30.0), capacity_tokens=60 * BS)
     grid = R.ttl_grid(table)
     curves = R.ttl_curves(table, base, grid)
@@ -112,18 +112,18 @@ def test_curves_agree_with_point_evaluations():
 
 def test_occupancy_matches_brute_force_count():
     frame = _trace(np.random.default_rng(3), 150)
-    table = R.build_table(frame, block_size=BS)
+    table = R.build_table(frame)
     setting = R.Setting((4.0, 10.0))
     occ = R.occupancy(table, setting, bins=50)
     # brute force: at each grid time, count blocks whose last touch (by class) is still live
-    times = frame["timestamp"].to_numpy() / 1000
+    times = frame["timestamp_s"].to_numpy()
     for t_rel, tokens in list(zip(occ["time_seconds"], occ["resident_tokens"]))[::5]:
         t = table.start_s + t_rel
         last: dict[int, tuple[float, str]] = {}
         for row, ts in zip(frame.iter_rows(named=True), times):
             if ts < t:  # touches strictly before the bin's right edge
-                for b in row["hash_ids"]:
-                    last[b] = (ts, row["class"])
+                for b in row["block_ids"]:
+                    last[b] = (ts, row["traffic_class"])
         ttl = dict(zip(table.classes, setting.ttl_s))
         live = sum(1 for ts, c in last.values() if t - ts < ttl[c] or ts + ttl[c] >= table.start_s + table.duration_s)
         assert tokens == pytest.approx(live * BS, abs=BS * 6)  # bin-edge ties only
@@ -139,7 +139,7 @@ def test_setting_validates():
 @pytest.fixture(scope="module")
 def dashboard():
     frame = _trace(np.random.default_rng(11), 400)
-    return RetentionDashboard(R.build_table(frame, block_size=BS), title="test")
+    return RetentionDashboard(R.build_table(frame), title="test")
 
 
 def test_shorter_chatbot_ttl_never_raises_its_hit_rate(dashboard):

@@ -8,6 +8,7 @@ tier's peak and mean resident KV.
 
 from __future__ import annotations
 
+import html
 import math
 from dataclasses import dataclass
 
@@ -78,8 +79,8 @@ def retention_chart(view: RetentionView, title: str = "") -> alt.HConcatChart:
     return alt.hconcat(ttl, cap, occ).properties(title=title)
 
 
-def summary_rows(view: RetentionView, bytes_per_token: float | None = None) -> list[dict]:
-    """Rows of the summary table: class, TTL, effective retention, token hit rate."""
+def summary_rows(view: RetentionView) -> list[dict]:
+    """Rows of the summary table: class, TTL, effective retention, token hit rate, hit tokens."""
     rows = []
     eff = list(view.effective_retention_s) + [math.nan]
     for row, e in zip(view.rates.iter_rows(named=True), eff):
@@ -90,13 +91,22 @@ def summary_rows(view: RetentionView, bytes_per_token: float | None = None) -> l
             "token hit rate": f"{row['token_hit_rate']:.2%}",
             "hit tokens": f"{row['hit_tokens']:,}",
         })
+    return rows
+
+
+def usage_line(view: RetentionView, bytes_per_token: float | None = None) -> str:
+    """Peak and mean resident KV on the SSD tier, in tokens (and bytes at ``bytes_per_token``)."""
     occ = view.occupancy["resident_tokens"]
     peak, mean = float(occ.max()), float(occ.mean())
-    usage = f"SSD resident KV: peak {peak:,.0f} tokens, mean {mean:,.0f} tokens"
+    text = f"SSD resident KV: peak {peak:,.0f} tokens, mean {mean:,.0f} tokens"
     if bytes_per_token:
-        usage += f" ({format_bytes(peak * bytes_per_token)} peak at {bytes_per_token:g} B/token)"
-    rows.append({"class": "SSD", "TTL": "", "effective retention": "", "token hit rate": "", "hit tokens": usage})
-    return rows
+        text += (f" = {format_bytes(peak * bytes_per_token)} peak, {format_bytes(mean * bytes_per_token)}"
+                 f" mean at {bytes_per_token:g} B/token")
+    return text
+
+
+_TABLE_CSS = ("<style>.tkv-retention td, .tkv-retention th {padding: 2px 12px; text-align: right}"
+              " .tkv-retention {border-collapse: collapse; margin: 4px 0}</style>")
 
 
 class RetentionDashboard:
@@ -142,10 +152,11 @@ class RetentionDashboard:
 
     def refresh(self, _change=None) -> None:
         self.view = evaluate(self.table, self.setting())
-        self.summary.value = html_table(
-            summary_rows(self.view, self.bytes_per_token), css_class="tkv-retention",
-            cell_classes={"token hit rate": "tkv-hit"},
-        )
+        table = html_table(summary_rows(self.view), css_class="tkv-retention",
+                           cell_classes={"token hit rate": "tkv-hit"})
+        usage = usage_line(self.view, self.bytes_per_token)
+        self.summary.value = f'{_TABLE_CSS}{table}<div class="tkv-ssd">{html.escape(usage)}</div>'
+
         self.chart_view.show(retention_chart(self.view, self.title))
 
     def hit_rate(self, cls: str = "total") -> float:
@@ -157,3 +168,53 @@ class RetentionDashboard:
         from IPython.display import display
 
         display(self.widget)
+
+
+# --- the two workloads of notebook 03 ------------------------------------------------------
+
+#: Slice of the conversation trace used at small size (seconds from its start).
+SMALL_TRACE_SECONDS = 900.0
+#: Synthetic multi-day workload: (preset, rate factor, days) at each notebook size.
+SYNTH_SIZES = {"small": ("ci", 1.0, 3.0), "full": ("mixed", 0.125, 14.0)}
+
+
+def _fp4_bytes_per_token() -> float:
+    from tiered_kv.sim.latency import preset
+
+    return preset("deepseek-v3-fp4").kv_bytes_per_token
+
+
+def conversation_table(size: str | None = None) -> R.RetentionTable:
+    """Retention table of the shipped Mooncake conversation trace (first 15 min at small size)."""
+    from tiered_kv.sim.traces import load_trace, shipped_trace
+    from tiered_kv.viz import notebook_size
+
+    frame = load_trace(shipped_trace("conversation"))
+    if (size or notebook_size()) == "small":
+        frame = frame.filter(pl.col("timestamp_s") < frame["timestamp_s"].min() + SMALL_TRACE_SECONDS)
+    return R.build_table(frame)
+
+
+def synthetic_table(size: str | None = None, seed: int = 0) -> R.RetentionTable:
+    """Retention table of the two-class synthetic workload (14 days at 1/128 of Mooncake rates; 3 days tiny)."""
+    from tiered_kv.sim import synth
+    from tiered_kv.viz import notebook_size
+
+    name, factor, days = SYNTH_SIZES[size or notebook_size()]
+    cfg = synth.PRESETS[name].scaled(factor) if factor != 1.0 else synth.PRESETS[name]
+    return R.build_table(synth.generate(cfg, days, seed))
+
+
+def conversation_dashboard(size: str | None = None) -> RetentionDashboard:
+    """Dashboard over the real conversation trace (one class: chatbot)."""
+    return RetentionDashboard(conversation_table(size), title="Mooncake conversation trace (real)",
+                              bytes_per_token=_fp4_bytes_per_token())
+
+
+def synthetic_dashboard(size: str | None = None, seed: int = 0) -> RetentionDashboard:
+    """Dashboard over the synthetic chatbot + agent workload, TTLs starting at 3 days."""
+    table = synthetic_table(size, seed)
+    three_days = 3 * 86_400.0
+    return RetentionDashboard(table, title="synthetic multi-day workload (chatbot + agent)",
+                              ttl_s=dict.fromkeys(table.classes, three_days),
+                              bytes_per_token=_fp4_bytes_per_token())

@@ -1,39 +1,94 @@
 """Small ipywidgets building blocks shared by the dashboards.
 
 A dashboard recomputes its frames in a pure function of the slider values, then swaps the
-chart shown in a :class:`ChartView` in place (one output area, cleared with ``wait=True`` so the
-old chart stays until the new one is ready; no flicker, no growing list of outputs). The frames
-and the chart of the last redraw stay on the object, which is what the widget tests read.
+chart shown in a :class:`ChartView` in place (no flicker, no growing list of outputs, no CDN:
+the vega JavaScript is bundled locally). The frames and the chart of the last redraw stay on
+the object, which is what the widget tests read.
 """
 
 from __future__ import annotations
 
 import html
+import os
 import time
+from pathlib import Path
 from typing import Any
 
 import ipywidgets as widgets
 
 
+def _offline_jupyter_chart():
+    """altair's ``JupyterChart`` with its JavaScript bundled locally (no CDN), or None.
+
+    ``JupyterChart.enable_offline`` builds the vega bundle with vl-convert (seconds); the bundle
+    is cached in ``~/.cache/tiered-kv`` keyed by the altair and vl-convert versions, so later
+    kernels load it in milliseconds. Returns None when anywidget is not installed.
+    """
+    try:
+        import anywidget  # noqa: F401
+        import vl_convert
+        from altair import JupyterChart
+        from altair import __version__ as altair_version
+    except ImportError:
+        return None
+    if getattr(JupyterChart, "_is_offline", False):
+        return JupyterChart
+    cache_dir = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "tiered-kv"
+    cache = cache_dir / f"jupyterchart-altair{altair_version}-vlc{vl_convert.__version__}.js"
+    if cache.exists():
+        # what enable_offline sets, read from the cache (anywidget reads ``_esm`` per instance)
+        JupyterChart._esm = cache.read_text()
+        JupyterChart._is_offline = True
+    else:
+        JupyterChart.enable_offline(True)
+        try:
+            cache_dir.mkdir(parents=True, exist_ok=True)
+            tmp = cache.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_text(JupyterChart._esm)
+            tmp.replace(cache)
+        except OSError:
+            pass  # a read-only home only costs the rebuild next time
+    return JupyterChart
+
+
 class ChartView:
-    """An output area holding one altair chart, replaced in place on every :meth:`show`."""
+    """A box holding one altair chart, replaced in place on every :meth:`show`.
+
+    With anywidget installed the chart is an altair ``JupyterChart`` whose spec is swapped
+    over the widget channel (the front end re-embeds it in the same element, offline). Without
+    it, an ``Output`` area is cleared (``wait=True``) and the chart displayed again.
+    """
 
     def __init__(self) -> None:
-        self.output = widgets.Output()
+        self.output = widgets.Box()
+        self._jupyter_chart_cls = _offline_jupyter_chart()
+        self._jc = None
+        self._out: widgets.Output | None = None
         self.chart: Any = None
         self.spec: dict | None = None
         self.redraws = 0
         self.last_redraw_s = 0.0
 
     def show(self, chart: Any) -> None:
-        from IPython.display import display
-
         t0 = time.perf_counter()
         self.chart = chart
-        self.spec = chart.to_dict()  # validates; also what the front end receives
-        with self.output:
-            self.output.clear_output(wait=True)
-            display(chart)
+        if self._jupyter_chart_cls is not None:
+            if self._jc is None:
+                self._jc = self._jupyter_chart_cls(chart)
+                self.output.children = (self._jc,)
+            else:
+                self._jc.chart = chart
+            self.spec = self._jc.spec
+        else:
+            from IPython.display import display
+
+            if self._out is None:
+                self._out = widgets.Output()
+                self.output.children = (self._out,)
+            self.spec = chart.to_dict()
+            with self._out:
+                self._out.clear_output(wait=True)
+                display(chart)
         self.redraws += 1
         self.last_redraw_s = time.perf_counter() - t0
 
@@ -59,7 +114,7 @@ def html_table(rows: list[dict], css_class: str = "tkv-table", cell_classes: dic
     return f'<table class="{css_class}"><tr>{head}</tr>{"".join(body)}</table>'
 
 
-def log_slider(description: str, value: float, lo: float, hi: float, *, steps: int = 60,
+def log_slider(description: str, value: float, lo: float, hi: float, *, steps: int = 240,
                readout_format: str = ".3g") -> widgets.FloatLogSlider:
     """A base-10 log slider spanning [lo, hi] in about ``steps`` steps, continuous_update off.
 

@@ -1,0 +1,51 @@
+"""Every notebook executes headless at small size (TIERED_KV_QUICK=1) without an error.
+
+Notebooks hold no logic; this test is what keeps them in step with the package. Cleanliness
+(no outputs, no execution counts) is checked in tests/test_packaging.py.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+nbformat = pytest.importorskip("nbformat")
+nbclient = pytest.importorskip("nbclient")
+
+NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
+ALL = sorted(NOTEBOOKS.glob("*.ipynb"))
+
+
+def test_the_notebooks_of_the_workbench_exist():
+    names = {p.stem for p in ALL}
+    expected = {"03_retention"}
+    assert expected <= names, f"missing notebooks: {sorted(expected - names)}"
+
+
+def test_notebooks_hold_no_logic():
+    """Code cells import, call and display: no def, class, loops or lambdas of their own."""
+    banned = ("def ", "class ", "for ", "while ", "lambda")
+    for path in ALL:
+        for cell in json.loads(path.read_text())["cells"]:
+            if cell["cell_type"] != "code":
+                continue
+            src = "".join(cell["source"])
+            for word in banned:
+                assert word not in src, f"{path.name}: code cell holds logic ({word.strip()!r}): {src[:80]!r}"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", ALL, ids=[p.stem for p in ALL])
+def test_notebook_executes_at_small_size(path: Path, monkeypatch, tmp_path):
+    monkeypatch.setenv("TIERED_KV_QUICK", "1")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(Path.home() / ".cache"))  # share the vega bundle cache
+    book = nbformat.read(path, as_version=4)
+    client = nbclient.NotebookClient(
+        book, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(NOTEBOOKS)}}
+    )
+    client.execute()  # raises CellExecutionError with the failing cell and traceback
+    errors = [o for c in book.cells if c.cell_type == "code" for o in c.get("outputs", [])
+              if o.get("output_type") == "error"]
+    assert not errors
