@@ -382,12 +382,60 @@ def _lru_trie_distance_hist(node, offsets, tokens, warmup, n_nodes):
 
 
 def fifo_trie_curve(t: TrieTrace, capacities) -> np.ndarray:
-    """kvcache.ai FIFO counted hit tokens at each capacity (blocks): one O(n) replay each."""
+    """kvcache.ai FIFO counted hit tokens at each capacity (blocks), all capacities in lock-step.
+
+    FIFO never reorders: after ``I`` insertions a cache of ``C`` blocks holds exactly the nodes
+    inserted ``I-C+1 .. I``. So a node is present iff ``I - inserted_at[node] < C``, and every
+    capacity can walk the one access stream together, each with its own insertion counter
+    (no queue; the inner loop over capacities vectorises).
+    """
     caps = _check_capacities(capacities)
     out = np.zeros(caps.shape[0], dtype=np.int64)
-    for i in np.flatnonzero(~_underfilled_mask(t, caps)):
-        out[i] = hit_tokens_of(t, replay_fifo_trie(t, int(caps[i]))[0])
+    live = np.flatnonzero(~_underfilled_mask(t, caps))
+    if live.size and t.n_requests:
+        hits, filled = _fifo_lockstep(t.node, t.offsets, t.tokens, t.warmup, t.n_nodes,
+                                      caps[live].astype(np.int64))
+        out[live] = np.where(filled, hits, 0)
     return out
+
+
+@nb.njit(cache=True)
+def _fifo_lockstep(node, offsets, tokens, warmup, n_nodes, caps):
+    nq = caps.shape[0]
+    cap32 = caps.astype(np.int32)
+    # insertion number of each node per capacity; "long ago" = absent at every capacity
+    inserted = np.full((n_nodes + 1, nq), -(2**30), dtype=np.int32)
+    count = np.zeros(nq, dtype=np.int32)
+    alive = np.zeros(nq, dtype=np.int32)
+    hits = np.zeros(nq, dtype=np.int64)
+    filled = np.zeros(nq, dtype=np.bool_)
+    for r in range(offsets.shape[0] - 1):
+        s, e = offsets[r], offsets[r + 1]
+        if r == warmup:
+            for q in range(nq):
+                filled[q] = count[q] >= cap32[q]
+        if r >= warmup:
+            alive[:] = 1
+            for a in range(s, e):
+                row = inserted[node[a]]
+                w = tokens[a]
+                n_alive = 0
+                for q in range(nq):
+                    alive[q] &= np.int32(count[q] - row[q] < cap32[q])
+                    hits[q] += w * alive[q]
+                    n_alive += alive[q]
+                if n_alive == 0:
+                    break
+        for a in range(s, e):
+            row = inserted[node[a]]
+            for q in range(nq):
+                c = count[q]
+                miss = np.int32(c - row[q] >= cap32[q])
+                count[q] = c + miss
+                row[q] = row[q] + miss * (c + 1 - row[q])
+    if offsets.shape[0] - 1 <= warmup:
+        filled[:] = False
+    return hits, filled
 
 
 @nb.njit(cache=True)

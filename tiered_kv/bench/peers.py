@@ -1,0 +1,182 @@
+"""Side by side with the public simulators: identical hit tokens, and the wall-time ratio.
+
+Runs kvcache.ai's ``kvcache-simulator`` (C++ backend, its fastest) for ``lru``, ``optimal``
+and ``fifo``, and LMCache's cache simulator (``lru``), on the same trace and the same
+capacities as tiered-kv under the matching ``--semantics`` preset, in this one process run.
+For every peer and policy it reports the hit tokens from both sides, ``identical`` (every
+point equal, not just the rate) and ``speedup_vs_peer`` = peer wall time / tiered-kv wall time
+for the whole curve.
+
+What is timed: the peer from its own parsed input (kvcache.ai: ``run_cpp_sweep`` on its
+``TraceData``, which writes its binary trace, builds its trie and runs one simulation per
+capacity; LMCache: ``simulate(fast=True)`` once per capacity on its loaded events); tiered-kv
+from the loaded trace frame (compile for the preset, build the trie, one-pass curve). One-off
+costs are excluded on both sides and reported: compiling the peer's C++ binary, loading
+tiered-kv's numba kernels. Capacities: ``--points`` log-spaced from ``--min-tokens`` to
+``--max-tokens`` tokens, as whole blocks (kvcache.ai) or chunks (LMCache).
+
+Installs nothing: a missing peer is reported (``available: false`` with the install command).
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from typing import Any
+
+import numpy as np
+
+NAME = "peers"
+HELP = "parity and speed against kvcache.ai's and LMCache's simulators (needs the peers extra)"
+
+
+def register(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--trace", default="conversation", help="trace path or shipped name (default: conversation)")
+    parser.add_argument("--points", type=int, default=100, help="capacities on the curve (default 100)")
+    parser.add_argument("--min-tokens", type=float, default=1e4, help="smallest capacity in tokens (default 1e4)")
+    parser.add_argument("--max-tokens", type=float, default=1e8, help="largest capacity in tokens (default 1e8)")
+    parser.add_argument("--policies", default="lru,optimal,fifo", help="kvcache.ai policies (default lru,optimal,fifo)")
+    parser.add_argument("--skip", default="", help="peers to leave out: kvcache-simulator, lmcache")
+    parser.add_argument("--repeat", type=int, default=1, help="timed runs per side (best kept; default 1)")
+    parser.add_argument("--lmcache-bytes-per-token", type=int, default=2,
+                        help="bytes per token in the exported LMCache log (sets bytes per chunk; default 2)")
+
+
+def _best(fn, repeat: int) -> tuple[Any, float]:
+    best, out = float("inf"), None
+    for _ in range(max(1, repeat)):
+        t0 = time.perf_counter()
+        out = fn()
+        best = min(best, time.perf_counter() - t0)
+    return out, best
+
+
+def _compare(peer: np.ndarray, ours: np.ndarray, peer_s: float, ours_s: float, ours_policy: str) -> dict:
+    diff = np.flatnonzero(peer != ours)
+    return {"ours_policy": ours_policy, "identical": bool(diff.size == 0), "mismatches": int(diff.size),
+            "first_mismatch_index": int(diff[0]) if diff.size else None,
+            "peer_seconds": peer_s, "ours_seconds": ours_s,
+            "speedup_vs_peer": peer_s / ours_s if ours_s > 0 else float("inf"),
+            "hit_tokens_peer": peer.tolist(), "hit_tokens_ours": ours.tolist()}
+
+
+def _warm_numba() -> float:
+    """Load (or compile) every kernel once on a tiny trace; reported, never timed in a curve."""
+    from tiered_kv.sim import peers
+    from tiered_kv.sim.traces import random_trace
+
+    t0 = time.perf_counter()
+    df = random_trace(0, 40)
+    for pol in ("lru", "optimal", "fifo"):
+        peers.ours_kvcache(df, [1, 3, 50], pol)
+    peers.ours_lmcache(df, [1, 3])
+    return time.perf_counter() - t0
+
+
+def _kvcache(df, path, caps_blocks, policies, repeat, bar) -> dict:
+    from tiered_kv.sim import peers
+
+    status = peers.kvcache_status()
+    out: dict[str, Any] = {"status": status.to_dict(), "semantics": "kvcache-ai"}
+    if not status.available:
+        return out
+    from kvcache_sim.cpp_backend import ensure_cpp_simulator
+
+    backend = "cpp" if "cpp" in status.detail else "python"
+    out["backend"] = backend
+    if backend == "cpp":
+        t0 = time.perf_counter()
+        ensure_cpp_simulator()
+        out["peer_compile_seconds"] = time.perf_counter() - t0
+    trace = peers.kvcache_trace(path, block_size=int(df["block_size"][0]))
+    w = trace.request_starts[trace.request_count // 2]
+    out["total_tokens"] = int(sum(trace.tokens[w:]))
+    for pol in policies:
+        bar.set_description(f"kvcache-simulator {pol}")
+        peer, peer_s = _best(lambda p=pol: peers.run_kvcache(trace, caps_blocks, p, backend=backend), repeat)
+        bar.update(1)
+        bar.set_description(f"tiered-kv {peers.KVCACHE_POLICIES[pol]}")
+        ours, ours_s = _best(lambda p=pol: peers.ours_kvcache(df, caps_blocks, p), repeat)
+        bar.update(1)
+        out[pol] = _compare(peer, ours, peer_s, ours_s, peers.KVCACHE_POLICIES[pol])
+    return out
+
+
+def _lmcache(df, caps_chunks, repeat, bytes_per_token, bar) -> dict:
+    import tempfile
+    from pathlib import Path
+
+    from tiered_kv.sim import peers
+    from tiered_kv.sim.lmcache_io import write_lookup_jsonl
+
+    status = peers.lmcache_status()
+    out: dict[str, Any] = {"status": status.to_dict(), "semantics": "lmcache"}
+    if not status.available:
+        return out
+    with tempfile.TemporaryDirectory(prefix="tiered-kv-peers-") as tmp:
+        log = write_lookup_jsonl(df, Path(tmp) / "lookup_hashes_trace.jsonl", bytes_per_token=bytes_per_token)
+        events = peers.lmcache_events(log)
+    bpc = peers.lmcache_simulator().compute_kv_bytes_per_chunk(events[0])
+    out["bytes_per_chunk"] = bpc
+    out["total_tokens"] = int(sum(e["seq_len"] for e in events))
+
+    def peer_curve():
+        hits = []
+        for c in caps_chunks:
+            hits.append(int(peers.run_lmcache(events, [c], bpc)[0]))
+            bar.update(1)
+        return np.array(hits, dtype=np.int64)
+
+    bar.set_description("lmcache lru")
+    peer, peer_s = _best(peer_curve, repeat)
+    bar.set_description("tiered-kv lru (lmcache semantics)")
+    ours, ours_s = _best(lambda: peers.ours_lmcache(df, caps_chunks), repeat)
+    out["lru"] = _compare(peer, ours, peer_s, ours_s, "lru")
+    return out
+
+
+def run(args: argparse.Namespace) -> dict:
+    from tqdm import tqdm
+
+    from tiered_kv.commands.simulate import resolve_trace_path
+    from tiered_kv.sim.traces import load_trace
+
+    if args.points < 1 or not (0 < args.min_tokens <= args.max_tokens):
+        raise ValueError("peers: need --points >= 1 and 0 < --min-tokens <= --max-tokens")
+    policies = [p for p in args.policies.split(",") if p]
+    bad = sorted(set(policies) - {"lru", "optimal", "fifo"})
+    if bad:
+        raise ValueError(f"--policies: unknown {bad}; choose from lru, optimal, fifo")
+    skip = {s.strip() for s in args.skip.split(",") if s.strip()}
+    path = resolve_trace_path(args.trace)
+    df = load_trace(path)
+    bs = int(df["block_size"][0])
+    if (df["block_size"] != bs).any():
+        raise ValueError(f"{path}: peers need one block size per trace")
+    caps_tokens = np.geomspace(args.min_tokens, args.max_tokens, args.points)
+    caps_blocks = (caps_tokens // bs).astype(np.int64)
+    result: dict[str, Any] = {
+        "trace": str(path), "requests": df.height, "block_size": bs, "points": int(args.points),
+        "capacities_tokens": caps_tokens.tolist(), "capacities_blocks": caps_blocks.tolist(),
+        "numba_warmup_seconds": _warm_numba(),
+        "note": "wall times on a shared machine (other jobs running); ratios are from one run",
+    }
+    steps = (0 if "kvcache-simulator" in skip else 2 * len(policies)) + (0 if "lmcache" in skip else args.points)
+    with tqdm(total=steps * max(1, args.repeat), unit="step", leave=False) as bar:
+        if "kvcache-simulator" not in skip:
+            result["kvcache-simulator"] = _kvcache(df, path, caps_blocks, policies, args.repeat, bar)
+        if "lmcache" not in skip:
+            result["lmcache"] = _lmcache(df, caps_blocks, args.repeat, args.lmcache_bytes_per_token, bar)
+    checks = [v["identical"] for peer in ("kvcache-simulator", "lmcache") if peer in result
+              for v in result[peer].values() if isinstance(v, dict) and "identical" in v]
+    result["identical"] = bool(checks) and all(checks)
+    result["peers_run"] = len(checks)
+    if not getattr(args, "json", False):  # the table stays readable: curves only in --json
+        for peer in ("kvcache-simulator", "lmcache"):
+            for v in result.get(peer, {}).values():
+                if isinstance(v, dict):
+                    v.pop("hit_tokens_peer", None)
+                    v.pop("hit_tokens_ours", None)
+        result.pop("capacities_tokens")
+        result.pop("capacities_blocks")
+    return result
