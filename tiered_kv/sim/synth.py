@@ -41,8 +41,14 @@ matching them is a calibration, not a reproduction:
 * chatbot, 14-day run: token hit rate with a 7-day TTL minus with a 3-day TTL between 0.5 and
   1 point (the effect DeepSeek reports for moving chatbot retention).
 
-Achieved values are listed in the calibration table (``calibration_report``); see the docstring
-of :mod:`tiered_kv.sim.synth_calibration` for the last measured run.
+Achieved at the Mooncake rates, seeds 0/1/2 (``python -m tiered_kv.sim.synth_calibration
+--seeds 0 1 2``): chatbot input quantiles 1,014-1,119 / 2,665-2,841 / 6,951-6,994 /
+15,013-15,692 / 29,981-31,322; reuse p50 107-117 s, p90 491-542 s; infinite hit rate
+0.363-0.371; 11,660-11,810 requests/hour (the context-window cut ends a few sessions early).
+Agent: average input 8,328-8,469, output 181-182, cache ratio 0.601-0.604, 23,260-23,702
+requests/hour. 14-day chatbot (``mixed`` preset, 1/16 rate) 7 d -> 3 d loss: 0.66-0.74 points.
+Known biases: chatbot p25 and p90 input lengths run 15-20 % and 10-15 % high (one lognormal
+per message cannot follow the real trace's left-skewed log-length shape exactly).
 """
 
 from __future__ import annotations
@@ -162,6 +168,8 @@ class SynthConfig:
     def __post_init__(self) -> None:
         if isinstance(self.classes, ClassConfig):
             object.__setattr__(self, "classes", (self.classes,))
+        elif isinstance(self.classes, list):
+            object.__setattr__(self, "classes", tuple(self.classes))
         if not self.classes or not all(isinstance(c, ClassConfig) for c in self.classes):
             raise ValueError("classes: must be a non-empty tuple of ClassConfig")
         names = [c.name for c in self.classes]

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from pathlib import Path
 
 import numpy as np
 import polars as pl
@@ -155,17 +154,6 @@ TARGETS: tuple[Target, ...] = (
 )
 
 
-def real_trace_path() -> Path:
-    """The Mooncake conversation trace: shipped in data/ (simulator part 1) or in ../shared."""
-    from tiered_kv import DATA_DIR, REPO_ROOT
-
-    for p in (DATA_DIR / "traces/mooncake/conversation_trace.jsonl",
-              REPO_ROOT.parent / "shared/data/traces/mooncake/conversation_trace.jsonl"):
-        if p.exists():
-            return p
-    raise FileNotFoundError("Mooncake conversation trace not found in data/traces/mooncake/")
-
-
 def slice_stats(df: pl.DataFrame) -> dict[str, float]:
     """The one-hour-slice statistics compared with a real trace (one class per frame)."""
     stats = {f"input_length_p{round(q * 100)}": v for q, v in input_length_quantiles(df).items()}
@@ -179,9 +167,9 @@ def slice_stats(df: pl.DataFrame) -> dict[str, float]:
 
 def real_trace_targets() -> dict[str, float]:
     """The chatbot targets measured on the real conversation trace with :func:`slice_stats`."""
-    from tiered_kv.sim.traces import load_trace
+    from tiered_kv.sim.traces import load_trace, shipped_trace
 
-    return slice_stats(load_trace(real_trace_path(), traffic_class="chatbot"))
+    return slice_stats(load_trace(shipped_trace("conversation"), traffic_class="chatbot"))
 
 
 def one_hour_slice(config: SynthConfig, name: str, seed: int) -> pl.DataFrame:
