@@ -1,0 +1,278 @@
+"""KV tensor <-> one self-describing FP4 chunk object.
+
+A chunk is the global KV of one full block of tokens, ``kv: [tokens, 2, kv_heads, head_dim]``
+(K and V stacked on dim 1), quantized by :mod:`tiered_kv.kernels.fp4` and laid out as::
+
+    prefix   20 bytes  magic b"TKVC", version u16, reserved u16, header_len u32, payload_len u64
+    header   JSON      key, parent key, block index, namespace digest, format, shapes, valid
+                       tokens, traffic class, creation time, and one entry per payload section
+                       (name, dtype, shape, byte count)
+    payload  bytes     packed FP4 codes, then block scales, then the per-chunk global scale
+    trailer  4 bytes   CRC32C (little-endian) of everything before it
+
+Why one object and not one Zarr array per chunk: creating an array costs a metadata write and
+a directory per chunk, which held a naive layout to ~0.3x raw file throughput. One object per
+chunk is one ``store.set`` (one file on a LocalStore), and the header makes it decodable with
+nothing else at hand: ``tiered-kv store stats/verify/gc`` need no namespace to work.
+
+The checksum is CRC32C (google-crc32c, a dependency of zarr; hardware-accelerated at ~16 GB/s)
+so that verifying every read costs about 2 us per 35 KB chunk instead of ~130 us for blake2b.
+The CRC sits in a trailer because CRC32C of (message + its own CRC) is the constant 0x48674BC7:
+a reader checks the whole object as returned by the store, with no slicing copy.
+The length fields catch truncation, the CRC catches flipped bytes, and a parse failure of the
+header catches the rest: any of them turns the chunk into a miss (:class:`CorruptChunk`).
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import google_crc32c
+import numpy as np
+
+if TYPE_CHECKING:
+    import torch
+
+    from tiered_kv.keys import Namespace
+
+MAGIC = b"TKVC"
+VERSION = 1
+PREFIX = struct.Struct("<4sHHIQ")
+TRAILER = 4
+#: CRC32C of any message followed by its own CRC32C (little-endian).
+CRC_RESIDUE = 0x48674BC7
+#: Bytes worth reading to parse a header without the payload (headers are ~0.5 KB).
+HEADER_PROBE = 2048
+KV_DTYPES = ("float32", "bfloat16", "float16")
+
+
+class CorruptChunk(ValueError):
+    """A chunk object that does not decode: truncated, flipped bytes, bad header, wrong key."""
+
+
+@dataclass(frozen=True)
+class ChunkHeader:
+    """Everything about a chunk except its payload bytes."""
+
+    key: bytes
+    parent: bytes
+    index: int
+    ns_digest: bytes
+    fmt: str
+    tokens: int
+    kv_heads: int
+    head_dim: int
+    traffic_class: str
+    created: float
+    sections: tuple[tuple[str, str, tuple[int, ...], int], ...]
+    header_len: int
+    payload_len: int
+    extra: dict[str, Any] = field(default_factory=dict, compare=False)
+
+    @property
+    def nbytes(self) -> int:
+        """Size of the whole stored object."""
+        return PREFIX.size + self.header_len + self.payload_len + TRAILER
+
+
+def _torch():
+    import torch
+
+    return torch
+
+
+def _fp4():
+    from tiered_kv.kernels import fp4
+
+    return fp4
+
+
+def check_kv(kv: torch.Tensor, namespace: Namespace, *, name: str = "kv") -> None:
+    """Raise a ValueError naming ``name`` when ``kv`` does not fit the namespace."""
+    torch = _torch()
+    if not isinstance(kv, torch.Tensor):
+        raise ValueError(f"{name}: must be a torch.Tensor [tokens, 2, kv_heads, head_dim], got {type(kv).__name__}")
+    want = namespace.kv_shape
+    if kv.dim() != 4 or tuple(kv.shape[1:]) != want:
+        raise ValueError(
+            f"{name}: must have shape [tokens, {want[0]}, {want[1]}, {want[2]}] "
+            f"(K and V stacked on dim 1, kv_heads={want[1]}, head_dim={want[2]} for this namespace), "
+            f"got {list(kv.shape)}"
+        )
+    dtype = str(kv.dtype).removeprefix("torch.")
+    if dtype not in KV_DTYPES:
+        raise ValueError(f"{name}: dtype must be one of {list(KV_DTYPES)}, got {dtype}")
+
+
+def quantize_blocks(kv: torch.Tensor, namespace: Namespace) -> list:
+    """FP4-quantize ``kv [n * block_size, 2, H, D]`` into one FP4Tensor per block, in one call.
+
+    A chunk's bytes must depend only on its own block (the same key must always mean the same
+    bytes, whatever was put beside it). MXFP4 scales are block-local already. NVFP4's global
+    scale is per head over the whole input, so the blocks are first folded into the head axis
+    (``[bs, 2, n * H, D]``): one kernel call then yields one global scale per chunk *and* head.
+    """
+    check_kv(kv, namespace)
+    torch = _torch()
+    fp4 = _fp4()
+    bs, H, D = namespace.block_size, namespace.kv_heads, namespace.head_dim
+    n = kv.shape[0] // bs
+    if n * bs != kv.shape[0]:
+        raise ValueError(f"kv: token count {kv.shape[0]} is not a multiple of block_size={bs}")
+    if n == 0:
+        return []
+    shape = torch.Size((bs, 2, H, D))
+    if namespace.fmt == "nvfp4":
+        folded = kv.reshape(n, bs, 2, H, D).permute(1, 2, 0, 3, 4).reshape(bs, 2, n * H, D)
+        q = fp4.quantize(folded.contiguous(), "nvfp4")
+        data = q.data.reshape(bs, 2, n, H, D // 2).permute(2, 0, 1, 3, 4)
+        scales = q.scales.reshape(bs, 2, n, H, -1).permute(2, 0, 1, 3, 4)
+        gs = q.global_scale.reshape(n, H)
+        return [fp4.FP4Tensor(data[i].contiguous(), scales[i].contiguous(), gs[i].contiguous(),
+                              "nvfp4", shape, kv.dtype) for i in range(n)]
+    q = fp4.quantize(kv.contiguous(), namespace.fmt)
+    return [fp4.FP4Tensor(q.data[i * bs:(i + 1) * bs], q.scales[i * bs:(i + 1) * bs], None,
+                          namespace.fmt, shape, kv.dtype) for i in range(n)]
+
+
+def _np(t) -> np.ndarray:
+    torch = _torch()
+    if isinstance(t, torch.Tensor):
+        t = t.detach().cpu().contiguous()
+        if t.dtype == torch.bfloat16:  # numpy has no bf16: keep the raw 16-bit patterns
+            t = t.view(torch.int16)
+        return t.numpy()
+    return np.ascontiguousarray(t)
+
+
+def _sections(q) -> list[tuple[str, np.ndarray]]:
+    out = [("data", _np(q.data)), ("scales", _np(q.scales))]
+    gs = getattr(q, "global_scale", None)
+    if gs is not None:
+        out.append(("global_scale", _np(gs).astype("<f4", copy=False)))
+    return out
+
+
+def pack_chunk(q, *, namespace: Namespace, key: bytes, parent: bytes, index: int,
+               traffic_class: str, created: float) -> bytes:
+    """Serialize an FP4-quantized block into one chunk object (see the module docstring)."""
+    secs = _sections(q)
+    header = {
+        "key": key.hex(),
+        "parent": parent.hex(),
+        "index": int(index),
+        "ns": namespace.digest.hex(),
+        "fmt": namespace.fmt,
+        "tokens": int(q.shape[0]),
+        "kv_heads": namespace.kv_heads,
+        "head_dim": namespace.head_dim,
+        "class": traffic_class,
+        "created": float(created),
+        "fp4": {"block": int(q.block), "input_dtype": str(q.dtype).removeprefix("torch."),
+                "global_scale": "per chunk and head" if len(secs) > 2 else "none"},
+        "sections": [[n, a.dtype.str, list(a.shape), a.nbytes] for n, a in secs],
+    }
+    hbytes = json.dumps(header, separators=(",", ":")).encode()
+    payload = b"".join(a.tobytes() for _, a in secs)
+    body = b"".join((PREFIX.pack(MAGIC, VERSION, 0, len(hbytes), len(payload)), hbytes, payload))
+    return body + google_crc32c.value(body).to_bytes(TRAILER, "little")
+
+
+def read_header(buf: bytes | memoryview) -> ChunkHeader:
+    """Parse the prefix and JSON header (``buf`` may be just the first HEADER_PROBE bytes)."""
+    mv = memoryview(buf)
+    if len(mv) < PREFIX.size:
+        raise CorruptChunk(f"truncated: {len(mv)} bytes, shorter than the {PREFIX.size}-byte prefix")
+    magic, version, _, hlen, plen = PREFIX.unpack_from(mv)
+    if magic != MAGIC:
+        raise CorruptChunk(f"bad magic {bytes(magic)!r}")
+    if version != VERSION:
+        raise CorruptChunk(f"unsupported chunk version {version}")
+    if len(mv) < PREFIX.size + hlen:
+        raise CorruptChunk("truncated header")
+    try:
+        h = json.loads(bytes(mv[PREFIX.size:PREFIX.size + hlen]))
+        secs = tuple((s[0], s[1], tuple(int(x) for x in s[2]), int(s[3])) for s in h["sections"])
+        if sum(s[3] for s in secs) != plen:
+            raise CorruptChunk("section sizes do not add up to the payload length")
+        return ChunkHeader(
+            key=bytes.fromhex(h["key"]), parent=bytes.fromhex(h["parent"]), index=int(h["index"]),
+            ns_digest=bytes.fromhex(h["ns"]), fmt=str(h["fmt"]), tokens=int(h["tokens"]),
+            kv_heads=int(h["kv_heads"]), head_dim=int(h["head_dim"]), traffic_class=str(h["class"]),
+            created=float(h["created"]), sections=secs, header_len=hlen, payload_len=plen,
+            extra={"fp4": h.get("fp4", {})},
+        )
+    except CorruptChunk:
+        raise
+    except (ValueError, KeyError, TypeError, IndexError) as exc:
+        raise CorruptChunk(f"unreadable header: {exc}") from exc
+
+
+def verify_chunk(buf: bytes, *, key: bytes | None = None) -> ChunkHeader:
+    """Header of a complete, intact chunk; raises CorruptChunk otherwise.
+
+    ``buf`` must be ``bytes`` (google-crc32c reads only immutable buffers; the stores' buffers
+    wrap ``bytes`` already, see :func:`tiered_kv.tiers.ssd_layout.as_bytes`).
+    """
+    h = read_header(buf)
+    if len(buf) != h.nbytes:
+        raise CorruptChunk(f"size {len(buf)} bytes, header says {h.nbytes}")
+    if google_crc32c.value(buf) != CRC_RESIDUE:
+        raise CorruptChunk("checksum mismatch")
+    if key is not None and h.key != key:
+        raise CorruptChunk(f"chunk holds key {h.key.hex()}, expected {key.hex()}")
+    return h
+
+
+def payload_arrays(buf: bytes | memoryview, header: ChunkHeader) -> dict[str, np.ndarray]:
+    """Zero-copy numpy views of a verified chunk's payload sections."""
+    mv = memoryview(buf)
+    off = PREFIX.size + header.header_len
+    out = {}
+    for name, dtype, shape, nbytes in header.sections:
+        out[name] = np.frombuffer(mv[off:off + nbytes], dtype=np.dtype(dtype)).reshape(shape)
+        off += nbytes
+    return out
+
+
+def unpack_chunk(buf: bytes | memoryview, header: ChunkHeader, *, device: str = "cpu"):
+    """Rebuild the kernels' FP4Tensor from a verified chunk."""
+    torch = _torch()
+    fp4 = _fp4()
+    arrs = payload_arrays(buf, header)
+    data = torch.from_numpy(arrs["data"].copy()).to(device)
+    scales = torch.from_numpy(arrs["scales"].copy()).to(device)
+    gs = arrs.get("global_scale")
+    gs = None if gs is None else torch.from_numpy(gs.astype(np.float32)).to(device)
+    in_dtype = getattr(torch, header.extra.get("fp4", {}).get("input_dtype", "float32"), torch.float32)
+    return fp4.FP4Tensor(data, scales, gs, header.fmt,
+                         torch.Size((header.tokens, 2, header.kv_heads, header.head_dim)), in_dtype)
+
+
+def dequantize_chunks(chunks: list, dtype: torch.dtype) -> torch.Tensor:
+    """Dequantized KV of consecutive chunks, ``[n * tokens, 2, H, D]``, in one kernel call.
+
+    NVFP4 chunks carry their own per-head global scale, so they are folded into the head axis
+    (the inverse of :func:`quantize_blocks`) to keep one scale per chunk and head.
+    """
+    torch = _torch()
+    fp4 = _fp4()
+    if not chunks:
+        raise ValueError("dequantize_chunks: no chunks")
+    n = len(chunks)
+    bs, two, H, D = chunks[0].shape
+    fmt = chunks[0].fmt
+    if fmt == "nvfp4":
+        data = torch.stack([q.data for q in chunks]).permute(1, 2, 0, 3, 4).reshape(bs, two, n * H, D // 2)
+        scales = torch.stack([q.scales for q in chunks]).permute(1, 2, 0, 3, 4).reshape(bs, two, n * H, -1)
+        gs = torch.cat([q.global_scale.reshape(H) for q in chunks])
+        q = fp4.FP4Tensor(data.contiguous(), scales.contiguous(), gs, fmt, torch.Size((bs, two, n * H, D)),
+                          chunks[0].dtype)
+        out = fp4.dequantize(q, dtype).reshape(bs, two, n, H, D).permute(2, 0, 1, 3, 4)
+        return out.reshape(n * bs, two, H, D).contiguous()
+    q = fp4.FP4Tensor(torch.cat([q.data for q in chunks]), torch.cat([q.scales for q in chunks]), None, fmt,
+                      torch.Size((n * bs, two, H, D)), chunks[0].dtype)
+    return fp4.dequantize(q, dtype)

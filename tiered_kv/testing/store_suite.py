@@ -1,0 +1,385 @@
+"""The test suite every SSD-tier backend must pass, plus fault-injecting store wrappers.
+
+Use it like zarr's ``StoreTests``: subclass :class:`SSDTierSuite` in a test module and give it
+a ``make_store`` fixture returning a fresh, empty zarr v3 Store (``tests/test_ssd_store.py``
+runs it for MemoryStore and LocalStore). Every test drives time through an injected clock.
+"""
+
+from __future__ import annotations
+
+import errno
+import math
+import re
+import warnings
+
+import pytest
+import torch
+from zarr.storage import WrapperStore
+
+from tiered_kv.keys import Namespace, block_keys
+from tiered_kv.tiers import ssd_layout as layout
+from tiered_kv.tiers.ssd import SSDTier, StoreFullWarning
+
+BS = 8
+DAY = 86400.0
+
+
+class Clock:
+    """A settable clock (seconds) to inject into SSDTier."""
+
+    def __init__(self, t: float = 1_000_000.0) -> None:
+        self.t = t
+
+    def __call__(self) -> float:
+        return self.t
+
+    def advance(self, seconds: float) -> None:
+        self.t += seconds
+
+
+class FullDiskStore(WrapperStore):
+    """Raises ENOSPC on any write once ``budget`` payload bytes have been written."""
+
+    def __init__(self, store, budget: int) -> None:
+        super().__init__(store)
+        self.budget = budget
+
+    async def set(self, key, value) -> None:
+        if len(value) > self.budget:
+            raise OSError(errno.ENOSPC, "No space left on device", key)
+        self.budget -= len(value)
+        await self._store.set(key, value)
+
+
+class VanishingStore(WrapperStore):
+    """Deletes an object right before it is read, as a concurrent GC would."""
+
+    def __init__(self, store, victims: set[str]) -> None:
+        super().__init__(store)
+        self.victims = victims
+
+    async def get(self, key, prototype=None, byte_range=None):
+        if key in self.victims:
+            await self._store.delete(key)
+        return await self._store.get(key, prototype, byte_range)
+
+
+def namespace(fmt: str = "mxfp4") -> Namespace:
+    return Namespace(model="suite-model", fmt=fmt, block_size=BS, kv_heads=2, head_dim=32)
+
+
+def make_kv(n: int, seed: int = 0, dtype=torch.float32) -> torch.Tensor:
+    """KV with magnitudes spread over tokens (what breaks a per-tensor NVFP4 scale)."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, 2, 2, 32, generator=g)
+    return (x * torch.logspace(-2, 2, n)[:, None, None, None]).to(dtype)
+
+
+def reference_kv(kv: torch.Tensor, fmt: str) -> torch.Tensor:
+    """Block-by-block FP4 round trip: what the tier must return, bit for bit."""
+    from tiered_kv.kernels import fp4
+
+    return torch.cat([fp4.dequantize(fp4.quantize(kv[i:i + BS].contiguous(), fmt))
+                      for i in range(0, kv.shape[0] - kv.shape[0] % BS, BS)])
+
+
+class SSDTierSuite:
+    """Behaviour every backend must show. Subclasses provide the ``make_store`` fixture."""
+
+    @pytest.fixture
+    def make_store(self):  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    def tier(self, store, clock=None, fmt="mxfp4", **kw) -> SSDTier:
+        return SSDTier(store, namespace=namespace(fmt), clock=clock or Clock(), background_touch=False, **kw)
+
+    # ---------------------------------------------------------------- round trip and prefixes
+
+    @pytest.mark.parametrize("fmt", ["mxfp4", "nvfp4"])
+    @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+    def test_round_trip_is_the_fp4_reference(self, make_store, fmt, dtype):
+        t = self.tier(make_store(), fmt=fmt)
+        toks = torch.arange(37)
+        kv = make_kv(37, dtype=dtype)
+        assert t.put(toks, kv, "chat") == 4  # 37 tokens -> 4 full blocks, tail not stored
+        hit = t.get_prefix(toks)
+        assert (hit.hit_tokens, hit.blocks) == (32, 4)
+        assert torch.equal(hit.kv(), reference_kv(kv, fmt))
+        assert hit.kv(torch.bfloat16).dtype == torch.bfloat16
+        assert len(hit.chunks()) == 4 and hit.chunks()[0].fmt == fmt
+        assert t.put(toks, kv, "chat") == 0  # everything present: nothing written
+
+    def test_longest_exact_prefix(self, make_store):
+        t = self.tier(make_store())
+        toks = torch.arange(40)
+        t.put(toks, make_kv(40), "chat")
+        for diverge, blocks in [(0, 0), (3, 0), (8, 1), (17, 2), (39, 4)]:
+            other = toks.clone()
+            other[diverge] = 999
+            assert t.get_prefix(other).blocks == blocks
+        assert t.get_prefix(torch.arange(100)).hit_tokens == 40
+        assert t.get_prefix(torch.arange(7)).hit_tokens == 0
+        assert t.get_prefix([]).kv().shape == (0, 2, 2, 32)
+
+    def test_kv_offset_stores_only_the_new_suffix(self, make_store):
+        t = self.tier(make_store())
+        toks = torch.arange(32)
+        kv = make_kv(32)
+        assert t.put(toks[:16], kv[:16], "chat") == 2
+        assert t.put(toks, kv[16:], "chat", kv_offset=16) == 2
+        assert torch.equal(t.get_prefix(toks).kv(), reference_kv(kv, "mxfp4"))
+
+    def test_contains_touch_delete(self, make_store):
+        t = self.tier(make_store())
+        toks = torch.arange(24)
+        t.put(toks, make_kv(24), "chat")
+        keys = block_keys(toks, t.namespace)
+        assert t.contains(toks) and t.contains(keys[1])
+        assert not t.contains(torch.arange(32))
+        assert t.delete(keys[2]) == 1
+        assert not t.contains(toks) and t.get_prefix(toks).blocks == 2
+        assert t.delete(toks) == 2 and t.get_prefix(toks).blocks == 0
+
+    def test_namespaces_do_not_share_chunks(self, make_store):
+        store = make_store()
+        a = self.tier(store, fmt="mxfp4")
+        b = self.tier(store, fmt="nvfp4")
+        toks = torch.arange(16)
+        a.put(toks, make_kv(16), "chat")
+        assert b.get_prefix(toks).blocks == 0
+        assert b.put(toks, make_kv(16), "chat") == 2
+        assert a.stats()["chunks"] == 4 and len(a.stats()["by_namespace"]) == 2
+
+    # ---------------------------------------------------------------- retention
+
+    def test_per_class_ttl_from_last_access(self, make_store):
+        clock = Clock()
+        t = self.tier(make_store(), clock, ttl={"agent": "3d", "chatbot": "7d"})
+        agent, chat, both = torch.arange(16), torch.arange(100, 116), torch.arange(200, 216)
+        t.put(agent, make_kv(16), "agent")
+        t.put(chat, make_kv(16), "chatbot")
+        t.put(both, make_kv(16), "agent")
+        clock.advance(2 * DAY)
+        t.get_prefix(both, "chatbot")  # now also chatbot traffic: keeps the longer retention
+        t.get_prefix(agent, "agent")  # refresh: 3 days from now
+        clock.advance(4 * DAY)  # agent read 4d ago -> expired; chat put 6d ago -> kept
+        report = t.gc()
+        assert report["expired_chunks"] == 2 and report["expired_by_class"] == {"agent": 2}
+        assert t.get_prefix(agent).blocks == 0 and t.get_prefix(chat).blocks == 2
+        assert t.get_prefix(both).blocks == 2
+        clock.advance(7 * DAY + 1)
+        t.gc()
+        assert t.stats()["chunks"] == 0
+
+    def test_ttl_boundary_is_inclusive(self, make_store):
+        clock = Clock()
+        t = self.tier(make_store(), clock, ttl="1h")
+        t.put(torch.arange(8), make_kv(8), "x")
+        assert t.gc(now=clock.t + 3600)["removed_chunks"] == 0
+        assert t.gc(now=clock.t + 3600.001)["removed_chunks"] == 1
+
+    def test_watermark_lru_evicts_oldest_tails_first(self, make_store):
+        clock = Clock()
+        store = make_store()
+        probe = self.tier(store, clock)
+        probe.put(torch.arange(8), make_kv(8), "c")
+        chunk = probe.stats()["bytes"]
+        probe.delete(torch.arange(8))
+        t = self.tier(store, clock, capacity_bytes=int(9.5 * chunk), high_watermark=0.9, low_watermark=0.5,
+                      auto_gc=False)
+        prefixes = [torch.arange(i * 1000, i * 1000 + 24) for i in range(3)]  # 3 x 3 chunks
+        for p in prefixes:
+            t.put(p, make_kv(24), "c")
+            clock.advance(60)
+        t.get_prefix(prefixes[0][:8], "c")  # only block 0 of the oldest prefix is fresh now
+        report = t.gc()
+        assert report["bytes_after"] <= 0.5 * 9.5 * chunk and report["evicted_chunks"] == 5
+        # survivors: block 0 of prefix 0 (touched), prefix 2 (newest), prefix 1's block 0 is LRU
+        assert [t.get_prefix(p).blocks for p in prefixes] == [1, 0, 3]
+        assert t.stats()["chunks"] == 4
+
+    def test_auto_gc_keeps_usage_under_the_high_watermark(self, make_store):
+        clock = Clock()
+        t = self.tier(make_store(), clock, capacity_bytes="64KiB")
+        for i in range(12):
+            t.put(torch.arange(i * 1000, i * 1000 + 64), make_kv(64, seed=i), "c")
+            clock.advance(1)
+        s = t.stats()
+        assert s["bytes"] <= 0.9 * 64 * 1024 and s["chunks"] > 0
+        assert t.get_prefix(torch.arange(11_000, 11_064)).blocks == 8  # newest survives
+
+    def test_gc_dry_run_changes_nothing(self, make_store):
+        clock = Clock()
+        t = self.tier(make_store(), clock, ttl="1d")
+        t.put(torch.arange(16), make_kv(16), "c")
+        clock.advance(2 * DAY)
+        assert t.gc(dry_run=True)["expired_chunks"] == 2
+        assert t.stats()["chunks"] == 2
+        assert t.gc()["expired_chunks"] == 2 and t.stats()["chunks"] == 0
+
+    def test_orphans_are_collected(self, make_store):
+        clock = Clock()
+        t = self.tier(make_store(), clock)
+        toks = torch.arange(24)
+        t.put(toks, make_kv(24), "c")
+        t.delete(block_keys(toks, t.namespace)[0])
+        assert t.gc()["orphan_chunks"] == 0  # within the grace period: a put may be in flight
+        clock.advance(3600)
+        assert t.gc()["orphan_chunks"] == 2 and t.stats()["chunks"] == 0
+
+    # ---------------------------------------------------------------- reliability
+
+    @pytest.mark.parametrize("damage", ["flip_payload", "flip_header", "truncate", "empty", "swap"])
+    def test_corruption_is_a_counted_miss_and_removed(self, make_store, damage):
+        store = make_store()
+        t = self.tier(store)
+        toks = torch.arange(24)
+        t.put(toks, make_kv(24), "c")
+        keys = block_keys(toks, t.namespace)
+        path = layout.chunk_path(keys[1])
+        import zarr.core.sync as zs
+
+        data = bytearray(zs.sync(store.get(path, prototype=layout.default_buffer_prototype())).to_bytes())
+        if damage == "flip_payload":
+            data[-10] ^= 0x01
+        elif damage == "flip_header":
+            data[40] ^= 0x20
+        elif damage == "truncate":
+            data = data[: len(data) // 2]
+        elif damage == "empty":
+            data = bytearray()
+        else:  # a valid chunk under the wrong key
+            data = bytearray(zs.sync(store.get(layout.chunk_path(keys[2]))).to_bytes())
+        zs.sync(store.set(path, layout.buffer(bytes(data))))
+        with warnings.catch_warnings(record=True):
+            warnings.simplefilter("always")
+            assert t.get_prefix(toks).blocks == 1
+        assert t.counters["corrupt_removed"] == 1
+        assert not t.contains(keys[1])
+        assert t.put(toks, make_kv(24), "c") == 1  # healed by the next put
+        assert t.get_prefix(toks).blocks == 3
+
+    def test_verify_finds_and_removes_corruption(self, make_store):
+        store = make_store()
+        t = self.tier(store)
+        t.put(torch.arange(24), make_kv(24), "c")
+        import zarr.core.sync as zs
+
+        path = layout.chunk_path(block_keys(torch.arange(24), t.namespace)[2])
+        data = bytearray(zs.sync(store.get(path)).to_bytes())
+        data[-1] ^= 0xFF
+        zs.sync(store.set(path, layout.buffer(bytes(data))))
+        report = t.verify()
+        assert report["chunks_ok"] == 2 and [p for p, _ in report["corrupt"]] == [path]
+        assert t.verify()["corrupt"] == []
+
+    def test_chunk_evicted_while_reading_is_a_miss(self, make_store):
+        store = make_store()
+        toks = torch.arange(32)
+        self.tier(store).put(toks, make_kv(32), "c")
+        keys = block_keys(toks, namespace())
+        t = self.tier(VanishingStore(store, {layout.chunk_path(keys[2])}))
+        hit = t.get_prefix(toks)
+        assert hit.blocks == 2 and torch.equal(hit.kv(), reference_kv(make_kv(32)[:16], "mxfp4"))
+
+    def test_enospc_warns_and_keeps_what_was_stored(self, make_store):
+        base = make_store()
+        good = self.tier(base)
+        good.put(torch.arange(16), make_kv(16), "c")
+        one = good.stats()["bytes"] // 2
+        full = FullDiskStore(base, budget=int(2.5 * one))
+        t = self.tier(full)
+        toks = torch.arange(16, 80)  # 8 blocks, room for 2
+        with pytest.warns(StoreFullWarning, match="full"):
+            written = t.put(toks, make_kv(64), "c")
+        assert written <= 2 and t.get_prefix(toks).blocks == written
+        assert t.stats()["chunks"] == 2 + written  # nothing unreachable left behind
+        assert torch.equal(t.get_prefix(torch.arange(16)).kv(), reference_kv(make_kv(16), "mxfp4"))
+
+    def test_paths_are_hashes_only(self, make_store):
+        store = make_store()
+        ns = Namespace(model="../../etc/passwd", fmt="mxfp4", block_size=BS, kv_heads=2, head_dim=32)
+        t = SSDTier(store, namespace=ns, clock=Clock(), background_touch=False)
+        t.put(torch.arange(16), make_kv(16), "../evil class/..")
+        t.get_prefix(torch.arange(16), "../evil class/..")
+        import zarr.core.sync as zs
+
+        async def listing():
+            return [k async for k in store.list()]
+
+        ok = re.compile(r"zarr\.json|namespaces/[0-9a-f]{32}/zarr\.json|chunks/[0-9a-f]{2}/[0-9a-f]{32}"
+                        r"|access/[0-9a-f]{2}/[0-9a-f]{32}\.[0-9a-f]{16}")
+        keys = zs.sync(listing())
+        assert keys and all(ok.fullmatch(k) for k in keys), keys
+
+    @pytest.mark.parametrize("kwargs, setting", [
+        (dict(high_watermark=0.5, low_watermark=0.7), "low_watermark"),
+        (dict(high_watermark=1.5), "high_watermark"),
+        (dict(ttl={"agent": "-1d"}), "ttl"),
+        (dict(ttl="soon"), "ttl"),
+        (dict(capacity_bytes=0), "capacity_bytes"),
+        (dict(capacity_bytes="lots"), "capacity_bytes"),
+        (dict(traffic_classes=["agent"], ttl={"chatbot": "1d"}), "ttl"),
+        (dict(gc_interval="-5s"), "gc_interval"),
+    ])
+    def test_bad_settings_name_the_setting(self, make_store, kwargs, setting):
+        with pytest.raises(ValueError, match=setting):
+            self.tier(make_store(), **kwargs)
+
+    def test_bad_put_inputs_name_the_argument(self, make_store):
+        t = self.tier(make_store(), traffic_classes=["agent", "chatbot"])
+        toks = torch.arange(16)
+        with pytest.raises(ValueError, match="kv.*shape"):
+            t.put(toks, torch.zeros(16, 2, 4, 32), "agent")
+        with pytest.raises(ValueError, match="kv.*dtype"):
+            t.put(toks, torch.zeros(16, 2, 2, 32, dtype=torch.int32), "agent")
+        with pytest.raises(ValueError, match="kv: covers"):
+            t.put(toks, torch.zeros(12, 2, 2, 32), "agent")
+        with pytest.raises(ValueError, match="traffic_class.*declared"):
+            t.put(toks, make_kv(16), "batch")
+        with pytest.raises(ValueError, match="kv_offset"):
+            t.put(toks, make_kv(13), "agent", kv_offset=3)
+        with pytest.raises(ValueError, match="tokens"):
+            t.get_prefix(torch.zeros(2, 8, dtype=torch.long))
+        assert t.stats()["chunks"] == 0
+
+    # ---------------------------------------------------------------- zarr and maintenance
+
+    def test_root_is_a_zarr_group_describing_the_layout(self, make_store):
+        import zarr
+
+        store = make_store()
+        t = self.tier(store)
+        t.put(torch.arange(8), make_kv(8), "c")
+        g = zarr.open_group(store, mode="r")
+        assert g.attrs["tiered_kv"]["layout"] == layout.LAYOUT
+        ns = zarr.open_group(store, path=f"namespaces/{t.namespace.digest.hex()}", mode="r")
+        assert ns.attrs["tiered_kv_namespace"]["block_size"] == BS
+
+    def test_stats_counts_classes_and_ages(self, make_store):
+        clock = Clock()
+        t = self.tier(make_store(), clock)
+        t.put(torch.arange(16), make_kv(16), "agent")
+        clock.advance(2 * DAY)
+        t.put(torch.arange(100, 108), make_kv(8), "chatbot")
+        s = t.stats()
+        assert s["chunks"] == 3 and s["tokens"] == 24
+        assert s["by_class"]["agent"]["chunks"] == 2 and s["by_class"]["chatbot"]["chunks"] == 1
+        assert s["age_since_last_access"]["1d-3d"] == 2 and s["age_since_last_access"]["<1h"] == 1
+        assert s["bytes"] == sum(c["bytes"] for c in s["by_class"].values())
+        assert math.isclose(s["payload_bytes"] / s["tokens"], 2 * 2 * 32 * (0.5 + 1 / 32))
+
+    def test_background_gc_thread(self, make_store):
+        import time
+
+        clock = Clock()
+        t = self.tier(make_store(), clock, ttl="1h", gc_interval="0.05s")
+        try:
+            t.put(torch.arange(8), make_kv(8), "c")
+            clock.advance(7200)
+            deadline = time.time() + 10
+            while t.contains(torch.arange(8)) and time.time() < deadline:
+                time.sleep(0.02)
+            assert not t.contains(torch.arange(8))
+        finally:
+            t.close()

@@ -1,0 +1,500 @@
+"""The SSD tier: global KV as prefix-keyed FP4 chunks in a Zarr v3 store, with retention and GC.
+
+A cache hit on the global KV is what makes prefill cheap, so this tier is keyed by the exact
+token prefix (:mod:`tiered_kv.keys`), stores one FP4 chunk object per full block
+(:mod:`tiered_kv.codec`) and keeps them under per-class TTLs and a disk-usage watermark
+(:mod:`tiered_kv.tiers.ssd_gc`). The store is the only shared state: several processes may put,
+get and gc one store at once, with no central index. Layout: :mod:`tiered_kv.tiers.ssd_layout`.
+
+I/O goes through zarr's async Store API (``get``/``set``/``exists``/``delete``), batched with
+``asyncio.gather`` under a concurrency bound and driven from zarr's own event loop thread, so
+a 128K-token prefix (512 chunks) is one round of parallel file operations, not 512 serial ones.
+
+Failure behaviour, each covered by ``tests/test_ssd_reliability.py``:
+* a chunk that fails its checksum, length or header check is a miss, counted, and deleted;
+* a chunk deleted (by another process's GC) while a reader looks it up is a miss;
+* ENOSPC/EDQUOT during a put emits :class:`StoreFullWarning`; the chunks already stored stay
+  readable, and chunks written past the first failure (unreachable) are removed;
+* a writer killed mid-put leaves at most ``.partial`` files, which never read as chunks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import math
+import threading
+import time
+import warnings
+from collections import Counter
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from zarr.core.buffer import default_buffer_prototype
+from zarr.core.sync import sync
+
+from tiered_kv import codec
+from tiered_kv.keys import KEY_BYTES, Namespace, as_token_array, block_keys
+from tiered_kv.tiers import ssd_layout as layout
+from tiered_kv.tiers.ssd_gc import RetentionPolicy, check_class, plan_gc
+from tiered_kv.units import parse_duration
+
+_FULL_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
+
+
+class StoreFullWarning(ResourceWarning):
+    """A put stopped because the store ran out of space; earlier chunks are intact."""
+
+
+@dataclass
+class Hit:
+    """The longest stored prefix of a lookup: ``blocks`` chunks covering ``hit_tokens`` tokens."""
+
+    namespace: Namespace
+    keys: list[bytes]
+    headers: list[codec.ChunkHeader]
+    raw: list[bytes] = field(repr=False)
+
+    @property
+    def blocks(self) -> int:
+        return len(self.keys)
+
+    @property
+    def hit_tokens(self) -> int:
+        return self.blocks * self.namespace.block_size
+
+    @property
+    def nbytes(self) -> int:
+        return sum(len(r) for r in self.raw)
+
+    def __bool__(self) -> bool:
+        return self.blocks > 0
+
+    def chunks(self, device: str = "cpu") -> list:
+        """The raw FP4 chunks (``tiered_kv.kernels.fp4.FP4Tensor``, one per block)."""
+        return [codec.unpack_chunk(r, h, device=device) for r, h in zip(self.raw, self.headers)]
+
+    def kv(self, dtype=None, device: str = "cpu"):
+        """Dequantized global KV of the hit prefix: ``[hit_tokens, 2, kv_heads, head_dim]``."""
+        import torch
+
+        dtype = torch.float32 if dtype is None else dtype
+        if not self.blocks:
+            ns = self.namespace
+            return torch.empty((0, 2, ns.kv_heads, ns.head_dim), dtype=dtype, device=device)
+        return codec.dequantize_chunks(self.chunks(device), dtype)
+
+
+class SSDTier:
+    """Global KV chunks in a Zarr v3 store (see the module docstring).
+
+    ``store``: a path, a zarr v3 Store, or None for ``~/.cache/tiered-kv/ssd``.
+    ``capacity_bytes`` (int or "100GiB"), ``high_watermark``/``low_watermark`` (fractions),
+    ``ttl`` (a duration for all classes or ``{"agent": "3d", "chatbot": "7d"}``),
+    ``traffic_classes`` (if given, ``put`` rejects others), ``clock`` (seconds; injected so
+    tests and simulations drive days in milliseconds), ``gc_interval`` (a duration: run ``gc``
+    in a background thread that often), ``auto_gc`` (run ``gc`` when this process's estimate of
+    used bytes crosses the high watermark).
+    """
+
+    def __init__(self, store=None, *, namespace: Namespace, capacity_bytes=math.inf,
+                 high_watermark: float = 0.9, low_watermark: float = 0.8, ttl=None,
+                 clock: Callable[[], float] = time.time, traffic_classes=None,
+                 gc_interval=None, auto_gc: bool = True, io_concurrency: int = layout.IO_CONCURRENCY,
+                 orphan_grace: float = 60.0, partial_grace: float = 300.0,
+                 background_touch: bool = True) -> None:
+        if not isinstance(namespace, Namespace):
+            raise ValueError(f"namespace: must be a tiered_kv.keys.Namespace, got {type(namespace).__name__}")
+        if not callable(clock):
+            raise ValueError("clock: must be a callable returning seconds")
+        if not isinstance(io_concurrency, int) or io_concurrency < 1:
+            raise ValueError(f"io_concurrency: must be an integer >= 1, got {io_concurrency!r}")
+        self.namespace = namespace
+        self.policy = RetentionPolicy.make(capacity_bytes, high_watermark, low_watermark, ttl, traffic_classes)
+        self.store = layout.open_store(store)
+        self.clock = clock
+        self.auto_gc = auto_gc
+        self.io_concurrency = io_concurrency
+        self.orphan_grace = parse_duration(orphan_grace, name="orphan_grace")
+        self.partial_grace = parse_duration(partial_grace, name="partial_grace")
+        self.counters: Counter = Counter()
+        self._used_estimate: float | None = None
+        self._lock = threading.Lock()
+        self._touches = ThreadPoolExecutor(1, thread_name_prefix="ssd-touch") if background_touch else None
+        self._pending: set[Future] = set()
+        self._gc_stop = threading.Event()
+        self._gc_thread: threading.Thread | None = None
+        sync(layout.ensure_layout(self.store, namespace))
+        if gc_interval is not None:
+            self.start_gc_thread(parse_duration(gc_interval, name="gc_interval"))
+
+    # ------------------------------------------------------------------ helpers
+
+    def _keys(self, tokens_or_key) -> list[bytes]:
+        if isinstance(tokens_or_key, (bytes, bytearray)):
+            if len(tokens_or_key) != KEY_BYTES:
+                raise ValueError(f"key: must be {KEY_BYTES} bytes, got {len(tokens_or_key)}")
+            return [bytes(tokens_or_key)]
+        return block_keys(tokens_or_key, self.namespace)
+
+    def _class(self, traffic_class: str | None, *, allow_none: bool) -> str | None:
+        if traffic_class is None and allow_none:
+            return None
+        return check_class(traffic_class, self.policy.traffic_classes)
+
+    # ------------------------------------------------------------------ put
+
+    def put(self, tokens, kv, traffic_class: str = "default", *, kv_offset: int = 0) -> int:
+        """Store every full block of ``tokens`` not yet present; return how many were written.
+
+        ``kv[i]`` is the global KV of token ``kv_offset + i`` (``[T, 2, kv_heads, head_dim]``,
+        float32/bf16/fp16); ``kv_offset`` must be a multiple of ``block_size`` (an engine that
+        loaded a prefix from this tier passes only the KV it computed).
+        """
+        cls = self._class(traffic_class, allow_none=False)
+        arr = as_token_array(tokens)
+        keys = block_keys(arr, self.namespace)
+        bs = self.namespace.block_size
+        if not isinstance(kv_offset, int) or kv_offset < 0 or kv_offset % bs:
+            raise ValueError(f"kv_offset: must be a multiple of block_size={bs} and >= 0, got {kv_offset!r}")
+        codec.check_kv(kv, self.namespace)
+        if kv.shape[0] + kv_offset not in (len(arr), len(keys) * bs):
+            raise ValueError(f"kv: covers tokens [{kv_offset}, {kv_offset + kv.shape[0]}) but tokens has "
+                             f"{len(arr)} (kv must cover every token from kv_offset, or every full block)")
+        first = kv_offset // bs
+        if first >= len(keys):
+            return 0
+        written, nbytes = sync(self._aput(keys, first, kv, cls))
+        self.counters["puts"] += 1
+        self.counters["blocks_written"] += written
+        self._after_put(nbytes)
+        return written
+
+    async def _aput(self, keys: list[bytes], first: int, kv, cls: str) -> tuple[int, int]:
+        store = self.store
+        present = await layout.bounded((store.exists(layout.chunk_path(k)) for k in keys[first:]),
+                                       self.io_concurrency)
+        missing = [first + i for i, p in enumerate(present) if p is not True]
+        if not missing:
+            return 0, 0
+        bs = self.namespace.block_size
+        import torch
+
+        blocks = kv[: (len(keys) - first) * bs].reshape(len(keys) - first, bs, *kv.shape[1:])
+        sel = blocks if len(missing) == len(keys) - first else blocks[torch.tensor([m - first for m in missing])]
+        qs = codec.quantize_blocks(sel.reshape(-1, *kv.shape[1:]), self.namespace)
+        now = float(self.clock())
+        objs = [codec.pack_chunk(q, namespace=self.namespace, key=keys[i], parent=keys[i - 1] if i else bytes(KEY_BYTES),
+                                 index=i, traffic_class=cls, created=now) for i, q in zip(missing, qs)]
+        results = await layout.bounded(
+            (store.set(layout.chunk_path(keys[i]), layout.buffer(o)) for i, o in zip(missing, objs)),
+            self.io_concurrency)
+        failed = [(i, r) for i, r in zip(missing, results) if isinstance(r, Exception)]
+        if not failed:
+            return len(missing), sum(len(o) for o in objs)
+        first_bad = min(i for i, _ in failed)
+        # Chunks past the first failure cannot be reached by a lookup: do not leave them behind.
+        later = [i for i, r in zip(missing, results) if i > first_bad and not isinstance(r, Exception)]
+        await layout.bounded(store.delete(layout.chunk_path(keys[i])) for i in later)
+        ok = [(i, o) for i, o, r in zip(missing, objs, results) if i < first_bad and not isinstance(r, Exception)]
+        exc = dict(failed)[first_bad]
+        if isinstance(exc, OSError) and exc.errno in _FULL_ERRNOS:
+            self.counters["store_full"] += 1
+            warnings.warn(StoreFullWarning(
+                f"SSD tier store {store} is full ({errno.errorcode.get(exc.errno, exc.errno)}): stored "
+                f"{len(ok)} of {len(missing)} new blocks of this put; chunks already in the store are "
+                "intact. Free space, lower capacity_bytes, or run gc."), stacklevel=3)
+            return len(ok), sum(len(o) for _, o in ok)
+        raise exc
+
+    def _after_put(self, nbytes: int) -> None:
+        if not self.auto_gc or math.isinf(self.policy.capacity_bytes) or nbytes == 0:
+            return
+        if self._used_estimate is None:
+            scanned = float(store_stats(self.store, now=0.0, quick=True)["bytes"])  # includes this put
+            with self._lock:
+                self._used_estimate = scanned if self._used_estimate is None else self._used_estimate + nbytes
+        else:
+            with self._lock:
+                self._used_estimate += nbytes
+        with self._lock:
+            over = self._used_estimate > self.policy.high_watermark * self.policy.capacity_bytes
+        if over:
+            self.gc()
+
+    # ------------------------------------------------------------------ get
+
+    def get_prefix(self, tokens, traffic_class: str | None = None) -> Hit:
+        """Longest stored prefix of ``tokens`` (exact match from the first token).
+
+        Every returned chunk passed its CRC32C, length and key checks. A hit counts as an access
+        by ``traffic_class`` (None: refreshes whichever classes the chunks already have).
+        """
+        cls = self._class(traffic_class, allow_none=True)
+        keys = block_keys(tokens, self.namespace)
+        hit = sync(self._aget(keys))
+        self.counters["lookups"] += 1
+        self.counters["hit_blocks"] += hit.blocks
+        self.counters["miss_blocks"] += len(keys) - hit.blocks
+        if hit.blocks:
+            self._record_access(hit.keys[-1], cls)
+        return hit
+
+    async def _aget(self, keys: list[bytes]) -> Hit:
+        store = self.store
+        proto = default_buffer_prototype()
+        raws: list[bytes] = []
+        headers: list[codec.ChunkHeader] = []
+        wave = self.io_concurrency
+        for lo in range(0, len(keys), wave):
+            batch = keys[lo:lo + wave]
+            bufs = await layout.bounded((store.get(layout.chunk_path(k), prototype=proto) for k in batch), wave)
+            for key, buf in zip(batch, bufs):
+                if buf is None or isinstance(buf, (FileNotFoundError, IsADirectoryError)):
+                    return Hit(self.namespace, keys[:len(raws)], headers, raws)
+                if isinstance(buf, Exception):
+                    raise buf
+                mv = layout.as_bytes(buf)
+                try:
+                    h = codec.verify_chunk(mv, key=key)
+                    if h.ns_digest != self.namespace.digest or h.tokens != self.namespace.block_size:
+                        raise codec.CorruptChunk("chunk belongs to another namespace")
+                except codec.CorruptChunk as exc:
+                    await self._remove_corrupt(layout.chunk_path(key), str(exc))
+                    return Hit(self.namespace, keys[:len(raws)], headers, raws)
+                raws.append(mv)
+                headers.append(h)
+        return Hit(self.namespace, keys[:len(raws)], headers, raws)
+
+    async def _remove_corrupt(self, path: str, reason: str) -> None:
+        self.counters["corrupt_removed"] += 1
+        warnings.warn(f"SSD tier: removed corrupt chunk {path}: {reason}", RuntimeWarning, stacklevel=4)
+        try:
+            await self.store.delete(path)
+        except FileNotFoundError:
+            pass
+
+    # ------------------------------------------------------------------ access, contains, delete
+
+    def _record_access(self, key: bytes, cls: str | None) -> None:
+        rec = layout.AccessRecord(key, cls, float(self.clock()))
+        coro_fn = lambda: sync(self.store.set(layout.access_path(key, cls), layout.buffer(rec.encode())))
+        if self._touches is None:
+            coro_fn()
+            return
+        fut = self._touches.submit(coro_fn)
+        with self._lock:
+            self._pending.add(fut)
+        fut.add_done_callback(self._touch_done)
+
+    def _touch_done(self, fut: Future) -> None:
+        with self._lock:
+            self._pending.discard(fut)
+        if fut.exception() is not None:
+            self.counters["touch_errors"] += 1
+
+    def flush(self) -> None:
+        """Wait until background access records are written."""
+        with self._lock:
+            pending = list(self._pending)
+        for fut in pending:
+            fut.exception()
+
+    def touch(self, tokens_or_key, traffic_class: str | None = None) -> None:
+        """Record an access now (by ``traffic_class``) of a prefix's tail or of one key."""
+        keys = self._keys(tokens_or_key)
+        if keys:
+            self._record_access(keys[-1], self._class(traffic_class, allow_none=True))
+
+    def contains(self, tokens_or_key) -> bool:
+        """True if every full block of ``tokens`` (or the one ``key``) is stored; no data read."""
+        keys = self._keys(tokens_or_key)
+        if not keys:
+            return False
+        res = sync(layout.bounded(self.store.exists(layout.chunk_path(k)) for k in keys))
+        return all(r is True for r in res)
+
+    def delete(self, tokens_or_key) -> int:
+        """Delete the chunks of every full block of ``tokens`` (or one key); return how many existed."""
+        keys = self._keys(tokens_or_key)
+        paths = [layout.chunk_path(k) for k in keys]
+
+        async def run() -> int:
+            present = await layout.bounded(self.store.exists(p) for p in paths)
+            await layout.delete_all(self.store, paths)
+            return sum(p is True for p in present)
+
+        return sync(run())
+
+    # ------------------------------------------------------------------ maintenance
+
+    def stats(self, *, quick: bool = False, progress: bool = False) -> dict:
+        """Chunks, bytes, by class, by namespace, age histogram, and this process's counters."""
+        self.flush()
+        return store_stats(self.store, now=float(self.clock()), policy=self.policy, progress=progress,
+                           counters=dict(self.counters), quick=quick)
+
+    def verify(self, *, repair: bool = True, progress: bool = False) -> dict:
+        """Read every chunk and check it; with ``repair`` remove corrupt chunks and stale partials."""
+        self.flush()
+        return store_verify(self.store, repair=repair, partial_grace=self.partial_grace, progress=progress)
+
+    def gc(self, now: float | None = None, dry_run: bool = False, *, progress: bool = False) -> dict:
+        """Apply TTLs, orphan cleanup and the watermarks at ``now`` (default: the injected clock)."""
+        self.flush()
+        now = float(self.clock()) if now is None else float(now)
+        report = store_gc(self.store, self.policy, now=now, dry_run=dry_run, orphan_grace=self.orphan_grace,
+                          partial_grace=self.partial_grace, progress=progress)
+        if not dry_run:
+            with self._lock:
+                self._used_estimate = float(report["bytes_after"])
+            self.counters["gc_removed"] += report["removed_chunks"]
+        return report
+
+    def start_gc_thread(self, interval: float) -> None:
+        """Run ``gc()`` every ``interval`` seconds (wall time) in a daemon thread until ``close``."""
+        if interval <= 0:
+            raise ValueError(f"gc_interval: must be > 0 seconds, got {interval!r}")
+        if self._gc_thread is not None:
+            raise ValueError("gc_interval: a background GC thread is already running")
+
+        def loop() -> None:
+            while not self._gc_stop.wait(interval):
+                try:
+                    self.gc()
+                except Exception as exc:  # noqa: BLE001 - keep the cache alive; report the failure
+                    self.counters["gc_errors"] += 1
+                    warnings.warn(f"SSD tier background gc failed: {exc!r}", RuntimeWarning, stacklevel=1)
+
+        self._gc_thread = threading.Thread(target=loop, name="ssd-gc", daemon=True)
+        self._gc_thread.start()
+
+    def close(self) -> None:
+        self._gc_stop.set()
+        if self._gc_thread is not None:
+            self._gc_thread.join()
+            self._gc_thread = None
+        self.flush()
+        if self._touches is not None:
+            self._touches.shutdown(wait=True)
+            self._touches = None
+
+    def __enter__(self) -> SSDTier:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+# ---------------------------------------------------------------------- whole-store operations
+# (used by SSDTier and by `tiered-kv store`, which knows no namespace)
+
+AGE_BUCKETS = ((3600.0, "<1h"), (86400.0, "1h-1d"), (3 * 86400.0, "1d-3d"), (7 * 86400.0, "3d-7d"),
+               (math.inf, ">=7d"))
+
+
+def _scan(store, *, full: bool, progress: bool, desc: str) -> layout.Scan:
+    if not progress:
+        return sync(layout.scan(store, full=full))
+    from tqdm import tqdm
+
+    bar = tqdm(desc=desc, unit="obj", leave=False)
+    try:
+        return sync(layout.scan(store, full=full, progress=bar.update,
+                                on_total=lambda n: setattr(bar, "total", n)))
+    finally:
+        bar.close()
+
+
+def store_stats(store, *, now: float, policy: RetentionPolicy | None = None, progress: bool = False,
+                counters: dict | None = None, quick: bool = False) -> dict:
+    """Summary of a store: chunks, bytes, per class and namespace, age since last access."""
+    store = layout.open_store(store)
+    s = _scan(store, full=False, progress=progress, desc="scanning chunk headers")
+    total = sum(h.nbytes for h in s.chunks.values())
+    out: dict = {"chunks": len(s.chunks), "bytes": total}
+    if quick:
+        return out
+    from tiered_kv.tiers.ssd_gc import class_times
+
+    times, anyt = class_times(s.chunks, s.records)
+    by_class: dict[str, dict] = {}
+    by_ns: dict[str, dict] = {}
+    ages = dict.fromkeys((name for _, name in AGE_BUCKETS), 0)
+    for key, h in s.chunks.items():
+        c = by_class.setdefault(h.traffic_class, {"chunks": 0, "bytes": 0, "tokens": 0})
+        c["chunks"] += 1
+        c["bytes"] += h.nbytes
+        c["tokens"] += h.tokens
+        n = by_ns.setdefault(h.ns_digest.hex(), {"fmt": h.fmt, "chunks": 0, "bytes": 0})
+        n["chunks"] += 1
+        n["bytes"] += h.nbytes
+        age = now - max(max(times[key].values()), anyt[key])
+        ages[next(name for limit, name in AGE_BUCKETS if age < limit)] += 1
+    out.update({
+        "tokens": sum(h.tokens for h in s.chunks.values()),
+        "by_class": by_class, "by_namespace": by_ns, "age_since_last_access": ages,
+        "access_records": len(s.records), "corrupt_objects": len(s.corrupt), "stray_objects": len(s.strays),
+        "payload_bytes": sum(h.payload_len for h in s.chunks.values()),
+    })
+    if policy is not None:
+        cap = policy.capacity_bytes
+        out["capacity_bytes"] = None if math.isinf(cap) else int(cap)
+        out["used_fraction"] = None if math.isinf(cap) else total / cap
+    if counters:
+        out["process_counters"] = counters
+    return out
+
+
+def store_verify(store, *, repair: bool = True, partial_grace: float = 300.0, progress: bool = False) -> dict:
+    """Read and CRC-check every chunk; report (and with ``repair`` remove) what is broken."""
+    store = layout.open_store(store)
+    s = _scan(store, full=True, progress=progress, desc="verifying chunks")
+    strays = layout.removable_strays(store, s.strays, partial_grace)
+    report = {"chunks_ok": len(s.chunks), "bytes_ok": sum(h.nbytes for h in s.chunks.values()),
+              "corrupt": sorted(s.corrupt.items()), "strays": sorted(s.strays),
+              "unreachable_chunks": len(s.chunks) - len(_reachable(s)), "repaired": False}
+    if repair:
+        sync(layout.delete_all(store, list(s.corrupt) + strays))
+        report["repaired"] = True
+        report["removed_objects"] = len(s.corrupt) + len(strays)
+    return report
+
+
+def _reachable(s: layout.Scan) -> set[bytes]:
+    from tiered_kv.tiers.ssd_gc import reachable
+
+    return reachable(s.chunks)
+
+
+def store_gc(store, policy: RetentionPolicy, *, now: float, dry_run: bool = False, orphan_grace: float = 60.0,
+             partial_grace: float = 300.0, progress: bool = False) -> dict:
+    """One GC pass: TTL, orphans, watermark LRU, plus corrupt objects and stale partial writes."""
+    store = layout.open_store(store)
+    s = _scan(store, full=False, progress=progress, desc="scanning chunk headers")
+    plan = plan_gc(s.chunks, s.records, policy, now, orphan_grace=orphan_grace)
+    strays = layout.removable_strays(store, s.strays, partial_grace)
+    removed_bytes = sum(s.chunks[k].nbytes for k in plan.removed)
+    report = {
+        "now": now, "dry_run": dry_run, "chunks_before": len(s.chunks), "bytes_before": plan.bytes_before,
+        "expired_chunks": len(plan.expired), "evicted_chunks": len(plan.evicted),
+        "orphan_chunks": len(plan.orphans), "removed_chunks": len(plan.removed), "freed_bytes": removed_bytes,
+        "bytes_after": plan.bytes_after, "corrupt_objects": len(s.corrupt), "stray_objects": len(strays),
+        "access_records_dropped": len(plan.drop_records), "access_records_moved": len(plan.write_records),
+        "capacity_bytes": None if math.isinf(policy.capacity_bytes) else int(policy.capacity_bytes),
+        "expired_by_class": dict(Counter(s.chunks[k].traffic_class for k in plan.expired)),
+    }
+    if dry_run:
+        return report
+
+    async def apply() -> None:
+        # Children before parents: a reader never sees a parent vanish under a surviving child.
+        order = sorted(plan.removed, key=lambda k: -s.chunks[k].index)
+        await layout.delete_all(store, [s.paths[k] for k in order])
+        await layout.bounded(store.set(layout.access_path(r.key, r.traffic_class), layout.buffer(r.encode()))
+                             for r in plan.write_records)
+        await layout.delete_all(store, plan.drop_records + list(s.corrupt) + strays)
+
+    sync(apply())
+    return report

@@ -1,0 +1,290 @@
+"""Where the SSD tier puts things in a Zarr v3 store, and how a whole store is scanned.
+
+Layout (every path is built from hashes; no user string ever becomes part of a path)::
+
+    zarr.json                         a Zarr v3 group; attributes describe this layout
+    namespaces/<ns-digest>/zarr.json  one group per namespace (model, format, shapes) in attributes
+    chunks/<hh>/<key-hex>             one object per block: codec prefix + JSON header + FP4 payload
+    access/<hh>/<key-hex>.<cls-hash>  last access of a *prefix* by a traffic class (tiny JSON)
+
+Why access records are per prefix tail and not per chunk: a ``get_prefix`` that hits 512
+chunks writes one record (for the last key), not 512; every chunk header stores its parent
+key, so GC propagates a tail's access time to all its ancestors. A parent is therefore never
+older than its children and LRU evicts prefixes from their tails, as a radix-tree cache would.
+
+Publishing is atomic per object: ``LocalStore`` writes a ``<name>.<uuid>.partial`` file and
+renames it into place (zarr >= 3.0), ``MemoryStore`` assigns a dict entry. A writer killed
+mid-put can leave only ``.partial`` files, which never parse as chunks and which ``gc`` and
+``verify`` remove once they are older than a grace period (a live writer may still own them).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import os
+import re
+import time
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from zarr.abc.store import RangeByteRequest, Store
+from zarr.core.buffer import default_buffer_prototype
+
+from tiered_kv.codec import HEADER_PROBE, ChunkHeader, CorruptChunk, read_header, verify_chunk
+from tiered_kv.keys import KEY_BYTES
+
+LAYOUT = "tiered-kv-chunks/1"
+CHUNKS = "chunks/"
+ACCESS = "access/"
+_CHUNK_RE = re.compile(r"chunks/([0-9a-f]{2})/([0-9a-f]{32})")
+_ACCESS_RE = re.compile(r"access/([0-9a-f]{2})/([0-9a-f]{32})\.([0-9a-f]{16}|any)")
+#: Concurrent store operations per batch (the store's own thread pool bounds real parallelism).
+IO_CONCURRENCY = 64
+
+
+def default_store_path() -> Path:
+    """``$TIERED_KV_SSD`` or ``$XDG_CACHE_HOME/tiered-kv/ssd`` (``~/.cache/tiered-kv/ssd``)."""
+    if os.environ.get("TIERED_KV_SSD"):
+        return Path(os.environ["TIERED_KV_SSD"])
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return base / "tiered-kv" / "ssd"
+
+
+def open_store(store: Store | str | os.PathLike | None) -> Store:
+    """A zarr v3 Store from a Store, a local path, or None (the default cache directory)."""
+    from zarr.storage import LocalStore
+
+    if store is None:
+        store = default_store_path()
+    if isinstance(store, (str, os.PathLike)):
+        path = Path(store).expanduser()
+        if path.exists() and not path.is_dir():
+            raise ValueError(f"store: {path} exists and is not a directory")
+        path.mkdir(parents=True, exist_ok=True)
+        return LocalStore(path)
+    if isinstance(store, Store):
+        return store
+    raise ValueError(f"store: must be a path or a zarr v3 Store, got {type(store).__name__}")
+
+
+def local_root(store: Store) -> Path | None:
+    """The directory behind a LocalStore (used only for mtimes of partial files)."""
+    root = getattr(store, "root", None)
+    return Path(root) if isinstance(root, (str, Path)) else None
+
+
+def buffer(data: bytes):
+    return default_buffer_prototype().buffer.from_bytes(data)
+
+
+def as_bytes(buf) -> bytes:
+    """The ``bytes`` behind a zarr CPU Buffer, without a copy when the store read into bytes."""
+    arr = buf.as_numpy_array()
+    base = arr.base
+    if isinstance(base, bytes) and len(base) == arr.nbytes:
+        return base
+    return arr.tobytes()
+
+
+def chunk_path(key: bytes) -> str:
+    h = key.hex()
+    return f"{CHUNKS}{h[:2]}/{h}"
+
+
+def class_hash(traffic_class: str | None) -> str:
+    if traffic_class is None:
+        return "any"
+    return hashlib.blake2b(traffic_class.encode(), digest_size=8).hexdigest()
+
+
+def access_path(key: bytes, traffic_class: str | None) -> str:
+    h = key.hex()
+    return f"{ACCESS}{h[:2]}/{h}.{class_hash(traffic_class)}"
+
+
+@dataclass(frozen=True)
+class AccessRecord:
+    """``traffic_class`` (None: whichever classes the chunk has) read prefix ``key`` at ``time``."""
+
+    key: bytes
+    traffic_class: str | None
+    time: float
+
+    def encode(self) -> bytes:
+        return json.dumps({"key": self.key.hex(), "class": self.traffic_class, "t": self.time}).encode()
+
+    @staticmethod
+    def decode(data: bytes) -> AccessRecord:
+        d = json.loads(data)
+        key = bytes.fromhex(d["key"])
+        if len(key) != KEY_BYTES or not isinstance(d["t"], (int, float)):
+            raise ValueError("bad access record")
+        cls = d["class"]
+        if cls is not None and not isinstance(cls, str):
+            raise ValueError("bad access record class")
+        return AccessRecord(key, cls, float(d["t"]))
+
+
+def _group_json(attributes: dict) -> bytes:
+    return json.dumps({"zarr_format": 3, "node_type": "group", "attributes": attributes}, indent=2).encode()
+
+
+async def ensure_layout(store: Store, namespace=None) -> None:
+    """Write the root group (and the namespace's group) unless they exist; never overwrite."""
+    root = {"tiered_kv": {
+        "layout": LAYOUT,
+        "chunk_key": "chunks/<first 2 hex of key>/<32-hex chained blake2b-128 block key>",
+        "access_key": "access/<hh>/<key>.<blake2b-64 of traffic class | any>",
+        "chunk_format": "b'TKVC' prefix (version, header_len, payload_len, crc32c) + JSON header + FP4 payload",
+        "docs": "tiered_kv/tiers/ssd_layout.py, tiered_kv/codec.py",
+    }}
+    if not await store.exists("zarr.json"):
+        await store.set_if_not_exists("zarr.json", buffer(_group_json(root)))
+    if namespace is not None:
+        path = f"namespaces/{namespace.digest.hex()}/zarr.json"
+        if not await store.exists(path):
+            attrs = {"tiered_kv_namespace": {
+                "model": namespace.model, "fmt": namespace.fmt, "block_size": namespace.block_size,
+                "kv_heads": namespace.kv_heads, "head_dim": namespace.head_dim,
+                "digest": namespace.digest.hex()}}
+            await store.set_if_not_exists(path, buffer(_group_json(attrs)))
+
+
+async def bounded(coros: Iterable[Awaitable], limit: int = IO_CONCURRENCY,
+                  on_done: Callable[[], None] | None = None) -> list:
+    """Run awaitables with at most ``limit`` in flight; results in order, exceptions returned."""
+    sem = asyncio.Semaphore(limit)
+
+    async def one(c):
+        async with sem:
+            try:
+                return await c
+            except Exception as exc:  # noqa: BLE001 - returned to the caller, which decides
+                return exc
+            finally:
+                if on_done is not None:
+                    on_done()
+
+    return await asyncio.gather(*(one(c) for c in coros))
+
+
+@dataclass
+class Scan:
+    """One pass over a store: every chunk header, access record and stray object."""
+
+    chunks: dict[bytes, ChunkHeader] = field(default_factory=dict)
+    paths: dict[bytes, str] = field(default_factory=dict)
+    corrupt: dict[str, str] = field(default_factory=dict)  # path -> reason
+    records: dict[str, AccessRecord] = field(default_factory=dict)  # path -> record
+    strays: list[str] = field(default_factory=list)  # partial writes and foreign names
+
+
+async def list_keys(store: Store, prefix: str) -> list[str]:
+    try:
+        return [k async for k in store.list_prefix(prefix)]
+    except FileNotFoundError:
+        return []
+
+
+async def read_chunk_header(store: Store, path: str, *, full: bool) -> ChunkHeader | None:
+    """Header of the chunk at ``path`` (None if gone); ``full`` reads and checks every byte."""
+    proto = default_buffer_prototype()
+    if full:
+        buf = await store.get(path, prototype=proto)
+        if buf is None:
+            return None
+        return verify_chunk(as_bytes(buf))
+    buf = await store.get(path, prototype=proto, byte_range=RangeByteRequest(0, HEADER_PROBE))
+    if buf is None:
+        return None
+    try:
+        return read_header(buf.as_numpy_array().data)
+    except CorruptChunk as exc:
+        if "truncated header" not in str(exc):
+            raise
+    buf = await store.get(path, prototype=proto)  # header longer than the probe
+    return None if buf is None else read_header(buf.as_numpy_array().data)
+
+
+async def scan(store: Store, *, full: bool = False, progress: Callable[[int], None] | None = None,
+               on_total: Callable[[int], None] | None = None) -> Scan:
+    """Read every chunk header (``full``: every chunk, CRC-checked) and every access record."""
+    chunk_keys = await list_keys(store, CHUNKS)
+    access_keys = await list_keys(store, ACCESS)
+    if on_total is not None:
+        on_total(len(chunk_keys) + len(access_keys))
+    out = Scan()
+    chunk_paths = []
+    for path in chunk_keys:
+        m = _CHUNK_RE.fullmatch(path)
+        if m and m.group(2).startswith(m.group(1)):
+            chunk_paths.append((path, bytes.fromhex(m.group(2))))
+        else:
+            out.strays.append(path)
+    done = (lambda: progress(1)) if progress else None
+    results = await bounded((read_chunk_header(store, p, full=full) for p, _ in chunk_paths), on_done=done)
+    for (path, key), res in zip(chunk_paths, results):
+        if res is None:
+            continue  # deleted under our feet
+        if isinstance(res, CorruptChunk):
+            out.corrupt[path] = str(res)
+        elif isinstance(res, Exception):
+            raise res
+        elif res.key != key:
+            out.corrupt[path] = f"chunk holds key {res.key.hex()}"
+        else:
+            out.chunks[key] = res
+            out.paths[key] = path
+    rec_paths = []
+    for path in access_keys:
+        if _ACCESS_RE.fullmatch(path):
+            rec_paths.append(path)
+        else:
+            out.strays.append(path)
+    proto = default_buffer_prototype()
+    bufs = await bounded((store.get(p, prototype=proto) for p in rec_paths), on_done=done)
+    for path, buf in zip(rec_paths, bufs):
+        if buf is None:
+            continue
+        if isinstance(buf, Exception):
+            raise buf
+        try:
+            rec = AccessRecord.decode(buf.to_bytes())
+        except (ValueError, KeyError, TypeError):
+            out.corrupt[path] = "unreadable access record"
+            continue
+        if access_path(rec.key, rec.traffic_class) != path:
+            out.corrupt[path] = "access record does not match its path"
+            continue
+        out.records[path] = rec
+    return out
+
+
+def removable_strays(store: Store, strays: list[str], grace: float) -> list[str]:
+    """Strays old enough to remove: ``.partial`` files of a live writer are left alone."""
+    root = local_root(store)
+    if root is None or grace <= 0:
+        return list(strays)
+    now = time.time()
+    out = []
+    for path in strays:
+        try:
+            age = now - (root / path).stat().st_mtime
+        except FileNotFoundError:
+            continue
+        if age >= grace:
+            out.append(path)
+    return out
+
+
+async def delete_all(store: Store, paths: Iterable[str]) -> int:
+    """Delete objects concurrently; a path already gone counts as deleted."""
+    paths = list(paths)
+    results = await bounded(store.delete(p) for p in paths)
+    for res in results:
+        if isinstance(res, Exception) and not isinstance(res, FileNotFoundError):
+            raise res
+    return len(paths)
