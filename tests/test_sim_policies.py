@@ -8,6 +8,7 @@ is touched or inserted in order.
 from __future__ import annotations
 
 import math
+from collections import OrderedDict
 
 import numpy as np
 import pytest
@@ -34,18 +35,17 @@ def leading(blocks, present):
 
 
 def brute_lru(df, capacity_tokens):
-    cache: list = []  # LRU order, oldest first
+    cache: OrderedDict = OrderedDict()  # LRU order, oldest first
     out = []
     for _, length, bs, _, blocks in requests_of(df):
         cap = math.inf if capacity_tokens is None else capacity_tokens // bs
-        p = leading(blocks, set(cache))
+        p = leading(blocks, cache)
         out.append(min(p * bs, length))
         for b in blocks:
-            if b in cache:
-                cache.remove(b)
-            cache.append(b)
+            cache[b] = True
+            cache.move_to_end(b)
             while len(cache) > cap:
-                cache.pop(0)
+                cache.popitem(last=False)
     return out
 
 
@@ -55,9 +55,13 @@ def brute_ttl(df, ttl, capacity_tokens=None):
     order = 0
     out = []
     for now, length, bs, cls, blocks in requests_of(df):
-        for b in [b for b, (t, c, _) in last.items() if now - t > ttl[c]]:
-            del last[b]
-        p = leading(blocks, last)
+        if capacity_tokens is None:  # nothing competes for room: check expiry at lookup only
+            live = {b for b in blocks if b in last and now - last[b][0] <= ttl[last[b][1]]}
+        else:
+            for b in [b for b, (t, c, _) in last.items() if now - t > ttl[c]]:
+                del last[b]
+            live = last
+        p = leading(blocks, live)
         out.append(min(p * bs, length))
         for b in blocks:
             last[b] = (now, cls, order)
@@ -69,17 +73,20 @@ def brute_ttl(df, ttl, capacity_tokens=None):
 
 
 def brute_watermark(df, capacity_bytes, high, low, bytes_per_token):
-    cache: dict = {}  # block -> bytes, insertion/touch order = dict order
+    cache: OrderedDict = OrderedDict()  # block -> bytes, least recently touched first
+    used = 0
     out = []
     for _, length, bs, _, blocks in requests_of(df):
         p = leading(blocks, cache)
         out.append(min(p * bs, length))
         for k, b in enumerate(blocks):
-            size = min(bs, length - k * bs) * bytes_per_token
-            cache[b] = cache.pop(b, size)  # a stored chunk keeps the size it was written with
-            if sum(cache.values()) > high * capacity_bytes:
-                while sum(cache.values()) > low * capacity_bytes:
-                    del cache[next(iter(cache))]
+            if b not in cache:  # a stored chunk keeps the size it was written with
+                cache[b] = min(bs, length - k * bs) * bytes_per_token
+                used += cache[b]
+            cache.move_to_end(b)
+            if used > high * capacity_bytes:
+                while used > low * capacity_bytes:
+                    used -= cache.popitem(last=False)[1]
     return out
 
 
@@ -149,16 +156,22 @@ def conversation():
     return load_trace(shipped_trace("conversation"))
 
 
-@pytest.mark.parametrize("cap_blocks", [1, 300, 5000])
+@pytest.mark.parametrize("cap_blocks", [1, 300, 20000])
 def test_lru_on_real_trace_equals_brute_force(conversation, cap_blocks):
-    df = conversation.head(1500)
+    df = conversation
     assert hits(df, "lru", capacity_tokens=cap_blocks * 512) == brute_lru(df, cap_blocks * 512)
 
 
 @pytest.mark.parametrize("ttl", [0.0, 60.0, 600.0])
 def test_ttl_on_real_trace_equals_brute_force(conversation, ttl):
-    df = conversation.head(1500)
+    df = conversation
     assert hits(df, "ttl", ttl_seconds={"chatbot": ttl}) == brute_ttl(df, {"chatbot": ttl})
+
+
+def test_watermark_on_real_trace_equals_brute_force(conversation):
+    cap = 5_000_000 * 100
+    got = hits(conversation, "watermark", capacity_bytes=cap, high=0.9, low=0.7, bytes_per_token=100)
+    assert got == brute_watermark(conversation, cap, 0.9, 0.7, 100)
 
 
 def test_real_trace_infinite_bound_is_the_published_scale(conversation):
