@@ -340,6 +340,9 @@ def next_use(trace: CompiledTrace) -> np.ndarray:
 
 @njit(cache=True)
 def _belady_kernel(offsets, blocks, depth, nxt_use, n_unique, capacity):  # pragma: no cover - compiled
+    # Blocks never used again ("dead") have the largest keys, so they are always evicted first;
+    # which dead block goes first cannot change any later hit (none is accessed again), so they
+    # are only counted, not heaped: most accesses of a trace are last accesses.
     n = offsets.shape[0] - 1
     m = blocks.shape[0]
     dmul = np.int64(1)
@@ -351,7 +354,8 @@ def _belady_kernel(offsets, blocks, depth, nxt_use, n_unique, capacity):  # prag
     heap_k = np.empty(m + 1, np.int64)  # max-heap of keys: next use x dmul + depth
     heap_b = np.empty(m + 1, np.int64)
     hn = 0
-    used = 0
+    used = 0  # live (heaped) + dead blocks in the cache
+    dead = 0
     hit = np.zeros(n, np.int64)
     any_present = np.zeros(n, np.int64)
     for r in range(n):
@@ -369,24 +373,32 @@ def _belady_kernel(offsets, blocks, depth, nxt_use, n_unique, capacity):  # prag
         hit[r] = p
         for i in range(lo, hi):
             b = blocks[i]
-            key = nxt_use[i] * dmul + depth[i]
             if not present[b]:
-                present[b] = True
                 used += 1
-            key_of[b] = key
-            # push (key, b)
-            j = hn
-            hn += 1
-            while j > 0:
-                parent = (j - 1) >> 1
-                if heap_k[parent] >= key:
-                    break
-                heap_k[j] = heap_k[parent]
-                heap_b[j] = heap_b[parent]
-                j = parent
-            heap_k[j] = key
-            heap_b[j] = b
+            if nxt_use[i] >= m:  # last access of b: it turns dead
+                present[b] = False
+                key_of[b] = -1
+                dead += 1
+            else:
+                present[b] = True
+                key = nxt_use[i] * dmul + depth[i]
+                key_of[b] = key
+                j = hn
+                hn += 1
+                while j > 0:
+                    parent = (j - 1) >> 1
+                    if heap_k[parent] >= key:
+                        break
+                    heap_k[j] = heap_k[parent]
+                    heap_b[j] = heap_b[parent]
+                    j = parent
+                heap_k[j] = key
+                heap_b[j] = b
             while used > capacity:
+                if dead > 0:
+                    dead -= 1
+                    used -= 1
+                    continue
                 # pop the max valid entry: the farthest next use, deepest on ties
                 vk = heap_k[0]
                 vb = heap_b[0]
