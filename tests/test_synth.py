@@ -8,6 +8,8 @@ from dataclasses import replace
 import numpy as np
 import polars as pl
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tiered_kv.sim import synth
 from tiered_kv.sim import synth_calibration as cal
@@ -171,17 +173,49 @@ def test_ttl_curve_agrees_with_the_simulator_curves():
                        atol=1e-12)
 
 
-def test_retention_figure_is_computed():
+def test_retention_figure_is_computed(monkeypatch):
     import importlib
 
     fig = importlib.import_module("tiered_kv.viz.figures.03_retention_by_class")
+    frames = []
+
+    def recording_generate(*args, **kwargs):
+        frames.append(generate(*args, **kwargs))
+        return frames[-1]
+
+    monkeypatch.setattr(synth, "generate", recording_generate)
     res = fig.build(quick=True)
+    (run,) = frames
     data = res.data
     assert set(data["traffic_class"].unique()) == {"chatbot", "agent"}
     for _, part in data.group_by("traffic_class"):
         assert np.all(np.diff(part.sort("ttl_s")["token_hit_rate"].to_numpy()) >= 0)
     (claim,) = res.claims
-    run = generate("ci", 14.0, seed=0)
+    assert run["timestamp_s"].max() > 13 * DAY_S  # a 14-day run
     assert claim.reproduced == pytest.approx(100 * cal.ttl_loss(run), abs=1e-9)
     assert claim.calibrated and claim.published == 0.75
     res.chart.to_dict()  # a valid Vega-Lite spec
+
+
+@settings(max_examples=8, deadline=None)
+@given(block_size=st.sampled_from([16, 100, 512]), sys_tokens=st.integers(1, 1500),
+       prefix_p=st.floats(0, 1), turns=st.floats(1, 4), ret=st.floats(0, 0.9),
+       max_input=st.integers(3_000, 200_000), seed=st.integers(0, 2**31))
+def test_any_valid_config_gives_a_valid_chained_trace(block_size, sys_tokens, prefix_p, turns, ret,
+                                                      max_input, seed):
+    c = ClassConfig(name="x", requests_per_hour=200.0, system_prompt_tokens=sys_tokens, n_prefixes=5,
+                    prefix_probability=prefix_p, turns_per_visit_mean=turns, return_probability=ret,
+                    max_input_tokens=max_input)
+    df = generate(SynthConfig(classes=(c,), block_size=block_size, warmup_days=0.5), 0.5, seed)
+    validate_frame(df)
+    assert df["input_length"].max() <= max_input
+    ids = df["block_ids"].explode().to_numpy().astype(np.int64)
+    nb = df["block_ids"].list.len().to_numpy()
+    pos = np.arange(len(ids)) - np.repeat(np.cumsum(nb) - nb, nb)
+    parent = np.where(pos > 0, np.concatenate([[-1], ids[:-1]]), -1)
+    pairs = pl.DataFrame({"id": ids, "pos": pos, "parent": parent}).unique()
+    assert pairs["id"].n_unique() == pairs.height
+    n_sys = sys_tokens // block_size
+    if n_sys:  # the system prompt's full blocks are the same in every request
+        first = df["block_ids"].list.head(n_sys).explode().to_numpy().reshape(-1, n_sys)
+        assert (first == first[0]).all()

@@ -6,7 +6,7 @@ traffic whose one-hour slices look like the real traces, so TTL questions can be
 
 Model, per traffic class (all parameters in :class:`ClassConfig`):
 
-* Sessions arrive as a Poisson process whose rate follows a daily sine cycle
+* Sessions arrive as a Poisson process whose rate follows a daily cosine cycle
   (``daily_amplitude``, ``peak_hour``). Sessions that began up to ``warmup_days`` before t=0
   are simulated too and only their later requests kept, so the trace starts in steady state
   (returning sessions and long prompts already present) like a slice of a live service.
@@ -54,6 +54,7 @@ per message cannot follow the real trace's left-skewed log-length shape exactly)
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -66,8 +67,9 @@ HOUR_S = 3_600.0
 def _check(name: str, value: float, lo: float, hi: float = math.inf, *, lo_open: bool = False,
            hi_open: bool = False) -> None:
     """Raise a ValueError naming the setting and its allowed range when value is outside it."""
-    ok = (value > lo if lo_open else value >= lo) and (value < hi if hi_open else value <= hi)
-    if not (isinstance(value, (int, float)) and math.isfinite(value) and ok):
+    number = isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
+    ok = number and (value > lo if lo_open else value >= lo) and (value < hi if hi_open else value <= hi)
+    if not ok:
         left = "(" if lo_open else "["
         right = ")" if hi_open or hi == math.inf else "]"
         raise ValueError(f"{name}: must be in {left}{lo:g}, {hi:g}{right}, got {value!r}")
@@ -127,6 +129,9 @@ class ClassConfig:
         _check(p + "turns_per_visit_mean", self.turns_per_visit_mean, 1, 10_000)
         _check(p + "return_probability", self.return_probability, 0, 0.99)
         _check(p + "max_input_tokens", self.max_input_tokens, 2, 10**8)
+        for name in ("system_prompt_tokens", "n_prefixes", "max_input_tokens"):
+            if not isinstance(getattr(self, name), (int, np.integer)):
+                raise ValueError(f"{p}{name}: must be an integer, got {getattr(self, name)!r}")
 
     @property
     def requests_per_session(self) -> float:
@@ -175,6 +180,8 @@ class SynthConfig:
         names = [c.name for c in self.classes]
         if len(set(names)) != len(names):
             raise ValueError(f"classes: class names must be unique, got {names}")
+        if not isinstance(self.block_size, (int, np.integer)):
+            raise ValueError(f"block_size: must be an integer number of tokens, got {self.block_size!r}")
         _check("block_size", self.block_size, 1, 1 << 20)
         _check("warmup_days", self.warmup_days, 0, 365)
 
@@ -249,7 +256,6 @@ class _ClassDraw:
     turn: np.ndarray
     prefix: np.ndarray  # -1 = no shared prefix
     prefix_tokens: np.ndarray  # per prefix
-    n_sessions: int
     session_blocks: np.ndarray  # per session: full blocks needed for its longest kept prompt
 
 
@@ -301,7 +307,7 @@ def _draw_class(rng: np.random.Generator, c: ClassConfig, horizon_s: float, warm
     np.maximum.at(session_blocks, session[keep], input_length[keep] // block_size)
     return _ClassDraw(time=time[keep], input_length=input_length[keep], output_length=output[keep],
                       session=session[keep], turn=turn[keep].astype(np.int32), prefix=prefix[session[keep]],
-                      prefix_tokens=prefix_tokens, n_sessions=n_s, session_blocks=session_blocks)
+                      prefix_tokens=prefix_tokens, session_blocks=session_blocks)
 
 
 # --------------------------------------------------------------------------------------------

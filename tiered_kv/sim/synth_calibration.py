@@ -72,33 +72,60 @@ def input_length_quantiles(df: pl.DataFrame, q: tuple[float, ...] = (0.1, 0.25, 
     return dict(zip(q, np.quantile(df["input_length"].to_numpy(), q).tolist(), strict=True))
 
 
+def _lead_ms(df: pl.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per access: running max of reuse time (whole ms, rounded up) over the request's leading
+    blocks, the tokens the access is credited with, and its request row."""
+    bs = _block_size(df)
+    a = _accesses(df)
+    ms = np.where(np.isfinite(a.reuse_s), np.minimum(np.ceil(a.reuse_s * 1000.0), _CAP_MS), _CAP_MS + 1)
+    key = np.maximum.accumulate(a.req * (1 << 32) + ms.astype(np.int64))
+    length = df["input_length"].to_numpy()
+    weight = np.clip(length[a.req] - a.pos * bs, 0, bs)  # min(p*bs, input_length) block by block
+    return key - a.req * (1 << 32), weight, a.req
+
+
+def _ttl_ms(ttls_s) -> np.ndarray:
+    ttls = np.atleast_1d(np.asarray(ttls_s, dtype=float))
+    if np.any(np.isnan(ttls)) or np.any(ttls < 0):
+        raise ValueError("ttls_s: every TTL must be >= 0 seconds")
+    return np.where(np.isinf(ttls), _CAP_MS, np.minimum(_CAP_MS, np.floor(ttls * 1000.0))).astype(np.int64)
+
+
+def _rates(lead_ms, weight, sel, total, ttl_ms) -> np.ndarray:
+    if total == 0:
+        raise ValueError("traffic_class: no request of this class in the trace")
+    sel = sel & (lead_ms <= _CAP_MS)
+    order = np.argsort(lead_ms[sel], kind="stable")
+    cum = np.concatenate([[0], np.cumsum(weight[sel][order])])
+    return cum[np.searchsorted(lead_ms[sel][order], ttl_ms, side="right")] / total
+
+
 def ttl_hit_rates(df: pl.DataFrame, ttls_s, *, traffic_class: str | None = None) -> np.ndarray:
     """Token hit rate at every TTL in ``ttls_s`` (seconds; ``inf`` allowed), unlimited capacity.
 
     ``traffic_class`` restricts the requests counted (ids of different classes never coincide
     in synthetic traces, so the reuse times are the class's own).
     """
-    bs = _block_size(df)
-    a = _accesses(df)
-    ms = np.where(np.isfinite(a.reuse_s), np.minimum(np.ceil(a.reuse_s * 1000.0), _CAP_MS), _CAP_MS + 1)
-    key = np.maximum.accumulate(a.req * (1 << 32) + ms.astype(np.int64))
-    lead_ms = key - a.req * (1 << 32)  # running max of reuse time over the request's leading blocks
+    lead, weight, req = _lead_ms(df)
     length = df["input_length"].to_numpy()
-    weight = np.clip(length[a.req] - a.pos * bs, 0, bs)  # tokens credited to each block
     keep = np.ones(df.height, dtype=bool) if traffic_class is None else \
         (df["traffic_class"] == traffic_class).to_numpy()
-    total = length[keep].sum()
-    if total == 0:
-        raise ValueError(f"traffic_class: no request of class {traffic_class!r} in the trace")
-    sel = keep[a.req] & (lead_ms <= _CAP_MS)
-    order = np.argsort(lead_ms[sel], kind="stable")
-    sorted_ms = lead_ms[sel][order]
-    cum = np.concatenate([[0], np.cumsum(weight[sel][order])])
-    ttl_ms = np.array([_CAP_MS if math.isinf(t) else min(_CAP_MS, math.floor(t * 1000.0))
-                       for t in np.atleast_1d(np.asarray(ttls_s, dtype=float))])
-    if np.any(ttl_ms < 0):
-        raise ValueError("ttls_s: every TTL must be >= 0 seconds")
-    return cum[np.searchsorted(sorted_ms, ttl_ms, side="right")] / total
+    return _rates(lead, weight, keep[req], length[keep].sum(), _ttl_ms(ttls_s))
+
+
+def ttl_curves(df: pl.DataFrame, ttls_s) -> pl.DataFrame:
+    """Hit rate per class at every TTL, reuse times computed once: traffic_class, ttl_s,
+    token_hit_rate."""
+    lead, weight, req = _lead_ms(df)
+    length = df["input_length"].to_numpy()
+    cls = df["traffic_class"].to_numpy()
+    ttls = np.atleast_1d(np.asarray(ttls_s, dtype=float))
+    parts = []
+    for name in sorted(set(cls.tolist())):
+        keep = cls == name
+        rates = _rates(lead, weight, keep[req], length[keep].sum(), _ttl_ms(ttls))
+        parts.append(pl.DataFrame({"traffic_class": name, "ttl_s": ttls, "token_hit_rate": rates}))
+    return pl.concat(parts)
 
 
 def infinite_hit_rate(df: pl.DataFrame, *, traffic_class: str | None = None) -> float:

@@ -25,19 +25,15 @@ _LABELS = ("datum.value < 0.002 ? '1 min' : datum.value < 0.02 ? '10 min' : datu
 
 def curves(days: float, preset: str, seed: int) -> tuple[pl.DataFrame, dict]:
     """Hit rate at log-spaced TTLs (1 min to ``days``, plus 3 d and 7 d) for each class."""
-    from tiered_kv.sim.synth import DAY_S, generate, get_config
-    from tiered_kv.sim.synth_calibration import ttl_hit_rates
+    from tiered_kv.sim.synth import DAY_S, generate
+    from tiered_kv.sim.synth_calibration import ttl_curves
 
     df = generate(preset, days, seed)
     ttls = np.unique(np.concatenate([np.geomspace(60.0, days * DAY_S, 48), np.array(_MARKS_DAYS) * DAY_S]))
-    rows = []
-    for c in get_config(preset).classes:
-        rates = ttl_hit_rates(df, ttls, traffic_class=c.name)
-        rows.append(pl.DataFrame({"traffic_class": c.name, "ttl_s": ttls, "ttl_days": ttls / DAY_S,
-                                  "token_hit_rate": rates}))
+    data = ttl_curves(df, ttls).with_columns((pl.col("ttl_s") / DAY_S).alias("ttl_days"))
     info = {"requests": df.height, "block_accesses": int(df["block_ids"].list.len().sum()),
             "by_class": df["traffic_class"].value_counts().sort("traffic_class").rows()}
-    return pl.concat(rows), info
+    return data.select("traffic_class", "ttl_s", "ttl_days", "token_hit_rate"), info
 
 
 def loss_points(data: pl.DataFrame, traffic_class: str) -> float:
