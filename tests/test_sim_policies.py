@@ -103,7 +103,7 @@ def brute_belady(df, capacity_tokens):
             cache.add(b)
             pos += 1
             while len(cache) > cap:
-                def key(x):
+                def key(x, pos=pos):  # (next access of x after now, its depth): farthest, deepest first
                     nxt = next((j for j in range(pos, len(seq)) if seq[j][0] == x), len(seq))
                     depth = next(k for bb, k in seq if bb == x)
                     return (nxt, depth)

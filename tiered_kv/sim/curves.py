@@ -213,7 +213,7 @@ def belady_curve(trace: CompiledTrace, capacities_tokens, progress: bool = False
     if progress:
         from tqdm import tqdm
 
-        it = tqdm(caps, desc="belady", unit="capacity", leave=False)
+        it = tqdm(caps, desc="belady", unit="capacity", leave=False, delay=2)
     for c in it:
         pol = Belady(capacity_tokens=None if math.isinf(c) else int(c))
         hit_blocks.append(pol.run(trace, nxt=nxt).hit_blocks)

@@ -28,7 +28,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 import numpy as np
 from numba import njit
@@ -46,6 +46,16 @@ class PolicyRun:
 
     hit_blocks: np.ndarray
     extra: dict[str, Any] = field(default_factory=dict)
+
+
+class Policy(Protocol):
+    """What the replay engine needs from a policy (a frozen, validated dataclass in practice)."""
+
+    name: ClassVar[str]
+
+    def run(self, trace: CompiledTrace) -> PolicyRun:
+        """Leading blocks present at each request's lookup, in the trace's replay order."""
+        ...
 
 
 _REGISTRY: dict[str, type] = {}

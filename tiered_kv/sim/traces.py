@@ -220,6 +220,8 @@ def _check_lengths(df: pl.DataFrame, path: Path, *, rows_are_lines: bool, strict
     if not ok.all():
         row = int(np.flatnonzero(~ok)[0])
         where = f"{path}:{_line_of_row(path, row)}" if rows_are_lines else f"{path}: row {row}"
+        if length[row] < 1:
+            raise ValueError(f"{where}: field 'input_length' must be >= 1 token, got {length[row]}")
         want = f"ceil({length[row]}/{bs[row]}) = {ceil_n[row]}"
         raise ValueError(f"{where}: field 'hash_ids' has {n[row]} block ids, inconsistent with "
                          f"input_length {length[row]} and block size {bs[row]} (expected {want})")
