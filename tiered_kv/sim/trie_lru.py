@@ -470,6 +470,13 @@ def _replay_fifo(node, offsets, warmup, n_nodes, capacity):
     return hit_blocks, filled
 
 
+def optimal_trie_curve(t: TrieTrace, capacities) -> np.ndarray:
+    """kvcache.ai's ``optimal`` at each capacity (blocks); see :mod:`tiered_kv.sim.trie_belady`."""
+    from tiered_kv.sim.trie_belady import optimal_trie_curve as curve
+
+    return curve(t, capacities)
+
+
 # --------------------------------------------------------------------------------------------
 # policies for the replay engine (tiered_kv.sim.policies registry)
 
