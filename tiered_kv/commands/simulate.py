@@ -105,8 +105,9 @@ def build_policy(args: argparse.Namespace, sem) -> Any:
     bpt = args.bytes_per_token or DEFAULT_BYTES_PER_TOKEN
     cap = capacity_tokens_from(args.capacity, bytes_per_token=bpt, name="--capacity")
     name = args.policy
-    if name == "lru" and sem.lru_policy in policy_names():
-        name = sem.lru_policy  # e.g. kvcache-ai: lru-trie
+    variant = {"lru": sem.lru_policy, "belady": sem.belady_policy}.get(name)
+    if variant and variant in policy_names():
+        name = variant  # e.g. kvcache-ai: lru-trie, belady-trie
     if name == "ttl":
         if not args.ttl:
             raise ValueError("--policy ttl: give --ttl DURATION or --ttl CLASS=DURATION")
@@ -128,7 +129,8 @@ def simulate_single(args: argparse.Namespace) -> dict[str, Any]:
     from tiered_kv.sim.replay import replay
 
     df, trace, sem = load_compiled(args)
-    if args.policy in ("lru", "belady") and sem.lru_policy == "lru-trie" and "lru-trie" not in policy_names():
+    variant = {"lru": sem.lru_policy, "belady": sem.belady_policy}.get(args.policy)
+    if variant and variant != args.policy and variant not in policy_names():
         trie = _trie_totals(args, trace, sem)
         if trie is not None:
             return trie
