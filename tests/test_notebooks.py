@@ -20,7 +20,7 @@ ALL = sorted(NOTEBOOKS.glob("*.ipynb"))
 
 def test_the_notebooks_of_the_workbench_exist():
     names = {p.stem for p in ALL}
-    expected = {"03_retention"}
+    expected = {"02_fp4", "03_retention", "04_ttft_and_cost"}
     assert expected <= names, f"missing notebooks: {sorted(expected - names)}"
 
 

@@ -167,3 +167,54 @@ def test_capacity_slider_moves_the_red_rule_and_lowers_hit_rate(dashboard):
     view = evaluate(dashboard.table, dashboard.setting())
     assert view.rates["hit_tokens"].to_list() == dashboard.view.rates["hit_tokens"].to_list()
     assert float(dashboard.view.occupancy["resident_tokens"].max()) <= 10 ** dashboard.capacity_slider.min + 1e-6
+
+
+# --- FP4 and TTFT dashboards -------------------------------------------------------------------
+
+E2M1 = {0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0}
+
+
+def test_staircase_is_the_e2m1_grid():
+    from tiered_kv.viz.fp4 import FORMATS, staircase
+
+    for fmt in FORMATS:
+        frame = staircase(fmt)
+        decoded = {abs(float(v)) for v in frame["decoded"]}
+        assert decoded == E2M1
+        # round to nearest: the decoded value is never further than half a grid step away
+        gap = (frame["decoded"] - frame["input"]).abs().max()
+        assert gap <= 1.0 + 1e-6
+
+
+def test_heavier_tails_raise_mxfp4_error_but_not_the_gaussian_one():
+    from tiered_kv.viz.fp4 import FP4Dashboard
+
+    dash = FP4Dashboard(size="small", dof=30.0)
+    light = dash.frame
+    dash.dof_slider.value = 1.5
+    heavy = dash.frame
+    assert heavy["rel_rmse_gaussian"].to_list() == pytest.approx(light["rel_rmse_gaussian"].to_list())
+    mx = lambda f: f.filter((pl.col("format") == "mxfp4") & (pl.col("scale_rule") == "floor"))["rel_rmse_heavy_tailed"][0]
+    assert mx(heavy) > mx(light)
+    assert "tkv-heavy-mxfp4" in dash.summary.value
+
+
+def test_ttft_dashboard_bandwidth_and_admission():
+    from tiered_kv.viz.ttft import TTFTDashboard, TTFTSetting
+
+    dash = TTFTDashboard(setting=TTFTSetting(machines=4, duration_s=40.0, rate_per_machine_s=0.5))
+    p50 = lambda: dash.view.percentiles.filter(pl.col("class") == "restore")["p50_s"][0]
+    fast = p50()
+    dash.bandwidth.value = 2.0
+    slow = p50()
+    assert slow > fast, "a 20x slower SSD read must slow restores"
+    assert dash.view.percentiles["recomputed"].max() == 0.0
+    cost_without = dash.view.cost_per_mtok
+    dash.admission.value = True
+    assert dash.view.percentiles.filter(pl.col("class") == "restore")["recomputed"][0] > 0
+    assert dash.view.percentiles.filter(pl.col("class") == "miss")["recomputed"][0] == 0
+    # recomputing a cached prefix forfeits its hit price: cost can only rise
+    assert dash.view.cost_per_mtok >= cost_without
+    miss_only = dash.view.idle_curve.filter(pl.col("case").str.starts_with("miss"))["ttft_s"]
+    hit_only = dash.view.idle_curve.filter(pl.col("case").str.starts_with("hit"))["ttft_s"]
+    assert (hit_only < miss_only).tail(10).all()
