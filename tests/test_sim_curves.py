@@ -87,6 +87,8 @@ def test_real_trace_curves_equal_replays_at_sampled_points(conversation):
     ttl = C.ttl_curve(conversation, ttls)
     for i in (10, 60, 99):
         assert ttl.hit_tokens[i] == replay(conversation, get_policy("ttl", default_ttl_seconds=float(ttls[i]))).hit_tokens
+    for c in caps[[20, 60]]:  # the proof's lemma, checked at every lookup of the real trace
+        assert get_policy("belady", capacity_tokens=int(c)).run(conversation).extra["prefix_closed"]
     bel = C.belady_curve(conversation, caps[[20, 60]])
     assert np.all(bel.hit_tokens >= lru.hit_tokens[[20, 60]])
     assert np.all(bel.hit_tokens <= C.infinite_bound(conversation).hit_tokens[0])
