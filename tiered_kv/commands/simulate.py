@@ -43,7 +43,8 @@ def add_trace_arguments(parser: argparse.ArgumentParser, *, required: bool = Tru
 def register(parser: argparse.ArgumentParser) -> None:
     add_trace_arguments(parser)
     parser.add_argument("--policy", default="lru", metavar="POLICY",
-                        help="lru, ttl, watermark or belady (default: lru)")
+                        help="lru, ttl, watermark or belady (default: lru); kvcache.ai's trie variants "
+                             "lru-trie, belady-trie, fifo-trie when tiered_kv.sim.trie_lru provides them")
     parser.add_argument("--capacity", default=None, metavar="TOKENS|BYTES",
                         help="cache size: tokens (2000000) or bytes with a unit (64GiB); "
                              "default unlimited (watermark needs one)")

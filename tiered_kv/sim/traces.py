@@ -203,9 +203,12 @@ def _read_jsonl(path: Path, schema: dict[str, pl.DataType], required: dict) -> p
 
 def _chain_column(per_block: pl.Series) -> pl.Series:
     """Chained ids from per-block ids (list[int] per row) via :func:`tiered_kv.keys.chain_ids`."""
+    from tqdm import tqdm
+
     from tiered_kv.keys import chain_ids
 
-    out = [chain_ids(ids) for ids in per_block.to_list()]
+    rows = per_block.to_list()
+    out = [chain_ids(ids) for ids in tqdm(rows, desc="chaining block ids", unit="req", delay=2, leave=False)]
     return pl.Series("block_ids", out, dtype=pl.List(pl.UInt64()))
 
 
