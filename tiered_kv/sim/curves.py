@@ -70,7 +70,7 @@ def _stack_distances(offsets, blocks, n_unique):  # pragma: no cover - compiled
     """Prefix-max LRU stack distance of every access (COLD when the block is new)."""
     m = blocks.shape[0]
     n = offsets.shape[0] - 1
-    tree = np.zeros(m + 1, np.int64)  # Fenwick tree over access positions (1-based)
+    tree = np.zeros(m + 1, np.int32)  # Fenwick tree over access positions (1-based; int32: half the memory)
     last = np.full(n_unique, -1, np.int64)
     out = np.empty(m, np.int64)
     cold = np.int64(2**62)
