@@ -120,11 +120,14 @@ def test_real_trace_targets_are_measured_not_typed():
 def test_calibration_at_reduced_size():
     """Half-rate one-hour slices and a 14-day chatbot run at 1/40 of the Mooncake rate.
 
-    Tolerances are those of TARGETS except: input p90 and reuse-time quantiles 30 % (a half-rate
-    hour holds about 6,000 requests and these quantiles are dominated by a few long sessions),
-    and the 7 d -> 3 d loss between 0.3 and 1.3 points (about 100,000 requests).
+    Tolerances are those of TARGETS (met at full size, benchmarks/results/synth.md) except, for
+    the noisier reduced size: input p90 and reuse-time quantiles 30 % (a half-rate hour holds
+    about 6,000 requests and these quantiles follow a few long sessions), hit rates 0.04,
+    averages and rates 10 %, and the 7 d -> 3 d loss between 0.3 and 1.3 points.
     """
-    wide = {"input_length_p90": 0.30, "reuse_time_p50_s": 0.30, "reuse_time_p90_s": 0.30}
+    wide = {"input_length_p90": 0.30, "reuse_time_p50_s": 0.30, "reuse_time_p90_s": 0.30,
+            "infinite_hit_rate": 0.04, "avg_input_tokens": 0.10, "avg_output_tokens": 0.10,
+            "requests_per_hour": 0.10}
     base = SynthConfig(classes=(CHATBOT, AGENT)).scaled(0.5)
     for name in ("chatbot", "agent"):
         stats = cal.slice_stats(cal.one_hour_slice(base, name, seed=5))
