@@ -2,6 +2,8 @@
 # the notebooks. Each creates .venv on first use; the install is skipped while pyproject.toml
 # and the set-up script are unchanged.
 PYTHON ?= python3
+# Optional extras installed with dev; `peers` brings the public simulators for parity tests.
+EXTRAS ?= peers
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(EXTRAS)

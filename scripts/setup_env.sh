@@ -23,3 +23,7 @@ if ! "$VENV/bin/python" -c "import torch" 2>/dev/null; then
   "$VENV/bin/python" -m pip install --quiet "$TORCH_SPEC"
 fi
 "$VENV/bin/python" -m pip install --quiet -e ".[dev${EXTRAS:+,$EXTRAS}]"
+# The public simulators tiered-kv is cross-checked against (tests/test_parity.py, bench peers).
+case ",${EXTRAS:-}," in
+  *,peers,*) scripts/fetch_peers.sh "$VENV" ;;
+esac
