@@ -97,10 +97,24 @@ def _sift_down(prio, hnode, pos, base, size, i):
 
 
 @nb.njit(cache=True)
+def _deposit(prio, hnode, pos, seg, fill, base, q, y, y_res):
+    """Put node ``y`` (priority ``y_res``) into segment ``q``, which has room."""
+    b = base[q]
+    i = fill[q]
+    prio[b + i] = y_res
+    hnode[b + i] = y
+    pos[y] = i
+    seg[y] = q
+    fill[q] = i + 1
+    _sift_up(prio, hnode, pos, b, i)
+
+
+@nb.njit(cache=True)
 def _optimal_stack_hist(node, offsets, tokens, next_use, warmup, n_nodes, bounds):
     """hist[q] = counted hit tokens whose node sat in segment q (hit at every capacity >= bounds[q])."""
     nq = bounds.shape[0]
     big = np.int64(n_nodes + 2)  # priority = next_use * big + id; a candidate ties last
+    never_prio = np.int64(offsets.shape[0]) * big  # next use "never" is request n + 1
     base = np.zeros(nq + 1, dtype=np.int64)
     for q in range(nq):
         base[q + 1] = bounds[q]
@@ -137,14 +151,18 @@ def _optimal_stack_hist(node, offsets, tokens, next_use, warmup, n_nodes, bounds
             for q in range(top):
                 b = base[q]
                 if fill[q] < limit[q]:
-                    i = fill[q]
-                    prio[b + i] = y_res
-                    hnode[b + i] = y
-                    pos[y] = i
-                    seg[y] = q
-                    fill[q] = i + 1
-                    _sift_up(prio, hnode, pos, b, i)
+                    _deposit(prio, hnode, pos, seg, fill, base, q, y, y_res)
                     placed = True
+                    break
+                if py >= never_prio:
+                    # y is never used again: below here it could only trade places with other
+                    # such nodes, which changes no segment's count of them and no future hit.
+                    if not 0 <= sx < nq:
+                        for q2 in range(q + 1, nq):
+                            if fill[q2] < limit[q2]:
+                                _deposit(prio, hnode, pos, seg, fill, base, q2, y, y_res)
+                                placed = True
+                                break
                     break
                 if py < prio[b]:  # y beats the segment's worst: swap them
                     w = hnode[b]
@@ -159,14 +177,7 @@ def _optimal_stack_hist(node, offsets, tokens, next_use, warmup, n_nodes, bounds
                     y_res = pw
             if not placed:
                 if 0 <= sx < nq:
-                    b = base[sx]
-                    i = fill[sx]
-                    prio[b + i] = y_res
-                    hnode[b + i] = y
-                    pos[y] = i
-                    seg[y] = sx
-                    fill[sx] = i + 1
-                    _sift_up(prio, hnode, pos, b, i)
+                    _deposit(prio, hnode, pos, seg, fill, base, sx, y, y_res)
                 else:
                     seg[y] = nq
     return hist

@@ -39,6 +39,7 @@ factor of the peer's C++ while staying in one readable file.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numba as nb
 import numpy as np
@@ -72,15 +73,16 @@ class TrieTrace:
     def n_nodes(self) -> int:
         return int(self.parent.shape[0] - 1)
 
-    @property
+    @cached_property
     def max_request_blocks(self) -> int:
         return int(np.diff(self.offsets).max()) if self.n_requests else 0
 
-    @property
+    @cached_property
     def warmup_nodes(self) -> int:
-        """Distinct nodes seen during warm-up: the largest capacity that fills in time."""
+        """Distinct nodes seen during warm-up: the largest capacity that fills in time
+        (node ids number first appearances, so it is the largest id seen)."""
         end = int(self.offsets[self.warmup])
-        return int(np.unique(self.node[:end]).shape[0]) if end else 0
+        return int(self.node[:end].max()) if end else 0
 
 
 def build_trie(blocks: np.ndarray, offsets: np.ndarray, tokens: np.ndarray, warmup: int) -> TrieTrace:
@@ -382,60 +384,58 @@ def _lru_trie_distance_hist(node, offsets, tokens, warmup, n_nodes):
 
 
 def fifo_trie_curve(t: TrieTrace, capacities) -> np.ndarray:
-    """kvcache.ai FIFO counted hit tokens at each capacity (blocks), all capacities in lock-step.
+    """kvcache.ai FIFO counted hit tokens at each capacity (blocks), each from its fill point.
 
     FIFO never reorders: after ``I`` insertions a cache of ``C`` blocks holds exactly the nodes
-    inserted ``I-C+1 .. I``. So a node is present iff ``I - inserted_at[node] < C``, and every
-    capacity can walk the one access stream together, each with its own insertion counter
-    (no queue; the inner loop over capacities vectorises).
+    inserted ``I-C+1 .. I``, so a node is present iff ``I - inserted_at[node] < C`` (no queue).
+    Until the cache first fills nothing is evicted, so every capacity starts from the known
+    state at its fill point (the first access of the C-th distinct node, as node ids number
+    first appearances) instead of from the start of the trace.
     """
     caps = _check_capacities(capacities)
     out = np.zeros(caps.shape[0], dtype=np.int64)
     live = np.flatnonzero(~_underfilled_mask(t, caps))
     if live.size and t.n_requests:
-        hits, filled = _fifo_lockstep(t.node, t.offsets, t.tokens, t.warmup, t.n_nodes,
-                                      caps[live].astype(np.int64))
-        out[live] = np.where(filled, hits, 0)
+        first = np.full(t.n_nodes + 1, -1, dtype=np.int64)
+        first[t.node[::-1]] = np.arange(t.node.shape[0] - 1, -1, -1)
+        access_request = np.repeat(np.arange(t.n_requests, dtype=np.int64), np.diff(t.offsets))
+        out[live] = _fifo_curve(t.node, t.offsets, t.tokens, t.warmup, access_request, first,
+                                caps[live].astype(np.int64))
     return out
 
 
 @nb.njit(cache=True)
-def _fifo_lockstep(node, offsets, tokens, warmup, n_nodes, caps):
-    nq = caps.shape[0]
-    cap32 = caps.astype(np.int32)
-    # insertion number of each node per capacity; "long ago" = absent at every capacity
-    inserted = np.full((n_nodes + 1, nq), -(2**30), dtype=np.int32)
-    count = np.zeros(nq, dtype=np.int32)
-    alive = np.zeros(nq, dtype=np.int32)
-    hits = np.zeros(nq, dtype=np.int64)
-    filled = np.zeros(nq, dtype=np.bool_)
-    for r in range(offsets.shape[0] - 1):
-        s, e = offsets[r], offsets[r + 1]
-        if r == warmup:
-            for q in range(nq):
-                filled[q] = count[q] >= cap32[q]
-        if r >= warmup:
-            alive[:] = 1
+def _fifo_curve(node, offsets, tokens, warmup, access_request, first, caps):
+    n = offsets.shape[0] - 1
+    inserted = np.empty(first.shape[0], dtype=np.int32)
+    out = np.zeros(caps.shape[0], dtype=np.int64)
+    for q in range(caps.shape[0]):
+        cap = caps[q]
+        for x in range(first.shape[0]):  # state at the fill point: nodes 1..cap, in order
+            inserted[x] = x if x <= cap else -(2**30)
+        count = np.int32(cap)
+        f = first[cap]
+        rf = access_request[f]
+        hits = 0
+        for a in range(f + 1, offsets[rf + 1]):
+            x = node[a]
+            if count - inserted[x] >= cap:
+                count += 1
+                inserted[x] = count
+        for r in range(rf + 1, n):
+            s, e = offsets[r], offsets[r + 1]
+            if r >= warmup:
+                for a in range(s, e):
+                    if count - inserted[node[a]] >= cap:
+                        break
+                    hits += tokens[a]
             for a in range(s, e):
-                row = inserted[node[a]]
-                w = tokens[a]
-                n_alive = 0
-                for q in range(nq):
-                    alive[q] &= np.int32(count[q] - row[q] < cap32[q])
-                    hits[q] += w * alive[q]
-                    n_alive += alive[q]
-                if n_alive == 0:
-                    break
-        for a in range(s, e):
-            row = inserted[node[a]]
-            for q in range(nq):
-                c = count[q]
-                miss = np.int32(c - row[q] >= cap32[q])
-                count[q] = c + miss
-                row[q] = row[q] + miss * (c + 1 - row[q])
-    if offsets.shape[0] - 1 <= warmup:
-        filled[:] = False
-    return hits, filled
+                x = node[a]
+                if count - inserted[x] >= cap:
+                    count += 1
+                    inserted[x] = count
+        out[q] = hits
+    return out
 
 
 @nb.njit(cache=True)
