@@ -72,6 +72,7 @@ class PrefillResult:
 
 def fp4_roundtrip(kv: torch.Tensor, namespace: Namespace) -> torch.Tensor:
     """The global KV as the SSD tier would return it: full blocks chunk by chunk, the tail alone."""
+    kv = kv.detach()  # FP4 storage is not differentiable
     bs = namespace.block_size
     full = (kv.shape[0] // bs) * bs
     parts = []
