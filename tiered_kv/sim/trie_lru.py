@@ -228,8 +228,10 @@ def lru_trie_curve(t: TrieTrace, capacities) -> np.ndarray:
     if big.any():
         cum = np.cumsum(_lru_trie_distance_hist(t.node, t.offsets, t.tokens, t.warmup, t.n_nodes))
         out[big] = cum[np.minimum(caps[big], cum.shape[0] - 1)]
-    for i in np.flatnonzero(~dead & ~big):
-        out[i] = hit_tokens_of(t, replay_lru_trie(t, int(caps[i]))[0])
+    small = np.flatnonzero(~dead & ~big)
+    if small.size:
+        out[small] = _lru_list_curve(t.node, t.offsets, t.tokens, t.warmup, t.n_nodes + 1,
+                                     caps[small].astype(np.int64))
     return out
 
 
@@ -261,26 +263,56 @@ def _relink_head(node, s, stop, r, owner, prv, nxt, head, tail):
 
 @nb.njit(cache=True)
 def _replay_lru_list(node, parent, offsets, warmup, capacity):
+    """Exact trie-LRU at one capacity: (hit blocks per request, filled during warm-up)."""
+    n_nodes = parent.shape[0]
+    hit_blocks = np.zeros(offsets.shape[0] - 1, dtype=np.int64)
+    filled = _lru_list_into(node, offsets, warmup, capacity, np.zeros(n_nodes, dtype=np.bool_),
+                            np.empty(n_nodes, dtype=np.int32), np.empty(n_nodes, dtype=np.int32),
+                            np.empty(n_nodes, dtype=np.int32), hit_blocks)
+    return hit_blocks, filled
+
+
+@nb.njit(cache=True)
+def _lru_list_curve(node, offsets, tokens, warmup, n_nodes, caps):
+    """Counted hit tokens of the exact list replay at each capacity (buffers shared)."""
+    present = np.zeros(n_nodes, dtype=np.bool_)
+    owner = np.empty(n_nodes, dtype=np.int32)
+    nxt = np.empty(n_nodes, dtype=np.int32)
+    prv = np.empty(n_nodes, dtype=np.int32)
+    hit_blocks = np.zeros(offsets.shape[0] - 1, dtype=np.int64)
+    cum = np.zeros(tokens.shape[0] + 1, dtype=np.int64)
+    for a in range(tokens.shape[0]):
+        cum[a + 1] = cum[a] + tokens[a]
+    out = np.zeros(caps.shape[0], dtype=np.int64)
+    for q in range(caps.shape[0]):
+        if _lru_list_into(node, offsets, warmup, caps[q], present, owner, prv, nxt, hit_blocks):
+            for r in range(warmup, offsets.shape[0] - 1):
+                out[q] += cum[offsets[r] + hit_blocks[r]] - cum[offsets[r]]
+    return out
+
+
+@nb.njit(cache=True)
+def _lru_list_into(node, offsets, warmup, capacity, present, owner, prv, nxt, hit_blocks):
     """Exact trie-LRU at one capacity in O(1) per access: an LRU list in (request, -depth) order.
 
     The current request's nodes sit at the head while it is admitted, so the tail is the
     oldest leaf of an earlier request (module docstring). When the tail belongs to the current
     request the cache holds nothing else: the peer then evicts the node just inserted (if any)
-    and stops admission, which is reproduced here.
+    and stops admission, which is reproduced here. Fills ``hit_blocks``; returns whether the
+    cache filled during warm-up.
     """
-    n_nodes = parent.shape[0]
-    present = np.zeros(n_nodes, dtype=np.bool_)
-    owner = np.full(n_nodes, -1, dtype=np.int64)  # request that last touched the node
-    nxt = np.full(n_nodes, -1, dtype=np.int64)  # towards the tail (older)
-    prv = np.full(n_nodes, -1, dtype=np.int64)  # towards the head (newer)
+    present[:] = False
+    owner[:] = -1  # request that last touched the node
+    nxt[:] = -1  # towards the tail (older)
+    prv[:] = -1  # towards the head (newer)
+    hit_blocks[:] = 0
     head = -1
     tail = -1
     size = 0
     filled = False
-    hit_blocks = np.zeros(offsets.shape[0] - 1, dtype=np.int64)
     for r in range(offsets.shape[0] - 1):
         if r >= warmup and not filled:
-            return hit_blocks, False
+            return False
         s, e = offsets[r], offsets[r + 1]
         h = s
         while h < e and present[node[h]]:
@@ -335,7 +367,7 @@ def _replay_lru_list(node, parent, offsets, warmup, capacity):
             stop = a + 1
         # re-link this request's present nodes at the head, shallowest first (deepest oldest)
         head, tail = _relink_head(node, s, stop, r, owner, prv, nxt, head, tail)
-    return hit_blocks, filled
+    return filled
 
 
 @nb.njit(cache=True)
