@@ -32,8 +32,9 @@ element is encoded as ``e2m1(x / (e4m3_value * gs))``; dequantization multiplies
 Layout of this file, in the Triton tutorials' order: plain-torch references (with their
 memory traffic), the Triton kernels (each pointer argument commented), and the wrappers that
 check shapes, dtypes, contiguity and device and build the grid. ``backend="auto"`` runs Triton
-on CUDA tensors and the torch reference on the CPU; ``backend="triton"`` on CPU tensors works
-under ``TRITON_INTERPRET=1`` (the tests use it). E4M3 and E8M0 are encoded with integer
+on CUDA tensors and, on the CPU, the fused numba loops of ``fp4_cpu`` (byte-identical to the
+torch reference, several times faster; the reference itself is ``backend="torch"``).
+``backend="triton"`` on CPU tensors works under ``TRITON_INTERPRET=1`` (the tests use it). E4M3 and E8M0 are encoded with integer
 operations only, because the interpreter's float-to-fp8 casts are wrong.
 """
 
@@ -55,7 +56,7 @@ except ImportError:  # pragma: no cover - exercised only without triton
 FORMATS = ("mxfp4", "nvfp4")
 BLOCK = {"mxfp4": 32, "nvfp4": 16}
 SCALE_RULES = ("floor", "ceil")
-BACKENDS = ("auto", "torch", "triton")
+BACKENDS = ("auto", "torch", "triton", "numba")
 
 #: E2M1 magnitudes by code 0..7.
 E2M1_VALUES = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)
@@ -124,11 +125,26 @@ def _is_interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
+def _has_numba() -> bool:
+    try:
+        import numba  # noqa: F401
+    except ImportError:  # pragma: no cover - numba is a declared dependency
+        return False
+    return True
+
+
 def _resolve_backend(backend: str, device: torch.device) -> str:
     if backend not in BACKENDS:
         raise ValueError(f"unknown backend {backend!r}; allowed: {', '.join(BACKENDS)}")
     if backend == "auto":
-        return "triton" if (device.type == "cuda" and triton is not None) else "torch"
+        if device.type == "cuda":
+            return "triton" if triton is not None else "torch"
+        return "numba" if (device.type == "cpu" and _has_numba()) else "torch"
+    if backend == "numba":
+        if device.type != "cpu":
+            raise ValueError(f"backend='numba' runs on CPU tensors only (got {device.type})")
+        if not _has_numba():
+            raise ValueError("backend='numba' needs the numba package, which is not installed")
     if backend == "triton":
         if triton is None:
             raise ValueError("backend='triton' needs the triton package, which is not installed")
@@ -240,14 +256,18 @@ def _pack_torch(codes: torch.Tensor) -> torch.Tensor:
     return codes[:, 0::2] | (codes[:, 1::2] << 4)
 
 
-def _nv_global_scale(x: torch.Tensor) -> torch.Tensor:
-    """Per-head (ndim >= 3) or per-tensor FP32 global scale: amax / (448 * 6)."""
-    a = x.abs()
-    if x.ndim >= 3:
-        dims = tuple(d for d in range(x.ndim) if d != x.ndim - 2)
-        amax = a.amax(dim=dims).to(torch.float32)
-    else:
-        amax = a.amax().to(torch.float32)
+def _nv_global_scale(x: torch.Tensor, amax: torch.Tensor | None = None) -> torch.Tensor:
+    """Per-head (ndim >= 3) or per-tensor FP32 global scale: amax / (448 * 6).
+
+    ``amax`` may be passed in when a faster path has already reduced it."""
+    if amax is None:
+        a = x.abs()
+        if x.ndim >= 3:
+            dims = tuple(d for d in range(x.ndim) if d != x.ndim - 2)
+            amax = a.amax(dim=dims)
+        else:
+            amax = a.amax()
+    amax = amax.to(torch.float32)
     if not bool(torch.isfinite(amax).all()):
         raise _nonfinite_error("nvfp4")
     gs = amax / _NV_GLOBAL_DIV
@@ -514,6 +534,52 @@ def dequantize_triton(q: FP4Tensor, dtype: torch.dtype = torch.float32) -> torch
     return out if out.dtype == dtype else out.to(dtype)
 
 
+# ----------------------------------------------------------------------------- fused CPU path
+
+
+def quantize_numba(x: torch.Tensor, fmt: str = "mxfp4", scale_rule: str = "floor") -> FP4Tensor:
+    """Fused CPU path (``fp4_cpu``): one read per element; bytes identical to the reference."""
+    from tiered_kv.kernels import fp4_cpu
+
+    _check_input(x, fmt, scale_rule)
+    _resolve_backend("numba", x.device)
+    block = BLOCK[fmt]
+    shape, dtype = x.shape, x.dtype
+    x32 = x.to(torch.float32).contiguous()
+    gs = None
+    if fmt == "nvfp4":
+        if x32.ndim >= 3:
+            gs = _nv_global_scale(x32, fp4_cpu.per_head_amax(x32))
+        else:
+            gs = _nv_global_scale(x32)
+        gs_heads = gs.reshape(-1).contiguous()
+        data, scales = fp4_cpu.quantize_blocks(x32.reshape(-1, block), fmt, scale_rule,
+                                               gs_heads, shape[-1] // block)
+    else:
+        data, scales = fp4_cpu.quantize_blocks(x32.reshape(-1, block), fmt, scale_rule)
+    if fmt == "mxfp4" and scales.numel() and bool((scales == 255).any()):
+        raise _nonfinite_error(fmt)
+    return FP4Tensor(data.reshape(*shape[:-1], shape[-1] // 2),
+                     scales.reshape(*shape[:-1], shape[-1] // block), gs, fmt, shape, dtype)
+
+
+def dequantize_numba(q: FP4Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """Fused CPU path of :func:`dequantize`; per-block scales come from the torch helpers."""
+    from tiered_kv.kernels import fp4_cpu
+
+    _resolve_backend("numba", q.device)
+    block = q.block
+    codes = q.scales.reshape(-1)
+    if q.fmt == "mxfp4":
+        scale = _e8m0_value_torch(codes)
+    else:
+        scale = _e4m3_value_torch(codes) * _block_gs(q.global_scale, q.shape, block)
+    out = fp4_cpu.dequantize_blocks(q.data.reshape(-1, block // 2).contiguous(),
+                                    scale.contiguous())
+    out = out.reshape(q.shape)
+    return out if dtype == torch.float32 else out.to(dtype)
+
+
 # ----------------------------------------------------------------------------- public API
 
 
@@ -522,12 +588,15 @@ def quantize(x: torch.Tensor, fmt: str = "mxfp4", *, scale_rule: str = "floor",
     """Quantize ``x [..., D]`` to MXFP4 or NVFP4 (see the module docstring for the formats).
 
     ``scale_rule`` ("floor" | "ceil") applies to MXFP4. ``backend``: "auto" (Triton on CUDA,
-    torch reference on CPU), "torch" or "triton". Raises ``ValueError`` for an unknown format,
+    the fused numba path on CPU), "torch" (the reference), "triton" or "numba". Raises ``ValueError`` for an unknown format,
     rule or backend, a non-float dtype, D not a multiple of the block, or NaN/Inf.
     """
     _check_input(x, fmt, scale_rule)
-    if _resolve_backend(backend, x.device) == "triton":
+    which = _resolve_backend(backend, x.device)
+    if which == "triton":
         return quantize_triton(x, fmt, scale_rule)
+    if which == "numba":
+        return quantize_numba(x, fmt, scale_rule)
     return quantize_torch(x, fmt, scale_rule)
 
 
@@ -539,8 +608,11 @@ def dequantize(q: FP4Tensor, dtype: torch.dtype = torch.float32, *,
     _check_fmt(q.fmt)
     if not dtype.is_floating_point:
         raise ValueError(f"dequantize needs a float output dtype, got {dtype}")
-    if _resolve_backend(backend, q.device) == "triton":
+    which = _resolve_backend(backend, q.device)
+    if which == "triton":
         return dequantize_triton(q, dtype)
+    if which == "numba":
+        return dequantize_numba(q, dtype)
     return dequantize_torch(q, dtype)
 
 

@@ -41,12 +41,17 @@ def _awkward(shape, seed=0, dtype=torch.float32):
 SHAPES = [(37, 3, 96), (2, 5, 3, 64), (64,), (7, 32), (1, 1, 1, 160)]
 
 
+FAST = ["triton"] + (["numba"] if DEVICE == "cpu" else [])
+
+
+@pytest.mark.parametrize("backend", FAST)
 @pytest.mark.parametrize("shape", SHAPES)
 @pytest.mark.parametrize("fmt,rule", [("mxfp4", "floor"), ("mxfp4", "ceil"), ("nvfp4", "floor")])
-def test_triton_bit_exact_against_reference(shape, fmt, rule):
+def test_fast_paths_bit_exact_against_reference(shape, fmt, rule, backend):
+    """Triton kernels (interpreted on CPU) and the fused numba CPU loops vs the reference."""
     x = _awkward(shape, seed=len(shape))
     ref = fp4.quantize(x, fmt, scale_rule=rule, backend="torch")
-    tri = fp4.quantize(x, fmt, scale_rule=rule, backend="triton")
+    tri = fp4.quantize(x, fmt, scale_rule=rule, backend=backend)
     assert tri.data.dtype == torch.uint8 and tri.data.shape == (*shape[:-1], shape[-1] // 2)
     assert tri.scales.shape == (*shape[:-1], shape[-1] // fp4.BLOCK[fmt])
     assert torch.equal(tri.data, ref.data)
@@ -54,20 +59,21 @@ def test_triton_bit_exact_against_reference(shape, fmt, rule):
     if fmt == "nvfp4":
         assert torch.equal(tri.global_scale, ref.global_scale)
     out_ref = fp4.dequantize(ref, backend="torch")
-    out_tri = fp4.dequantize(tri, backend="triton")
+    out_tri = fp4.dequantize(tri, backend=backend)
     assert torch.equal(out_tri, out_ref)
     assert out_ref.shape == x.shape and not torch.isnan(out_ref).any()
 
 
+@pytest.mark.parametrize("backend", FAST)
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("fmt", fp4.FORMATS)
-def test_triton_half_inputs_and_outputs(dtype, fmt):
+def test_half_inputs_and_outputs(dtype, fmt, backend):
     x = (torch.randn(9, 2, 64) * 3).to(dtype).to(DEVICE)
     ref = fp4.quantize(x, fmt, backend="torch")
-    tri = fp4.quantize(x, fmt, backend="triton")
+    tri = fp4.quantize(x, fmt, backend=backend)
     assert torch.equal(tri.data, ref.data) and torch.equal(tri.scales, ref.scales)
     assert tri.dtype == dtype and tri.shape == x.shape
-    assert torch.equal(fp4.dequantize(tri, dtype, backend="triton"),
+    assert torch.equal(fp4.dequantize(tri, dtype, backend=backend),
                        fp4.dequantize(ref, dtype, backend="torch"))
 
 
@@ -168,7 +174,7 @@ def test_exact_round_trip_of_representable_values(fmt):
         gs = 2.0 ** torch.randint(-20, 20, (1, H, 1, 1), generator=g).float()
         scale = s * gs
     x = (vals.view(T, H, nb, block) * scale).view(T, H, D).to(DEVICE)
-    for backend in ("torch", "triton"):
+    for backend in ["torch"] + FAST:
         q = fp4.quantize(x, fmt, backend=backend)
         assert torch.equal(fp4.dequantize(q, backend=backend), x)
 
@@ -184,7 +190,7 @@ def test_relative_rmse_on_gaussian(fmt, bound):
 def test_all_zero_blocks(fmt):
     x = torch.zeros(3, 2, 64, device=DEVICE)
     x[1, 1, 5] = 3.0  # one non-zero block among zeros
-    for backend in ("torch", "triton"):
+    for backend in ["torch"] + FAST:
         q = fp4.quantize(x, fmt, backend=backend)
         y = fp4.dequantize(q, backend=backend)
         assert torch.equal(y, x)
@@ -276,6 +282,9 @@ def test_fp4tensor_metadata_and_sizes():
     (lambda: fp4.quantize(torch.randn(4, 32), "fp8"), "unknown FP4 format"),
     (lambda: fp4.quantize(torch.randn(4, 32), "mxfp4", scale_rule="round"), "scale_rule"),
     (lambda: fp4.quantize(torch.randn(4, 32), "mxfp4", backend="cuda"), "backend"),
+    (lambda: fp4.quantize(torch.randn(4, 32), "mxfp4", backend="numba")
+     if DEVICE == "cuda" else fp4.quantize(torch.randn(4, 32), "mxfp4", backend="cpu"),
+     "backend"),
     (lambda: fp4.dequantize(torch.randn(4, 32)), "FP4Tensor"),
 ])
 def test_bad_input_raises_clear_error(make, match):
@@ -284,7 +293,7 @@ def test_bad_input_raises_clear_error(make, match):
 
 
 @pytest.mark.parametrize("fmt", fp4.FORMATS)
-@pytest.mark.parametrize("backend", ["torch", "triton"])
+@pytest.mark.parametrize("backend", ["torch"] + FAST)
 @pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf")])
 def test_nan_and_inf_rejected(fmt, backend, bad):
     x = torch.randn(3, 2, 64, device=DEVICE)

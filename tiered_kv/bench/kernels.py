@@ -1,0 +1,192 @@
+"""Kernel throughput: FP4 quantize/dequantize (MXFP4, NVFP4) and sliding-window attention.
+
+For every path it reports seconds per call, elements/s, the bytes a call must move per
+element, and GB/s = bytes_per_element * elements / seconds (10^9 bytes). Bytes per element:
+
+- clone (the baseline):  2 * in_bytes                     (read + write)
+- quantize:              in_bytes + 0.5 + 1/block        (read x; write nibbles + scale codes;
+                         NVFP4's per-head amax pass re-reads x and is not counted)
+- dequantize:            0.5 + 1/block + out_bytes
+- attention:             (|q| + |k| + |v| + |o|) * elem_bytes / |o|, each tensor once; the
+                         attention entry also gives TFLOP/s over the visible (query, key) pairs.
+
+On the CPU each path's GB/s is set against ``torch.clone`` of the same input, timed
+alternately with it in the same run (``ratio_vs_clone``; the target for the CPU paths is at
+least 0.25). On CUDA the figures are also a fraction of the device's peak memory bandwidth
+(H200: 4.8 TB/s; the target is 0.75). Times are the best of ``--repeat`` calls after a warm-up
+call (which also compiles or loads the numba / Triton kernels); CUDA times come from
+``triton.testing.do_bench``. Not a test: nothing here is asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from typing import Any, Callable
+
+NAME = "kernels"
+HELP = "FP4 quantize/dequantize and sliding-window attention throughput (GB/s vs clone / peak)"
+
+#: Peak HBM bandwidth in GB/s by device-name fragment (vendor datasheets).
+PEAK_GBPS = {"H200": 4800.0, "H100 NVL": 3900.0, "H100": 3350.0, "A100": 2039.0,
+             "L40S": 864.0, "B200": 8000.0}
+
+
+def register(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--size", default=None,
+                        help="input bytes for the FP4 kernels, e.g. 16MiB (default: 16MiB on "
+                             "CPU, 1GiB on CUDA)")
+    parser.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), default=None,
+                        help="input dtype (default: float32 on CPU, bfloat16 on CUDA)")
+    parser.add_argument("--repeat", type=int, default=7, help="timed calls per path (best kept)")
+    parser.add_argument("--attn-tokens", type=int, default=None,
+                        help="replay segment length Tq for attention (default: 256 CPU, 8192 "
+                             "CUDA); keys are Tq + window")
+    parser.add_argument("--window", type=int, default=512, help="attention window (tokens)")
+    parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
+    parser.add_argument("--peak-gbps", type=float, default=None,
+                        help="peak memory bandwidth to compare with (default: by device name)")
+
+
+def _cpu_pair(fn: Callable[[], Any], baseline: Callable[[], Any], repeat: int) -> tuple[float, float]:
+    """Best-of times of ``fn`` and ``baseline``, measured alternately so that load from other
+    processes on a shared machine hits both alike."""
+    fn()
+    baseline()
+    best_fn = best_base = float("inf")
+    for _ in range(max(repeat, 1)):
+        t0 = time.perf_counter()
+        baseline()
+        t1 = time.perf_counter()
+        fn()
+        t2 = time.perf_counter()
+        best_base = min(best_base, t1 - t0)
+        best_fn = min(best_fn, t2 - t1)
+    return best_fn, best_base
+
+
+def _entry(seconds: float, elements: int, bytes_per_element: float, clone_gbps: float | None,
+           peak_gbps: float | None, base_seconds: float | None = None) -> dict:
+    gbps = bytes_per_element * elements / seconds / 1e9
+    out = {"seconds": seconds, "elements_per_s": elements / seconds,
+           "bytes_per_element": bytes_per_element, "gbps": gbps}
+    if base_seconds is not None:
+        out["clone_gbps"] = clone_gbps
+        out["ratio_vs_clone"] = gbps / clone_gbps
+    if peak_gbps:
+        out["fraction_of_peak"] = gbps / peak_gbps
+    return out
+
+
+def run(args: argparse.Namespace) -> dict:
+    import torch
+    from tqdm import tqdm
+
+    from tiered_kv.kernels import fp4, swa
+    from tiered_kv.units import parse_bytes
+
+    cuda = torch.cuda.is_available() if args.device == "auto" else args.device == "cuda"
+    if cuda and not torch.cuda.is_available():
+        raise ValueError("--device cuda: no CUDA device is available")
+    device = torch.device("cuda" if cuda else "cpu")
+    dtype = getattr(torch, args.dtype or ("bfloat16" if cuda else "float32"))
+    in_bytes = torch.empty((), dtype=dtype).element_size()
+    size = parse_bytes(args.size or ("1GiB" if cuda else "16MiB"), name="--size")
+    heads, dim = 8, 128
+    per_token = heads * dim
+    tokens = max(1, size // (in_bytes * per_token))
+    if args.repeat < 1:
+        raise ValueError(f"--repeat must be >= 1; got {args.repeat}")
+    if args.window < 1:
+        raise ValueError(f"--window must be >= 1; got {args.window}")
+
+    name = torch.cuda.get_device_name(device) if cuda else "cpu"
+    peak = args.peak_gbps
+    if cuda and peak is None:
+        peak = next((v for k, v in PEAK_GBPS.items() if k in name), None)
+    result: dict[str, Any] = {
+        "device": name, "torch": torch.__version__, "threads": torch.get_num_threads(),
+        "dtype": str(dtype).replace("torch.", ""), "shape": [tokens, heads, dim],
+        "elements": tokens * per_token, "peak_gbps": peak,
+    }
+    try:
+        import triton
+        result["triton"] = triton.__version__
+    except ImportError:  # pragma: no cover
+        result["triton"] = None
+
+    g = torch.Generator(device=device).manual_seed(0)
+    x = torch.randn((tokens, heads, dim), generator=g, device=device, dtype=torch.float32)
+    x = x.to(dtype)
+    n = x.numel()
+
+    if cuda:
+        from triton.testing import do_bench
+
+        def timed(fn):
+            fn()
+            return do_bench(fn, warmup=25, rep=max(50, 20 * args.repeat)) / 1e3, None
+
+        clone_s, _ = timed(lambda: x.clone())
+        clone_gbps = 2 * in_bytes * n / clone_s / 1e9
+        backends = ("triton", "torch")
+    else:
+        def timed(fn):
+            return _cpu_pair(fn, lambda: x.clone(), args.repeat)
+
+        clone_s = _cpu_pair(lambda: x.clone(), lambda: x.clone(), args.repeat)[1]
+        clone_gbps = 2 * in_bytes * n / clone_s / 1e9
+        backends = ("numba", "torch") if fp4._has_numba() else ("torch",)
+    result["clone"] = {"seconds": clone_s, "bytes_per_element": 2.0 * in_bytes,
+                       "gbps": clone_gbps}
+    if peak:
+        result["clone"]["fraction_of_peak"] = clone_gbps / peak
+
+    jobs = [(f, b) for f in fp4.FORMATS for b in backends]
+    fp4_out: dict[str, Any] = {f: {"quantize": {}, "dequantize": {}} for f in fp4.FORMATS}
+    for fmt, backend in tqdm(jobs, desc="fp4 kernels", leave=False):
+        t_jit = time.perf_counter()
+        q = fp4.quantize(x, fmt, backend=backend)
+        fp4.dequantize(q, dtype, backend=backend)
+        jit_s = time.perf_counter() - t_jit
+        qs, base = timed(lambda: fp4.quantize(x, fmt, backend=backend))
+        ds, base_d = timed(lambda: fp4.dequantize(q, dtype, backend=backend))
+        side = fp4.bytes_per_element(fmt)
+        cb = clone_gbps if base is None else 2 * in_bytes * n / base / 1e9
+        cbd = clone_gbps if base_d is None else 2 * in_bytes * n / base_d / 1e9
+        fp4_out[fmt]["quantize"][backend] = _entry(qs, n, in_bytes + side, cb, peak, base)
+        fp4_out[fmt]["dequantize"][backend] = _entry(ds, n, side + in_bytes, cbd, peak, base_d)
+        fp4_out[fmt]["quantize"][backend]["first_call_seconds"] = jit_s
+    result["fp4"] = fp4_out
+
+    # Attention: a replay segment of Tq queries at the end of Tq + window keys (GQA 4:1).
+    Tq = args.attn_tokens or (8192 if cuda else 256)
+    W = args.window
+    Hq, Hkv, D = (32, 8, 128) if cuda else (8, 2, 64)
+    Tk = Tq + W
+    q = torch.randn((Tq, Hq, D), generator=g, device=device).to(dtype)
+    k = torch.randn((Tk, Hkv, D), generator=g, device=device).to(dtype)
+    v = torch.randn((Tk, Hkv, D), generator=g, device=device).to(dtype)
+    pairs = swa.visible_pairs(Tq, Tk, W, W)
+    attn_bytes = (2 * q.numel() + k.numel() + v.numel()) * in_bytes / q.numel()
+    attn: dict[str, Any] = {"shape": {"Tq": Tq, "Tk": Tk, "Hq": Hq, "Hkv": Hkv, "D": D,
+                                      "window": W}, "visible_pairs_per_head": pairs}
+    attn_backends = ("triton", "torch") if cuda else ("torch",)
+    for backend in attn_backends:
+        fn = lambda: swa.sliding_window_attention(q, k, v, W, W, backend=backend)  # noqa: E731
+        if cuda:
+            s, base = timed(fn)
+        else:
+            s, base = _cpu_pair(fn, lambda: q.clone(), max(2, args.repeat // 2))
+        cb = clone_gbps if base is None else 2 * q.numel() * in_bytes / base / 1e9
+        e = _entry(s, q.numel(), attn_bytes, cb, peak, base)
+        e["tflops"] = 4.0 * pairs * Hq * D / s / 1e12
+        attn[backend] = e
+    result["attention"] = attn
+    result["bytes_per_element_formulas"] = {
+        "clone": "2 * in_bytes",
+        "quantize": "in_bytes + 0.5 + 1/block (block 32 mxfp4, 16 nvfp4)",
+        "dequantize": "0.5 + 1/block + out_bytes",
+        "attention": "(2*|q| + |k| + |v|) * elem_bytes / |q| (output counted as |q|)",
+    }
+    return result
