@@ -189,3 +189,28 @@ def test_lmcache_logs_bad_line_names_file_line_field(tmp_path):
                  '{"timestamp": 2.0, "chunk_size": 4, "seq_len": 9}\n')
     with pytest.raises(ValueError, match=r"lookup_hashes_bad.jsonl:2: field 'chunk_hashes'"):
         read_lookup_logs(p)
+
+
+def test_lmcache_cli_export_import_round_trip(tmp_path, capsys):
+    """`tiered-kv lmcache export` then `import` gives a trace with LMCache's hit tokens unchanged."""
+    import json as _json
+
+    from tiered_kv.cli import main
+    from tiered_kv.sim.curves import lru_curve
+    from tiered_kv.sim.traces import load_trace
+
+    src = tmp_path / "trace.parquet"
+    df = random_trace(5, 120, block_size=4, max_blocks=8, alphabet=3)
+    df.write_parquet(src)
+    log = tmp_path / "logs" / "lookup_hashes_a.jsonl"
+    assert main(["lmcache", "export", "--trace", str(src), str(log)]) == 0
+    assert main(["lmcache", "import", str(log.parent), "--out", str(tmp_path / "back.parquet")]) == 0
+    capsys.readouterr()
+    opts = get_semantics("lmcache").options
+    caps = [4, 16, 40, 400]
+    want = lru_curve(compile_trace(load_trace(src), opts), caps).hit_tokens
+    got = lru_curve(compile_trace(load_trace(tmp_path / "back.parquet"), opts), caps).hit_tokens
+    assert np.array_equal(got, want) and want.max() > 0
+    assert main(["simulate", "--trace", str(tmp_path / "back.parquet"), "--semantics", "lmcache",
+                 "--capacity", "40", "--json"]) == 0
+    assert _json.loads(capsys.readouterr().out)["hit_tokens"] == want[2]
