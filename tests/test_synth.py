@@ -223,3 +223,17 @@ def test_any_valid_config_gives_a_valid_chained_trace(block_size, sys_tokens, pr
     if n_sys:  # the system prompt's full blocks are the same in every request
         first = df["block_ids"].list.head(n_sys).explode().to_numpy().reshape(-1, n_sys)
         assert (first == first[0]).all()
+
+
+def test_parquet_round_trip_through_load_trace(tmp_path, capsys):
+    from tiered_kv.sim.traces import load_trace
+
+    out = tmp_path / "synth.parquet"
+    synth.main(["--preset", "ci", "--days", "6h", "--seed", "1", "--out", str(out)])
+    assert "requests over 0.25 days" in capsys.readouterr().out
+    back = load_trace(out)
+    direct = generate("ci", 0.25, seed=1)
+    assert back.select("timestamp_s", "input_length", "traffic_class", "session_id", "turn").equals(
+        direct.select("timestamp_s", "input_length", "traffic_class", "session_id", "turn"))
+    ttls = [60.0, 3600.0, math.inf]
+    assert np.allclose(cal.ttl_hit_rates(back, ttls), cal.ttl_hit_rates(direct, ttls))
