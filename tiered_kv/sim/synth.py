@@ -16,7 +16,7 @@ Model, per traffic class (all parameters in :class:`ClassConfig`):
   own first message. Every later turn's prompt is the previous prompt + the previous output +
   a new message (user text or tool result), so it extends the previous prompt exactly.
 * Turns come in visits: ``turns_per_visit_mean`` turns (geometric) separated by think times
-  (lognormal: chatbot about a minute, agent a few seconds of tool loop). After a visit the
+  (lognormal: chatbot about two minutes, agent a few seconds of tool loop). After a visit the
   session returns with probability ``return_probability`` after a lognormal gap (heavy tail,
   clipped at ``return_max_days``): these returns are what a 3-day vs 7-day TTL decides.
 * A session ends when its prompt would exceed ``max_input_tokens`` (the context window).
