@@ -120,11 +120,12 @@ class Engine:
 
     @torch.no_grad()
     def prefill(self, tokens, traffic_class: str = "default", *, request_id: str | None = None,
-                keep_running: bool = False) -> PrefillResult:
+                keep_running: bool = False, store: bool = True) -> PrefillResult:
         """Prefill ``tokens`` (1-D ids) and return the first token's logits and the stage timings.
 
         ``keep_running`` leaves the request in the GPU tier (for decoding); otherwise it is
-        released at once, after its windows went to the host tier.
+        released at once. ``store=False`` writes nothing to the SSD and host tiers (a benchmark
+        that measures several cases against the same cached state uses it).
         """
         tokens = torch.as_tensor(tokens, dtype=torch.long)
         cfg = self.model.cfg
@@ -201,9 +202,9 @@ class Engine:
         # Off the critical path: new full blocks to SSD, windows at the boundary to host.
         t0 = clock()
         stored = 0
-        if computed is not None and boundary > p:
+        if store and computed is not None and boundary > p:
             stored = self.ssd.put(tokens[:boundary], computed[: boundary - p], traffic_class, kv_offset=p)
-        if boundary and boundary_state is not None and enc_exact and (boundary > q or entry is None):
+        if store and boundary and boundary_state is not None and enc_exact and (boundary > q or entry is None):
             dec_at_boundary = dec_state if dec_state.end == boundary and _decoder_exact(n, R, dec_from_host) else None
             self.host.put(keys[boundary // bs - 1], HostEntry(boundary_state, dec_at_boundary))
         store_s = clock() - t0
