@@ -42,21 +42,34 @@ def register(parser: argparse.ArgumentParser) -> None:
                         help="bytes per token in the exported LMCache log (sets bytes per chunk; default 2)")
 
 
-def _best(fn, repeat: int) -> tuple[Any, float]:
-    best, out = float("inf"), None
+def _cpu_seconds() -> float:
+    """CPU time of this process plus its finished children (the peer's C++ runs as a child)."""
+    import resource
+
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return time.process_time() + kids.ru_utime + kids.ru_stime
+
+
+def _best(fn, repeat: int) -> tuple[Any, float, float]:
+    """(result, best wall seconds, best CPU seconds) over ``repeat`` runs."""
+    wall, cpu, out = float("inf"), float("inf"), None
     for _ in range(max(1, repeat)):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), _cpu_seconds()
         out = fn()
-        best = min(best, time.perf_counter() - t0)
-    return out, best
+        wall = min(wall, time.perf_counter() - t0)
+        cpu = min(cpu, _cpu_seconds() - c0)
+    return out, wall, cpu
 
 
-def _compare(peer: np.ndarray, ours: np.ndarray, peer_s: float, ours_s: float, ours_policy: str) -> dict:
+def _compare(peer: np.ndarray, ours: np.ndarray, peer_t: tuple, ours_t: tuple, ours_policy: str) -> dict:
     diff = np.flatnonzero(peer != ours)
+    ratio = lambda a, b: a / b if b > 0 else float("inf")  # noqa: E731
     return {"ours_policy": ours_policy, "identical": bool(diff.size == 0), "mismatches": int(diff.size),
             "first_mismatch_index": int(diff[0]) if diff.size else None,
-            "peer_seconds": peer_s, "ours_seconds": ours_s,
-            "speedup_vs_peer": peer_s / ours_s if ours_s > 0 else float("inf"),
+            "peer_seconds": peer_t[0], "ours_seconds": ours_t[0],
+            "speedup_vs_peer": ratio(peer_t[0], ours_t[0]),
+            "peer_cpu_seconds": peer_t[1], "ours_cpu_seconds": ours_t[1],
+            "cpu_speedup_vs_peer": ratio(peer_t[1], ours_t[1]),
             "hit_tokens_peer": peer.tolist(), "hit_tokens_ours": ours.tolist()}
 
 
@@ -93,12 +106,12 @@ def _kvcache(df, path, caps_blocks, policies, repeat, bar) -> dict:
     out["total_tokens"] = int(sum(trace.tokens[w:]))
     for pol in policies:
         bar.set_description(f"kvcache-simulator {pol}")
-        peer, peer_s = _best(lambda p=pol: peers.run_kvcache(trace, caps_blocks, p, backend=backend), repeat)
+        peer, *peer_t = _best(lambda p=pol: peers.run_kvcache(trace, caps_blocks, p, backend=backend), repeat)
         bar.update(1)
         bar.set_description(f"tiered-kv {peers.KVCACHE_POLICIES[pol]}")
-        ours, ours_s = _best(lambda p=pol: peers.ours_kvcache(df, caps_blocks, p), repeat)
+        ours, *ours_t = _best(lambda p=pol: peers.ours_kvcache(df, caps_blocks, p), repeat)
         bar.update(1)
-        out[pol] = _compare(peer, ours, peer_s, ours_s, peers.KVCACHE_POLICIES[pol])
+        out[pol] = _compare(peer, ours, peer_t, ours_t, peers.KVCACHE_POLICIES[pol])
     return out
 
 
@@ -128,10 +141,10 @@ def _lmcache(df, caps_chunks, repeat, bytes_per_token, bar) -> dict:
         return np.array(hits, dtype=np.int64)
 
     bar.set_description("lmcache lru")
-    peer, peer_s = _best(peer_curve, repeat)
+    peer, *peer_t = _best(peer_curve, repeat)
     bar.set_description("tiered-kv lru (lmcache semantics)")
-    ours, ours_s = _best(lambda: peers.ours_lmcache(df, caps_chunks), repeat)
-    out["lru"] = _compare(peer, ours, peer_s, ours_s, "lru")
+    ours, *ours_t = _best(lambda: peers.ours_lmcache(df, caps_chunks), repeat)
+    out["lru"] = _compare(peer, ours, peer_t, ours_t, "lru")
     return out
 
 
