@@ -1,0 +1,563 @@
+"""Retention economics: hit tokens against stored byte-seconds, per class, for every TTL at once;
+the offline-optimal retention frontier; the best per-class TTLs for an SSD capacity.
+
+The cost model
+--------------
+A chunk (one block of ``block_size`` tokens in the KV format, FP4 scales included) costs its
+bytes times the time it is kept: byte-seconds (shown as byte-days). Every access ``i`` of a
+block opens an *interval* that ends at the block's next access (gap ``g_i``; ``inf`` after the
+last access). An idle TTL ``T`` keeps the chunk ``min(g_i, T)`` after access ``i``, so a TTL's
+storage cost is ``bytes * sum_i min(g_i, T)``: each access keeps the chunk until it is reused,
+or ``T`` after its last access. Charging the whole residency of everything written in the
+trace window and dividing by the window's length is Little's law: the result is the steady-state
+average stored bytes, so a budget can be stated as an SSD capacity (e.g. 100 PiB) as well as in
+byte-days. Peak stored bytes come from a separate scan (:func:`occupancy_scan`) that counts the
+chunks held at evenly spaced instants (a cold cache at the start of the trace).
+
+The TTL of a chunk is that of the class whose request touched it last (as in
+:mod:`tiered_kv.sim.policies`); its cost goes to that class and its hits to the class of the
+reading request. Hits follow DESIGN.md: a lookup hits its leading present blocks, so block ``k``
+of a request hits under TTL ``T`` iff the reuse times of blocks ``0..k`` are all ``<= T``:
+:func:`tiered_kv.sim.curves.ttl_keys` gives that prefix maximum for every access, and a sorted
+array answers every ``T``. When two classes share blocks a lookup can depend on another
+class's TTL; the per-class curves then treat the reader's TTL as governing its prefix
+(``cross_class_tokens`` reports how many hit tokens that concerns), while :func:`evaluate`
+is always exact for any per-class TTL vector.
+
+The oracle frontier, and why it is prefix-closed
+------------------------------------------------
+With the future known, a chunk is worth keeping only over intervals that end in a reuse: an
+*item* is the interval ending at access ``j`` (cost ``bytes * g``, value ``w_j``, the tokens
+``j`` would hit). Items are disjoint (each interval ends at exactly one access, which belongs to
+exactly one request), so the only coupling is the prefix rule: item ``j`` (depth ``k`` in its
+request) yields its tokens only if the items of depths ``0..k-1`` of the same request are kept.
+The items of one request form a *chain* (cut at its first cold access: nothing after it can hit).
+
+*Lemma (chained blocks are prefix-closed under the ratio order).* Let block ``b`` at depth
+``k >= 1`` have parent ``a``. Every request holding ``b`` holds ``a`` just before it, so if ``b``
+was last accessed at ``t'``, then ``a`` was accessed at ``t'`` too, and ``a``'s gap ending at the
+current request is ``g_a <= g_b``. Every chunk has the same bytes, and ``a`` is a full block of
+the current request, so ``w_a = block_size >= w_b``. Hence ``cost/value`` of ``a``'s item is at
+most ``b``'s: sorting all items by increasing cost per hit token (parents first on ties) lists
+every item after its ancestors, so every prefix of that order is a prefix-closed set, and all
+its values count.
+
+*Optimality.* Drop the prefix rule and allow fractions of items: that is the fractional
+knapsack, whose optimum for any budget takes items by increasing ratio (the last one in part).
+Its value, the piecewise-linear curve through the greedy's cumulative (cost, value) points, is
+an upper bound on any policy (a policy that keeps a chunk over a reused interval pays at least
+that item's cost; anything else it keeps only costs more). At each breakpoint the greedy set is
+integral and, by the lemma, feasible under the prefix rule, so there the bound is attained:
+the frontier is exact at its breakpoints and an upper bound between them.
+
+*When it is not prefix-closed.* The lemma needs equal chunk bytes and reads that never credit
+a child more than its parent; other weightings (or non-chained ids) can invert a ratio along a
+chain. The code does not rely on the lemma: within each chain it merges adjacent items whose
+ratios are out of order (pool-adjacent-violators: a child cheaper per token than its parent is
+only reachable through the parent, so the pair is one item with the summed cost and value)
+until the group ratios strictly increase along the chain. That is the classical solution of
+the fractional knapsack with chain precedence, the same two statements hold with groups in
+place of items, and for chained traces no merge happens except for exact ties.
+``tests/test_retention.py`` checks the frontier against exhaustive search on tiny traces.
+
+Optimal per-class TTLs
+----------------------
+Maximise ``sum_c hits_c(T_c)`` subject to ``sum_c cost_c(T_c) <= capacity * span``. ``hits_c``
+is a step function that only rises at the prefix-max keys of class ``c`` and ``cost_c`` is
+continuous and increasing, so some optimum has every ``T_c`` but the last at one of its keys and
+the last as large as the budget allows (:func:`optimal_ttls`: exhaustive and exact for up to
+two classes; coordinate ascent from the best shared TTL beyond). At an interior optimum the
+marginal hits per byte-day of the classes are equal; both marginals are reported.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+from numba import njit
+
+from tiered_kv.sim.curves import ttl_keys
+from tiered_kv.sim.policies import next_use
+from tiered_kv.sim.replay import CompiledTrace
+
+DAY_S = 86_400.0
+
+
+def default_bytes_per_token(fmt: str = "mxfp4") -> float:
+    """DeepSeek-V3 MLA KV (61 layers x (512 + 64) elements) in an FP4 format, scales included."""
+    from tiered_kv.arch import DEEPSEEK_V3, fp4_bits
+
+    return DEEPSEEK_V3.bytes_per_token(fp4_bits(fmt))
+
+
+@dataclass(frozen=True)
+class StorageModel:
+    """Bytes of one stored chunk: bytes per token x block tokens (FP4 metadata included)."""
+
+    bytes_per_token: float
+    block_tokens: int
+
+    def __post_init__(self) -> None:
+        if not (self.bytes_per_token > 0 and math.isfinite(self.bytes_per_token)):
+            raise ValueError(f"bytes_per_token: must be a finite number > 0, got {self.bytes_per_token!r}")
+        if isinstance(self.block_tokens, bool) or not isinstance(self.block_tokens, (int, np.integer)) \
+                or self.block_tokens < 1:
+            raise ValueError(f"block_tokens: must be an integer >= 1, got {self.block_tokens!r}")
+
+    @property
+    def chunk_bytes(self) -> float:
+        return float(self.bytes_per_token) * int(self.block_tokens)
+
+    @classmethod
+    def for_trace(cls, trace: CompiledTrace, bytes_per_token: float | None = None) -> StorageModel:
+        bpt = default_bytes_per_token() if bytes_per_token is None else float(bytes_per_token)
+        return cls(bpt, trace.uniform_block_size)
+
+
+# --------------------------------------------------------------------------------------------
+# reuse gaps: the one pass everything else reads
+
+
+@dataclass(frozen=True, eq=False)
+class Gaps:
+    """Per access: gap to the next access of its block (out) and from the previous one (in).
+
+    ``gap_out[i]`` is ``inf`` after a block's last access, ``gap_in[j]`` is ``inf`` on a first
+    access; ``prev[j]`` is the previous access of the same block (-1 when none); ``key[j]`` is the
+    prefix-max of ``gap_in`` over the request (the TTL from which ``j`` hits).
+    """
+
+    gap_out: np.ndarray
+    gap_in: np.ndarray
+    prev: np.ndarray
+    key: np.ndarray
+    access_class: np.ndarray  # class of the request of each access (int64)
+    toucher_class: np.ndarray  # class that touched the block last before j (-1 when cold)
+    weight: np.ndarray  # tokens credited when the access hits (0 for warm-up requests)
+    span_s: float  # time span of the trace (seconds, at least 1)
+
+
+def reuse_gaps(trace: CompiledTrace) -> Gaps:
+    """Every access's reuse gaps, in one sort (the next access of each block)."""
+    m = trace.n_accesses
+    nxt = next_use(trace)
+    t = trace.access_time
+    has_next = nxt < m
+    gap_out = np.full(m, np.inf)
+    gap_out[has_next] = t[nxt[has_next]] - t[has_next]
+    prev = np.full(m, -1, dtype=np.int64)
+    prev[nxt[has_next]] = np.flatnonzero(has_next)
+    gap_in = np.full(m, np.inf)
+    warm = prev >= 0
+    gap_in[warm] = t[warm] - t[prev[warm]]
+    cls = trace.class_codes[trace.access_request].astype(np.int64)
+    toucher = np.full(m, -1, dtype=np.int64)
+    toucher[warm] = cls[prev[warm]]
+    weight = np.where(trace.counted[trace.access_request], trace.tokens, 0).astype(np.int64)
+    span = float(np.ptp(trace.timestamps)) if trace.n_requests else 0.0
+    return Gaps(gap_out=gap_out, gap_in=gap_in, prev=prev, key=ttl_keys(trace), access_class=cls,
+                toucher_class=toucher, weight=weight, span_s=max(span, 1.0))
+
+
+def cross_class_tokens(trace: CompiledTrace, gaps: Gaps) -> int:
+    """Reusable tokens whose hit depends on a chunk last touched by another class."""
+    foreign = ((gaps.toucher_class >= 0) & (gaps.toucher_class != gaps.access_class)).astype(np.int64)
+    csum = np.concatenate([[0], np.cumsum(foreign)])
+    start = trace.offsets[:-1][trace.access_request]
+    any_foreign = csum[1:] - csum[start] > 0
+    return int(gaps.weight[any_foreign & np.isfinite(gaps.key)].sum())
+
+
+# --------------------------------------------------------------------------------------------
+# TTL curves for every T at once
+
+
+@dataclass(frozen=True, eq=False)
+class TTLModel:
+    """Per class: sorted hit keys (reader) and sorted gaps (toucher), with cumulative sums.
+
+    ``hits(c, T)`` and ``cost(c, T)`` then answer any array of TTLs by binary search.
+    """
+
+    class_names: tuple[str, ...]
+    chunk_bytes: float
+    span_s: float
+    input_tokens: np.ndarray  # per class
+    keys: tuple[np.ndarray, ...]  # sorted finite prefix-max keys of reads by class c
+    key_cum: tuple[np.ndarray, ...]  # [0, cumulative weights]
+    gaps: tuple[np.ndarray, ...]  # sorted gap_out of intervals opened by class c (inf last)
+    gap_cum: tuple[np.ndarray, ...]  # [0, cumulative finite gaps]
+
+    @classmethod
+    def build(cls, trace: CompiledTrace, gaps: Gaps, chunk_bytes: float) -> TTLModel:
+        keys, key_cum, gs, gap_cum, inp = [], [], [], [], []
+        for c in range(len(trace.class_names)):
+            sel = (gaps.access_class == c) & np.isfinite(gaps.key) & (gaps.weight > 0)
+            order = np.argsort(gaps.key[sel], kind="stable")
+            keys.append(gaps.key[sel][order])
+            key_cum.append(np.concatenate([[0], np.cumsum(gaps.weight[sel][order])]))
+            g = np.sort(gaps.gap_out[gaps.access_class == c])
+            gs.append(g)
+            gap_cum.append(np.concatenate([[0.0], np.cumsum(np.where(np.isfinite(g), g, 0.0))]))
+            req = trace.counted & (trace.class_codes == c)
+            inp.append(int(trace.input_length[req].sum()))
+        return cls(trace.class_names, float(chunk_bytes), gaps.span_s, np.array(inp, dtype=np.int64),
+                   tuple(keys), tuple(key_cum), tuple(gs), tuple(gap_cum))
+
+    @property
+    def n_classes(self) -> int:
+        return len(self.class_names)
+
+    def hits(self, c: int, ttl) -> np.ndarray:
+        """Hit tokens of class ``c``'s reads at TTL(s) ``ttl`` (seconds)."""
+        idx = np.searchsorted(self.keys[c], np.asarray(ttl, dtype=np.float64), side="right")
+        return self.key_cum[c][idx]
+
+    def cost(self, c: int, ttl) -> np.ndarray:
+        """Byte-seconds stored for class ``c`` at TTL(s) ``ttl``: bytes x sum min(gap, T)."""
+        t = np.asarray(ttl, dtype=np.float64)
+        g = self.gaps[c]
+        k = np.searchsorted(g, t, side="right")  # gaps <= T are kept whole
+        longer = len(g) - k
+        with np.errstate(invalid="ignore"):
+            tail = np.where(longer > 0, t * longer, 0.0)
+        return self.chunk_bytes * (self.gap_cum[c][k] + tail)
+
+    def max_ttl(self, c: int, budget_byte_s):
+        """The largest TTL(s) of class ``c`` whose cost fits ``budget_byte_s`` (inverse of :meth:`cost`;
+        -1 for a negative budget, ``inf`` when even keeping everything forever fits)."""
+        return _inverse_cost(self.gaps[c], self.gap_cum[c], np.asarray(budget_byte_s, np.float64) / self.chunk_bytes)
+
+    def evaluate_separable(self, ttl_by_class) -> tuple[np.ndarray, np.ndarray]:
+        """(hit tokens, byte-seconds) per class under per-class TTLs, from the curves."""
+        t = np.asarray(ttl_by_class, dtype=np.float64)
+        return (np.array([float(self.hits(c, t[c])) for c in range(self.n_classes)]),
+                np.array([float(self.cost(c, t[c])) for c in range(self.n_classes)]))
+
+
+def evaluate(trace: CompiledTrace, gaps: Gaps, chunk_bytes: float, ttl_by_class) -> tuple[np.ndarray, np.ndarray]:
+    """Exact (hit tokens per reader class, byte-seconds per toucher class) for per-class TTLs.
+
+    A read of block ``j`` finds it iff ``gap_in[j] <= T[toucher]``; a request hits its leading
+    found blocks. Exact whether or not classes share blocks.
+    """
+    t = np.asarray(ttl_by_class, dtype=np.float64)
+    n_cls = len(trace.class_names)
+    found = (gaps.toucher_class >= 0) & (gaps.gap_in <= t[np.maximum(gaps.toucher_class, 0)])
+    miss = np.concatenate([[0], np.cumsum(~found)])
+    start = trace.offsets[:-1][trace.access_request]
+    hit = miss[1:] - miss[start] == 0
+    hits = np.bincount(gaps.access_class[hit], weights=gaps.weight[hit], minlength=n_cls)
+    kept = np.minimum(gaps.gap_out, t[gaps.access_class])
+    cost = chunk_bytes * np.bincount(gaps.access_class, weights=kept, minlength=n_cls)
+    return np.rint(hits), cost
+
+
+# --------------------------------------------------------------------------------------------
+# the oracle frontier
+
+
+@njit(cache=True)
+def _chain_groups(offsets, gap_in, weight, counted, req_class, chunk_bytes):  # pragma: no cover
+    """Pool-adjacent-violators per request chain; groups in chain order with strictly rising ratios."""
+    n = offsets.shape[0] - 1
+    m = gap_in.shape[0]
+    g_cost = np.empty(m, np.float64)
+    g_val = np.empty(m, np.float64)
+    g_cls = np.empty(m, np.int64)
+    g_depth = np.empty(m, np.int64)
+    item_group = np.full(m, -1, np.int64)
+    st_cost = np.empty(m, np.float64)
+    st_val = np.empty(m, np.float64)
+    st_first = np.empty(m, np.int64)
+    ng = 0
+    for r in range(n):
+        if not counted[r]:
+            continue
+        lo = offsets[r]
+        top = 0
+        end = lo
+        for i in range(lo, offsets[r + 1]):
+            if not np.isfinite(gap_in[i]):
+                break
+            end = i + 1
+            st_cost[top] = chunk_bytes * gap_in[i]
+            st_val[top] = weight[i]
+            st_first[top] = i
+            top += 1
+            # merge while the new group is not strictly worse (higher cost per token) than its parent
+            while top >= 2 and st_cost[top - 1] * st_val[top - 2] <= st_cost[top - 2] * st_val[top - 1]:
+                st_cost[top - 2] += st_cost[top - 1]
+                st_val[top - 2] += st_val[top - 1]
+                top -= 1
+        for s in range(top):
+            g_cost[ng] = st_cost[s]
+            g_val[ng] = st_val[s]
+            g_cls[ng] = req_class[r]
+            g_depth[ng] = st_first[s] - lo
+            stop = st_first[s + 1] if s + 1 < top else end
+            for i in range(st_first[s], stop):
+                item_group[i] = ng
+            ng += 1
+    return g_cost[:ng], g_val[:ng], g_cls[:ng], g_depth[:ng], item_group
+
+
+@dataclass(frozen=True, eq=False)
+class Frontier:
+    """Cumulative (byte-seconds, hit tokens) of the ratio-ordered groups, pooled and per class.
+
+    ``cost[0] = hits[0] = 0``; point ``k`` keeps the ``k`` cheapest-per-token groups. ``rank`` of
+    a group is its position in the pooled order, ``class_rank`` in its class's order.
+    """
+
+    cost: np.ndarray
+    hits: np.ndarray
+    class_cost: tuple[np.ndarray, ...]
+    class_hits: tuple[np.ndarray, ...]
+    group_class: np.ndarray
+    rank: np.ndarray
+    class_rank: np.ndarray
+    item_group: np.ndarray
+
+    def at(self, budget_byte_s, c: int | None = None) -> np.ndarray:
+        """Most hit tokens for a budget: exact at breakpoints, the LP bound between them."""
+        cost = self.cost if c is None else self.class_cost[c]
+        hits = self.hits if c is None else self.class_hits[c]
+        last = np.append(cost[1:] > cost[:-1], True)  # zero-cost groups: the last point of a tie
+        cost, hits = cost[last], hits[last]
+        return np.interp(np.asarray(budget_byte_s, dtype=np.float64), cost, hits)
+
+
+def oracle_frontier(trace: CompiledTrace, gaps: Gaps, chunk_bytes: float) -> Frontier:
+    """The offline-optimal retention frontier (see the module docstring for the proof)."""
+    g_cost, g_val, g_cls, g_depth, item_group = _chain_groups(
+        trace.offsets, gaps.gap_in, gaps.weight, trace.counted, trace.class_codes.astype(np.int64),
+        float(chunk_bytes))
+    ratio = g_cost / g_val
+    order = np.lexsort((g_depth, ratio))
+    rank = np.empty(len(order), dtype=np.int64)
+    rank[order] = np.arange(len(order))
+    cost = np.concatenate([[0.0], np.cumsum(g_cost[order])])
+    hits = np.concatenate([[0.0], np.cumsum(g_val[order])])
+    class_cost, class_hits = [], []
+    class_rank = np.empty(len(order), dtype=np.int64)
+    for c in range(len(trace.class_names)):
+        sel = order[g_cls[order] == c]
+        class_rank[sel] = np.arange(len(sel))
+        class_cost.append(np.concatenate([[0.0], np.cumsum(g_cost[sel])]))
+        class_hits.append(np.concatenate([[0.0], np.cumsum(g_val[sel])]))
+    return Frontier(cost, hits, tuple(class_cost), tuple(class_hits), g_cls, rank, class_rank, item_group)
+
+
+# --------------------------------------------------------------------------------------------
+# optimal per-class TTLs for a capacity
+
+
+@dataclass(frozen=True)
+class TTLChoice:
+    """A per-class TTL vector with its hit tokens and average stored bytes."""
+
+    ttl_s: tuple[float, ...]
+    hit_tokens: float
+    byte_seconds: float
+    avg_bytes: float
+    marginal_hits_per_byte_day: tuple[float, ...] = field(default=())
+
+
+def _marginals(model: TTLModel, ttl: np.ndarray) -> tuple[float, ...]:
+    """Hit tokens per byte-day around each class's TTL (secant from T/1.5 to 1.5 T: hits are steps)."""
+    out = []
+    for c in range(model.n_classes):
+        if not math.isfinite(float(ttl[c])):
+            out.append(0.0)
+            continue
+        t0, t1 = float(ttl[c]) / 1.5, max(float(ttl[c]) * 1.5, float(ttl[c]) + 1.0)
+        dc = float(model.cost(c, t1) - model.cost(c, t0))
+        dh = float(model.hits(c, t1) - model.hits(c, t0))
+        out.append(dh / (dc / DAY_S) if dc > 0 else 0.0)
+    return tuple(out)
+
+
+def _choice(model: TTLModel, ttl: np.ndarray) -> TTLChoice:
+    h, c = model.evaluate_separable(ttl)
+    return TTLChoice(tuple(float(x) for x in ttl), float(h.sum()), float(c.sum()), float(c.sum()) / model.span_s,
+                     _marginals(model, ttl))
+
+
+def best_shared_ttl(model: TTLModel, capacity_bytes: float) -> TTLChoice:
+    """The largest single TTL (for every class) whose average stored bytes fit ``capacity_bytes``."""
+    budget = capacity_bytes * model.span_s
+    allg = np.sort(np.concatenate(model.gaps))
+    pooled = TTLModel(("all",), model.chunk_bytes, model.span_s, np.array([0]), (np.empty(0),), (np.zeros(1),),
+                      (allg,), (np.concatenate([[0.0], np.cumsum(np.where(np.isfinite(allg), allg, 0.0))]),))
+    t = float(pooled.max_ttl(0, budget))
+    return _choice(model, np.full(model.n_classes, max(t, 0.0)))
+
+
+def optimal_ttls(model: TTLModel, capacity_bytes: float) -> TTLChoice:
+    """Per-class TTLs with the most hit tokens at average stored bytes <= ``capacity_bytes``.
+
+    Exact for one or two classes (every key of the first class, the second filling the rest of
+    the budget); for more, coordinate ascent over each class's keys starting from the best
+    shared TTL, so it never does worse than that.
+    """
+    budget = capacity_bytes * model.span_s
+    n = model.n_classes
+    if n == 1:
+        return _choice(model, np.array([max(float(model.max_ttl(0, budget)), 0.0)]))
+    if n == 2:
+        cand = np.unique(np.concatenate([[0.0], model.keys[0]]))
+        c0 = model.cost(0, cand)
+        ok = c0 <= budget
+        cand, c0 = cand[ok], c0[ok]
+        t1 = model.max_ttl(1, budget - c0)
+        total = model.hits(0, cand) + model.hits(1, np.maximum(t1, 0.0))
+        best = int(np.argmax(total))
+        # the first class also fills any budget the second cannot use
+        t0 = float(model.max_ttl(0, budget - float(model.cost(1, max(t1[best], 0.0)))))
+        return _choice(model, np.array([max(t0, cand[best]), max(t1[best], 0.0)]))
+    ttl = np.array(best_shared_ttl(model, capacity_bytes).ttl_s)
+    for _ in range(4):
+        for c in range(n):
+            others = sum(float(model.cost(k, ttl[k])) for k in range(n) if k != c)
+            ttl[c] = max(float(model.max_ttl(c, budget - others)), 0.0)
+    return _choice(model, ttl)
+
+
+def _inverse_cost(g: np.ndarray, gap_cum: np.ndarray, units: np.ndarray) -> np.ndarray:
+    """Largest T with ``sum min(g, T) <= units`` (g sorted; piecewise linear, solved exactly)."""
+    n = len(g)
+    if n == 0:
+        return np.where(units < 0, -1.0, np.inf)
+    k = np.arange(1, n + 1)
+    fin = np.isfinite(g)
+    at = np.where(fin, gap_cum[k] + np.where(fin, g, 0.0) * (n - k), np.inf)  # cost at T = g[k-1]
+    j = np.searchsorted(at, units, side="right")  # T lies in [g[j-1], g[j])
+    with np.errstate(divide="ignore", invalid="ignore"):
+        t = np.where(j < n, (units - gap_cum[np.minimum(j, n)]) / np.maximum(n - j, 1), np.inf)
+    return np.where(units < 0, -1.0, t)
+
+
+# --------------------------------------------------------------------------------------------
+# peak stored bytes: occupancy at evenly spaced instants
+
+
+@njit(cache=True)
+def _ttl_occupancy(access_time, blocks, access_class, n_unique, n_classes, samples, ttls):  # pragma: no cover
+    """Chunks held at each sample instant under each TTL, by the class that touched them last."""
+    m = blocks.shape[0]
+    tree = np.zeros((n_classes, m + 1), np.int32)  # Fenwick trees: 1 at each block's last touch
+    last = np.full(n_unique, -1, np.int64)
+    last_cls = np.zeros(n_unique, np.int64)
+    occ = np.zeros((n_classes, samples.shape[0], ttls.shape[0]), np.float64)
+    i = 0
+    for s_idx in range(samples.shape[0]):
+        s = samples[s_idx]
+        while i < m and access_time[i] <= s:
+            b = blocks[i]
+            if last[b] >= 0:
+                j = last[b] + 1
+                while j <= m:
+                    tree[last_cls[b], j] -= 1
+                    j += j & (-j)
+            c = access_class[i]
+            j = i + 1
+            while j <= m:
+                tree[c, j] += 1
+                j += j & (-j)
+            last[b] = i
+            last_cls[b] = c
+            i += 1
+        for k in range(ttls.shape[0]):
+            lo = np.searchsorted(access_time[:i], s - ttls[k], side="left")  # touches within T of s
+            for c in range(n_classes):
+                tot = 0
+                j = i
+                while j > 0:
+                    tot += tree[c, j]
+                    j -= j & (-j)
+                j = lo
+                while j > 0:
+                    tot -= tree[c, j]
+                    j -= j & (-j)
+                occ[c, s_idx, k] = tot
+    return occ
+
+
+@njit(cache=True)
+def _item_occupancy(start_pos, end_pos, access_time, bucket, n_buckets, samples):  # pragma: no cover
+    """Chunks held at each sample instant by kept items, per bucket (items sorted by end)."""
+    m = start_pos.shape[0]
+    by_start = np.argsort(start_pos)
+    held = np.zeros(n_buckets, np.float64)
+    occ = np.zeros((samples.shape[0], n_buckets), np.float64)
+    a = 0
+    e = 0
+    for s_idx in range(samples.shape[0]):
+        s = samples[s_idx]
+        while a < m and access_time[start_pos[by_start[a]]] <= s:
+            held[bucket[by_start[a]]] += 1.0
+            a += 1
+        while e < m and access_time[end_pos[e]] <= s:
+            held[bucket[e]] -= 1.0
+            e += 1
+        occ[s_idx, :] = held
+    return occ
+
+
+def sample_instants(trace: CompiledTrace, n: int = 1024) -> np.ndarray:
+    """``n`` evenly spaced instants over the trace (the last one at its final request)."""
+    t0, t1 = float(trace.timestamps[0]), float(trace.timestamps[-1])
+    return np.linspace(t0, t1, max(n, 2)) if t1 > t0 else np.array([t1])
+
+
+def ttl_occupancy(trace: CompiledTrace, ttls, samples: np.ndarray, chunk_bytes: float) -> np.ndarray:
+    """Stored bytes [class, sample, ttl] under an idle TTL (by the class that touched last)."""
+    occ = _ttl_occupancy(trace.access_time, trace.blocks.astype(np.int64),
+                         trace.class_codes[trace.access_request].astype(np.int64), trace.n_unique,
+                         len(trace.class_names), np.asarray(samples, np.float64), np.asarray(ttls, np.float64))
+    return occ * chunk_bytes
+
+
+def frontier_occupancy(trace: CompiledTrace, gaps: Gaps, frontier: Frontier, points: np.ndarray,
+                       samples: np.ndarray, chunk_bytes: float, c: int | None = None) -> np.ndarray:
+    """Stored bytes [sample, point] when the frontier keeps its first ``points[q]`` groups."""
+    items = np.flatnonzero(frontier.item_group >= 0)
+    grp = frontier.item_group[items]
+    if c is None:
+        rank = frontier.rank[grp]
+    else:
+        keep = frontier.group_class[grp] == c
+        items, rank = items[keep], frontier.class_rank[grp[keep]]
+    pts = np.asarray(points, dtype=np.int64)
+    bucket = np.searchsorted(pts, rank, side="right")  # kept from point q on iff rank < pts[q]
+    occ = _item_occupancy(gaps.prev[items], items, trace.access_time, bucket, len(pts) + 1,
+                          np.asarray(samples, np.float64))
+    return np.cumsum(occ, axis=1)[:, : len(pts)] * chunk_bytes
+
+
+# --------------------------------------------------------------------------------------------
+# the watermark view
+
+
+def watermark_view(trace: CompiledTrace, capacity_bytes: float, chunk_bytes: float,
+                   high: float = 0.95, low: float = 0.85) -> dict:
+    """LRU over chunk bytes under high/low watermarks on ``capacity_bytes``: hits per class and the
+    effective retention each class gets (idle age of its chunks at eviction)."""
+    from tiered_kv.sim.policies import retention_quantiles, run_cache_kernel
+
+    if not (0.0 < low <= high <= 1.0):
+        raise ValueError(f"watermark high/low: need 0 < low <= high <= 1, got low={low}, high={high}")
+    w = np.full(trace.n_accesses, float(chunk_bytes))
+    hit, ages, classes, n_ev, _ = run_cache_kernel(trace, weights=w, high=high * capacity_bytes,
+                                                   low=low * capacity_bytes, record=True)
+    hit_tokens = trace.hit_tokens_from_blocks(np.asarray(hit, dtype=np.int64))
+    out = {"capacity_bytes": float(capacity_bytes), "high": high, "low": low, "evictions": int(n_ev),
+           "effective_retention_s": retention_quantiles(ages, classes, trace.class_names), "by_class": {}}
+    for code, name in enumerate(trace.class_names):
+        sel = trace.counted & (trace.class_codes == code)
+        out["by_class"][name] = {"hit_tokens": int(hit_tokens[sel].sum()),
+                                 "input_tokens": int(trace.input_length[sel].sum())}
+    return out
