@@ -21,11 +21,15 @@ oldest leaf is always the node with the smallest key ``(last request, -depth)``:
 nodes last used by the oldest request, only the deepest present one can be a leaf, and no node
 of an older request remains. Hence, whenever the cache holds anything from an earlier request,
 trie-LRU evicts exactly what plain LRU would if each request touched its path *deepest first*,
-and the cache at capacity ``C`` is the top ``C`` of that LRU stack. Stack distances (Mattson,
-with a Fenwick tree over touch stamps) then give every capacity at once. The exception is a
-request longer than the cache (``C`` < its block count): the peer then runs out of evictable
-leaves mid-request and keeps one node fewer. Capacities below the longest request therefore
-get an exact per-capacity replay; all the others come from the one pass.
+and the cache at capacity ``C`` is the top ``C`` of that LRU stack: stack distances (Mattson,
+with a Fenwick tree over touch stamps) give every capacity at once. The exception is a request
+longer than the cache (``C`` < its block count): the peer then runs out of evictable leaves
+mid-request and keeps only the request's first ``C`` nodes, or ``C - 1`` when it had to drop
+the ``C``-th one it had just inserted. From there the cache is again the top ``C`` of the same
+stack, minus that one dropped node until a request touches it again (it is the node at depth
+``C``) or another long request comes; so a small capacity needs one scan over the requests,
+not a replay (:func:`lru_trie_curve`). :func:`replay_lru_trie` is the O(1)-per-access exact
+replay (a linked list in that order) that the policy and the tests use.
 
 *Trie-Belady with bypass* is a priority stack algorithm too: see :mod:`tiered_kv.sim.trie_belady`.
 
@@ -217,21 +221,61 @@ def replay_fifo_trie(t: TrieTrace, capacity: int) -> tuple[np.ndarray, bool]:
 def lru_trie_curve(t: TrieTrace, capacities) -> np.ndarray:
     """Trie-LRU counted hit tokens at each capacity (blocks); 0 where kvcache.ai says underfilled.
 
-    One stack pass answers every capacity >= the longest request; smaller ones replay exactly.
+    One stack pass gives every access its distance ``d`` in the deepest-first LRU stack. At a
+    capacity ``C`` at least the longest request, a block hits iff ``d <= C``. Below that, a
+    request longer than ``C`` ends with the cache holding only its own first ``C`` nodes,
+    or ``C - 1`` when it had to drop the ``C``-th one it had just inserted (the peer's rule);
+    from there on the cache is the top ``C`` of the same stack minus that one dropped node,
+    until a request touches it or another long request comes. So each small capacity needs a
+    scan over requests (``_lru_small_capacities``), not a replay.
     """
     caps = _check_capacities(capacities)
     out = np.zeros(caps.shape[0], dtype=np.int64)
     dead = _underfilled_mask(t, caps)
     if dead.all():
         return out
+    dist = _lru_trie_distances(t.node, t.offsets, t.n_nodes)
     big = ~dead & (caps >= t.max_request_blocks)
     if big.any():
-        cum = np.cumsum(_lru_trie_distance_hist(t.node, t.offsets, t.tokens, t.warmup, t.n_nodes))
-        out[big] = cum[np.minimum(caps[big], cum.shape[0] - 1)]
+        counted = slice(int(t.offsets[t.warmup]), None)
+        hist = np.bincount(np.minimum(dist[counted], t.n_nodes + 1), weights=t.tokens[counted],
+                           minlength=t.n_nodes + 2)
+        cum = np.cumsum(hist).round().astype(np.int64)  # token sums are exact in float64
+        out[big] = cum[np.minimum(caps[big], t.n_nodes + 1)]
     small = np.flatnonzero(~dead & ~big)
     if small.size:
-        out[small] = _lru_list_curve(t.node, t.offsets, t.tokens, t.warmup, t.n_nodes + 1,
-                                     caps[small].astype(np.int64))
+        out[small] = _lru_small_capacities(dist, t.node, t.offsets, t.tokens, t.warmup,
+                                           caps[small].astype(np.int64))
+    return out
+
+
+@nb.njit(cache=True)
+def _lru_small_capacities(dist, node, offsets, tokens, warmup, caps):
+    """Exact trie-LRU hit tokens for capacities below the longest request, O(requests) each."""
+    cum = np.zeros(tokens.shape[0] + 1, dtype=np.int64)
+    for a in range(tokens.shape[0]):
+        cum[a + 1] = cum[a] + tokens[a]
+    out = np.zeros(caps.shape[0], dtype=np.int64)
+    for q in range(caps.shape[0]):
+        c = caps[q]
+        dropped = -1  # node the peer dropped and the stack still ranks within the top c
+        hits = 0
+        for r in range(offsets.shape[0] - 1):
+            s, e = offsets[r], offsets[r + 1]
+            k = e - s
+            h = 0
+            while h < k and dist[s + h] <= c:  # distances grow with depth: a prefix
+                h += 1
+            at_c = node[s + c - 1] if k >= c else -2  # the node at depth c (fixed depth in a trie)
+            if h >= c and at_c == dropped:
+                h = c - 1
+            if r >= warmup:
+                hits += cum[s + h] - cum[s]
+            if k > c:  # long request: the cache ends as its first c nodes, or c-1 (drops depth c)
+                dropped = at_c if h < c else -1
+            elif at_c == dropped:
+                dropped = -1  # touched again: inserted, the stack and the cache agree again
+        out[q] = hits
     return out
 
 
@@ -270,25 +314,6 @@ def _replay_lru_list(node, parent, offsets, warmup, capacity):
                             np.empty(n_nodes, dtype=np.int32), np.empty(n_nodes, dtype=np.int32),
                             np.empty(n_nodes, dtype=np.int32), hit_blocks)
     return hit_blocks, filled
-
-
-@nb.njit(cache=True)
-def _lru_list_curve(node, offsets, tokens, warmup, n_nodes, caps):
-    """Counted hit tokens of the exact list replay at each capacity (buffers shared)."""
-    present = np.zeros(n_nodes, dtype=np.bool_)
-    owner = np.empty(n_nodes, dtype=np.int32)
-    nxt = np.empty(n_nodes, dtype=np.int32)
-    prv = np.empty(n_nodes, dtype=np.int32)
-    hit_blocks = np.zeros(offsets.shape[0] - 1, dtype=np.int64)
-    cum = np.zeros(tokens.shape[0] + 1, dtype=np.int64)
-    for a in range(tokens.shape[0]):
-        cum[a + 1] = cum[a] + tokens[a]
-    out = np.zeros(caps.shape[0], dtype=np.int64)
-    for q in range(caps.shape[0]):
-        if _lru_list_into(node, offsets, warmup, caps[q], present, owner, prv, nxt, hit_blocks):
-            for r in range(warmup, offsets.shape[0] - 1):
-                out[q] += cum[offsets[r] + hit_blocks[r]] - cum[offsets[r]]
-    return out
 
 
 @nb.njit(cache=True)
@@ -371,27 +396,28 @@ def _lru_list_into(node, offsets, warmup, capacity, present, owner, prv, nxt, hi
 
 
 @nb.njit(cache=True)
-def _lru_trie_distance_hist(node, offsets, tokens, warmup, n_nodes):
-    """hist[d] = counted hit tokens whose LRU stack distance (deepest-first touches) is d."""
+def _lru_trie_distances(node, offsets, n_nodes):
+    """Per access: its distance in the LRU stack where each request touches its path deepest
+    first (Fenwick tree over touch stamps); 2**62 for a node never seen before."""
     m = node.shape[0]
-    tree = np.zeros(m + 1, dtype=np.int64)  # Fenwick over touch stamps 1..m
+    tree = np.zeros(m + 1, dtype=np.int64)
     last = np.zeros(n_nodes + 1, dtype=np.int64)  # 0 = never touched
-    hist = np.zeros(n_nodes + 2, dtype=np.int64)
+    dist = np.empty(m, dtype=np.int64)
     stamp = 0
     distinct = 0
     for r in range(offsets.shape[0] - 1):
         s, e = offsets[r], offsets[r + 1]
-        if r >= warmup:
-            for a in range(s, e):
-                p = last[node[a]]
-                if p == 0:
-                    break  # never seen: this and every deeper node miss at all capacities
-                below = 0  # marks at stamps <= p
-                i = p
-                while i > 0:
-                    below += tree[i]
-                    i -= i & -i
-                hist[distinct - below + 1] += tokens[a]
+        for a in range(s, e):  # all lookups see the stack before this request
+            p = last[node[a]]
+            if p == 0:
+                dist[a] = 2**62
+                continue
+            below = 0  # marks at stamps <= p
+            i = p
+            while i > 0:
+                below += tree[i]
+                i -= i & -i
+            dist[a] = distinct - below + 1
         for a in range(e - 1, s - 1, -1):  # deepest first
             nd = node[a]
             p = last[nd]
@@ -408,7 +434,7 @@ def _lru_trie_distance_hist(node, offsets, tokens, warmup, n_nodes):
             while i <= m:
                 tree[i] += 1
                 i += i & -i
-    return hist
+    return dist
 
 
 # --------------------------------------------------------------------------------------------
