@@ -20,7 +20,8 @@ ALL = sorted(NOTEBOOKS.glob("*.ipynb"))
 
 def test_the_notebooks_of_the_workbench_exist():
     names = {p.stem for p in ALL}
-    expected = {"02_fp4", "03_retention", "04_ttft_and_cost"}
+    expected = {"00_tour", "01_window_and_replay", "02_fp4", "03_retention", "04_ttft_and_cost",
+                "05_reproduce", "06_workshop", "06_workshop_solutions"}
     assert expected <= names, f"missing notebooks: {sorted(expected - names)}"
 
 
@@ -49,3 +50,7 @@ def test_notebook_executes_at_small_size(path: Path, monkeypatch, tmp_path):
     errors = [o for c in book.cells if c.cell_type == "code" for o in c.get("outputs", [])
               if o.get("output_type") == "error"]
     assert not errors
+    if path.stem == "06_workshop_solutions":
+        checks = [o["data"]["text/html"] for c in book.cells if c.cell_type == "code"
+                  for o in c.get("outputs", []) if "tkv-check" in o.get("data", {}).get("text/html", "")]
+        assert len(checks) == 6 and all("correct:" in h and "not quite" not in h for h in checks), checks

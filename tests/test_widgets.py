@@ -218,3 +218,57 @@ def test_ttft_dashboard_bandwidth_and_admission():
     miss_only = dash.view.idle_curve.filter(pl.col("case").str.starts_with("miss"))["ttft_s"]
     hit_only = dash.view.idle_curve.filter(pl.col("case").str.starts_with("hit"))["ttft_s"]
     assert (hit_only < miss_only).tail(10).all()
+
+
+# --- workshop answer checks -----------------------------------------------------------------------
+
+
+def test_workshop_checks_compare_with_the_computed_answer():
+    from tiered_kv.viz.workshop import EXERCISES, check_answer, expected
+
+    assert len({e.id for e in EXERCISES}) == len(EXERCISES)
+    want = expected("fp4-v3-bytes")
+    assert want == pytest.approx(61 * (512 + 64) * 4.25 / 8)
+    assert check_answer("fp4-v3-bytes", want).correct
+    assert check_answer("fp4-v3-bytes", str(want * 1.005)).correct  # within 1%
+    assert not check_answer("fp4-v3-bytes", want * 1.1).correct
+    assert not check_answer("fp4-v3-bytes", None).correct
+    assert check_answer("replay-exact-small", expected("replay-exact-small")).correct
+    assert not check_answer("replay-exact-small", expected("replay-exact-small") - 1).correct
+    assert check_answer("hit-speedup-128k", "26x").correct == (abs(26 / expected("hit-speedup-128k") - 1) <= 0.1)
+    with pytest.raises(ValueError, match="exercise_id"):
+        check_answer("nope", 1)
+    with pytest.raises(ValueError, match="yes or no"):
+        check_answer("ttl-shorter-never-helps", "maybe")
+
+
+def test_workshop_retention_answers_follow_the_table():
+    from tiered_kv.viz.workshop import check_answer, expected
+
+    rate = expected("ttl-5min", "small")
+    assert 0 < rate < 1
+    assert check_answer("ttl-5min", rate + 0.015, "small").correct
+    assert not check_answer("ttl-5min", rate + 0.05, "small").correct
+    assert expected("ttl-shorter-never-helps", "small") is False
+    assert check_answer("ttl-shorter-never-helps", "no", "small").correct
+
+
+# --- parity with the simulator's event replay -----------------------------------------------------
+
+
+def test_retention_table_matches_the_simulators_ttl_replay():
+    from tiered_kv.sim import synth
+    from tiered_kv.sim.policies import TTL
+    from tiered_kv.sim.replay import replay
+
+    frame = synth.generate("ci", 1.0, 3)
+    table = R.build_table(frame)
+    cases = [({"chatbot": 1800.0, "agent": 120.0}, None), ({"chatbot": 600.0, "agent": 600.0}, 400_000)]
+    for ttl, cap in cases:
+        sim = replay(frame, TTL(ttl_seconds=ttl, capacity_tokens=cap))
+        got = hit_rates = R.hit_rates(table, R.Setting(tuple(ttl[c] for c in table.classes),
+                                                       math.inf if cap is None else float(cap)))
+        for name in table.classes:
+            want = sim.by_class[name]["hit_tokens"]
+            assert hit_rates.filter(pl.col("class") == name)["hit_tokens"][0] == want, (ttl, cap, name)
+        assert got["hit_tokens"][-1] == sim.hit_tokens

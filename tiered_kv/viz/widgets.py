@@ -11,6 +11,7 @@ from __future__ import annotations
 import html
 import os
 import time
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -129,3 +130,23 @@ def log_slider(description: str, value: float, lo: float, hi: float, *, steps: i
         description=description, readout_format=readout_format, continuous_update=False,
         style={"description_width": "initial"}, layout=widgets.Layout(width="480px"),
     )
+
+
+@contextmanager
+def torch_threads(n: int | None):
+    """Run torch with ``n`` intra-op threads inside the block (None: leave as is).
+
+    Small models on a shared CPU run fastest on one thread; many threads fighting over two
+    cores make a 64-wide matmul take milliseconds. The previous setting is restored.
+    """
+    if n is None:
+        yield
+        return
+    import torch
+
+    old = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(old)

@@ -1,0 +1,148 @@
+"""Window size and bounded replay: error, compute and attention mass (notebook 01).
+
+The expensive part, running the model, happens once in :func:`measure`: replay error over a
+grid of windows W and replay lengths R (:func:`tiered_kv.replay_quality.replay_error`) and the
+share of attention mass within each distance (:func:`tiered_kv.replay_quality.attention_locality`).
+The sliders then pick grid points; prefill compute is the closed form of DESIGN.md
+(baseline ``(L_e + L_d) * N`` layer-tokens, bounded replay ``L_e * N + L_d * R``).
+
+Random weights say nothing about where attention looks, so the full size uses the trained
+checkpoint (``data/checkpoints/small.pt``); the small size (CI) runs the ``tiny`` preset with
+seeded random weights on a short held-out slice, and says so in every chart title.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import altair as alt
+import ipywidgets as widgets
+import polars as pl
+
+from tiered_kv.viz.widgets import ChartView, html_table, log_slider
+
+#: (windows, replays, sequences, prefix tokens, decoded steps) at each notebook size.
+GRIDS = {
+    "small": ((8, 16), (2, 4, 8, 16, 32), 1, 96, 8),
+    "full": ((128, 256, 512), (16, 32, 64, 128, 256, 512, 1024), 4, 1024, 32),
+}
+
+
+@dataclass(frozen=True)
+class ReplayMeasurements:
+    description: str  # which model and data
+    enc_layers: int
+    dec_layers: int
+    errors: pl.DataFrame  # window_tokens, replay_tokens, exact_bound_tokens, kl_nats, agreement
+    locality: pl.DataFrame  # window_tokens, distance_tokens, attention_share, uniform_share
+
+
+def _model(size: str):
+    import torch
+
+    from tiered_kv.model import EncoderDecoder, default_checkpoint, load_checkpoint, preset
+
+    path = default_checkpoint("small")
+    if size == "full" and path.exists():
+        model, _ = load_checkpoint(path)
+        return model, f"trained {path.name}"
+    torch.manual_seed(0)
+    return EncoderDecoder(preset("tiny")).eval(), "tiny preset, random weights (untrained; CI size)"
+
+
+def measure(size: str | None = None) -> ReplayMeasurements:
+    """Run the model over the grid of this size once (minutes at full size, seconds at small)."""
+    from tiered_kv.viz.widgets import torch_threads
+
+    with torch_threads(1 if (size or _size()) == "small" else None):
+        return _measure(size or _size())
+
+
+def _size() -> str:
+    from tiered_kv.viz import notebook_size
+
+    return notebook_size()
+
+
+def _measure(size: str) -> ReplayMeasurements:
+    from tiered_kv import replay_quality as rq
+
+    windows, replays, n_seq, prefix, steps = GRIDS[size]
+    model, desc = _model(size)
+    stream = rq.load_heldout(max_bytes=400_000 if size == "small" else None)
+    seqs = rq.sample_sequences(stream, n_seq, prefix + steps)
+    errors = rq.replay_error(model, seqs, windows=windows, replays=replays, steps=steps, prefix=prefix,
+                             block_size=32 if size == "small" else 64, progress=True)
+    rows = []
+    for w in windows:
+        m = model.with_settings(window=w)
+        for d in sorted({max(1, w // 8), max(1, w // 4), max(1, w // 2), w}):
+            loc = rq.attention_locality(m, seqs, recent=d)
+            rows.append({"window_tokens": w, "distance_tokens": d, "attention_share": loc["overall_share"],
+                         "uniform_share": loc["uniform_share"]})
+    return ReplayMeasurements(desc, model.cfg.enc_layers, model.cfg.dec_layers, errors, pl.DataFrame(rows))
+
+
+def compute_frame(enc_layers: int, dec_layers: int, prompt_tokens: int, replay_tokens: int) -> pl.DataFrame:
+    """Layer-tokens of one prefill: decoder-only-style baseline against bounded replay."""
+    n, r = prompt_tokens, min(replay_tokens, prompt_tokens)
+    return pl.DataFrame({
+        "prefill": ["baseline: all layers over N", "bounded replay: decoder over R"],
+        "layer_tokens": [(enc_layers + dec_layers) * n, enc_layers * n + dec_layers * r],
+    })
+
+
+class ReplayDashboard:
+    """Sliders: window W and replay R (grid points), prompt length N (for compute)."""
+
+    def __init__(self, measurements: ReplayMeasurements) -> None:
+        self.m = measurements
+        windows = sorted(set(measurements.errors["window_tokens"].to_list()))
+        replays = sorted(set(measurements.errors["replay_tokens"].to_list()))
+        self.window = widgets.SelectionSlider(options=windows, value=windows[-1], description="window W (tokens)",
+                                              continuous_update=False, style={"description_width": "initial"})
+        self.replay = widgets.SelectionSlider(options=replays, value=replays[len(replays) // 2],
+                                              description="replay R (tokens)", continuous_update=False,
+                                              style={"description_width": "initial"})
+        self.prompt = log_slider("prompt N (tokens)", 32768, 1024, 131072)
+        self.summary = widgets.HTML()
+        self.chart_view = ChartView()
+        for w in (self.window, self.replay, self.prompt):
+            w.observe(self.refresh, names="value")
+        self.widget = widgets.VBox([self.window, self.replay, self.prompt, self.summary, self.chart_view.output])
+        self.point: dict = {}
+        self.refresh()
+
+    def refresh(self, _change=None) -> None:
+        w, r, n = int(self.window.value), int(self.replay.value), int(self.prompt.value)
+        errs = self.m.errors.filter(pl.col("window_tokens") == w)
+        row = errs.filter(pl.col("replay_tokens") == r).row(0, named=True)
+        compute = compute_frame(self.m.enc_layers, self.m.dec_layers, n, r)
+        saving = 1 - compute["layer_tokens"][1] / compute["layer_tokens"][0]
+        self.point = {"window": w, "replay": r, "kl_nats": row["kl_nats"], "agreement": row["agreement"],
+                      "exact_bound": row["exact_bound_tokens"], "compute_saving": saving}
+        self.summary.value = html_table([{
+            "W": w, "R": r, "exact when R ≥": row["exact_bound_tokens"],
+            "KL(exact‖replayed) nats": f"{row['kl_nats']:.3g}", "top-1 agreement": f"{row['agreement']:.1%}",
+            "prefill compute saved": f"{saving:.1%}",
+        }], css_class="tkv-replay", cell_classes={"KL(exact‖replayed) nats": "tkv-kl"})
+        title = f"({self.m.description})"
+        kl = (alt.Chart(errs).mark_line(point=True).encode(
+            alt.X("replay_tokens:Q", scale=alt.Scale(type="log"), title="replay R (tokens)"),
+            alt.Y("kl_nats:Q", title="KL exact‖replayed (nats)"))
+            + alt.Chart(pl.DataFrame({"replay_tokens": [r]})).mark_rule(color="red").encode(x="replay_tokens:Q")
+        ).properties(width=260, height=200, title=["replay error at W", title])
+        loc = self.m.locality.filter(pl.col("window_tokens") == w)
+        mass = alt.Chart(loc).mark_line(point=True).encode(
+            alt.X("distance_tokens:Q", title="most recent positions (tokens)"),
+            alt.Y("attention_share:Q", title="share of attention mass", scale=alt.Scale(domain=[0, 1])),
+        ).properties(width=260, height=200, title=["attention mass within distance", title])
+        comp = alt.Chart(compute).mark_bar().encode(
+            alt.X("layer_tokens:Q", title="layer-tokens of one prefill"), alt.Y("prefill:N", title=None),
+        ).properties(width=260, height=200, title="prefill compute")
+        self.chart_view.show(alt.hconcat(kl, mass, comp))
+
+    def _ipython_display_(self) -> None:
+        from IPython.display import display
+
+        display(self.widget)

@@ -1,0 +1,176 @@
+"""One request through the three tiers, with the bytes each tier holds (notebook 00).
+
+A :class:`Tour` owns a model, an :class:`~tiered_kv.engine.Engine`, and an SSD tier whose
+Zarr v3 store lives in a fresh folder on disk. It runs a cold prefill (everything computed,
+full blocks written as FP4 chunks), then a second request that shares the first one's prefix
+(chunks read back from disk, windows from the host tier or rebuilt by bounded replay), and a
+third on a new engine with an empty host tier (bounded replay). Every frame it returns is read
+from the tiers themselves: files on disk, chunk headers, host entries, stage timings.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import altair as alt
+import polars as pl
+
+#: Prompt bytes of the first request at each notebook size (the model is byte-level).
+PROMPT_BYTES = {"small": 1536, "full": 8192}
+#: Bytes of the second request beyond the shared prefix.
+SUFFIX_BYTES = 200
+
+
+def tour_model(size: str):
+    """The trained ``small`` checkpoint when present at full size; else the ``tiny`` preset.
+
+    The tiny model's weights are drawn from a fixed seed (untrained): the tour is about where the
+    bytes go, which does not depend on the weights. Returns ``(model, description)``.
+    """
+    import torch
+
+    from tiered_kv.model import EncoderDecoder, default_checkpoint, load_checkpoint, preset
+
+    path = default_checkpoint("small")
+    if size == "full" and path.exists():
+        model, meta = load_checkpoint(path)
+        return model, f"trained checkpoint {path.name} ({meta.get('steps', '?')} steps)"
+    torch.manual_seed(0)
+    return EncoderDecoder(preset("tiny")).eval(), "tiny preset, seeded random weights (untrained)"
+
+
+def prompt_text(n_bytes: int) -> bytes:
+    """A real document as the prompt: the source of :mod:`json.decoder` from the standard library."""
+    import json.decoder
+    import pathlib
+
+    text = pathlib.Path(json.decoder.__file__).read_bytes()
+    return (text * (n_bytes // len(text) + 1))[:n_bytes]
+
+
+@dataclass
+class Request:
+    name: str
+    tokens: int
+    ssd_hit_tokens: int
+    host_hit_tokens: int
+    computed: dict
+    timings_s: dict
+    stored_blocks: int
+    next_token: int
+
+
+@dataclass
+class Tour:
+    size: str
+    root: Path
+    model_description: str = ""
+    requests: list[Request] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        from tiered_kv.engine import Engine, namespace_for
+        from tiered_kv.tiers.ssd import SSDTier
+
+        self.model, self.model_description = tour_model(self.size)
+        cfg = self.model.cfg
+        self.namespace = namespace_for(self.model, fmt="mxfp4", block_size=min(256, cfg.window * 4))
+        self.ssd = SSDTier(self.root / "ssd.zarr", namespace=self.namespace, ttl={"chatbot": "7d"},
+                           background_touch=False)
+        self.engine = Engine(self.model, self.ssd, name="machine0")
+        self.prompt = prompt_text(PROMPT_BYTES[self.size])
+
+    def _tokens(self, data: bytes):
+        import torch
+
+        return torch.tensor(list(data), dtype=torch.long)
+
+    def run(self, name: str, data: bytes, engine=None) -> Request:
+        """Prefill ``data`` on ``engine`` (default: machine0) as a chatbot request; record it."""
+        r = (engine or self.engine).prefill(self._tokens(data), "chatbot")
+        self.ssd.flush()
+        req = Request(name, r.n_tokens, r.hit_tokens["ssd"], r.hit_tokens["host"], dict(r.computed_tokens),
+                      dict(r.timings_s), r.stored_blocks, r.next_token)
+        self.requests.append(req)
+        return req
+
+    def run_all(self) -> pl.DataFrame:
+        """Cold request; follow-up on the same machine; follow-up on a second machine."""
+        from tiered_kv.engine import Engine
+
+        self.run("1 cold", self.prompt)
+        follow = self.prompt + b"\n# a follow-up turn appends new text to the same prefix\n"[:SUFFIX_BYTES]
+        self.run("2 follow-up, same machine", follow)
+        self.other = Engine(self.model, self.ssd, name="machine1")  # shares the SSD tier only
+        self.run("3 follow-up, other machine", follow, engine=self.other)
+        return self.requests_frame()
+
+    def requests_frame(self) -> pl.DataFrame:
+        return pl.DataFrame([
+            {"request": r.name, "tokens": r.tokens, "ssd_hit_tokens": r.ssd_hit_tokens,
+             "host_hit_tokens": r.host_hit_tokens, "encoder_tokens": r.computed.get("encoder_suffix", 0),
+             "encoder_replay_tokens": r.computed.get("encoder_replay", 0),
+             "decoder_tokens": r.computed.get("decoder", 0), "chunks_written": r.stored_blocks,
+             "ttft_ms": 1e3 * sum(r.timings_s.values()), "next_token": r.next_token}
+            for r in self.requests
+        ])
+
+    def timings_frame(self) -> pl.DataFrame:
+        return pl.DataFrame([{"request": r.name, "stage": s, "ms": 1e3 * t}
+                             for r in self.requests for s, t in r.timings_s.items()])
+
+    def files_frame(self) -> pl.DataFrame:
+        """Every file of the Zarr store on disk, with its size in bytes."""
+        base = self.root / "ssd.zarr"
+        rows = [{"path": str(p.relative_to(base)), "bytes": p.stat().st_size}
+                for p in sorted(base.rglob("*")) if p.is_file()]
+        return pl.DataFrame(rows, schema={"path": pl.Utf8, "bytes": pl.Int64})
+
+    def chunks_frame(self) -> pl.DataFrame:
+        """Headers of the chunks the follow-up read back (key, block index, format, bytes)."""
+        hit = self.ssd.get_prefix(self._tokens(self.prompt), "chatbot")
+        return pl.DataFrame([
+            {"block": h.index, "key": h.key.hex()[:16], "fmt": h.fmt, "tokens": h.tokens,
+             "traffic_class": h.traffic_class, "stored_bytes": h.nbytes, "payload_bytes": h.payload_len,
+             "bf16_bytes": h.tokens * 2 * h.kv_heads * h.head_dim * 2}
+            for h in hit.headers
+        ])
+
+    def tiers_frame(self) -> pl.DataFrame:
+        """Bytes held by each tier of each machine after the three requests."""
+        stats = self.ssd.stats()
+        rows = [{"tier": "SSD (shared, Zarr v3 on disk)", "machine": "all", "entries": stats["chunks"],
+                 "bytes": stats["bytes"]}]
+        for eng in (self.engine, getattr(self, "other", None)):
+            if eng is not None:
+                rows.append({"tier": "host (window caches)", "machine": eng.name, "entries": len(eng.host),
+                             "bytes": int(eng.host.used_bytes)})
+                rows.append({"tier": "GPU (in flight)", "machine": eng.name, "entries": len(eng.gpu),
+                             "bytes": int(eng.gpu.used_bytes)})
+        return pl.DataFrame(rows)
+
+    def timings_chart(self) -> alt.Chart:
+        return alt.Chart(self.timings_frame()).mark_bar().encode(
+            alt.Y("request:N", title=None),
+            alt.X("ms:Q", stack="zero", title="time per stage (milliseconds, this machine)"),
+            alt.Color("stage:N"),
+            tooltip=["request", "stage", alt.Tooltip("ms:Q", format=".2f")],
+        ).properties(width=520, height=120, title="prefill stages")
+
+    def close(self) -> None:
+        self.ssd.close()
+
+
+def start_tour(size: str | None = None, root: str | Path | None = None) -> Tour:
+    """A tour with its store in ``root`` (default: a new temporary folder), all requests run."""
+    from tiered_kv.viz import notebook_size
+
+    from tiered_kv.viz.widgets import torch_threads
+
+    size = size or notebook_size()
+    folder = Path(root) if root is not None else Path(tempfile.mkdtemp(prefix="tiered-kv-tour-"))
+    with torch_threads(1 if size == "small" else None):
+        tour = Tour(size, folder)
+        tour.run_all()
+    return tour
