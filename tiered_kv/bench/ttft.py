@@ -44,6 +44,10 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--threads", type=int, default=1,
                         help="torch CPU threads (1: on shared, oversubscribed cores 2 threads is slower)")
     parser.add_argument("--flops-length", type=int, default=32768, help="N for prefill_flops_ratio")
+    parser.add_argument("--replay-quality", action="store_true",
+                        help="also measure replay error (W x R grid), FP4 error and attention locality "
+                             "on held-out text (slow: minutes)")
+    parser.add_argument("--samples", type=int, default=6, help="held-out sequences for --replay-quality")
 
 
 def load_model(checkpoint=None):
@@ -189,7 +193,17 @@ def run(args: argparse.Namespace) -> dict:
         stages[str(n)] = {c: {k: v for k, v in sub[c].items() if k.endswith("_ms") and k != "ttft_ms"}
                           for c in CASES}
     flops = prefill_flops(args.flops_length, model.cfg)
-    return {
+    extra = {}
+    if args.replay_quality:
+        from tiered_kv.replay_quality import attention_locality, fp4_error, load_heldout, replay_error, \
+            sample_sequences
+
+        seqs = sample_sequences(load_heldout(), args.samples, 1024 + 32, seed=0)
+        rep = replay_error(model, seqs, progress=True)
+        extra["replay_quality"] = rep.to_dicts()
+        extra["fp4_error"] = fp4_error(model, seqs).to_dicts()
+        extra["attention_locality"] = attention_locality(model, [q[:1024] for q in seqs])
+    result = {
         "model": source, "params": model.num_params, "window_tokens": model.cfg.window,
         "replay_tokens": model.cfg.replay, "block_size_tokens": args.block_size, "fmt": args.fmt,
         "suffix_tokens": args.suffix, "threads": args.threads, "repeats": args.repeats,
@@ -199,3 +213,5 @@ def run(args: argparse.Namespace) -> dict:
         "prefill_flops": flops, "prefill_flops_ratio": flops["prefill_flops_ratio"],
         "median_speedup_ssd_hit_vs_miss": statistics.median(speedup.values()) if speedup else None,
     }
+    result.update(extra)
+    return result
