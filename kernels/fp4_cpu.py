@@ -15,7 +15,6 @@ this path for CPU tensors with ``backend="auto"`` or ``backend="numba"``.
 from __future__ import annotations
 
 import functools
-import math
 
 import numpy as np
 import torch
@@ -26,7 +25,8 @@ _E2M1 = np.array([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0,
 
 # Typed constants: a float64 literal would widen every lane and stop LLVM vectorizing.
 _F0, _F05, _F2, _F4, _F6, _F7 = (np.float32(v) for v in (0.0, 0.5, 2.0, 4.0, 6.0, 7.0))
-_F448 = np.float32(448.0)
+_F448, _F512 = np.float32(448.0), np.float32(512.0)
+_F2M6, _F2M9 = np.float32(2.0 ** -6), np.float32(2.0 ** -9)
 _U3, _U4 = np.uint8(3), np.uint8(4)
 _LO, _HI = np.uint16(0x000F), np.uint16(0x00F0)
 
@@ -45,27 +45,28 @@ def _e2m1(v):
     return np.uint8(c) | (np.uint8(v < _F0) << _U3)
 
 
-@njit(cache=True, inline="always")
-def _e4m3_code(s):
-    """Non-negative fp32 in [0, 448] -> E4M3 code, nearest-even (frexp/ldexp are exact)."""
-    if s < 0.015625:  # subnormal: code = round(s * 2**9), ties to even
-        return int(np.rint(np.float64(s) * 512.0))
-    m, e = math.frexp(np.float64(s))  # s = m * 2**e, m in [0.5, 1)
-    qi = int(np.rint(math.ldexp(m, 4)))  # 1.mmm on an integer grid 8..16
-    E = e - 1
-    if qi == 16:
-        qi = 8
-        E += 1
-    return ((E + 7) << 3) | (qi - 8)
+_ABS = np.int32(0x7FFFFFFF)
 
 
 @njit(cache=True, inline="always")
-def _e4m3_value(code):
-    e = code >> 3
-    m = code & 7
-    if e == 0:
-        return np.float32(m * 0.001953125)
-    return np.float32(math.ldexp(1.0 + m / 8.0, e - 7))
+def _amax8(r, o):
+    """Bits of max |x| over r[o:o+8] (int32 view, sign cleared): a balanced tree of maxima,
+    which LLVM turns into vector ops where a running max stays scalar."""
+    m0 = max(r[o] & _ABS, r[o + 4] & _ABS)
+    m1 = max(r[o + 1] & _ABS, r[o + 5] & _ABS)
+    m2 = max(r[o + 2] & _ABS, r[o + 6] & _ABS)
+    m3 = max(r[o + 3] & _ABS, r[o + 7] & _ABS)
+    return max(max(m0, m2), max(m1, m3))
+
+
+@njit(cache=True, inline="always")
+def _amax16(r):
+    return max(_amax8(r, 0), _amax8(r, 8))
+
+
+@njit(cache=True, inline="always")
+def _amax32(r):
+    return max(max(_amax8(r, 0), _amax8(r, 8)), max(_amax8(r, 16), _amax8(r, 24)))
 
 
 @njit(cache=True, inline="always")
@@ -84,9 +85,7 @@ def _quantize_mx(xi, xf, codes, data, scales, inv_table, ceil):  # pragma: no co
     """xi/xf: the same fp32 blocks [nb, 32] viewed as int32 and float32."""
     nb = xf.shape[0]
     for b in prange(nb):
-        amax_bits = 0
-        for i in range(32):
-            amax_bits = max(amax_bits, xi[b, i] & 0x7FFFFFFF)  # int order == |float| order
+        amax_bits = _amax32(xi[b])  # int order of the bits == order of |x|
         bexp = amax_bits >> 23
         code = bexp - 2
         if ceil and (amax_bits & 0x7FFFFF) > 0x400000:
@@ -100,34 +99,50 @@ def _quantize_mx(xi, xf, codes, data, scales, inv_table, ceil):  # pragma: no co
 
 
 @njit(cache=True, parallel=True)
-def head_amax(x3):  # pragma: no cover - compiled
-    """max |x| per head of fp32 [rows, H, D] -> [H] (NVFP4's global-scale reduction)."""
-    rows, heads, dim = x3.shape
-    out = np.zeros(heads, dtype=np.float32)
+def head_amax_bits(xi3):  # pragma: no cover - compiled
+    """Bits of max |x| per head of fp32 [rows, H, D] (viewed as int32) -> int32 [H].
+
+    Integer max of the bits with the sign cleared: the same order as |x| for finite values,
+    and NaN/Inf come out >= 0x7F800000, so the caller sees them. Integer max vectorizes;
+    a NaN-aware float max would not."""
+    rows, heads, dim = xi3.shape
+    out = np.zeros(heads, dtype=np.int32)
     for h in prange(heads):
-        m = _F0
-        poison = _F0  # x * 0 is NaN exactly when x is NaN or +-Inf
+        m = 0
         for r in range(rows):
             for d in range(dim):
-                v = x3[r, h, d]
-                m = max(m, abs(v))
-                poison += v * _F0
-        out[h] = m if poison == _F0 else np.float32(np.nan)
+                m = max(m, xi3[r, h, d] & 0x7FFFFFFF)
+        out[h] = m
     return out
 
 
 @njit(cache=True, parallel=True)
-def _quantize_nv(xf, codes, data, scales, gs_heads, blocks_per_row):  # pragma: no cover
+def _quantize_nv(xi, xf, codes, data, scales, gs_heads, blocks_per_row, ibuf):  # pragma: no cover
+    """NVFP4 blocks [nb, 16]; ``ibuf`` [nb] int32 scratch, read back through a float32 view
+    to move bits between int and float (numba has no scalar bitcast)."""
+    fbuf = ibuf.view(np.float32)
     nb = xf.shape[0]
     heads = gs_heads.size
     for b in prange(nb):
-        amax = _F0
-        for i in range(16):
-            amax = max(amax, abs(xf[b, i]))
+        ibuf[b] = _amax16(xi[b])
+        amax = fbuf[b]
         gs = gs_heads[(b // blocks_per_row) % heads]
         s = min(np.float32(amax / np.float32(gs * _F6)), _F448)
-        code = _e4m3_code(s)
-        scale = np.float32(_e4m3_value(code) * gs)
+        # E4M3 code of s, nearest-even: the reference's integer rule on the bits of s.
+        if s < _F2M6:
+            code = np.int32(np.rint(s * _F512))
+        else:
+            fbuf[b] = s
+            sb = ibuf[b]
+            code = ((sb + 0x7FFFF + ((sb >> 20) & 1)) >> 20) - 960
+        e = code >> 3
+        m = code & 7
+        if e == 0:
+            val = np.float32(m) * _F2M9
+        else:
+            ibuf[b] = ((e + 120) << 23) | (m << 20)
+            val = fbuf[b]
+        scale = np.float32(val * gs)
         if scale > _F0:
             for i in range(16):
                 codes[b, i] = _e2m1(np.float32(xf[b, i] / scale))
@@ -155,26 +170,30 @@ def quantize_blocks(x32: torch.Tensor, fmt: str, scale_rule: str,
                     blocks_per_row: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
     """Contiguous fp32 blocks ``[nb, block]`` -> (packed ``[nb, block/2]``, scale codes ``[nb]``).
 
-    NVFP4 needs the global scale per head ``gs_heads [H]`` (block b belongs to head
-    ``(b // blocks_per_row) % H``)."""
+    NVFP4 needs the global scales ``gs_heads [H]``: block b belongs to head
+    ``(b // blocks_per_row) % H`` (H = 1 for one scale over the whole tensor)."""
     nb, block = x32.shape
     xf = x32.numpy()
     xi = xf.view(np.int32)
     data = np.empty((nb, block // 2), dtype=np.uint8)
-    scales = np.empty((nb,), dtype=np.uint8)
     codes = np.empty((nb, block), dtype=np.uint8)  # one code per byte before packing
-    if nb:
-        if fmt == "mxfp4":
+    if fmt == "mxfp4":
+        scales = np.empty((nb,), dtype=np.uint8)
+        if nb:
             _quantize_mx(xi, xf, codes, data, scales, _inv_table(), scale_rule == "ceil")
-        else:
-            _quantize_nv(xf, codes, data, scales, gs_heads.numpy(), blocks_per_row)
+        return torch.from_numpy(data), torch.from_numpy(scales)
+    scales = np.empty((nb,), dtype=np.uint8)
+    if nb:
+        _quantize_nv(xi, xf, codes, data, scales, gs_heads.numpy(), blocks_per_row,
+                     np.empty(nb, dtype=np.int32))
     return torch.from_numpy(data), torch.from_numpy(scales)
 
 
 def per_head_amax(x32: torch.Tensor) -> torch.Tensor:
     """fp32 ``[..., H, D]`` (ndim >= 3) -> max |x| per head ``[H]``, one read of x."""
     h, d = x32.shape[-2], x32.shape[-1]
-    return torch.from_numpy(head_amax(x32.reshape(-1, h, d).numpy()))
+    bits = head_amax_bits(x32.reshape(-1, h, d).numpy().view(np.int32))
+    return torch.from_numpy(bits).view(torch.float32)
 
 
 def dequantize_blocks(packed: torch.Tensor, block_scale: torch.Tensor) -> torch.Tensor:
