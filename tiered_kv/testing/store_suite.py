@@ -14,6 +14,7 @@ import warnings
 
 import pytest
 import torch
+from zarr.core.sync import sync
 from zarr.storage import WrapperStore
 
 from tiered_kv.keys import Namespace, block_keys
@@ -64,6 +65,27 @@ class VanishingStore(WrapperStore):
         return await self._store.get(key, prototype, byte_range)
 
 
+class _SyncAPI:
+    """Adds zarr's sync API (SupportsSyncStore) to a wrapper, so the tier's sync path runs."""
+
+    def get_sync(self, key, *, prototype=None, byte_range=None):
+        return sync(self.get(key, prototype, byte_range))
+
+    def set_sync(self, key, value) -> None:
+        sync(self.set(key, value))
+
+    def delete_sync(self, key) -> None:
+        sync(self.delete(key))
+
+
+class SyncFullDiskStore(_SyncAPI, FullDiskStore):
+    pass
+
+
+class SyncVanishingStore(_SyncAPI, VanishingStore):
+    pass
+
+
 def namespace(fmt: str = "mxfp4") -> Namespace:
     return Namespace(model="suite-model", fmt=fmt, block_size=BS, kv_heads=2, head_dim=32)
 
@@ -108,6 +130,18 @@ class SSDTierSuite:
         assert hit.kv(torch.bfloat16).dtype == torch.bfloat16
         assert len(hit.chunks()) == 4 and hit.chunks()[0].fmt == fmt
         assert t.put(toks, kv, "chat") == 0  # everything present: nothing written
+
+    @pytest.mark.parametrize("io_threads", [0, 3])
+    def test_async_and_threaded_io_agree(self, make_store, io_threads):
+        t = self.tier(make_store(), io_threads=io_threads)
+        toks = torch.arange(80)
+        kv = make_kv(80)
+        assert t.put(toks, kv, "c") == 10
+        assert torch.equal(t.get_prefix(toks).kv(), reference_kv(kv, "mxfp4"))
+        t.delete(block_keys(toks, t.namespace)[6])
+        assert t.get_prefix(toks).blocks == 6 and not t.contains(toks)
+        assert t.put(toks, kv, "c") == 1
+        t.close()
 
     def test_longest_exact_prefix(self, make_store):
         t = self.tier(make_store())
@@ -273,21 +307,23 @@ class SSDTierSuite:
         assert report["chunks_ok"] == 2 and [p for p, _ in report["corrupt"]] == [path]
         assert t.verify()["corrupt"] == []
 
-    def test_chunk_evicted_while_reading_is_a_miss(self, make_store):
+    @pytest.mark.parametrize("wrapper", [VanishingStore, SyncVanishingStore])
+    def test_chunk_evicted_while_reading_is_a_miss(self, make_store, wrapper):
         store = make_store()
         toks = torch.arange(32)
         self.tier(store).put(toks, make_kv(32), "c")
         keys = block_keys(toks, namespace())
-        t = self.tier(VanishingStore(store, {layout.chunk_path(keys[2])}))
+        t = self.tier(wrapper(store, {layout.chunk_path(keys[2])}))
         hit = t.get_prefix(toks)
         assert hit.blocks == 2 and torch.equal(hit.kv(), reference_kv(make_kv(32)[:16], "mxfp4"))
 
-    def test_enospc_warns_and_keeps_what_was_stored(self, make_store):
+    @pytest.mark.parametrize("wrapper", [FullDiskStore, SyncFullDiskStore])
+    def test_enospc_warns_and_keeps_what_was_stored(self, make_store, wrapper):
         base = make_store()
         good = self.tier(base)
         good.put(torch.arange(16), make_kv(16), "c")
         one = good.stats()["bytes"] // 2
-        full = FullDiskStore(base, budget=int(2.5 * one))
+        full = wrapper(base, budget=int(2.5 * one))
         t = self.tier(full)
         toks = torch.arange(16, 80)  # 8 blocks, room for 2
         with pytest.warns(StoreFullWarning, match="full"):
@@ -383,3 +419,98 @@ class SSDTierSuite:
             assert not t.contains(torch.arange(8))
         finally:
             t.close()
+
+
+# ---------------------------------------------------------------------- multi-process workers
+# Module-level so that ``multiprocessing`` (spawn) can import them. Used by
+# tests/test_ssd_reliability.py: several processes share one LocalStore directory.
+
+STRESS_PROMPTS = 6
+
+
+def stress_tokens(i: int) -> torch.Tensor:
+    """Prompt ``i``: prompts share leading blocks (a system prompt), then diverge."""
+    shared = torch.arange(2 * BS)
+    own = torch.arange(BS * (2 + i % 4)) + 1000 * (i + 1)
+    return torch.cat([shared, own])
+
+
+def stress_kv(tokens: torch.Tensor) -> torch.Tensor:
+    """KV that depends only on (position, token), so every writer stores the same bytes per key."""
+    pos = torch.arange(len(tokens), dtype=torch.float32)
+    base = torch.sin(tokens.to(torch.float32)[:, None] * 0.37 + pos[:, None] * 0.11 + torch.arange(128) * 0.05)
+    return (base * (1 + pos[:, None] % 7)).reshape(len(tokens), 2, 2, 32)
+
+
+def stress_references() -> dict[int, torch.Tensor]:
+    """FP4 round trip of every stress prompt's KV (what a reader must get back, bit for bit)."""
+    from tiered_kv import codec
+
+    ns = namespace()
+    out = {}
+    for i in range(STRESS_PROMPTS):
+        kv = stress_kv(stress_tokens(i))
+        out[i] = codec.dequantize_chunks(codec.quantize_blocks(kv, ns), torch.float32)
+    return out
+
+
+def stress_worker(role: str, root: str, seconds: float, seed: int, barrier, results, refs) -> None:
+    """One process of the concurrency test: 'writer', 'reader' or 'gc'. Reports counts."""
+    import random
+    import time as _time
+
+    from zarr.storage import LocalStore
+
+    torch.set_num_threads(1)
+    rng = random.Random(seed)
+    tier = SSDTier(LocalStore(root), namespace=namespace(), capacity_bytes=12_000, high_watermark=0.9,
+                   low_watermark=0.5, orphan_grace=0.0, auto_gc=(role == "writer"), background_touch=False)
+    out = {"role": role, "ops": 0, "checked_blocks": 0, "wrong": 0, "hits": 0, "errors": ""}
+    from tiered_kv import codec
+
+    codec.dequantize_chunks(codec.quantize_blocks(stress_kv(stress_tokens(0)), namespace()), torch.float32)  # warm-up
+    barrier.wait()
+    stop = _time.time() + seconds
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            while _time.time() < stop:
+                i = rng.randrange(STRESS_PROMPTS)
+                toks = stress_tokens(i)
+                if role == "writer":
+                    tier.put(toks, stress_kv(toks), rng.choice(["agent", "chatbot"]))
+                elif role == "reader":
+                    hit = tier.get_prefix(toks, "agent")
+                    if hit.blocks:
+                        out["hits"] += 1
+                        out["checked_blocks"] += hit.blocks
+                        if not torch.equal(hit.kv(), refs[i][:hit.hit_tokens]):
+                            out["wrong"] += 1
+                else:
+                    tier.gc()
+                    _time.sleep(0.02)
+                out["ops"] += 1
+    except Exception as exc:  # noqa: BLE001 - reported to the parent, which fails the test
+        import traceback
+
+        out["errors"] = traceback.format_exc() + repr(exc)
+    tier.close()
+    results.put(out)
+
+
+def kill_target(root: str, ready_path: str) -> None:
+    """Puts large chunks forever (killed with SIGKILL by the test mid-write)."""
+    from pathlib import Path
+
+    from zarr.storage import LocalStore
+
+    torch.set_num_threads(1)
+    ns = Namespace(model="kill", fmt="mxfp4", block_size=64, kv_heads=8, head_dim=256)
+    tier = SSDTier(LocalStore(root), namespace=ns, background_touch=False, io_threads=4)
+    kv = torch.randn(64 * 16, 2, 8, 256)
+    i = 0
+    while True:
+        tier.put(torch.arange(64 * 16) + 100_000 * i, kv, "agent")
+        if i == 0:
+            Path(ready_path).write_text("ready")
+        i += 1

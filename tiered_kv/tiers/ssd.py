@@ -37,6 +37,7 @@ from zarr.core.sync import sync
 from tiered_kv import codec
 from tiered_kv.keys import KEY_BYTES, Namespace, as_token_array, block_keys
 from tiered_kv.tiers import ssd_layout as layout
+from tiered_kv.tiers.ssd_io import ChunkIO
 from tiered_kv.tiers.ssd_gc import RetentionPolicy, check_class, plan_gc
 from tiered_kv.units import parse_duration
 
@@ -53,8 +54,12 @@ class Hit:
 
     namespace: Namespace
     keys: list[bytes]
-    headers: list[codec.ChunkHeader]
     raw: list[bytes] = field(repr=False)
+
+    @property
+    def headers(self) -> list[codec.ChunkHeader]:
+        """Parsed chunk headers (class, creation time, FP4 sections), read from the raw bytes."""
+        return [codec.read_header(r) for r in self.raw]
 
     @property
     def blocks(self) -> int:
@@ -73,7 +78,7 @@ class Hit:
 
     def chunks(self, device: str = "cpu") -> list:
         """The raw FP4 chunks (``tiered_kv.kernels.fp4.FP4Tensor``, one per block)."""
-        return [codec.unpack_chunk(r, h, device=device) for r, h in zip(self.raw, self.headers)]
+        return [codec.unpack_chunk(r, codec.read_header(r), device=device) for r in self.raw]
 
     def kv(self, dtype=None, device: str = "cpu"):
         """Dequantized global KV of the hit prefix: ``[hit_tokens, 2, kv_heads, head_dim]``."""
@@ -92,7 +97,8 @@ class SSDTier:
     ``store``: a path, a zarr v3 Store, or None for ``~/.cache/tiered-kv/ssd``.
     ``capacity_bytes`` (int or "100GiB"), ``high_watermark``/``low_watermark`` (fractions),
     ``ttl`` (a duration for all classes or ``{"agent": "3d", "chatbot": "7d"}``),
-    ``traffic_classes`` (if given, ``put`` rejects others), ``clock`` (seconds; injected so
+    ``traffic_classes`` (if given, ``put`` rejects others), ``io_threads`` (stores with zarr's
+    sync API: threads per batch, 1 = the caller's; 0 forces zarr's async API), ``clock`` (seconds; injected so
     tests and simulations drive days in milliseconds), ``gc_interval`` (a duration: run ``gc``
     in a background thread that often), ``auto_gc`` (run ``gc`` when this process's estimate of
     used bytes crosses the high watermark).
@@ -101,7 +107,8 @@ class SSDTier:
     def __init__(self, store=None, *, namespace: Namespace, capacity_bytes=math.inf,
                  high_watermark: float = 0.9, low_watermark: float = 0.8, ttl=None,
                  clock: Callable[[], float] = time.time, traffic_classes=None,
-                 gc_interval=None, auto_gc: bool = True, io_concurrency: int = layout.IO_CONCURRENCY,
+                 gc_interval=None, auto_gc: bool = True, io_threads: int = 1,
+                 io_concurrency: int = layout.IO_CONCURRENCY,
                  orphan_grace: float = 60.0, partial_grace: float = 300.0,
                  background_touch: bool = True) -> None:
         if not isinstance(namespace, Namespace):
@@ -113,6 +120,7 @@ class SSDTier:
         self.namespace = namespace
         self.policy = RetentionPolicy.make(capacity_bytes, high_watermark, low_watermark, ttl, traffic_classes)
         self.store = layout.open_store(store)
+        self.io = ChunkIO(self.store, io_threads=io_threads, concurrency=io_concurrency)
         self.clock = clock
         self.auto_gc = auto_gc
         self.io_concurrency = io_concurrency
@@ -165,47 +173,68 @@ class SSDTier:
         first = kv_offset // bs
         if first >= len(keys):
             return 0
-        written, nbytes = sync(self._aput(keys, first, kv, cls))
+
+        def quantize(missing: list[int]) -> list:
+            import torch
+
+            blocks = kv[: (len(keys) - first) * bs].reshape(len(keys) - first, bs, *kv.shape[1:])
+            if len(missing) < len(keys) - first:
+                blocks = blocks[torch.tensor([m - first for m in missing])]
+            return codec.quantize_blocks(blocks.reshape(-1, *kv.shape[1:]), self.namespace)
+
+        return self._put(keys, first, quantize, cls)
+
+    def put_quantized(self, tokens, chunks: list, traffic_class: str = "default", *, first_block: int = 0) -> int:
+        """Store already-quantized chunks (``FP4Tensor`` per block, e.g. from a GPU kernel).
+
+        ``chunks[j]`` is block ``first_block + j`` of ``tokens``; blocks already present are
+        skipped. Returns how many chunks were written.
+        """
+        cls = self._class(traffic_class, allow_none=False)
+        keys = block_keys(tokens, self.namespace)
+        if not isinstance(first_block, int) or first_block < 0 or first_block + len(chunks) > len(keys):
+            raise ValueError(f"chunks: blocks [{first_block}, {first_block}+{len(chunks)}) do not fit the "
+                             f"{len(keys)} full blocks of tokens")
+        want = (self.namespace.block_size, *self.namespace.kv_shape)
+        for q in chunks:
+            if tuple(q.shape) != want or q.fmt != self.namespace.fmt:
+                raise ValueError(f"chunks: each must be a {self.namespace.fmt} FP4Tensor of shape {list(want)}, "
+                                 f"got {q.fmt} {list(q.shape)}")
+        return self._put(keys[:first_block + len(chunks)], first_block,
+                         lambda missing: [chunks[m - first_block] for m in missing], cls)
+
+    def _put(self, keys: list[bytes], first: int, quantize, cls: str) -> int:
+        written, nbytes = self._write_missing(keys, first, quantize, cls)
         self.counters["puts"] += 1
         self.counters["blocks_written"] += written
         self._after_put(nbytes)
         return written
 
-    async def _aput(self, keys: list[bytes], first: int, kv, cls: str) -> tuple[int, int]:
-        store = self.store
-        present = await layout.bounded((store.exists(layout.chunk_path(k)) for k in keys[first:]),
-                                       self.io_concurrency)
-        missing = [first + i for i, p in enumerate(present) if p is not True]
+    def _write_missing(self, keys: list[bytes], first: int, quantize, cls: str) -> tuple[int, int]:
+        present = self.io.exists([layout.chunk_path(k) for k in keys[first:]])
+        missing = [first + i for i, p in enumerate(present) if not p]
         if not missing:
             return 0, 0
-        bs = self.namespace.block_size
-        import torch
-
-        blocks = kv[: (len(keys) - first) * bs].reshape(len(keys) - first, bs, *kv.shape[1:])
-        sel = blocks if len(missing) == len(keys) - first else blocks[torch.tensor([m - first for m in missing])]
-        qs = codec.quantize_blocks(sel.reshape(-1, *kv.shape[1:]), self.namespace)
+        qs = quantize(missing)
         now = float(self.clock())
         objs = [codec.pack_chunk(q, namespace=self.namespace, key=keys[i], parent=keys[i - 1] if i else bytes(KEY_BYTES),
                                  index=i, traffic_class=cls, created=now) for i, q in zip(missing, qs)]
-        results = await layout.bounded(
-            (store.set(layout.chunk_path(keys[i]), layout.buffer(o)) for i, o in zip(missing, objs)),
-            self.io_concurrency)
-        failed = [(i, r) for i, r in zip(missing, results) if isinstance(r, Exception)]
+        results = self.io.write([(layout.chunk_path(keys[i]), o) for i, o in zip(missing, objs)])
+        failed = [(i, r) for i, r in zip(missing, results) if r is not None]
         if not failed:
             return len(missing), sum(len(o) for o in objs)
         first_bad = min(i for i, _ in failed)
         # Chunks past the first failure cannot be reached by a lookup: do not leave them behind.
-        later = [i for i, r in zip(missing, results) if i > first_bad and not isinstance(r, Exception)]
-        await layout.bounded(store.delete(layout.chunk_path(keys[i])) for i in later)
-        ok = [(i, o) for i, o, r in zip(missing, objs, results) if i < first_bad and not isinstance(r, Exception)]
+        self.io.delete([layout.chunk_path(keys[i]) for i, r in zip(missing, results) if i > first_bad and r is None])
+        ok = [o for i, o, r in zip(missing, objs, results) if i < first_bad and r is None]
         exc = dict(failed)[first_bad]
         if isinstance(exc, OSError) and exc.errno in _FULL_ERRNOS:
             self.counters["store_full"] += 1
             warnings.warn(StoreFullWarning(
-                f"SSD tier store {store} is full ({errno.errorcode.get(exc.errno, exc.errno)}): stored "
+                f"SSD tier store {self.store} is full ({errno.errorcode.get(exc.errno, exc.errno)}): stored "
                 f"{len(ok)} of {len(missing)} new blocks of this put; chunks already in the store are "
-                "intact. Free space, lower capacity_bytes, or run gc."), stacklevel=3)
-            return len(ok), sum(len(o) for _, o in ok)
+                "intact. Free space, lower capacity_bytes, or run gc."), stacklevel=4)
+            return len(ok), sum(len(o) for o in ok)
         raise exc
 
     def _after_put(self, nbytes: int) -> None:
@@ -233,7 +262,7 @@ class SSDTier:
         """
         cls = self._class(traffic_class, allow_none=True)
         keys = block_keys(tokens, self.namespace)
-        hit = sync(self._aget(keys))
+        hit = self._read(keys)
         self.counters["lookups"] += 1
         self.counters["hit_blocks"] += hit.blocks
         self.counters["miss_blocks"] += len(keys) - hit.blocks
@@ -241,45 +270,28 @@ class SSDTier:
             self._record_access(hit.keys[-1], cls)
         return hit
 
-    async def _aget(self, keys: list[bytes]) -> Hit:
-        store = self.store
-        proto = default_buffer_prototype()
-        raws: list[bytes] = []
-        headers: list[codec.ChunkHeader] = []
-        wave = self.io_concurrency
-        for lo in range(0, len(keys), wave):
-            batch = keys[lo:lo + wave]
-            bufs = await layout.bounded((store.get(layout.chunk_path(k), prototype=proto) for k in batch), wave)
-            for key, buf in zip(batch, bufs):
-                if buf is None or isinstance(buf, (FileNotFoundError, IsADirectoryError)):
-                    return Hit(self.namespace, keys[:len(raws)], headers, raws)
-                if isinstance(buf, Exception):
-                    raise buf
-                mv = layout.as_bytes(buf)
-                try:
-                    h = codec.verify_chunk(mv, key=key)
-                    if h.ns_digest != self.namespace.digest or h.tokens != self.namespace.block_size:
-                        raise codec.CorruptChunk("chunk belongs to another namespace")
-                except codec.CorruptChunk as exc:
-                    await self._remove_corrupt(layout.chunk_path(key), str(exc))
-                    return Hit(self.namespace, keys[:len(raws)], headers, raws)
-                raws.append(mv)
-                headers.append(h)
-        return Hit(self.namespace, keys[:len(raws)], headers, raws)
+    def _read(self, keys: list[bytes]) -> Hit:
+        raws = self.io.read_prefix([layout.chunk_path(k) for k in keys])
+        digest = self.namespace.digest
+        for i, (key, raw) in enumerate(zip(keys, raws)):
+            try:
+                codec.check_chunk(raw, key=key, ns_digest=digest)
+            except codec.CorruptChunk as exc:
+                self._remove_corrupt(layout.chunk_path(key), str(exc))
+                raws = raws[:i]
+                break
+        return Hit(self.namespace, keys[:len(raws)], raws)
 
-    async def _remove_corrupt(self, path: str, reason: str) -> None:
+    def _remove_corrupt(self, path: str, reason: str) -> None:
         self.counters["corrupt_removed"] += 1
         warnings.warn(f"SSD tier: removed corrupt chunk {path}: {reason}", RuntimeWarning, stacklevel=4)
-        try:
-            await self.store.delete(path)
-        except FileNotFoundError:
-            pass
+        self.io.delete([path])
 
     # ------------------------------------------------------------------ access, contains, delete
 
     def _record_access(self, key: bytes, cls: str | None) -> None:
         rec = layout.AccessRecord(key, cls, float(self.clock()))
-        coro_fn = lambda: sync(self.store.set(layout.access_path(key, cls), layout.buffer(rec.encode())))
+        coro_fn = lambda: self.io.write([(layout.access_path(key, cls), rec.encode())])
         if self._touches is None:
             coro_fn()
             return
@@ -312,20 +324,16 @@ class SSDTier:
         keys = self._keys(tokens_or_key)
         if not keys:
             return False
-        res = sync(layout.bounded(self.store.exists(layout.chunk_path(k)) for k in keys))
-        return all(r is True for r in res)
+        return all(self.io.exists([layout.chunk_path(k) for k in keys]))
 
     def delete(self, tokens_or_key) -> int:
         """Delete the chunks of every full block of ``tokens`` (or one key); return how many existed."""
         keys = self._keys(tokens_or_key)
         paths = [layout.chunk_path(k) for k in keys]
 
-        async def run() -> int:
-            present = await layout.bounded(self.store.exists(p) for p in paths)
-            await layout.delete_all(self.store, paths)
-            return sum(p is True for p in present)
-
-        return sync(run())
+        present = self.io.exists(paths)
+        self.io.delete(paths)
+        return sum(present)
 
     # ------------------------------------------------------------------ maintenance
 
@@ -379,6 +387,7 @@ class SSDTier:
         if self._touches is not None:
             self._touches.shutdown(wait=True)
             self._touches = None
+        self.io.close()
 
     def __enter__(self) -> SSDTier:
         return self
@@ -399,7 +408,7 @@ def _scan(store, *, full: bool, progress: bool, desc: str) -> layout.Scan:
         return sync(layout.scan(store, full=full))
     from tqdm import tqdm
 
-    bar = tqdm(desc=desc, unit="obj", leave=False)
+    bar = tqdm(desc=desc, unit="obj", leave=False, delay=1.0)
     try:
         return sync(layout.scan(store, full=full, progress=bar.update,
                                 on_total=lambda n: setattr(bar, "total", n)))

@@ -1,0 +1,267 @@
+"""SSD tier put / get_prefix throughput against plain file I/O of the same bytes, same run.
+
+For a 128K-token prefix (512 chunks of 256 tokens) at two sizes per token (this project's
+model, and a DeepSeek-like ~890 B/token cache): the tier's put of already-quantized chunks
+(existence check, atomic publish through zarr's LocalStore) and its get_prefix (read, CRC32C
+check, header parse of every chunk) are timed against a loop of plain ``open/write`` and
+``open/read`` of the same objects, one file each (``raw``), and the same loop on a thread
+pool (``raw_parallel``). Reads are measured warm (page cache) and cold (``os.sync`` then
+``POSIX_FADV_DONTNEED`` on every file). get_prefix latency p50/p99 is measured warm with 1, 4
+and 16 concurrent reader threads. ``--naive`` also times the layout this replaced: one Zarr
+array per chunk. Medians of ``--repeat`` runs; the machine may be shared, so compare ratios.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+NAME = "store"
+HELP = "SSD tier put/get_prefix throughput vs raw file I/O (128K-token prefix), p50/p99 latency"
+
+DEEPSEEK_BYTES_PER_TOKEN = 890
+
+
+def register(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--tokens", type=int, default=131072, help="prefix length in tokens (default 128K)")
+    parser.add_argument("--block-size", type=int, default=256, help="tokens per chunk")
+    parser.add_argument("--fmt", default="mxfp4", choices=("mxfp4", "nvfp4"), help="FP4 format")
+    parser.add_argument("--kv-heads", type=int, default=2, help="this model's KV heads (global KV)")
+    parser.add_argument("--head-dim", type=int, default=64, help="this model's head dim")
+    parser.add_argument("--repeat", type=int, default=5, help="runs per measurement (median)")
+    parser.add_argument("--readers", default="1,4,16", help="concurrent get_prefix readers for latency")
+    parser.add_argument("--latency-seconds", type=float, default=2.0, help="time per reader count")
+    parser.add_argument("--io-threads", type=int, default=1,
+                        help="SSDTier io_threads (0: zarr async API; 1: caller thread; N: N threads)")
+    parser.add_argument("--dir", default=None, help="directory to benchmark in (default: a temp dir)")
+    parser.add_argument("--naive", action="store_true", help="also time one Zarr array per chunk")
+    parser.add_argument("--quick", action="store_true", help="16K tokens, 2 repeats, short latency runs")
+
+
+def _median(xs: list[float]) -> float:
+    xs = sorted(xs)
+    return xs[len(xs) // 2] if len(xs) % 2 else 0.5 * (xs[len(xs) // 2 - 1] + xs[len(xs) // 2])
+
+
+def _drop_cache(paths: list[Path]) -> None:
+    """Evict files from the page cache (written back first, else DONTNEED skips dirty pages)."""
+    os.sync()
+    for p in paths:
+        fd = os.open(p, os.O_RDONLY)
+        try:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+
+
+def _raw_write(dirpath: Path, objs: list[bytes], pool: ThreadPoolExecutor | None) -> list[Path]:
+    paths = [dirpath / f"{i:06d}" for i in range(len(objs))]
+
+    def one(i: int) -> None:
+        with open(paths[i], "wb") as f:
+            f.write(objs[i])
+
+    if pool is None:
+        for i in range(len(objs)):
+            one(i)
+    else:
+        list(pool.map(one, range(len(objs))))
+    return paths
+
+
+def _raw_read(paths: list[Path], pool: ThreadPoolExecutor | None) -> int:
+    def one(p: Path) -> int:
+        with open(p, "rb") as f:
+            return len(f.read())
+
+    return sum(map(one, paths)) if pool is None else sum(pool.map(one, paths))
+
+
+def _size_case(label: str, ns, tokens, root: Path, args, pool) -> dict:
+    import torch
+    from tqdm import tqdm
+
+    from tiered_kv import codec
+    from tiered_kv.keys import block_keys
+    from tiered_kv.tiers import ssd_layout as layout
+    from tiered_kv.tiers.ssd import SSDTier
+
+    n_blocks = len(tokens) // ns.block_size
+    g = torch.Generator().manual_seed(0)
+    kv = torch.randn(n_blocks * ns.block_size, 2, ns.kv_heads, ns.head_dim, generator=g, dtype=torch.float32)
+    t0 = time.perf_counter()
+    chunks = codec.quantize_blocks(kv, ns)
+    quantize_s = time.perf_counter() - t0
+    keys = block_keys(tokens, ns)
+    objs = [codec.pack_chunk(q, namespace=ns, key=k, parent=keys[i - 1] if i else bytes(16), index=i,
+                             traffic_class="bench", created=0.0) for i, (q, k) in enumerate(zip(chunks, keys))]
+    total = sum(len(o) for o in objs)
+    res: dict = {"bytes_per_token": chunks[0].nbytes / ns.block_size, "chunks": n_blocks,
+                 "chunk_bytes": len(objs[0]), "total_bytes": total, "quantize_cpu_s": quantize_s,
+                 "kv_heads": ns.kv_heads, "head_dim": ns.head_dim, "fmt": ns.fmt}
+    timings: dict[str, list[float]] = {k: [] for k in (
+        "put", "raw_write", "raw_write_parallel", "get_warm", "raw_read_warm", "raw_read_parallel_warm",
+        "get_cold", "raw_read_cold", "put_with_quantize")}
+    bar = tqdm(total=args.repeat, desc=f"store bench ({label})", leave=False, delay=1.0)
+    for r in range(args.repeat):
+        base = root / f"{label}-{r}"
+        tier = SSDTier(base / "tier", namespace=ns, background_touch=False, auto_gc=False,
+                       io_threads=args.io_threads)
+        t0 = time.perf_counter()
+        assert tier.put_quantized(tokens, chunks, "bench") == n_blocks
+        timings["put"].append(time.perf_counter() - t0)
+        (base / "raw").mkdir()
+        t0 = time.perf_counter()
+        raw_paths = _raw_write(base / "raw", objs, None)
+        timings["raw_write"].append(time.perf_counter() - t0)
+        (base / "rawp").mkdir()
+        t0 = time.perf_counter()
+        _raw_write(base / "rawp", objs, pool)
+        timings["raw_write_parallel"].append(time.perf_counter() - t0)
+        # warm reads (just written: in the page cache)
+        t0 = time.perf_counter()
+        hit = tier.get_prefix(tokens)
+        timings["get_warm"].append(time.perf_counter() - t0)
+        assert hit.blocks == n_blocks and abs(hit.nbytes - total) <= 32 * n_blocks  # same bytes, +- header digits
+        t0 = time.perf_counter()
+        assert _raw_read(raw_paths, None) == total
+        timings["raw_read_warm"].append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        _raw_read(raw_paths, pool)
+        timings["raw_read_parallel_warm"].append(time.perf_counter() - t0)
+        # cold reads
+        tier_paths = [base / "tier" / layout.chunk_path(k) for k in keys]
+        _drop_cache(tier_paths)
+        t0 = time.perf_counter()
+        assert tier.get_prefix(tokens).blocks == n_blocks
+        timings["get_cold"].append(time.perf_counter() - t0)
+        _drop_cache(raw_paths)
+        t0 = time.perf_counter()
+        _raw_read(raw_paths, None)
+        timings["raw_read_cold"].append(time.perf_counter() - t0)
+        if r == 0:  # end to end once: FP4 quantize on this CPU + put
+            t2 = SSDTier(base / "tier2", namespace=ns, background_touch=False, auto_gc=False)
+            t0 = time.perf_counter()
+            t2.put(tokens, kv, "bench")
+            timings["put_with_quantize"].append(time.perf_counter() - t0)
+            t2.close()
+        if r < args.repeat - 1:
+            tier.close()
+            shutil.rmtree(base)
+        bar.update()
+    bar.close()
+    med = {k: _median(v) for k, v in timings.items() if v}
+    gbps = lambda s: total / s / 1e9
+    res["seconds"] = med
+    res["GBps"] = {k: gbps(v) for k, v in med.items()}
+    res["put_ratio_vs_raw"] = med["raw_write"] / med["put"]
+    res["put_ratio_vs_raw_parallel"] = med["raw_write_parallel"] / med["put"]
+    res["get_ratio_vs_raw"] = med["raw_read_warm"] / med["get_warm"]
+    res["get_ratio_vs_raw_parallel"] = med["raw_read_parallel_warm"] / med["get_warm"]
+    res["get_cold_ratio_vs_raw"] = med["raw_read_cold"] / med["get_cold"]
+    res["get_prefix_latency_ms"] = _latency(tier, tokens, n_blocks, args)
+    tier.close()
+    if args.naive:
+        res["naive_zarr_array_per_chunk"] = _naive(root / f"{label}-naive", objs, med)
+    shutil.rmtree(root / f"{label}-{args.repeat - 1}", ignore_errors=True)
+    return res
+
+
+def _latency(tier, tokens, n_blocks: int, args) -> dict:
+    """p50/p99 of warm get_prefix with N threads reading the same prefix concurrently."""
+    out = {}
+    for n in [int(x) for x in args.readers.split(",") if x.strip()]:
+        lat: list[float] = []
+        lock = threading.Lock()
+        stop = time.perf_counter() + args.latency_seconds
+
+        def reader() -> None:
+            mine = []
+            while True:
+                t0 = time.perf_counter()
+                assert tier.get_prefix(tokens).blocks == n_blocks
+                mine.append(time.perf_counter() - t0)
+                if time.perf_counter() > stop and len(mine) >= 3:
+                    break
+            with lock:
+                lat.extend(mine)
+
+        threads = [threading.Thread(target=reader) for _ in range(n)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        lat.sort()
+        q = lambda p: 1e3 * lat[min(len(lat) - 1, int(p * len(lat)))]
+        out[str(n)] = {"p50_ms": q(0.5), "p99_ms": q(0.99), "samples": len(lat)}
+    return out
+
+
+def _naive(root: Path, objs: list[bytes], med: dict) -> dict:
+    """The layout this tier replaced: one uncompressed Zarr array (one chunk) per KV chunk."""
+    import numpy as np
+    import zarr
+
+    g = zarr.open_group(str(root), mode="w")
+    arrs = [np.frombuffer(o, dtype=np.uint8) for o in objs]
+    t0 = time.perf_counter()
+    for i, a in enumerate(arrs):
+        z = g.create_array(f"c{i}", shape=a.shape, chunks=a.shape, dtype="uint8", compressors=None)
+        z[:] = a
+    put_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    g2 = zarr.open_group(str(root), mode="r")
+    total = sum(g2[f"c{i}"][:].nbytes for i in range(len(arrs)))
+    get_s = time.perf_counter() - t0
+    shutil.rmtree(root)
+    return {"put_s": put_s, "get_warm_s": get_s, "bytes": total,
+            "put_ratio_vs_raw": med["raw_write"] / put_s, "get_ratio_vs_raw": med["raw_read_warm"] / get_s}
+
+
+def run(args: argparse.Namespace) -> dict:
+    import torch
+
+    from tiered_kv.keys import Namespace
+
+    if args.quick:
+        args.tokens, args.repeat, args.latency_seconds = 16384, 2, 0.3
+    for name in ("tokens", "block_size", "kv_heads", "head_dim", "repeat"):
+        if getattr(args, name) < 1:
+            raise ValueError(f"--{name.replace('_', '-')}: must be >= 1, got {getattr(args, name)}")
+    if args.tokens < args.block_size:
+        raise ValueError(f"--tokens: must be at least --block-size={args.block_size}, got {args.tokens}")
+    torch.set_num_threads(2)
+    # DeepSeek-like: 2 x 13 heads x 64 dims in MXFP4 = 884 B/token, the closest to 890 with D % 32 == 0
+    cases = {
+        "model": Namespace(model="bench-model", fmt=args.fmt, block_size=args.block_size,
+                           kv_heads=args.kv_heads, head_dim=args.head_dim),
+        "deepseek_890Bpt": Namespace(model="bench-deepseek", fmt=args.fmt, block_size=args.block_size,
+                                     kv_heads=13, head_dim=64),
+    }
+    tokens = torch.arange(args.tokens, dtype=torch.int64) * 7 + 1
+    root = Path(tempfile.mkdtemp(prefix="tkv-store-bench-", dir=args.dir))
+    try:
+        with ThreadPoolExecutor(8) as pool:
+            sizes = {label: _size_case(label, ns, tokens, root, args, pool) for label, ns in cases.items()}
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    worst = lambda key: min(s[key] for s in sizes.values())
+    return {
+        "prefix_tokens": args.tokens, "block_size": args.block_size, "repeat": args.repeat,
+        "io_threads": args.io_threads,
+        "filesystem_dir": str(root.parent), "cpu_count": os.cpu_count(),
+        "put_ratio_vs_raw": worst("put_ratio_vs_raw"),
+        "get_ratio_vs_raw": worst("get_ratio_vs_raw"),
+        "get_cold_ratio_vs_raw": worst("get_cold_ratio_vs_raw"),
+        "get_prefix_p99_ms": max(s["get_prefix_latency_ms"]["1"]["p99_ms"] for s in sizes.values())
+        if all("1" in s["get_prefix_latency_ms"] for s in sizes.values()) else None,
+        "sizes": sizes,
+        "notes": "ratios = raw time / tier time (>1: tier faster); warm = page cache, cold = os.sync + "
+                 "POSIX_FADV_DONTNEED; put = put_quantized (FP4 done), put_with_quantize adds CPU quantization",
+    }

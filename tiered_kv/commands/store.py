@@ -1,0 +1,120 @@
+"""Inspect and maintain an SSD-tier store (a directory filled by SSDTier.put).
+
+  tiered-kv store stats PATH             chunks, bytes, tokens, by class and namespace, ages
+  tiered-kv store verify PATH            read every chunk, check its CRC32C; remove broken ones
+  tiered-kv store gc PATH --dry-run      what TTLs and the watermarks would remove now
+  tiered-kv store gc PATH --ttl agent=3d --ttl chatbot=7d --capacity 100GiB
+
+Chunks carry their own headers, so no namespace or model is needed. Times are the wall clock;
+``--now`` evaluates retention at another moment (a Unix timestamp, or +DURATION from now).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+NAME = "store"
+HELP = "stats, verify and gc of an SSD-tier store directory"
+
+
+def register(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
+    for name, help_ in (("stats", "summarize chunks, bytes, classes and ages"),
+                        ("verify", "check every chunk's checksum and remove broken ones"),
+                        ("gc", "apply TTLs and the capacity watermarks")):
+        p = sub.add_parser(name, help=help_, description=help_)
+        p.add_argument("path", metavar="PATH", help="store directory")
+        p.add_argument("--json", action="store_true", help="print one JSON object")
+        p.add_argument("--no-progress", action="store_true", help="no progress bar")
+        if name == "verify":
+            p.add_argument("--no-repair", action="store_true", help="report only; remove nothing")
+        if name in ("gc", "stats"):
+            p.add_argument("--capacity", default=None, help="store capacity (e.g. 100GiB); default unlimited")
+        if name == "gc":
+            p.add_argument("--dry-run", action="store_true", help="report what would be removed; remove nothing")
+            p.add_argument("--ttl", action="append", default=[], metavar="[CLASS=]DURATION",
+                           help="TTL from last access, per class (agent=3d) or for every class (7d); repeatable")
+            p.add_argument("--high", type=float, default=0.9, help="high watermark (fraction of capacity)")
+            p.add_argument("--low", type=float, default=0.8, help="low watermark (fraction of capacity)")
+            p.add_argument("--now", default=None, help="evaluate at this Unix time, or +DURATION from now")
+            p.add_argument("--partial-grace", default="5m",
+                           help="remove .partial writes older than this (default 5m)")
+
+
+def _ttl(values: list[str]):
+    from tiered_kv.units import parse_duration
+
+    per_class: dict[str, str] = {}
+    default = None
+    for v in values:
+        if "=" in v:
+            cls, dur = v.split("=", 1)
+            if not cls:
+                raise ValueError(f"--ttl: empty class name in {v!r}; use CLASS=DURATION or DURATION")
+            parse_duration(dur, name=f"--ttl {cls}")
+            per_class[cls] = dur
+        else:
+            parse_duration(v, name="--ttl")
+            default = v
+    if per_class and default is not None:
+        raise ValueError("--ttl: give either one DURATION for every class or CLASS=DURATION pairs, not both")
+    return per_class or default
+
+
+def _now(value: str | None) -> float:
+    from tiered_kv.units import parse_duration
+
+    if value is None:
+        return time.time()
+    if value.startswith("+"):
+        return time.time() + parse_duration(value[1:], name="--now")
+    try:
+        return float(value)
+    except ValueError:
+        raise ValueError(f"--now: must be a Unix timestamp or +DURATION (e.g. +3d), got {value!r}") from None
+
+
+def _print(report: dict, as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(report, indent=2, default=str))
+        return
+    from tiered_kv.units import format_bytes
+
+    for key, value in report.items():
+        if isinstance(value, dict):
+            print(f"{key}:")
+            for k, v in value.items():
+                print(f"  {k:<34} {json.dumps(v, default=str) if isinstance(v, dict) else v}")
+        elif isinstance(value, list):
+            print(f"{key:<36} {len(value)}")
+            for item in value[:20]:
+                print(f"  {item}")
+        elif isinstance(value, int) and "bytes" in key:
+            print(f"{key:<36} {value} ({format_bytes(value)})")
+        else:
+            print(f"{key:<36} {value}")
+
+
+def run(args: argparse.Namespace) -> int:
+    from tiered_kv.tiers.ssd import store_gc, store_stats, store_verify
+    from tiered_kv.tiers.ssd_gc import RetentionPolicy
+    from tiered_kv.units import parse_duration
+
+    path = Path(args.path).expanduser()
+    if not path.is_dir():
+        raise FileNotFoundError(f"PATH: no store directory at {path}")
+    progress = not args.no_progress and not args.json
+    if args.action == "stats":
+        policy = RetentionPolicy.make(args.capacity) if args.capacity else None
+        report = store_stats(path, now=time.time(), policy=policy, progress=progress)
+    elif args.action == "verify":
+        report = store_verify(path, repair=not args.no_repair, progress=progress)
+    else:
+        policy = RetentionPolicy.make(args.capacity, args.high, args.low, _ttl(args.ttl))
+        report = store_gc(path, policy, now=_now(args.now), dry_run=args.dry_run, progress=progress,
+                          partial_grace=parse_duration(args.partial_grace, name="--partial-grace"))
+    _print(report, args.json)
+    return 1 if args.action == "verify" and report["corrupt"] and args.no_repair else 0
