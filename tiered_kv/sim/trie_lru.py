@@ -65,9 +65,13 @@ class TrieTrace:
     parent: np.ndarray  # int64 [n_nodes + 1], parent[0] = 0 (root)
     offsets: np.ndarray  # int64 [n + 1]
     tokens: np.ndarray  # int64 [m]
-    next_use: np.ndarray  # int64 [m]
     warmup: int
     measured_tokens: int  # sum of tokens over counted requests (kvcache.ai's total)
+
+    @cached_property
+    def next_use(self) -> np.ndarray:
+        """int64 [m]: the next request using each access's node (n + 1: never); Belady's key."""
+        return _next_use(self.node, self.offsets, self.parent.shape[0])
 
     @property
     def n_requests(self) -> int:
@@ -104,34 +108,44 @@ def build_trie(blocks: np.ndarray, offsets: np.ndarray, tokens: np.ndarray, warm
         raise ValueError(f"warmup: must be in [0, {n}] requests, got {warmup}")
     if tokens.shape != blocks.shape or int(offsets[-1]) != blocks.shape[0]:
         raise ValueError("build_trie: blocks, tokens and offsets disagree in length")
-    node, parent = _chained_nodes(blocks, offsets)
-    if node is None:
-        _, dense = np.unique(blocks, return_inverse=True)
-        node, parent = _build_trie(dense.astype(np.int64).reshape(-1), offsets)
-    next_use = _next_use(node, offsets, parent.shape[0])
+    m = blocks.shape[0]
+    if m and 0 <= blocks.min() and blocks.max() < 4 * m + 16:
+        dense = blocks  # already small ints (a compiled trace's dense ids)
+    else:
+        dense = np.unique(blocks, return_inverse=True)[1].astype(np.int64).reshape(-1)
+    n_ids = int(dense.max()) + 1 if m else 1
+    node, parent, ok = _chained_nodes(dense, offsets, n_ids)
+    if not ok:
+        node, parent = _build_trie(dense, offsets)
     measured = int(tokens[offsets[warmup]:].sum())
-    return TrieTrace(node=node, parent=parent, offsets=offsets, tokens=tokens, next_use=next_use,
+    return TrieTrace(node=node, parent=parent, offsets=offsets, tokens=tokens,
                      warmup=int(warmup), measured_tokens=measured)
 
 
-def _chained_nodes(blocks: np.ndarray, offsets: np.ndarray):
-    """(node, parent) when every id always follows the same parent, else (None, None)."""
-    m = blocks.shape[0]
-    if m == 0:
-        return np.zeros(0, dtype=np.int64), np.zeros(1, dtype=np.int64)
-    uniq, first, dense = np.unique(blocks, return_index=True, return_inverse=True)
-    rank = np.empty(uniq.shape[0], dtype=np.int64)
-    rank[np.argsort(first, kind="stable")] = np.arange(uniq.shape[0], dtype=np.int64)
-    node = rank[dense.reshape(-1)] + 1
-    prev = np.empty(m, dtype=np.int64)
-    prev[1:] = node[:-1]
-    starts = offsets[:-1][np.diff(offsets) > 0]
-    prev[starts] = 0
-    parent = np.zeros(uniq.shape[0] + 1, dtype=np.int64)
-    parent[node] = prev
-    if not np.array_equal(parent[node], prev):
-        return None, None
-    return node, parent
+@nb.njit(cache=True)
+def _chained_nodes(dense, offsets, n_ids):
+    """(node, parent, True) when every id always follows the same parent (chained ids: one id
+    per trie node), numbered by first appearance; else (.., .., False). One pass, no sort."""
+    m = dense.shape[0]
+    node_of = np.zeros(n_ids, dtype=np.int64)  # 0 = not seen yet
+    parent = np.zeros(n_ids + 1, dtype=np.int64)
+    node = np.empty(m, dtype=np.int64)
+    count = 0
+    for r in range(offsets.shape[0] - 1):
+        prev = 0
+        for a in range(offsets[r], offsets[r + 1]):
+            b = dense[a]
+            nd = node_of[b]
+            if nd == 0:
+                count += 1
+                nd = count
+                node_of[b] = nd
+                parent[nd] = prev
+            elif parent[nd] != prev:
+                return node, parent, False
+            node[a] = nd
+            prev = nd
+    return node, parent[: count + 1].copy(), True
 
 
 def from_compiled(trace) -> TrieTrace:
@@ -442,58 +456,62 @@ def _lru_trie_distances(node, offsets, n_nodes):
 
 
 def fifo_trie_curve(t: TrieTrace, capacities) -> np.ndarray:
-    """kvcache.ai FIFO counted hit tokens at each capacity (blocks), each from its fill point.
+    """kvcache.ai FIFO counted hit tokens at each capacity (blocks), 16 capacities per pass.
 
     FIFO never reorders: after ``I`` insertions a cache of ``C`` blocks holds exactly the nodes
     inserted ``I-C+1 .. I``, so a node is present iff ``I - inserted_at[node] < C`` (no queue).
-    Until the cache first fills nothing is evicted, so every capacity starts from the known
-    state at its fill point (the first access of the C-th distinct node, as node ids number
-    first appearances) instead of from the start of the trace.
+    Capacities are independent, so 16 of them walk the access stream together, each with its
+    own insertion counter: one node's 16 insertion numbers fill one 64-byte cache line and the
+    inner loop is branch-free. (FIFO is no stack algorithm, so there is no one-pass curve.)
     """
     caps = _check_capacities(capacities)
     out = np.zeros(caps.shape[0], dtype=np.int64)
-    live = np.flatnonzero(~_underfilled_mask(t, caps))
+    live = np.flatnonzero(~_underfilled_mask(t, caps))  # live <=> filled during warm-up
     if live.size and t.n_requests:
-        first = np.full(t.n_nodes + 1, -1, dtype=np.int64)
-        first[t.node[::-1]] = np.arange(t.node.shape[0] - 1, -1, -1)
-        access_request = np.repeat(np.arange(t.n_requests, dtype=np.int64), np.diff(t.offsets))
-        out[live] = _fifo_curve(t.node, t.offsets, t.tokens, t.warmup, access_request, first,
-                                caps[live].astype(np.int64))
+        out[live] = _fifo_lanes(t.node, t.offsets, t.tokens, t.warmup, t.n_nodes, caps[live].astype(np.int64))
     return out
+
+
+_LANES = 16
 
 
 @nb.njit(cache=True)
-def _fifo_curve(node, offsets, tokens, warmup, access_request, first, caps):
-    n = offsets.shape[0] - 1
-    inserted = np.empty(first.shape[0], dtype=np.int32)
-    out = np.zeros(caps.shape[0], dtype=np.int64)
-    for q in range(caps.shape[0]):
-        cap = caps[q]
-        for x in range(first.shape[0]):  # state at the fill point: nodes 1..cap, in order
-            inserted[x] = x if x <= cap else -(2**30)
-        count = np.int32(cap)
-        f = first[cap]
-        rf = access_request[f]
-        hits = 0
-        for a in range(f + 1, offsets[rf + 1]):
-            x = node[a]
-            if count - inserted[x] >= cap:
-                count += 1
-                inserted[x] = count
-        for r in range(rf + 1, n):
+def _fifo_lanes(node, offsets, tokens, warmup, n_nodes, caps):
+    nq = caps.shape[0]
+    groups = (nq + _LANES - 1) // _LANES
+    cap = np.full(groups * _LANES, 2**30, dtype=np.int32)  # padding lanes: never evict
+    cap[:nq] = caps
+    hits = np.zeros(groups * _LANES, dtype=np.int64)
+    inserted = np.empty((n_nodes + 1, _LANES), dtype=np.int32)
+    count = np.zeros(_LANES, dtype=np.int32)
+    alive = np.zeros(_LANES, dtype=np.int32)
+    for g in range(groups):
+        inserted[:, :] = -(2**30)  # never inserted: absent at every capacity
+        count[:] = 0
+        cg = cap[g * _LANES:(g + 1) * _LANES]
+        hg = hits[g * _LANES:(g + 1) * _LANES]
+        for r in range(offsets.shape[0] - 1):
             s, e = offsets[r], offsets[r + 1]
-            if r >= warmup:
+            if r >= warmup:  # lookup: leading present blocks, per lane
+                alive[:] = 1
                 for a in range(s, e):
-                    if count - inserted[node[a]] >= cap:
+                    row = inserted[node[a]]
+                    w = tokens[a]
+                    n_alive = 0
+                    for q in range(_LANES):
+                        alive[q] &= np.int32(count[q] - row[q] < cg[q])
+                        hg[q] += w * alive[q]
+                        n_alive += alive[q]
+                    if n_alive == 0:
                         break
-                    hits += tokens[a]
-            for a in range(s, e):
-                x = node[a]
-                if count - inserted[x] >= cap:
-                    count += 1
-                    inserted[x] = count
-        out[q] = hits
-    return out
+            for a in range(s, e):  # insert what is missing, in order
+                row = inserted[node[a]]
+                for q in range(_LANES):
+                    c = count[q]
+                    miss = np.int32(c - row[q] >= cg[q])
+                    count[q] = c + miss
+                    row[q] = row[q] + miss * (c + 1 - row[q])
+    return hits[:nq]
 
 
 @nb.njit(cache=True)
