@@ -12,6 +12,12 @@ compiled function:
   block on machine m" one load and lets cache-aware routing intersect all machines at once.
 
 Entries have equal size (a block, or one window state), so capacity is a count of entries.
+A tier with one cache (the shared SSD pool) skips the hash table: its node of block ``id`` is
+``id`` itself (the pool is sized to the trace's distinct blocks), which avoids a random probe
+per access.
+
+Numba's on-disk cache keys a compiled function on its own file only: after editing this file,
+also touch ``cluster.py`` so that ``cluster._run`` (which inlines these kernels) recompiles.
 """
 
 from __future__ import annotations
@@ -27,9 +33,10 @@ def new_tier(parts: int, capacity_per_part: int, universe: int) -> tuple:
     if not 1 <= parts <= 64:
         raise ValueError(f"tier: parts must be in [1, 64], got {parts}")
     cap = np.full(parts, max(int(capacity_per_part), 0), dtype=np.int64)
-    total = int(cap.sum())
+    direct = parts == 1
+    total = universe if direct else int(cap.sum())
     base = np.concatenate([[0], np.cumsum(cap)[:-1]]).astype(np.int64)
-    bits = max(4, int(np.ceil(np.log2(max(2 * total, 2)))) + 1)
+    bits = 4 if direct else max(4, int(np.ceil(np.log2(max(2 * total, 2)))) + 1)
     table_keys = np.full(1 << bits, -1, dtype=np.int64)
     table_vals = np.zeros(1 << bits, dtype=np.int64)
     nodes = total + 2 * parts
@@ -123,9 +130,10 @@ def touch(tier, k, ident, now):
     tk, tv, bits, sk, prv, nxt, base, cap, used, mask, ev, parts, total, last = tier
     bit = np.uint64(1) << np.uint64(k)
     head = total + 2 * k
+    direct = parts == 1
     key = ident * parts + k
     if mask[ident] & bit:
-        s = tv[_find(tk, key, bits)]
+        s = ident if direct else tv[_find(tk, key, bits)]
         _unlink(prv, nxt, s)
         _push_front(prv, nxt, head, s)
         if parts == 1:
@@ -135,18 +143,23 @@ def touch(tier, k, ident, now):
         return -1
     victim = -1
     if used[k] < cap[k]:
-        s = base[k] + used[k]
+        s = ident if direct else base[k] + used[k]
         used[k] += 1
     else:
         s = prv[head + 1]
         _unlink(prv, nxt, s)
-        old = sk[s]
-        _delete(tk, tv, _find(tk, old, bits), bits)
-        victim = old // parts
+        if direct:
+            victim = s
+            s = ident
+        else:
+            old = sk[s]
+            _delete(tk, tv, _find(tk, old, bits), bits)
+            victim = old // parts
         mask[victim] &= ~bit
         ev[k] += 1
-    sk[s] = key
-    _insert(tk, tv, key, s, bits)
+    if not direct:
+        sk[s] = key
+        _insert(tk, tv, key, s, bits)
     _push_front(prv, nxt, head, s)
     mask[ident] |= bit
     if parts == 1:
