@@ -19,7 +19,7 @@ import polars as pl
 
 from tiered_kv.units import format_bytes, format_duration
 from tiered_kv.viz import retention as R
-from tiered_kv.viz.widgets import ChartView, html_table, log_slider
+from tiered_kv.viz.widgets import ChartView, html_table, log_slider, records
 
 
 @dataclass(frozen=True)
@@ -52,31 +52,52 @@ def _fmt_s(seconds: float) -> str:
     return format_duration(float(f"{seconds:.3g}"))
 
 
-def retention_chart(view: RetentionView, title: str = "") -> alt.HConcatChart:
-    """Hit rate against TTL (per class), against capacity, and SSD occupancy over time."""
+def retention_datasets(view: RetentionView) -> dict[str, list[dict]]:
+    """The named data sources of :func:`retention_template` at one setting (JSON rows)."""
     s = view.setting
     marks = pl.DataFrame(
         {"class": list(view.rates["class"][:-1]), "ttl_seconds": [max(t, 1.0) for t in s.ttl_s],
          "token_hit_rate": list(view.rates["token_hit_rate"][:-1])}
     )
-    curves = view.ttl_curves.filter(pl.col("ttl_seconds") > 0)
+    cap_max = float(view.capacity_curve["capacity_tokens"].max())
+    cap_tokens = min(s.capacity_tokens, cap_max) if math.isfinite(s.capacity_tokens) else cap_max
+    return {
+        "ttl_curves": records(view.ttl_curves.filter(pl.col("ttl_seconds") > 0)),
+        "ttl_marks": records(marks),
+        "capacity_curve": records(view.capacity_curve),
+        "capacity_mark": [{"capacity_tokens": cap_tokens}],
+        "occupancy": records(view.occupancy),
+    }
+
+
+def retention_template(title: str = "") -> alt.HConcatChart:
+    """Hit rate against TTL (per class), against capacity, and SSD occupancy over time.
+
+    Built once per dashboard over named data sources; a redraw swaps the data only.
+    """
     x_ttl = alt.X("ttl_seconds:Q", scale=alt.Scale(type="log"), title="TTL (seconds)")
     y_rate = alt.Y("token_hit_rate:Q", title="token hit rate (fraction)", scale=alt.Scale(domain=[0, 1]))
     ttl = (
-        alt.Chart(curves).mark_line().encode(x_ttl, y_rate, color=alt.Color("class:N", title="class"))
-        + alt.Chart(marks).mark_point(size=90, filled=True).encode(x_ttl, y_rate, color="class:N")
+        alt.Chart(alt.Data(name="ttl_curves")).mark_line().encode(x_ttl, y_rate, color=alt.Color("class:N", title="class"))
+        + alt.Chart(alt.Data(name="ttl_marks")).mark_point(size=90, filled=True).encode(x_ttl, y_rate, color="class:N")
     ).properties(width=260, height=200, title="hit rate vs TTL (other settings held)")
-    cap_tokens = s.capacity_tokens if math.isfinite(s.capacity_tokens) else float(view.capacity_curve["capacity_tokens"].max())
     x_cap = alt.X("capacity_tokens:Q", scale=alt.Scale(type="log"), title="SSD capacity (tokens)")
     cap = (
-        alt.Chart(view.capacity_curve).mark_line(color="#444").encode(x_cap, y_rate)
-        + alt.Chart(pl.DataFrame({"capacity_tokens": [cap_tokens]})).mark_rule(color="red").encode(x_cap)
+        alt.Chart(alt.Data(name="capacity_curve")).mark_line(color="#444").encode(x_cap, y_rate)
+        + alt.Chart(alt.Data(name="capacity_mark")).mark_rule(color="red").encode(x_cap)
     ).properties(width=260, height=200, title="hit rate vs capacity (TTLs held)")
-    occ = alt.Chart(view.occupancy).mark_area(opacity=0.6).encode(
+    occ = alt.Chart(alt.Data(name="occupancy")).mark_area(opacity=0.6).encode(
         alt.X("time_seconds:Q", title="time since trace start (seconds)"),
         alt.Y("resident_tokens:Q", title="resident KV on SSD (tokens)"),
     ).properties(width=260, height=200, title="SSD occupancy over time")
     return alt.hconcat(ttl, cap, occ).properties(title=title)
+
+
+def retention_chart(view: RetentionView, title: str = "") -> alt.HConcatChart:
+    """The dashboard's chart with its data inlined (for saving as SVG/PNG)."""
+    spec = retention_template(title).to_dict()
+    spec["datasets"] = retention_datasets(view)
+    return alt.HConcatChart.from_dict(spec)
 
 
 def summary_rows(view: RetentionView) -> list[dict]:
@@ -144,6 +165,7 @@ class RetentionDashboard:
              self.chart_view.output]
         )
         self.view: RetentionView | None = None
+        self.template = retention_template(title)
         self.refresh()
 
     def setting(self) -> R.Setting:
@@ -157,7 +179,7 @@ class RetentionDashboard:
         usage = usage_line(self.view, self.bytes_per_token)
         self.summary.value = f'{_TABLE_CSS}{table}<div class="tkv-ssd">{html.escape(usage)}</div>'
 
-        self.chart_view.show(retention_chart(self.view, self.title))
+        self.chart_view.show_data(self.template, retention_datasets(self.view))
 
     def hit_rate(self, cls: str = "total") -> float:
         """Token hit rate of ``cls`` (or ``"total"``) at the current slider values."""

@@ -9,6 +9,7 @@ the object, which is what the widget tests read.
 from __future__ import annotations
 
 import html
+import math
 import os
 import time
 from contextlib import contextmanager
@@ -92,6 +93,66 @@ class ChartView:
                 display(chart)
         self.redraws += 1
         self.last_redraw_s = time.perf_counter() - t0
+
+    def show_data(self, template: Any, datasets: dict[str, list[dict]]) -> None:
+        """Redraw ``template`` (a chart over named data sources) with new ``datasets``.
+
+        The template's spec is built and validated once; a redraw only swaps the top-level
+        ``datasets`` of the spec (a few hundred rows), so no altair object is rebuilt per move.
+        """
+        t0 = time.perf_counter()
+        if getattr(self, "_template", None) is not template:
+            self._template = template
+            self._template_spec = template.to_dict()
+        spec = dict(self._template_spec)
+        spec["datasets"] = datasets
+        self.spec = spec
+        self.chart = None  # built from the spec on demand (see ``current_chart``)
+        if self._jupyter_chart_cls is not None:
+            if self._jc is None:
+                self._jc = self._jupyter_chart_cls(template)
+                self.output.children = (self._jc,)
+            self._jc.spec = spec
+        else:
+            from IPython.display import display
+
+            import altair as alt
+
+            if self._out is None:
+                self._out = widgets.Output()
+                self.output.children = (self._out,)
+            with self._out:
+                self._out.clear_output(wait=True)
+                display(alt.VegaLite(spec))
+        self.redraws += 1
+        self.last_redraw_s = time.perf_counter() - t0
+
+    def current_chart(self) -> Any:
+        """The chart on screen as an altair object (e.g. to ``.save`` it as PNG)."""
+        if self.chart is None and self.spec is not None:
+            return _from_spec(self.spec)
+        return self.chart
+
+
+def _from_spec(spec: dict) -> Any:
+    import altair as alt
+
+    for cls in (alt.HConcatChart, alt.VConcatChart, alt.LayerChart, alt.Chart):
+        try:
+            return cls.from_dict(spec)
+        except Exception:  # noqa: BLE001 - try the next top-level kind
+            continue
+    raise ValueError("cannot rebuild an altair chart from this spec")
+
+
+def records(frame: Any) -> list[dict]:
+    """Rows of a polars frame as JSON-safe dicts (non-finite floats become null)."""
+    out = frame.to_dicts()
+    for row in out:
+        for k, v in row.items():
+            if isinstance(v, float) and not math.isfinite(v):
+                row[k] = None
+    return out
 
 
 def html_table(rows: list[dict], css_class: str = "tkv-table", cell_classes: dict[str, str] | None = None) -> str:
