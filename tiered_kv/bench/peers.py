@@ -152,6 +152,7 @@ def run(args: argparse.Namespace) -> dict:
     from tqdm import tqdm
 
     from tiered_kv.commands.simulate import resolve_trace_path
+    from tiered_kv.sim import peers as peers_mod
     from tiered_kv.sim.traces import load_trace
 
     if args.points < 1 or not (0 < args.min_tokens <= args.max_tokens):
@@ -182,8 +183,10 @@ def run(args: argparse.Namespace) -> dict:
             result["lmcache"] = _lmcache(df, caps_blocks, args.repeat, args.lmcache_bytes_per_token, bar)
     checks = [v["identical"] for peer in ("kvcache-simulator", "lmcache") if peer in result
               for v in result[peer].values() if isinstance(v, dict) and "identical" in v]
-    result["identical"] = bool(checks) and all(checks)
+    result["identical"] = all(checks) if checks else None  # None: nothing could be compared
     result["peers_run"] = len(checks)
+    if not checks:
+        result["message"] = f"no peer could run here; install them with: {peers_mod.INSTALL_HINT}"
     if not getattr(args, "json", False):  # the table stays readable: curves only in --json
         for peer in ("kvcache-simulator", "lmcache"):
             for v in result.get(peer, {}).values():

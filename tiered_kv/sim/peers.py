@@ -54,6 +54,13 @@ class PeerStatus:
         return {"name": self.name, "available": self.available, "version": self.version, "detail": self.detail}
 
 
+def _importable(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        return False
+
+
 def _dist_version(dist: str) -> str | None:
     from importlib.metadata import PackageNotFoundError, version
 
@@ -69,7 +76,7 @@ def _dist_version(dist: str) -> str | None:
 
 def kvcache_status() -> PeerStatus:
     """Is ``kvcache-simulator`` importable (and which backend will run)?"""
-    if importlib.util.find_spec("kvcache_sim") is None:
+    if not _importable("kvcache_sim"):
         return PeerStatus("kvcache-simulator", False, None, f"not installed ({INSTALL_HINT})")
     backend = "cpp" if shutil.which("c++") else "python"
     return PeerStatus("kvcache-simulator", True, _dist_version("kvcache-simulator"), f"backend {backend}")
@@ -149,7 +156,7 @@ def lmcache_status() -> PeerStatus:
     """Is LMCache's simulator importable, or its wheel downloaded?"""
     if "lmcache.tools.cache_simulator.simulator" in sys.modules:
         return PeerStatus("lmcache", True, _wheel_version(), "loaded")
-    if importlib.util.find_spec("sortedcontainers") is None:
+    if not _importable("sortedcontainers"):
         return PeerStatus("lmcache", False, None, f"sortedcontainers not installed ({INSTALL_HINT})")
     wheel = _lmcache_wheel()
     if wheel is None:
