@@ -78,8 +78,6 @@ from dataclasses import dataclass, field
 import numpy as np
 from numba import njit
 
-from tiered_kv.sim.curves import ttl_keys
-from tiered_kv.sim.policies import next_use
 from tiered_kv.sim.replay import CompiledTrace
 
 DAY_S = 86_400.0
@@ -139,25 +137,49 @@ class Gaps:
     span_s: float  # time span of the trace (seconds, at least 1)
 
 
-def reuse_gaps(trace: CompiledTrace) -> Gaps:
-    """Every access's reuse gaps, in one sort (the next access of each block)."""
-    m = trace.n_accesses
-    nxt = next_use(trace)
-    t = trace.access_time
-    has_next = nxt < m
-    gap_out = np.full(m, np.inf)
-    gap_out[has_next] = t[nxt[has_next]] - t[has_next]
-    prev = np.full(m, -1, dtype=np.int64)
-    prev[nxt[has_next]] = np.flatnonzero(has_next)
+@njit(cache=True)
+def _gap_scan(offsets, blocks, times, req_class, n_unique):  # pragma: no cover - compiled
+    """One pass: previous access, gaps in and out, prefix-max key and toucher class of every access."""
+    m = blocks.shape[0]
+    last = np.full(n_unique, -1, np.int64)
+    last_t = np.zeros(n_unique, np.float64)
+    prev = np.full(m, -1, np.int64)
     gap_in = np.full(m, np.inf)
-    warm = prev >= 0
-    gap_in[warm] = t[warm] - t[prev[warm]]
-    cls = trace.class_codes[trace.access_request].astype(np.int64)
-    toucher = np.full(m, -1, dtype=np.int64)
-    toucher[warm] = cls[prev[warm]]
+    gap_out = np.full(m, np.inf)
+    key = np.empty(m, np.float64)
+    toucher = np.full(m, -1, np.int64)
+    acc_cls = np.empty(m, np.int64)
+    for r in range(offsets.shape[0] - 1):
+        now = times[r]
+        c = req_class[r]
+        run = 0.0
+        for i in range(offsets[r], offsets[r + 1]):
+            b = blocks[i]
+            p = last[b]
+            acc_cls[i] = c
+            if p >= 0:
+                g = now - last_t[b]
+                prev[i] = p
+                gap_in[i] = g
+                gap_out[p] = g
+                toucher[i] = acc_cls[p]
+                if g > run:
+                    run = g
+            else:
+                run = np.inf
+            key[i] = run
+            last[b] = i
+            last_t[b] = now
+    return prev, gap_in, gap_out, key, toucher, acc_cls
+
+
+def reuse_gaps(trace: CompiledTrace) -> Gaps:
+    """Every access's reuse gaps in one O(m) pass; ``key`` equals :func:`tiered_kv.sim.curves.ttl_keys`."""
+    prev, gap_in, gap_out, key, toucher, cls = _gap_scan(
+        trace.offsets, trace.blocks, trace.timestamps, trace.class_codes.astype(np.int64), trace.n_unique)
     weight = np.where(trace.counted[trace.access_request], trace.tokens, 0).astype(np.int64)
     span = float(np.ptp(trace.timestamps)) if trace.n_requests else 0.0
-    return Gaps(gap_out=gap_out, gap_in=gap_in, prev=prev, key=ttl_keys(trace), access_class=cls,
+    return Gaps(gap_out=gap_out, gap_in=gap_in, prev=prev, key=key, access_class=cls,
                 toucher_class=toucher, weight=weight, span_s=max(span, 1.0))
 
 
@@ -195,8 +217,9 @@ class TTLModel:
         keys, key_cum, gs, gap_cum, inp = [], [], [], [], []
         for c in range(len(trace.class_names)):
             sel = (gaps.access_class == c) & np.isfinite(gaps.key) & (gaps.weight > 0)
-            order = np.argsort(gaps.key[sel], kind="stable")
-            keys.append(gaps.key[sel][order])
+            k_sel = gaps.key[sel]
+            order = np.argsort(k_sel)
+            keys.append(k_sel[order])
             key_cum.append(np.concatenate([[0], np.cumsum(gaps.weight[sel][order])]))
             g = np.sort(gaps.gap_out[gaps.access_class == c])
             gs.append(g)
@@ -389,11 +412,21 @@ def _choice(model: TTLModel, ttl: np.ndarray) -> TTLChoice:
 def best_shared_ttl(model: TTLModel, capacity_bytes: float) -> TTLChoice:
     """The largest single TTL (for every class) whose average stored bytes fit ``capacity_bytes``."""
     budget = capacity_bytes * model.span_s
-    allg = np.sort(np.concatenate(model.gaps))
-    pooled = TTLModel(("all",), model.chunk_bytes, model.span_s, np.array([0]), (np.empty(0),), (np.zeros(1),),
-                      (allg,), (np.concatenate([[0.0], np.cumsum(np.where(np.isfinite(allg), allg, 0.0))]),))
-    t = float(pooled.max_ttl(0, budget))
-    return _choice(model, np.full(model.n_classes, max(t, 0.0)))
+
+    def total(t: float) -> float:
+        return float(sum(model.cost(c, t) for c in range(model.n_classes)))
+
+    lo, hi = 0.0, 1.0
+    if total(0.0) > budget:
+        return _choice(model, np.zeros(model.n_classes))
+    while total(hi) <= budget and hi < 1e18:
+        lo, hi = hi, hi * 2.0
+    for _ in range(200):  # bisection: total cost is continuous and increasing in T
+        mid = 0.5 * (lo + hi)
+        if mid in (lo, hi):
+            break
+        lo, hi = (mid, hi) if total(mid) <= budget else (lo, mid)
+    return _choice(model, np.full(model.n_classes, lo))
 
 
 def optimal_ttls(model: TTLModel, capacity_bytes: float) -> TTLChoice:
@@ -487,22 +520,24 @@ def _ttl_occupancy(access_time, blocks, access_class, n_unique, n_classes, sampl
 
 
 @njit(cache=True)
-def _item_occupancy(start_pos, end_pos, access_time, bucket, n_buckets, samples):  # pragma: no cover
-    """Chunks held at each sample instant by kept items, per bucket (items sorted by end)."""
-    m = start_pos.shape[0]
-    by_start = np.argsort(start_pos)
+def _item_occupancy(start_bucket, end_bucket, access_time, n_buckets, samples):  # pragma: no cover
+    """Chunks held at each sample instant by kept items, per bucket.
+
+    ``start_bucket[p]`` is the bucket of the item that starts at access ``p`` and ``end_bucket[j]``
+    that of the item ending at ``j`` (-1: none); one sweep over the accesses in time order.
+    """
+    m = access_time.shape[0]
     held = np.zeros(n_buckets, np.float64)
     occ = np.zeros((samples.shape[0], n_buckets), np.float64)
-    a = 0
-    e = 0
+    i = 0
     for s_idx in range(samples.shape[0]):
         s = samples[s_idx]
-        while a < m and access_time[start_pos[by_start[a]]] <= s:
-            held[bucket[by_start[a]]] += 1.0
-            a += 1
-        while e < m and access_time[end_pos[e]] <= s:
-            held[bucket[e]] -= 1.0
-            e += 1
+        while i < m and access_time[i] <= s:
+            if start_bucket[i] >= 0:
+                held[start_bucket[i]] += 1.0
+            if end_bucket[i] >= 0:
+                held[end_bucket[i]] -= 1.0
+            i += 1
         occ[s_idx, :] = held
     return occ
 
@@ -533,7 +568,11 @@ def frontier_occupancy(trace: CompiledTrace, gaps: Gaps, frontier: Frontier, poi
         items, rank = items[keep], frontier.class_rank[grp[keep]]
     pts = np.asarray(points, dtype=np.int64)
     bucket = np.searchsorted(pts, rank, side="right")  # kept from point q on iff rank < pts[q]
-    occ = _item_occupancy(gaps.prev[items], items, trace.access_time, bucket, len(pts) + 1,
+    start_bucket = np.full(trace.n_accesses, -1, dtype=np.int64)
+    end_bucket = np.full(trace.n_accesses, -1, dtype=np.int64)
+    start_bucket[gaps.prev[items]] = bucket
+    end_bucket[items] = bucket
+    occ = _item_occupancy(start_bucket, end_bucket, trace.access_time, len(pts) + 1,
                           np.asarray(samples, np.float64))
     return np.cumsum(occ, axis=1)[:, : len(pts)] * chunk_bytes
 

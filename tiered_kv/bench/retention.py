@@ -1,0 +1,137 @@
+"""Retention-economics speed: the full per-class curves (hit tokens and byte-days at every TTL)
+plus the oracle frontier, on the conversation trace and on a 14-day synthetic run of about 10
+million block accesses.
+
+- ``curves_frontier_s``: one pass over the reuse gaps, the per-class TTL model, the curves at
+  ``--ttl-points`` TTLs per class, and the oracle frontier (targets: 1 s on the conversation
+  trace, 30 s on the synthetic run);
+- ``analysis_s``: everything ``tiered-kv retention`` computes (adds the optimal per-class TTLs,
+  the shared TTL, peak occupancy at 512 instants, the watermark replay);
+- baseline, measured in the same run: one event replay per TTL (the policies' numba TTL kernel,
+  hits only: it does not even count byte-days). On the conversation trace every point is
+  replayed; on the synthetic run ``--baseline-points`` are replayed and the per-point mean is
+  multiplied by the number of points (stated in the output).
+
+Trace loading, trace compilation, synthetic generation and the numba JIT warm-up (compile or
+cache load) are timed separately, never inside a measurement.
+"""
+
+from __future__ import annotations
+
+import argparse
+import resource
+import time
+from typing import Any
+
+import numpy as np
+
+NAME = "retention"
+HELP = "retention speed: per-class TTL curves + oracle frontier vs per-TTL event replays"
+
+
+def register(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--trace", default="conversation", help="trace path or shipped name (default: conversation)")
+    parser.add_argument("--synth-accesses", type=float, default=10e6,
+                        help="block accesses of the 14-day synthetic run (default 10e6; 0 skips it)")
+    parser.add_argument("--ttl-points", type=int, default=64, help="TTLs per class curve (default 64)")
+    parser.add_argument("--baseline-points", type=int, default=4,
+                        help="event replays timed on the synthetic run (default 4)")
+    parser.add_argument("--repeat", type=int, default=3, help="timed runs on the conversation trace (best kept)")
+
+
+def curves_and_frontier(trace, ttl_points: int):
+    """The benchmarked unit: gaps, per-class TTL curves at every grid TTL, oracle frontier."""
+    from tiered_kv.sim import retention as R
+    from tiered_kv.sim.retention_report import ttl_grid
+
+    cb = R.StorageModel.for_trace(trace).chunk_bytes
+    gaps = R.reuse_gaps(trace)
+    model = R.TTLModel.build(trace, gaps, cb)
+    grid = ttl_grid(gaps.span_s, ttl_points)
+    curves = [(model.hits(c, grid), model.cost(c, grid)) for c in range(model.n_classes)]
+    front = R.oracle_frontier(trace, gaps, cb)
+    return grid, curves, front
+
+
+def measure(trace, ttl_points: int, repeat: int, baseline_points: int | None) -> dict[str, Any]:
+    from tiered_kv.sim.policies import TTL
+    from tiered_kv.sim.retention_report import analyze
+
+    times = []
+    for _ in range(max(repeat, 1)):
+        t0 = time.perf_counter()
+        grid, _, front = curves_and_frontier(trace, ttl_points)
+        times.append(time.perf_counter() - t0)
+    t0 = time.perf_counter()
+    res = analyze(trace)
+    analysis_s = time.perf_counter() - t0
+    points = len(grid) * len(trace.class_names)
+    sel = np.arange(len(grid)) if baseline_points is None else \
+        np.unique(np.linspace(0, len(grid) - 1, max(baseline_points, 1)).round().astype(int))
+    t0 = time.perf_counter()
+    for k in sel:  # one replay per TTL value (every class at that TTL: the kernel handles all classes)
+        TTL(default_ttl_seconds=float(grid[k])).run(trace)
+    per_point = (time.perf_counter() - t0) / len(sel)
+    baseline = per_point * len(grid)
+    best = min(times)
+    return {
+        "requests": trace.n_requests, "block_accesses": trace.n_accesses, "classes": list(trace.class_names),
+        "ttl_points_per_class": len(grid), "curve_points": points, "frontier_groups": len(front.cost) - 1,
+        "curves_frontier_s": best, "analysis_s": analysis_s,
+        "analysis_breakdown_s": res.summary["timing_s"],
+        "baseline_replay_per_ttl_s": per_point, "baseline_replays_timed": int(len(sel)),
+        "baseline_all_ttls_s": baseline, "baseline_extrapolated": baseline_points is not None,
+        "speedup_vs_replays": baseline / best if best > 0 else float("inf"),
+        "accesses_per_s": trace.n_accesses / best if best > 0 else float("inf"),
+    }
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    from tqdm import tqdm
+
+    from tiered_kv.commands.simulate import resolve_trace_path
+    from tiered_kv.sim.replay import compile_trace
+    from tiered_kv.sim.traces import load_trace
+
+    if args.ttl_points < 2:
+        raise ValueError("--ttl-points: must be >= 2")
+    steps = tqdm(total=4 if args.synth_accesses else 2, desc="bench retention", unit="step", delay=2)
+    t0 = time.perf_counter()
+    trace = compile_trace(load_trace(resolve_trace_path(args.trace)))
+    load_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    curves_and_frontier(trace, 4)  # JIT warm-up of every kernel used below
+    from tiered_kv.sim.retention_report import analyze
+
+    analyze(trace)
+    jit_s = time.perf_counter() - t0
+    steps.update()
+    out: dict[str, Any] = {"trace": str(args.trace), "load_and_compile_trace_s": load_s, "jit_warmup_s": jit_s,
+                           "targets_s": {"conversation": 1.0, "synthetic_14d": 30.0}}
+    out["conversation"] = measure(trace, args.ttl_points, args.repeat, None)
+    steps.update()
+    if args.synth_accesses:
+        from tiered_kv.sim.synth import PRESETS, generate
+
+        mixed = PRESETS["mixed"]
+        probe = generate(mixed, 1.0, 0)  # accesses per day of the preset, to scale it to the target
+        per_day = float(probe["block_ids"].list.len().sum())
+        factor = float(args.synth_accesses) / (14.0 * per_day)
+        t0 = time.perf_counter()
+        frame = generate(mixed.scaled(factor), 14.0, 0)
+        gen_s = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        big = compile_trace(frame)
+        del frame
+        compile_s = time.perf_counter() - t0
+        steps.update()
+        res = measure(big, args.ttl_points, 1, args.baseline_points)
+        out["synthetic_14d"] = {"preset": "mixed", "rate_factor": factor * (1 / 16), "generate_s": gen_s,
+                                "compile_trace_s": compile_s, **res}
+        steps.update()
+    steps.close()
+    out["meets_targets"] = {"conversation": out["conversation"]["curves_frontier_s"] <= 1.0}
+    if "synthetic_14d" in out:
+        out["meets_targets"]["synthetic_14d"] = out["synthetic_14d"]["curves_frontier_s"] <= 30.0
+    out["peak_rss_gib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+    return out
