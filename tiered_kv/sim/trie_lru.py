@@ -33,11 +33,12 @@ replay (a linked list in that order) that the policy and the tests use.
 
 *Trie-Belady with bypass* is a priority stack algorithm too: see :mod:`tiered_kv.sim.trie_belady`.
 
-*FIFO* is not a stack algorithm (Belady's anomaly), so each capacity is its own O(n) replay.
+*FIFO* is not a stack algorithm (Belady's anomaly), so each capacity is its own O(n) pass;
+32 capacities walk the accesses together (:func:`fifo_trie_curve`).
 
-The hot loops use numba (already a dependency): the stack passes and heaps are
-branchy, per-element loops that numpy cannot vectorise, and numba keeps them within a small
-factor of the peer's C++ while staying in one readable file.
+The hot loops use numba (already a dependency): they are sequential, branchy per-access loops
+(a Fenwick tree, heaps, linked lists) that numpy cannot vectorise; numba runs them at C speed
+from one readable Python file and caches the machine code on disk (``cache=True``).
 """
 
 from __future__ import annotations
