@@ -76,11 +76,13 @@ def _raw_write(dirpath: Path, objs: list[bytes], pool: ThreadPoolExecutor | None
 
 
 def _raw_read(paths: list[Path], pool: ThreadPoolExecutor | None) -> int:
-    def one(p: Path) -> int:
+    """Read every file and keep the bytes (as get_prefix does: the caller holds the prefix)."""
+    def one(p: Path) -> bytes:
         with open(p, "rb") as f:
-            return len(f.read())
+            return f.read()
 
-    return sum(map(one, paths)) if pool is None else sum(pool.map(one, paths))
+    held = list(map(one, paths)) if pool is None else list(pool.map(one, paths))
+    return sum(len(b) for b in held)
 
 
 def _size_case(label: str, ns, tokens, root: Path, args, pool) -> dict:
@@ -111,8 +113,8 @@ def _size_case(label: str, ns, tokens, root: Path, args, pool) -> dict:
     bar = tqdm(total=args.repeat, desc=f"store bench ({label})", leave=False, delay=1.0)
     for r in range(args.repeat):
         base = root / f"{label}-{r}"
-        tier = SSDTier(base / "tier", namespace=ns, background_touch=False, auto_gc=False,
-                       io_threads=args.io_threads)
+        tier = SSDTier(base / "tier", namespace=ns, auto_gc=False, io_threads=args.io_threads,
+                       precreate_shards=True)  # steady state: shard dirs exist
         t0 = time.perf_counter()
         assert tier.put_quantized(tokens, chunks, "bench") == n_blocks
         timings["put"].append(time.perf_counter() - t0)
@@ -128,6 +130,7 @@ def _size_case(label: str, ns, tokens, root: Path, args, pool) -> dict:
         t0 = time.perf_counter()
         hit = tier.get_prefix(tokens)
         timings["get_warm"].append(time.perf_counter() - t0)
+        tier.flush()  # the access record is written in the background, off the read path
         assert hit.blocks == n_blocks and abs(hit.nbytes - total) <= 32 * n_blocks  # same bytes, +- header digits
         t0 = time.perf_counter()
         assert _raw_read(raw_paths, None) == total
@@ -141,6 +144,7 @@ def _size_case(label: str, ns, tokens, root: Path, args, pool) -> dict:
         t0 = time.perf_counter()
         assert tier.get_prefix(tokens).blocks == n_blocks
         timings["get_cold"].append(time.perf_counter() - t0)
+        tier.flush()
         _drop_cache(raw_paths)
         t0 = time.perf_counter()
         _raw_read(raw_paths, None)

@@ -101,7 +101,8 @@ class SSDTier:
     sync API: threads per batch, 1 = the caller's; 0 forces zarr's async API), ``clock`` (seconds; injected so
     tests and simulations drive days in milliseconds), ``gc_interval`` (a duration: run ``gc``
     in a background thread that often), ``auto_gc`` (run ``gc`` when this process's estimate of
-    used bytes crosses the high watermark).
+    used bytes crosses the high watermark), ``precreate_shards`` (LocalStore: create the 256
+    shard directories now rather than on first use).
     """
 
     def __init__(self, store=None, *, namespace: Namespace, capacity_bytes=math.inf,
@@ -110,7 +111,7 @@ class SSDTier:
                  gc_interval=None, auto_gc: bool = True, io_threads: int = 1,
                  io_concurrency: int = layout.IO_CONCURRENCY,
                  orphan_grace: float = 60.0, partial_grace: float = 300.0,
-                 background_touch: bool = True) -> None:
+                 background_touch: bool = True, precreate_shards: bool = False) -> None:
         if not isinstance(namespace, Namespace):
             raise ValueError(f"namespace: must be a tiered_kv.keys.Namespace, got {type(namespace).__name__}")
         if not callable(clock):
@@ -134,6 +135,8 @@ class SSDTier:
         self._gc_stop = threading.Event()
         self._gc_thread: threading.Thread | None = None
         sync(layout.ensure_layout(self.store, namespace))
+        if precreate_shards:
+            layout.precreate_shards(self.store)
         if gc_interval is not None:
             self.start_gc_thread(parse_duration(gc_interval, name="gc_interval"))
 
