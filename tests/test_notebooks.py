@@ -37,16 +37,46 @@ def test_notebooks_hold_no_logic():
                 assert word not in src, f"{path.name}: code cell holds logic ({word.strip()!r}): {src[:80]!r}"
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("path", ALL, ids=[p.stem for p in ALL])
-def test_notebook_executes_at_small_size(path: Path, monkeypatch, tmp_path):
-    monkeypatch.setenv("TIERED_KV_QUICK", "1")
-    monkeypatch.setenv("XDG_CACHE_HOME", str(Path.home() / ".cache"))  # share the vega bundle cache
+def _execute(path: Path):
+    """Run one notebook in a fresh kernel; return (the executed notebook, the error or None)."""
     book = nbformat.read(path, as_version=4)
     client = nbclient.NotebookClient(
         book, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(NOTEBOOKS)}}
     )
-    client.execute()  # raises CellExecutionError with the failing cell and traceback
+    try:
+        client.execute()  # raises CellExecutionError with the failing cell and traceback
+    except Exception as exc:  # noqa: BLE001 - reported by the test of this notebook
+        return book, exc
+    return book, None
+
+
+@pytest.fixture(scope="module")
+def executed():
+    """Every notebook, executed two at a time (one kernel per core) at small size."""
+    import os
+    from concurrent.futures import ThreadPoolExecutor
+
+    old = {k: os.environ.get(k) for k in ("TIERED_KV_QUICK", "XDG_CACHE_HOME")}
+    os.environ["TIERED_KV_QUICK"] = "1"
+    os.environ.setdefault("XDG_CACHE_HOME", str(Path.home() / ".cache"))  # share the vega bundle cache
+    try:
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            results = dict(zip(ALL, pool.map(_execute, ALL)))
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    return results
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", ALL, ids=[p.stem for p in ALL])
+def test_notebook_executes_at_small_size(path: Path, executed):
+    book, error = executed[path]
+    if error is not None:
+        raise error
     errors = [o for c in book.cells if c.cell_type == "code" for o in c.get("outputs", [])
               if o.get("output_type") == "error"]
     assert not errors

@@ -23,7 +23,7 @@ from tiered_kv.viz.widgets import ChartView, html_table, log_slider
 
 #: (windows, replays, sequences, prefix tokens, decoded steps) at each notebook size.
 GRIDS = {
-    "small": ((8, 16), (2, 4, 8, 16, 32), 1, 96, 8),
+    "small": ((8, 16), (2, 8, 32), 1, 96, 8),
     "full": ((128, 256, 512), (16, 32, 64, 128, 256, 512, 1024), 4, 1024, 32),
 }
 
@@ -76,7 +76,8 @@ def _measure(size: str) -> ReplayMeasurements:
     rows = []
     for w in windows:
         m = model.with_settings(window=w)
-        for d in sorted({max(1, w // 8), max(1, w // 4), max(1, w // 2), w}):
+        for d in sorted({max(1, w // 8), max(1, w // 4), max(1, w // 2), w} if size == "full"
+                        else {max(1, w // 4), max(1, w // 2)}):
             loc = rq.attention_locality(m, seqs, recent=d)
             rows.append({"window_tokens": w, "distance_tokens": d, "attention_share": loc["overall_share"],
                          "uniform_share": loc["uniform_share"]})
