@@ -284,3 +284,13 @@ def test_cli_answers_on_synthetic_and_shipped_traces(capsys):
     assert "oracle frontier" in text and "watermark" in text
     assert main(["retention", "--trace", "conversation", "--days", "3"]) == 2
     assert "--days" in capsys.readouterr().err
+
+
+def test_default_chunk_bytes_follow_the_kv_format():
+    from tiered_kv.arch import DEEPSEEK_V3, fp4_bits
+
+    for fmt in ("mxfp4", "nvfp4"):
+        assert R.default_bytes_per_token(fmt) == DEEPSEEK_V3.bytes_per_token(fp4_bits(fmt))
+    assert R.StorageModel(R.default_bytes_per_token(), 512).chunk_bytes == 18_666 * 512
+    with pytest.raises(ValueError, match="bytes_per_token"):
+        R.StorageModel(0.0, 512)

@@ -83,11 +83,19 @@ from tiered_kv.sim.replay import CompiledTrace
 DAY_S = 86_400.0
 
 
-def default_bytes_per_token(fmt: str = "mxfp4") -> float:
-    """DeepSeek-V3 MLA KV (61 layers x (512 + 64) elements) in an FP4 format, scales included."""
-    from tiered_kv.arch import DEEPSEEK_V3, fp4_bits
+#: DeepSeek-V3 MLA elements per token (61 layers x (512 latent + 64 rope); tiered_kv.arch.DEEPSEEK_V3)
+#: and FP4 bytes per element with the block scales (tiered_kv.kernels.fp4.bytes_per_element). Spelled
+#: out here because both modules import torch (seconds on a busy machine) for one product; a test
+#: pins these to those modules.
+_V3_ELEMENTS_PER_TOKEN = 61 * (512 + 64)
+_FP4_BYTES_PER_ELEMENT = {"mxfp4": 0.5 + 1.0 / 32, "nvfp4": 0.5 + 1.0 / 16}
 
-    return DEEPSEEK_V3.bytes_per_token(fp4_bits(fmt))
+
+def default_bytes_per_token(fmt: str = "mxfp4") -> float:
+    """DeepSeek-V3 MLA KV per token in an FP4 format, scales included (18,666 B in MXFP4)."""
+    if fmt not in _FP4_BYTES_PER_ELEMENT:
+        raise ValueError(f"fmt: must be one of {sorted(_FP4_BYTES_PER_ELEMENT)}, got {fmt!r}")
+    return _V3_ELEMENTS_PER_TOKEN * _FP4_BYTES_PER_ELEMENT[fmt]
 
 
 @dataclass(frozen=True)
@@ -460,7 +468,12 @@ def optimal_ttls(model: TTLModel, capacity_bytes: float) -> TTLChoice:
 
 
 def _inverse_cost(g: np.ndarray, gap_cum: np.ndarray, units: np.ndarray) -> np.ndarray:
-    """Largest T with ``sum min(g, T) <= units`` (g sorted; piecewise linear, solved exactly)."""
+    """Largest T with ``sum min(g, T) <= units`` (g sorted; piecewise linear, solved exactly).
+
+    ``units`` gets a 1e-12 relative allowance so that a TTL whose cost equals the budget up to
+    float rounding counts as fitting (otherwise a key exactly at the budget could be missed).
+    """
+    units = np.asarray(units, dtype=np.float64) * (1 + 1e-12)
     n = len(g)
     if n == 0:
         return np.where(units < 0, -1.0, np.inf)
