@@ -29,6 +29,9 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--repeat", type=int, default=3, help="timed runs per measurement (best is kept)")
     parser.add_argument("--scales", default="1,4,16", help="trace multiples for the scaling table (default 1,4,16)")
     parser.add_argument("--capacity", type=int, default=1_000_000, help="capacity in tokens for Belady and replay")
+    from tiered_kv.bench._cluster import add_arguments as add_cluster_arguments  # cluster model (issue 6)
+
+    add_cluster_arguments(parser)
 
 
 def best_of(fn, repeat: int) -> float:
@@ -140,4 +143,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "belady_one_capacity_s": base["belady_one_capacity_s"] <= 2.0,
         "lru_replay_accesses_per_s": base["lru_replay_accesses_per_s"] >= 2e6,
     }
+    if not args.no_cluster:  # the cluster model's 14-day run (tiered_kv/bench/_cluster.py)
+        from tiered_kv.bench._cluster import run_cluster_bench
+
+        result["cluster"] = run_cluster_bench(args)
     return result

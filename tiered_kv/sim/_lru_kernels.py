@@ -60,7 +60,7 @@ def _home(key, bits):
     return np.int64((np.uint64(key) * _GOLDEN) >> np.uint64(64 - bits))
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _find(tk, key, bits):
     m = tk.size - 1
     i = _home(key, bits)
@@ -73,7 +73,7 @@ def _find(tk, key, bits):
         i = (i + 1) & m
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _insert(tk, tv, key, val, bits):
     m = tk.size - 1
     i = _home(key, bits)
@@ -83,7 +83,7 @@ def _insert(tk, tv, key, val, bits):
     tv[i] = val
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _delete(tk, tv, i, bits):
     m = tk.size - 1
     j = i
@@ -120,14 +120,15 @@ def _push_front(prv, nxt, head, s):
     prv[first] = s
 
 
-@njit(cache=True)
-def touch(tier, k, ident, now):
+@njit(cache=True, _nrt=False)
+def touch_arrays(tk, tv, bits, sk, prv, nxt, base, cap, used, mask, ev, parts, total, last, k, ident, now):
     """Touch block ``ident`` in cache ``k`` (insert at MRU, evicting the LRU entry when full).
 
-    Returns the evicted block id, or -1. The evicted entry's last-touch time stays readable in
-    ``tier[13]`` (idle age at eviction = now - last_touch) until it is touched again.
+    Takes the tier's arrays one by one (callers unpack the tier tuple once, outside their loop:
+    unpacking it on every call costs numba a reference-count update per array, which was most
+    of the run time). Returns the evicted block id, or -1. The evicted entry's last-touch time
+    stays readable in ``last`` (idle age at eviction = now - last) until it is touched again.
     """
-    tk, tv, bits, sk, prv, nxt, base, cap, used, mask, ev, parts, total, last = tier
     bit = np.uint64(1) << np.uint64(k)
     head = total + 2 * k
     direct = parts == 1
@@ -136,7 +137,7 @@ def touch(tier, k, ident, now):
         s = ident if direct else tv[_find(tk, key, bits)]
         _unlink(prv, nxt, s)
         _push_front(prv, nxt, head, s)
-        if parts == 1:
+        if direct:
             last[ident] = now
         return -1
     if cap[k] == 0:
@@ -162,6 +163,13 @@ def touch(tier, k, ident, now):
         _insert(tk, tv, key, s, bits)
     _push_front(prv, nxt, head, s)
     mask[ident] |= bit
-    if parts == 1:
+    if direct:
         last[ident] = now
     return victim
+
+
+@njit(cache=True)
+def touch(tier, k, ident, now):
+    """:func:`touch_arrays` on a tier tuple (convenient; slower inside hot loops)."""
+    tk, tv, bits, sk, prv, nxt, base, cap, used, mask, ev, parts, total, last = tier
+    return touch_arrays(tk, tv, bits, sk, prv, nxt, base, cap, used, mask, ev, parts, total, last, k, ident, now)

@@ -44,7 +44,7 @@ import numpy as np
 import polars as pl
 from numba import njit
 
-from tiered_kv.sim._lru_kernels import new_tier, touch
+from tiered_kv.sim._lru_kernels import new_tier, touch_arrays
 
 ROUTINGS = ("random", "round-robin", "cache-aware")
 SSD_MODES = ("shared", "per-machine")
@@ -123,8 +123,11 @@ def _run(offsets, blocks, ts, n_input, cls, window_idx, nodes, routing, rand_mac
     load = np.zeros(nodes)
     load_t = np.zeros(nodes)
     score = np.zeros(nodes, dtype=np.int64)
-    gmask, hmask, smask = gpu[9], host[9], ssd[9]
-    last_touch = ssd[13]
+    # unpack each tier once: numba pays reference counting per array on every unpack
+    g_tk, g_tv, g_bits, g_sk, g_prv, g_nxt, g_base, g_cap, g_used, gmask, g_ev, g_parts, g_total, g_last = gpu
+    h_tk, h_tv, h_bits, h_sk, h_prv, h_nxt, h_base, h_cap, h_used, hmask, h_ev, h_parts, h_total, h_last = host
+    s_tk, s_tv, s_bits, s_sk, s_prv, s_nxt, s_base, s_cap, s_used, smask, s_ev, s_parts, s_total, last_touch = ssd
+    gpu_on = g_cap.sum() > 0
     last_cls = np.zeros(last_touch.size, dtype=np.int32)
     log_f = math.log(1.25)
     full = (np.uint64(1) << np.uint64(nodes)) - np.uint64(1) if nodes < 64 else ~np.uint64(0)
@@ -211,21 +214,26 @@ def _run(offsets, blocks, ts, n_input, cls, window_idx, nodes, routing, rand_mac
         # updates: touch / insert every block in order, then store the window state
         for j in range(s0, s1):
             b = blocks[j]
-            touch(gpu, m_sel, b, t)
+            if gpu_on:
+                touch_arrays(g_tk, g_tv, g_bits, g_sk, g_prv, g_nxt, g_base, g_cap, g_used, gmask, g_ev,
+                             g_parts, g_total, g_last, m_sel, b, t)
             if ssd_mode == 1:
-                v = touch(ssd, 0, b, t)
+                v = touch_arrays(s_tk, s_tv, s_bits, s_sk, s_prv, s_nxt, s_base, s_cap, s_used, smask, s_ev,
+                                 s_parts, s_total, last_touch, 0, b, t)
                 if v >= 0:
                     idle = t - last_touch[v]
                     k = 0 if idle < 1.0 else min(int(math.log(idle) / log_f) + 1, hist.shape[1] - 1)
                     hist[last_cls[v], k] += 1
                 last_cls[b] = cls[r]
             elif ssd_mode == 2:
-                touch(ssd, m_sel, b, t)
-        if window_idx[r] >= 0:
-            touch(host, m_sel, blocks[window_idx[r]], t)
+                touch_arrays(s_tk, s_tv, s_bits, s_sk, s_prv, s_nxt, s_base, s_cap, s_used, smask, s_ev,
+                             s_parts, s_total, last_touch, m_sel, b, t)
+        if window_idx[r] >= 0 and h_cap[m_sel] > 0:
+            touch_arrays(h_tk, h_tv, h_bits, h_sk, h_prv, h_nxt, h_base, h_cap, h_used, hmask, h_ev,
+                         h_parts, h_total, h_last, m_sel, blocks[window_idx[r]], t)
         load[m_sel] += n_input[r]
-        ssd_used[r] = ssd[8].sum()
-        ssd_ev[r] = ssd[10].sum()
+        ssd_used[r] = s_used.sum()
+        ssd_ev[r] = s_ev.sum()
     return machine, p_gpu, p_all, win_hit, ssd_used, ssd_ev
 
 
