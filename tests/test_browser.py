@@ -64,7 +64,11 @@ def lab(tmp_path):
     work.mkdir()
     shutil.copy(ROOT / "notebooks" / "03_retention.ipynb", work)
     port, token = _free_port(), secrets.token_hex(16)
+    settings = tmp_path / "settings" / "@jupyterlab" / "apputils-extension"
+    settings.mkdir(parents=True)
+    (settings / "notification.jupyterlab-settings").write_text('{"fetchNews": "false", "checkForUpdates": false}')
     env = dict(os.environ, TIERED_KV_QUICK="1", JUPYTER_CONFIG_DIR=str(tmp_path / "cfg"),
+               JUPYTERLAB_SETTINGS_DIR=str(tmp_path / "settings"), JUPYTERLAB_WORKSPACES_DIR=str(tmp_path / "ws"),
                JUPYTER_RUNTIME_DIR=str(tmp_path / "rt"), XDG_CACHE_HOME=os.environ.get(
                    "XDG_CACHE_HOME", str(Path.home() / ".cache")))
     cmd = [sys.executable, "-m", "jupyter", "lab", "--no-browser", "--ServerApp.ip=127.0.0.1",
@@ -133,7 +137,7 @@ def test_ttl_slider_changes_the_displayed_hit_rate(lab):
             )
             after = _hit_text(page)
             SHOT.parent.mkdir(parents=True, exist_ok=True)
-            page.locator(".tkv-ssd").first.scroll_into_view_if_needed()
+            page.locator(".vega-embed").first.scroll_into_view_if_needed()  # the chart, redrawn
             page.screenshot(path=str(SHOT), full_page=False)
         finally:
             browser.close()

@@ -54,7 +54,7 @@ def measure(size: str | None = None) -> ReplayMeasurements:
     """Run the model over the grid of this size once (minutes at full size, seconds at small)."""
     from tiered_kv.viz.widgets import torch_threads
 
-    with torch_threads(1 if (size or _size()) == "small" else None):
+    with torch_threads(1 if (size or _size()) == "small" else 2):
         return _measure(size or _size())
 
 

@@ -18,7 +18,7 @@ import altair as alt
 import polars as pl
 
 #: Prompt bytes of the first request at each notebook size (the model is byte-level).
-PROMPT_BYTES = {"small": 1536, "full": 8192}
+PROMPT_BYTES = {"small": 1536, "full": 4096}
 #: Bytes of the second request beyond the shared prefix.
 SUFFIX_BYTES = 200
 
@@ -36,7 +36,11 @@ def tour_model(size: str):
     path = default_checkpoint("small")
     if size == "full" and path.exists():
         model, meta = load_checkpoint(path)
-        return model, f"trained checkpoint {path.name} ({meta.get('steps', '?')} steps)"
+        steps = meta.get("train", {}).get("steps")
+        loss = meta.get("final_heldout_loss_nats")
+        about = ", ".join(x for x in (f"{steps} steps" if steps else "",
+                                      f"held-out loss {loss:.3f} nats/byte" if loss else "") if x)
+        return model, f"trained checkpoint {path.name}" + (f" ({about})" if about else "")
     torch.manual_seed(0)
     return EncoderDecoder(preset("tiny")).eval(), "tiny preset, seeded random weights (untrained)"
 
@@ -170,7 +174,7 @@ def start_tour(size: str | None = None, root: str | Path | None = None) -> Tour:
 
     size = size or notebook_size()
     folder = Path(root) if root is not None else Path(tempfile.mkdtemp(prefix="tiered-kv-tour-"))
-    with torch_threads(1 if size == "small" else None):
+    with torch_threads(1 if size == "small" else 2):
         tour = Tour(size, folder)
         tour.run_all()
     return tour
