@@ -272,3 +272,60 @@ def test_retention_table_matches_the_simulators_ttl_replay():
             want = sim.by_class[name]["hit_tokens"]
             assert hit_rates.filter(pl.col("class") == name)["hit_tokens"][0] == want, (ttl, cap, name)
         assert got["hit_tokens"][-1] == sim.hit_tokens
+
+
+# --- tour, replay dashboard, gallery ----------------------------------------------------------------
+
+
+def test_tour_moves_real_chunks_through_a_zarr_store(tmp_path):
+    from tiered_kv.viz.tour import start_tour
+
+    tour = start_tour("small", root=tmp_path)
+    try:
+        req = tour.requests_frame()
+        bs = tour.namespace.block_size
+        cold, same, other = req.iter_rows(named=True)
+        assert cold["ssd_hit_tokens"] == 0 and cold["chunks_written"] == cold["tokens"] // bs
+        assert same["ssd_hit_tokens"] == (cold["tokens"] // bs) * bs == other["ssd_hit_tokens"]
+        assert same["host_hit_tokens"] > 0 and other["host_hit_tokens"] == 0  # machine1 has no windows
+        assert other["encoder_replay_tokens"] > 0  # ... so it replays
+        files = tour.files_frame()
+        chunk_files = files.filter(pl.col("path").str.starts_with("chunks/"))
+        assert chunk_files.height == cold["chunks_written"]
+        chunks = tour.chunks_frame()
+        assert chunks["block"].to_list() == list(range(cold["chunks_written"]))
+        # FP4 with scales and a header is smaller than BF16, and what is on disk is what was read
+        assert chunks["stored_bytes"].sum() < chunks["bf16_bytes"].sum()
+        assert sorted(chunk_files["bytes"].to_list()) == sorted(chunks["stored_bytes"].to_list())
+        tiers = tour.tiers_frame()
+        assert tiers["bytes"][0] == chunks["stored_bytes"].sum()
+    finally:
+        tour.close()
+
+
+def test_replay_dashboard_reads_the_grid_and_the_compute_formula():
+    from tiered_kv.viz.replay import ReplayDashboard, ReplayMeasurements, compute_frame
+
+    comp = compute_frame(3, 3, 32768, 128)
+    assert comp["layer_tokens"].to_list() == [6 * 32768, 3 * 32768 + 3 * 128]
+    errors = pl.DataFrame({"window_tokens": [8, 8, 16, 16], "replay_tokens": [2, 32, 2, 32],
+                           "exact_bound_tokens": [15, 15, 31, 31], "kl_nats": [0.5, 0.0, 0.9, 0.0],
+                           "agreement": [0.8, 1.0, 0.7, 1.0]})
+    loc = pl.DataFrame({"window_tokens": [8, 16], "distance_tokens": [4, 8], "attention_share": [0.6, 0.5],
+                        "uniform_share": [0.5, 0.5]})
+    dash = ReplayDashboard(ReplayMeasurements("fake grid", 3, 3, errors, loc))
+    dash.window.value, dash.replay.value = 16, 2
+    assert dash.point["kl_nats"] == 0.9 and dash.point["exact_bound"] == 31
+    dash.replay.value = 32
+    assert dash.point["kl_nats"] == 0.0 and dash.point["agreement"] == 1.0
+
+
+def test_gallery_tables_come_from_the_claims():
+    from tiered_kv.viz.gallery import BuiltFigure, _markdown_table_html, claims_frame
+    from tiered_kv.viz.report import Claim, FigureResult, claims_table
+
+    c = Claim("ratio", "paper", published=437.0, reproduced=437.2, unit="x", inputs="arch table")
+    frame = claims_frame([BuiltFigure("01_x", "X", FigureResult(chart=None, claims=[c]), 0.1)])
+    assert frame.row(0, named=True)["relative_difference"] == pytest.approx(0.2 / 437)
+    html_ = _markdown_table_html(claims_table([c]))
+    assert "<td>ratio</td>" in html_ and "437" in html_
