@@ -117,39 +117,48 @@ def head_amax_bits(xi3):  # pragma: no cover - compiled
 
 
 @njit(cache=True, parallel=True)
-def _quantize_nv(xi, xf, codes, data, scales, gs_heads, blocks_per_row, ibuf):  # pragma: no cover
-    """NVFP4 blocks [nb, 16]; ``ibuf`` [nb] int32 scratch, read back through a float32 view
-    to move bits between int and float (numba has no scalar bitcast)."""
-    fbuf = ibuf.view(np.float32)
+def _quantize_nv(xi, xf, codes, data, scales, gs_heads, blocks_per_row):  # pragma: no cover
+    """NVFP4 blocks [nb, 16] in flat passes, each of which vectorizes: block amax; block
+    scale s; its E4M3 code (the reference's integer rule on the bits of s, read through an
+    int32 view in a separate pass: numba has no scalar bitcast); decoded scale; elements /
+    scale -> E2M1; pack."""
     nb = xf.shape[0]
     heads = gs_heads.size
+    fbuf = np.empty(nb, dtype=np.float32)
+    ibuf = fbuf.view(np.int32)
+    gsb = np.empty(nb, dtype=np.float32)
     for b in prange(nb):
         ibuf[b] = _amax16(xi[b])
-        amax = fbuf[b]
+    for b in prange(nb):
         gs = gs_heads[(b // blocks_per_row) % heads]
-        s = min(np.float32(amax / np.float32(gs * _F6)), _F448)
-        # E4M3 code of s, nearest-even: the reference's integer rule on the bits of s.
-        if s < _F2M6:
-            code = np.int32(np.rint(s * _F512))
-        else:
-            fbuf[b] = s
-            sb = ibuf[b]
-            code = ((sb + 0x7FFFF + ((sb >> 20) & 1)) >> 20) - 960
-        e = code >> 3
-        m = code & 7
-        if e == 0:
-            val = np.float32(m) * _F2M9
-        else:
-            ibuf[b] = ((e + 120) << 23) | (m << 20)
-            val = fbuf[b]
-        scale = np.float32(val * gs)
-        if scale > _F0:
+        gsb[b] = gs
+        fbuf[b] = min(np.float32(fbuf[b] / np.float32(gs * _F6)), _F448)
+    code = np.empty(nb, dtype=np.int32)
+    scale = np.empty(nb, dtype=np.float32)
+    pow2 = np.empty(16, dtype=np.float32)
+    for e in range(16):
+        pow2[e] = np.float32(2.0 ** (e - 10))
+    for b in prange(nb):
+        sb = ibuf[b]
+        normal = ((sb + 0x7FFFF + ((sb >> 20) & 1)) >> 20) - 960
+        sub = np.int32(np.rint(fbuf[b] * _F512))
+        code[b] = sub if fbuf[b] < _F2M6 else normal
+    for b in prange(nb):
+        c = code[b]
+        e = c >> 3
+        m = c & 7
+        # E4M3 value: (8 + m) * 2**(e - 10) for e > 0, m * 2**-9 for e = 0 (exact products).
+        val = np.float32(8 + m) * pow2[e] if e > 0 else np.float32(m) * _F2M9
+        scale[b] = np.float32(val * gsb[b])
+        scales[b] = np.uint8(c)
+    for b in prange(nb):
+        sc = scale[b]
+        if sc > _F0:
             for i in range(16):
-                codes[b, i] = _e2m1(np.float32(xf[b, i] / scale))
+                codes[b, i] = _e2m1(np.float32(xf[b, i] / sc))
         else:  # zero block (or an underflowed scale): the reference encodes +0
             for i in range(16):
                 codes[b, i] = 0
-        scales[b] = code
     _pack(codes, data)
 
 
@@ -184,8 +193,7 @@ def quantize_blocks(x32: torch.Tensor, fmt: str, scale_rule: str,
         return torch.from_numpy(data), torch.from_numpy(scales)
     scales = np.empty((nb,), dtype=np.uint8)
     if nb:
-        _quantize_nv(xi, xf, codes, data, scales, gs_heads.numpy(), blocks_per_row,
-                     np.empty(nb, dtype=np.int32))
+        _quantize_nv(xi, xf, codes, data, scales, gs_heads.numpy(), blocks_per_row)
     return torch.from_numpy(data), torch.from_numpy(scales)
 
 

@@ -34,32 +34,41 @@ PEAK_GBPS = {"H200": 4800.0, "H100 NVL": 3900.0, "H100": 3350.0, "A100": 2039.0,
 
 def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--size", default=None,
-                        help="input bytes for the FP4 kernels, e.g. 16MiB (default: 16MiB on "
+                        help="input bytes for the FP4 kernels, e.g. 16MiB (default: 8MiB on "
                              "CPU, 1GiB on CUDA)")
     parser.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), default=None,
                         help="input dtype (default: float32 on CPU, bfloat16 on CUDA)")
-    parser.add_argument("--repeat", type=int, default=7, help="timed calls per path (best kept)")
+    parser.add_argument("--repeat", type=int, default=7,
+                        help="timed calls per path (best kept; the slow torch reference on "
+                             "the CPU gets half as many)")
     parser.add_argument("--attn-tokens", type=int, default=None,
                         help="replay segment length Tq for attention (default: 256 CPU, 8192 "
                              "CUDA); keys are Tq + window")
     parser.add_argument("--window", type=int, default=512, help="attention window (tokens)")
     parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
+    parser.add_argument("--clock", choices=("cpu", "wall"), default="cpu",
+                        help="CPU timer: process CPU time (default; with one thread it leaves "
+                             "out the time other processes hold the core) or wall clock")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="CPU threads for torch and numba, clone included (default 1: a "
+                             "per-core comparison that stays fair on a shared machine)")
     parser.add_argument("--peak-gbps", type=float, default=None,
                         help="peak memory bandwidth to compare with (default: by device name)")
 
 
-def _cpu_pair(fn: Callable[[], Any], baseline: Callable[[], Any], repeat: int) -> tuple[float, float]:
+def _cpu_pair(fn: Callable[[], Any], baseline: Callable[[], Any], repeat: int,
+              clock: Callable[[], float]) -> tuple[float, float]:
     """Best-of times of ``fn`` and ``baseline``, measured alternately so that load from other
     processes on a shared machine hits both alike."""
     fn()
     baseline()
     best_fn = best_base = float("inf")
     for _ in range(max(repeat, 1)):
-        t0 = time.perf_counter()
+        t0 = clock()
         baseline()
-        t1 = time.perf_counter()
+        t1 = clock()
         fn()
-        t2 = time.perf_counter()
+        t2 = clock()
         best_base = min(best_base, t1 - t0)
         best_fn = min(best_fn, t2 - t1)
     return best_fn, best_base
@@ -80,9 +89,7 @@ def _entry(seconds: float, elements: int, bytes_per_element: float, clone_gbps: 
 
 def run(args: argparse.Namespace) -> dict:
     import torch
-    from tqdm import tqdm
 
-    from tiered_kv.kernels import fp4, swa
     from tiered_kv.units import parse_bytes
 
     cuda = torch.cuda.is_available() if args.device == "auto" else args.device == "cuda"
@@ -90,16 +97,40 @@ def run(args: argparse.Namespace) -> dict:
         raise ValueError("--device cuda: no CUDA device is available")
     device = torch.device("cuda" if cuda else "cpu")
     dtype = getattr(torch, args.dtype or ("bfloat16" if cuda else "float32"))
-    in_bytes = torch.empty((), dtype=dtype).element_size()
-    size = parse_bytes(args.size or ("1GiB" if cuda else "16MiB"), name="--size")
-    heads, dim = 8, 128
-    per_token = heads * dim
-    tokens = max(1, size // (in_bytes * per_token))
+    size = parse_bytes(args.size or ("1GiB" if cuda else "8MiB"), name="--size")
     if args.repeat < 1:
         raise ValueError(f"--repeat must be >= 1; got {args.repeat}")
     if args.window < 1:
         raise ValueError(f"--window must be >= 1; got {args.window}")
 
+    if args.threads < 1:
+        raise ValueError(f"--threads must be >= 1; got {args.threads}")
+    threads_before = torch.get_num_threads()
+    from tiered_kv.kernels import fp4
+
+    if not cuda and fp4._has_numba():
+        import numba
+
+        numba.set_num_threads(min(args.threads, numba.config.NUMBA_NUM_THREADS))
+        # Launching numba's threading layer resets OpenMP's thread count, torch's included:
+        # launch it first, then set torch's.
+        fp4.quantize(torch.zeros(32), backend="numba")
+    torch.set_num_threads(args.threads)
+    try:
+        return _run(args, torch, device, dtype, size, cuda)
+    finally:
+        torch.set_num_threads(threads_before)
+
+
+def _run(args: argparse.Namespace, torch, device, dtype, size: int, cuda: bool) -> dict:
+    from tqdm import tqdm
+
+    from tiered_kv.kernels import fp4, swa
+
+    in_bytes = torch.empty((), dtype=dtype).element_size()
+    heads, dim = 8, 128
+    per_token = heads * dim
+    tokens = max(1, size // (in_bytes * per_token))
     name = torch.cuda.get_device_name(device) if cuda else "cpu"
     peak = args.peak_gbps
     if cuda and peak is None:
@@ -108,6 +139,8 @@ def run(args: argparse.Namespace) -> dict:
         "device": name, "torch": torch.__version__, "threads": torch.get_num_threads(),
         "dtype": str(dtype).replace("torch.", ""), "shape": [tokens, heads, dim],
         "elements": tokens * per_token, "peak_gbps": peak,
+        "clock": "cuda events (do_bench)" if cuda else (
+            "process CPU time" if args.clock == "cpu" else "wall"),
     }
     try:
         import triton
@@ -123,18 +156,20 @@ def run(args: argparse.Namespace) -> dict:
     if cuda:
         from triton.testing import do_bench
 
-        def timed(fn):
+        def timed(fn, reps=args.repeat):
             fn()
-            return do_bench(fn, warmup=25, rep=max(50, 20 * args.repeat)) / 1e3, None
+            return do_bench(fn, warmup=25, rep=max(50, 20 * reps)) / 1e3, None
 
         clone_s, _ = timed(lambda: x.clone())
         clone_gbps = 2 * in_bytes * n / clone_s / 1e9
         backends = ("triton", "torch")
     else:
-        def timed(fn):
-            return _cpu_pair(fn, lambda: x.clone(), args.repeat)
+        clock = time.process_time if args.clock == "cpu" else time.perf_counter
 
-        clone_s = _cpu_pair(lambda: x.clone(), lambda: x.clone(), args.repeat)[1]
+        def timed(fn, reps=args.repeat):
+            return _cpu_pair(fn, lambda: x.clone(), reps, clock)
+
+        clone_s = _cpu_pair(lambda: x.clone(), lambda: x.clone(), args.repeat, clock)[1]
         clone_gbps = 2 * in_bytes * n / clone_s / 1e9
         backends = ("numba", "torch") if fp4._has_numba() else ("torch",)
     result["clone"] = {"seconds": clone_s, "bytes_per_element": 2.0 * in_bytes,
@@ -149,8 +184,9 @@ def run(args: argparse.Namespace) -> dict:
         q = fp4.quantize(x, fmt, backend=backend)
         fp4.dequantize(q, dtype, backend=backend)
         jit_s = time.perf_counter() - t_jit
-        qs, base = timed(lambda: fp4.quantize(x, fmt, backend=backend))
-        ds, base_d = timed(lambda: fp4.dequantize(q, dtype, backend=backend))
+        reps = args.repeat if (cuda or backend != "torch") else max(1, args.repeat // 2)
+        qs, base = timed(lambda: fp4.quantize(x, fmt, backend=backend), reps)
+        ds, base_d = timed(lambda: fp4.dequantize(q, dtype, backend=backend), reps)
         side = fp4.bytes_per_element(fmt)
         cb = clone_gbps if base is None else 2 * in_bytes * n / base / 1e9
         cbd = clone_gbps if base_d is None else 2 * in_bytes * n / base_d / 1e9
@@ -177,7 +213,7 @@ def run(args: argparse.Namespace) -> dict:
         if cuda:
             s, base = timed(fn)
         else:
-            s, base = _cpu_pair(fn, lambda: q.clone(), max(2, args.repeat // 2))
+            s, base = _cpu_pair(fn, lambda: q.clone(), max(2, args.repeat // 2), clock)
         cb = clone_gbps if base is None else 2 * q.numel() * in_bytes / base / 1e9
         e = _entry(s, q.numel(), attn_bytes, cb, peak, base)
         e["tflops"] = 4.0 * pairs * Hq * D / s / 1e12
