@@ -279,6 +279,8 @@ def test_cli_answers_on_synthetic_and_shipped_traces(capsys):
     assert out["optimal_token_hit_rate"] >= out["shared_token_hit_rate"]
     assert out["frontier_token_hit_rate"] >= out["optimal_token_hit_rate"] - 1e-12
     assert set(out["watermark"]["effective_retention_s"]) == {"agent", "chatbot"}
+    assert out["optimal_at_pair_storage_token_hit_rate"] >= out["pair_token_hit_rate"]
+    assert out["frontier_at_pair_storage_token_hit_rate"] >= out["optimal_at_pair_storage_token_hit_rate"] - 1e-12
     assert main(["retention", "--trace", "conversation", "--capacity", "100GiB"]) == 0
     text = capsys.readouterr().out
     assert "oracle frontier" in text and "watermark" in text

@@ -118,9 +118,14 @@ def print_report(out: dict) -> None:
         ttl = "" if r["ttl_s"] is None else format_duration(r["ttl_s"])
         print(f"{r['policy']:>8} {r['class']:>8} {ttl:>8} {r['token_hit_rate']:>9.2%} "
               f"{format_bytes(r['avg_bytes']):>11} {format_bytes(r['peak_bytes']):>12}")
-    print(f"oracle frontier {s['frontier_token_hit_rate']:.2%}; optimal per-class TTLs lose "
-          f"{s['oracle_gap_points']:.2f} points to it; a shared TTL loses {s['shared_loss_points']:.2f} points "
-          f"and the 3d/7d pair {s['pair_loss_points']:.2f} points to the optimal per-class TTLs")
+    print(f"oracle frontier {s['frontier_token_hit_rate']:.2%}; the optimal per-class TTLs are "
+          f"{s['oracle_gap_points']:.2f} points below it; the best shared TTL loses {s['shared_loss_points']:.2f} "
+          "points to them")
+    opt = ", ".join(f"{c} {format_duration(t)}" for c, t in s["optimal_at_pair_storage_ttl_s"].items())
+    print(f"3d/7d pair: {s['pair_token_hit_rate']:.2%} with {format_bytes(s['pair_avg_bytes'])} average stored; "
+          f"per-class TTLs {opt} give {s['optimal_at_pair_storage_token_hit_rate']:.2%} with the same bytes "
+          f"({s['pair_loss_points']:.2f} points lost by the pair), the oracle "
+          f"{s['frontier_at_pair_storage_token_hit_rate']:.2%}")
     wm = s["watermark"]
     eff = ", ".join(f"{c} p50 {format_duration(v['p50_s'])}" for c, v in wm["effective_retention_s"].items()
                     if v["p50_s"] is not None) or "no evictions"

@@ -117,6 +117,10 @@ def analyze(trace: CompiledTrace, *, capacity_bytes: float | None = None, bytes_
         cap_from = "shared TTL of span/10"
     choices = {"optimal": R.optimal_ttls(model, cap), "shared": R.best_shared_ttl(model, cap),
                "3d/7d": R._choice(model, pair)}
+    pair_bytes = choices["3d/7d"].avg_bytes
+    # the pair at its own storage: what the best per-class TTLs and the oracle do with the same bytes
+    opt_at_pair = R.optimal_ttls(model, pair_bytes)
+    opt_at_pair_exact = float(R.evaluate(trace, gaps, cb, opt_at_pair.ttl_s)[0].sum())
     timing["optimize_s"] = time.perf_counter() - t1
 
     t1 = time.perf_counter()
@@ -189,7 +193,11 @@ def analyze(trace: CompiledTrace, *, capacity_bytes: float | None = None, bytes_
         "shared_token_hit_rate": rate("shared"), "pair_ttl_s": dict(zip(names, pair.tolist())),
         "pair_token_hit_rate": rate("3d/7d"), "frontier_token_hit_rate": frontier_rate,
         "shared_loss_points": 100 * (rate("optimal") - rate("shared")),
-        "pair_loss_points": 100 * (rate("optimal") - rate("3d/7d")),
+        "pair_avg_bytes": pair_bytes,
+        "optimal_at_pair_storage_ttl_s": dict(zip(names, opt_at_pair.ttl_s)),
+        "optimal_at_pair_storage_token_hit_rate": opt_at_pair_exact / total_inp,
+        "frontier_at_pair_storage_token_hit_rate": float(front.at(pair_bytes * span)) / total_inp,
+        "pair_loss_points": 100 * (opt_at_pair_exact / total_inp - rate("3d/7d")),
         "oracle_gap_points": 100 * (frontier_rate - rate("optimal")),
         "infinite_token_hit_rate": float(sum(model.key_cum[c][-1] for c in range(len(names)))) / total_inp,
         "cross_class_tokens": R.cross_class_tokens(trace, gaps),
