@@ -9,7 +9,6 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
 from tiered_kv.kernels import fp4
 
 E2M1 = torch.tensor(fp4.E2M1_VALUES)
@@ -140,7 +139,7 @@ def test_e8m0_scale_rule(rule):
     amax = torch.exp(torch.randn(3000, generator=g) * 20).float()
     amax = torch.cat([amax, torch.tensor([1.0, 1.5, 1.5000001, 6.0, 7.0, 8.0, 2.0 ** -130])])
     codes = fp4._e8m0_code_torch(amax, rule)
-    for a, c in zip(amax.tolist(), codes.tolist()):
+    for a, c in zip(amax.tolist(), codes.tolist(), strict=True):
         if rule == "floor":
             e = math.frexp(a)[1] - 1 - 2  # floor(log2 a) - 2
         else:

@@ -10,7 +10,6 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
 from tiered_kv.kernels.swa import sliding_window_attention, visible_pairs
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"

@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import argparse
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 NAME = "kernels"
 HELP = "FP4 quantize/dequantize and sliding-window attention throughput (GB/s vs clone / peak)"
@@ -185,8 +186,8 @@ def _run(args: argparse.Namespace, torch, device, dtype, size: int, cuda: bool) 
         fp4.dequantize(q, dtype, backend=backend)
         jit_s = time.perf_counter() - t_jit
         reps = args.repeat if (cuda or backend != "torch") else max(1, args.repeat // 2)
-        qs, base = timed(lambda: fp4.quantize(x, fmt, backend=backend), reps)
-        ds, base_d = timed(lambda: fp4.dequantize(q, dtype, backend=backend), reps)
+        qs, base = timed(lambda f=fmt, b=backend: fp4.quantize(x, f, backend=b), reps)
+        ds, base_d = timed(lambda q=q, b=backend: fp4.dequantize(q, dtype, backend=b), reps)
         side = fp4.bytes_per_element(fmt)
         cb = clone_gbps if base is None else 2 * in_bytes * n / base / 1e9
         cbd = clone_gbps if base_d is None else 2 * in_bytes * n / base_d / 1e9
@@ -209,7 +210,7 @@ def _run(args: argparse.Namespace, torch, device, dtype, size: int, cuda: bool) 
                                       "window": W}, "visible_pairs_per_head": pairs}
     attn_backends = ("triton", "torch") if cuda else ("torch",)
     for backend in attn_backends:
-        fn = lambda: swa.sliding_window_attention(q, k, v, W, W, backend=backend)  # noqa: E731
+        fn = lambda b=backend: swa.sliding_window_attention(q, k, v, W, W, backend=b)  # noqa: E731
         if cuda:
             s, base = timed(fn)
         else:
