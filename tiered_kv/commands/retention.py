@@ -91,9 +91,19 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def format_duration(seconds: float) -> str:
+    """Three significant digits in the largest unit that fits: ``3.8s``, ``13.1m``, ``1.89d``."""
+    if seconds is None or not math.isfinite(seconds):
+        return "inf"
+    for unit, scale in (("d", 86_400.0), ("h", 3_600.0), ("m", 60.0)):
+        if seconds >= scale:
+            return f"{seconds / scale:.3g}{unit}"
+    return f"{seconds:.3g}s"
+
+
 def print_report(out: dict) -> None:
     """Human-readable tables: curves (a few TTLs), frontier, policies at the capacity, watermark."""
-    from tiered_kv.units import format_bytes, format_duration
+    from tiered_kv.units import format_bytes
 
     s = out
     print(f"{s['source']}: {s['requests']:,} requests, {s['block_accesses']:,} block accesses over "
