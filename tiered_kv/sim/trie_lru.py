@@ -479,6 +479,9 @@ _LANES = 32
 
 @nb.njit(cache=True)
 def _fifo_lanes(node, offsets, tokens, warmup, n_nodes, caps):
+    """One pass per 32 capacities. A request's path holds distinct nodes, so its lookup can use
+    the insertion counter as it stood when the request began (``start``) while admission, in the
+    same pass over the path, uses the running one: one load of each node's row, not two."""
     nq = caps.shape[0]
     groups = (nq + _LANES - 1) // _LANES
     cap = np.full(groups * _LANES, 2**30, dtype=np.int32)  # padding lanes: never evict
@@ -486,6 +489,7 @@ def _fifo_lanes(node, offsets, tokens, warmup, n_nodes, caps):
     hits = np.zeros(groups * _LANES, dtype=np.int64)
     inserted = np.empty((n_nodes + 1, _LANES), dtype=np.int32)
     count = np.zeros(_LANES, dtype=np.int32)
+    start = np.zeros(_LANES, dtype=np.int32)
     alive = np.zeros(_LANES, dtype=np.int32)
     for g in range(groups):
         inserted[:, :] = -(2**30)  # never inserted: absent at every capacity
@@ -494,25 +498,21 @@ def _fifo_lanes(node, offsets, tokens, warmup, n_nodes, caps):
         hg = hits[g * _LANES:(g + 1) * _LANES]
         for r in range(offsets.shape[0] - 1):
             s, e = offsets[r], offsets[r + 1]
-            if r >= warmup:  # lookup: leading present blocks, per lane
-                alive[:] = 1
-                for a in range(s, e):
-                    row = inserted[node[a]]
-                    w = tokens[a]
-                    n_alive = 0
-                    for q in range(_LANES):
-                        alive[q] &= np.int32(count[q] - row[q] < cg[q])
-                        hg[q] += w * alive[q]
-                        n_alive += alive[q]
-                    if n_alive == 0:
-                        break
-            for a in range(s, e):  # insert what is missing, in order
+            counted = np.int32(1 if r >= warmup else 0)
+            start[:] = count
+            alive[:] = counted
+            for a in range(s, e):
                 row = inserted[node[a]]
+                w = tokens[a]
                 for q in range(_LANES):
+                    rq = row[q]
+                    hit = alive[q] & np.int32(start[q] - rq < cg[q])  # leading, present at lookup
+                    alive[q] = hit
+                    hg[q] += w * hit
                     c = count[q]
-                    miss = np.int32(c - row[q] >= cg[q])
+                    miss = np.int32(c - rq >= cg[q])  # absent now: insert (FIFO evicts implicitly)
                     count[q] = c + miss
-                    row[q] = row[q] + miss * (c + 1 - row[q])
+                    row[q] = rq + miss * (c + 1 - rq)
     return hits[:nq]
 
 
