@@ -32,10 +32,11 @@ element is encoded as ``e2m1(x / (e4m3_value * gs))``; dequantization multiplies
 Layout of this file, in the Triton tutorials' order: plain-torch references (with their
 memory traffic), the Triton kernels (each pointer argument commented), and the wrappers that
 check shapes, dtypes, contiguity and device and build the grid. ``backend="auto"`` runs Triton
-on CUDA tensors and, on the CPU, the fused numba loops of ``fp4_cpu`` (byte-identical to the
-torch reference, several times faster; the reference itself is ``backend="torch"``).
-``backend="triton"`` on CPU tensors works under ``TRITON_INTERPRET=1`` (the tests use it). E4M3 and E8M0 are encoded with integer
-operations only, because the interpreter's float-to-fp8 casts are wrong.
+on CUDA tensors and, on the CPU, the fused numba loops of ``fp4_cpu`` for tensors of at least
+``NUMBA_MIN_ELEMENTS`` (byte-identical to the torch reference, several times faster; the
+reference itself is ``backend="torch"``). ``backend="triton"`` on CPU tensors works under
+``TRITON_INTERPRET=1`` (the tests use it). E4M3 and E8M0 are encoded with integer operations
+only, because the interpreter's float-to-fp8 casts are wrong.
 """
 
 from __future__ import annotations
@@ -136,13 +137,20 @@ def _has_numba() -> bool:
     return True
 
 
-def _resolve_backend(backend: str, device: torch.device) -> str:
+#: On the CPU, ``backend="auto"`` uses the fused numba loops from this many elements up; below
+#: it the torch reference is as fast, and a process that only quantizes small tensors (most
+#: tests) never waits for numba to compile or load its cache.
+NUMBA_MIN_ELEMENTS = 1 << 16
+
+
+def _resolve_backend(backend: str, device: torch.device, numel: int = NUMBA_MIN_ELEMENTS) -> str:
     if backend not in BACKENDS:
         raise ValueError(f"unknown backend {backend!r}; allowed: {', '.join(BACKENDS)}")
     if backend == "auto":
         if device.type == "cuda":
             return "triton" if triton is not None else "torch"
-        return "numba" if (device.type == "cpu" and _has_numba()) else "torch"
+        fused = device.type == "cpu" and numel >= NUMBA_MIN_ELEMENTS and _has_numba()
+        return "numba" if fused else "torch"
     if backend == "numba":
         if device.type != "cpu":
             raise ValueError(f"backend='numba' runs on CPU tensors only (got {device.type})")
@@ -610,7 +618,7 @@ def quantize(x: torch.Tensor, fmt: str = "mxfp4", *, scale_rule: str = "floor",
     rule or backend, a non-float dtype, D not a multiple of the block, or NaN/Inf.
     """
     _check_input(x, fmt, scale_rule)
-    which = _resolve_backend(backend, x.device)
+    which = _resolve_backend(backend, x.device, x.numel())
     if which == "triton":
         return quantize_triton(x, fmt, scale_rule)
     if which == "numba":
@@ -626,7 +634,7 @@ def dequantize(q: FP4Tensor, dtype: torch.dtype = torch.float32, *,
     _check_fmt(q.fmt)
     if not dtype.is_floating_point:
         raise ValueError(f"dequantize needs a float output dtype, got {dtype}")
-    which = _resolve_backend(backend, q.device)
+    which = _resolve_backend(backend, q.device, q.numel)
     if which == "triton":
         return dequantize_triton(q, dtype)
     if which == "numba":

@@ -299,6 +299,16 @@ def test_nan_and_inf_rejected(fmt, backend, bad):
         fp4.quantize(x, fmt, backend=backend)
 
 
+def test_auto_backend_dispatch():
+    cpu = torch.device("cpu")
+    assert fp4._resolve_backend("auto", cpu, 1024) == "torch"
+    assert fp4._resolve_backend("auto", cpu, fp4.NUMBA_MIN_ELEMENTS) == "numba"
+    x = torch.randn(fp4.NUMBA_MIN_ELEMENTS // 64, 2, 32)  # the auto path equals the reference
+    for fmt in fp4.FORMATS:
+        a, r = fp4.quantize(x, fmt), fp4.quantize(x, fmt, backend="torch")
+        assert torch.equal(a.data, r.data) and torch.equal(a.scales, r.scales)
+
+
 def test_error_stats_table():
     rows = fp4.error_stats(seed=0, n=1 << 14)
     keys = {(r["format"], r["scale_rule"]) for r in rows}
