@@ -61,7 +61,7 @@ def executed():
     os.environ.setdefault("XDG_CACHE_HOME", str(Path.home() / ".cache"))  # share the vega bundle cache
     try:
         with ThreadPoolExecutor(max_workers=2) as pool:
-            results = dict(zip(ALL, pool.map(_execute, ALL)))
+            results = dict(zip(ALL, pool.map(_execute, ALL), strict=True))
     finally:
         for k, v in old.items():
             if v is None:

@@ -60,7 +60,7 @@ def _replay(frame: pl.DataFrame, ttl: dict[str, float], cap_blocks: float) -> di
 
 
 def _hits(table: R.RetentionTable, setting: R.Setting) -> dict[str, int]:
-    return dict(zip(table.classes, (int(h) for h in R.hit_tokens(table, setting))))
+    return dict(zip(table.classes, (int(h) for h in R.hit_tokens(table, setting)), strict=True))
 
 
 ttl_values = st.sampled_from([0.0, 1.0, 2.0, 3.0, 5.0, 8.0, 20.0, math.inf])
@@ -105,7 +105,7 @@ def test_curves_agree_with_point_evaluations():
             assert got == pytest.approx(want)
     caps = R.capacity_grid(table)
     cap_curve = R.capacity_curve(table, base, caps)
-    for cap, got in list(zip(caps, cap_curve["token_hit_rate"]))[::5]:
+    for cap, got in list(zip(caps, cap_curve["token_hit_rate"], strict=True))[::5]:
         total = R.hit_rates(table, R.Setting(base.ttl_s, float(cap)))["token_hit_rate"][-1]
         assert got == pytest.approx(total)
 
@@ -117,14 +117,14 @@ def test_occupancy_matches_brute_force_count():
     occ = R.occupancy(table, setting, bins=50)
     # brute force: at each grid time, count blocks whose last touch (by class) is still live
     times = frame["timestamp_s"].to_numpy()
-    for t_rel, tokens in list(zip(occ["time_seconds"], occ["resident_tokens"]))[::5]:
+    for t_rel, tokens in list(zip(occ["time_seconds"], occ["resident_tokens"], strict=True))[::5]:
         t = table.start_s + t_rel
         last: dict[int, tuple[float, str]] = {}
-        for row, ts in zip(frame.iter_rows(named=True), times):
+        for row, ts in zip(frame.iter_rows(named=True), times, strict=True):
             if ts < t:  # touches strictly before the bin's right edge
                 for b in row["block_ids"]:
                     last[b] = (ts, row["traffic_class"])
-        ttl = dict(zip(table.classes, setting.ttl_s))
+        ttl = dict(zip(table.classes, setting.ttl_s, strict=True))
         live = sum(1 for ts, c in last.values() if t - ts < ttl[c] or ts + ttl[c] >= table.start_s + table.duration_s)
         assert tokens == pytest.approx(live * BS, abs=BS * 6)  # bin-edge ties only
 

@@ -24,7 +24,7 @@ from tiered_kv.viz.widgets import ChartView, html_table, log_slider
 #: (windows, replays, sequences, prefix tokens, decoded steps) at each notebook size.
 GRIDS = {
     "small": ((8, 16), (2, 8, 32), 1, 96, 8),
-    "full": ((128, 256, 512), (16, 32, 64, 128, 256, 512, 1024), 4, 1024, 32),
+    "full": ((128, 256, 512), (16, 32, 64, 128, 256, 512), 2, 1024, 16),
 }
 
 

@@ -211,20 +211,29 @@ def _segmented_cummax_nb(values, offsets):  # pragma: no cover - compiled
     return out
 
 
-def _mask(table: RetentionTable, setting: Setting, skip_ttl_class: int = -1) -> np.ndarray:
-    if len(setting.ttl_s) != table.n_classes:
-        raise ValueError(f"Setting.ttl_s needs {table.n_classes} TTLs, one per class {table.classes}")
-    ok = table.sd_max <= setting.capacity_blocks(table.block_size)
-    for c, ttl in enumerate(setting.ttl_s):
-        if c != skip_ttl_class:
-            ok &= table.gap_max[:, c] <= ttl
-    return ok
-
-
 def hit_tokens(table: RetentionTable, setting: Setting) -> np.ndarray:
     """Hit tokens per reader class at ``setting`` (int64 array, one per class)."""
-    ok = _mask(table, setting)
-    return np.bincount(table.reader[ok], weights=table.weight[ok], minlength=table.n_classes).astype(np.int64)
+    if len(setting.ttl_s) != table.n_classes:
+        raise ValueError(f"Setting.ttl_s needs {table.n_classes} TTLs, one per class {table.classes}")
+    ttl = np.asarray(setting.ttl_s, dtype=np.float64)
+    return _hits(table.reader, table.weight, table.gap_max, table.sd_max, ttl,
+                 float(setting.capacity_blocks(table.block_size)), table.n_classes)
+
+
+@numba.njit(cache=True)
+def _hits(reader, weight, gap_max, sd_max, ttl, cap, n_cls):  # pragma: no cover - compiled
+    out = np.zeros(n_cls, np.int64)
+    for i in range(len(reader)):
+        if sd_max[i] > cap:
+            continue
+        ok = True
+        for c in range(gap_max.shape[1]):
+            if gap_max[i, c] > ttl[c]:
+                ok = False
+                break
+        if ok:
+            out[reader[i]] += weight[i]
+    return out
 
 
 def hit_rates(table: RetentionTable, setting: Setting) -> pl.DataFrame:
@@ -242,7 +251,7 @@ def hit_rates(table: RetentionTable, setting: Setting) -> pl.DataFrame:
             "requests": [int(x) for x in req],
             "input_tokens": [int(x) for x in inp],
             "hit_tokens": [int(x) for x in hit_col],
-            "token_hit_rate": [h / i if i else 0.0 for h, i in zip(hit_col, inp)],
+            "token_hit_rate": [h / i if i else 0.0 for h, i in zip(hit_col, inp, strict=True)],
         }
     )
 
@@ -257,17 +266,39 @@ def ttl_curves(table: RetentionTable, setting: Setting, grid: np.ndarray) -> pl.
     """Hit rate of each class against its own TTL, other settings held at ``setting``.
 
     Exact one-pass: each lookup hits from the smallest TTL at or above its threshold on, so a
-    histogram of thresholds over the grid, cumulated, is the curve.
+    histogram of thresholds over the grid, cumulated, is the curve (one compiled pass over the
+    table for all classes at once).
     """
+    if len(setting.ttl_s) != table.n_classes:
+        raise ValueError(f"Setting.ttl_s needs {table.n_classes} TTLs, one per class {table.classes}")
+    ttl = np.asarray(setting.ttl_s, dtype=np.float64)
+    cap = setting.capacity_blocks(table.block_size)
+    hist = _ttl_hist(table.reader, table.weight, table.gap_max, table.sd_max, ttl,
+                     float(cap), np.asarray(grid, dtype=np.float64))
     rows = []
     for c, name in enumerate(table.classes):
-        ok = _mask(table, setting, skip_ttl_class=c) & (table.reader == c)
-        thr = table.gap_max[ok, c]
-        idx = np.searchsorted(grid, thr, side="left")  # first grid TTL >= threshold
-        hits = np.cumsum(np.bincount(idx, weights=table.weight[ok], minlength=len(grid) + 1))[: len(grid)]
+        hits = np.cumsum(hist[c])[: len(grid)]
         denom = max(int(table.input_tokens[c]), 1)
         rows.append(pl.DataFrame({"class": name, "ttl_seconds": grid, "token_hit_rate": hits / denom}))
     return pl.concat(rows)
+
+
+@numba.njit(cache=True)
+def _ttl_hist(reader, weight, gap_max, sd_max, ttl, cap, grid):  # pragma: no cover - compiled
+    n_cls = gap_max.shape[1]
+    hist = np.zeros((n_cls, len(grid) + 1), np.float64)
+    for i in range(len(reader)):
+        if sd_max[i] > cap:
+            continue
+        r = reader[i]
+        ok = True
+        for c in range(n_cls):
+            if c != r and gap_max[i, c] > ttl[c]:
+                ok = False
+                break
+        if ok:
+            hist[r, np.searchsorted(grid, gap_max[i, r])] += weight[i]  # first grid TTL >= gap
+    return hist
 
 
 def capacity_grid(table: RetentionTable, points: int = 40) -> np.ndarray:
@@ -278,13 +309,26 @@ def capacity_grid(table: RetentionTable, points: int = 40) -> np.ndarray:
 
 def capacity_curve(table: RetentionTable, setting: Setting, grid_tokens: np.ndarray) -> pl.DataFrame:
     """Overall token hit rate against SSD capacity (tokens), TTLs and watermark held."""
-    no_cap = Setting(setting.ttl_s, math.inf, 1.0)
-    ok = _mask(table, no_cap)
     blocks = np.floor(np.floor(grid_tokens / table.block_size) * setting.watermark)
-    idx = np.searchsorted(blocks, table.sd_max[ok], side="left")
-    hits = np.cumsum(np.bincount(idx, weights=table.weight[ok], minlength=len(blocks) + 1))[: len(blocks)]
+    ttl = np.asarray(setting.ttl_s, dtype=np.float64)
+    hist = _capacity_hist(table.weight, table.gap_max, table.sd_max, ttl, blocks.astype(np.float64))
+    hits = np.cumsum(hist)[: len(blocks)]
     total = max(int(table.input_tokens.sum()), 1)
     return pl.DataFrame({"capacity_tokens": grid_tokens.astype(np.float64), "token_hit_rate": hits / total})
+
+
+@numba.njit(cache=True)
+def _capacity_hist(weight, gap_max, sd_max, ttl, blocks):  # pragma: no cover - compiled
+    hist = np.zeros(len(blocks) + 1, np.float64)
+    for i in range(len(weight)):
+        ok = True
+        for c in range(gap_max.shape[1]):
+            if gap_max[i, c] > ttl[c]:
+                ok = False
+                break
+        if ok:
+            hist[np.searchsorted(blocks, float(sd_max[i]))] += weight[i]  # first capacity >= distance
+    return hist
 
 
 def occupancy(table: RetentionTable, setting: Setting, bins: int = 120) -> pl.DataFrame:
@@ -295,18 +339,31 @@ def occupancy(table: RetentionTable, setting: Setting, bins: int = 120) -> pl.Da
     The watermark-LRU never holds more than the usable capacity, so the curve is clipped there.
     """
     ttl = np.asarray(setting.ttl_s, dtype=np.float64)
-    live = np.minimum(table.touch_len, ttl[table.touch_class])
-    edges = np.linspace(table.start_s, table.start_s + max(table.duration_s, 1e-9), bins + 1)
-    starts = np.histogram(table.touch_start, bins=edges)[0]
-    stop = table.touch_start + live
-    # a block still live when the trace ends never leaves (it is not counted as leaving)
-    ends = np.histogram(stop[stop < edges[-1]], bins=edges)[0]
+    span = max(table.duration_s, 1e-9)
+    edges = np.linspace(table.start_s, table.start_s + span, bins + 1)
+    starts, ends = _occupancy_counts(table.touch_start, table.touch_len, table.touch_class, ttl,
+                                     table.start_s, span, bins)
     resident = np.cumsum(starts) - np.cumsum(ends)
     blocks_cap = setting.capacity_blocks(table.block_size)
     tokens = resident.astype(np.float64) * table.block_size
     if math.isfinite(blocks_cap):
         tokens = np.minimum(tokens, blocks_cap * table.block_size)
     return pl.DataFrame({"time_seconds": edges[1:] - table.start_s, "resident_tokens": tokens})
+
+
+@numba.njit(cache=True)
+def _occupancy_counts(start, length, cls, ttl, t0, span, bins):  # pragma: no cover - compiled
+    """Touches starting, and touches ending (before the trace ends), per time bin."""
+    starts = np.zeros(bins, np.int64)
+    ends = np.zeros(bins, np.int64)
+    scale = bins / span
+    for i in range(len(start)):
+        b = int((start[i] - t0) * scale)
+        starts[min(b, bins - 1)] += 1
+        stop = start[i] + min(length[i], ttl[cls[i]])
+        if stop < t0 + span:  # a block still live when the trace ends never leaves
+            ends[min(int((stop - t0) * scale), bins - 1)] += 1
+    return starts, ends
 
 
 def effective_retention(table: RetentionTable, setting: Setting) -> np.ndarray:

@@ -104,7 +104,7 @@ def summary_rows(view: RetentionView) -> list[dict]:
     """Rows of the summary table: class, TTL, effective retention, token hit rate, hit tokens."""
     rows = []
     eff = list(view.effective_retention_s) + [math.nan]
-    for row, e in zip(view.rates.iter_rows(named=True), eff):
+    for row, e in zip(view.rates.iter_rows(named=True), eff, strict=True):
         rows.append({
             "class": row["class"],
             "TTL": "" if math.isnan(row["ttl_seconds"]) else _fmt_s(row["ttl_seconds"]),

@@ -114,9 +114,8 @@ class ChartView:
                 self.output.children = (self._jc,)
             self._jc.spec = spec
         else:
-            from IPython.display import display
-
             import altair as alt
+            from IPython.display import display
 
             if self._out is None:
                 self._out = widgets.Output()
