@@ -37,6 +37,15 @@ def _known_formats() -> tuple[str, ...]:
     return tuple(FORMATS)
 
 
+def _scale_block(fmt: str) -> int:
+    """Elements per FP4 scale along head_dim (MXFP4 32, NVFP4 16)."""
+    try:
+        from tiered_kv.kernels.fp4 import BLOCK
+    except ImportError:
+        return 32
+    return int(BLOCK[fmt])
+
+
 @dataclass(frozen=True, kw_only=True)
 class Namespace:
     """What must agree for two chunks of KV bytes to be interchangeable.
@@ -62,9 +71,10 @@ class Namespace:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
                 raise ValueError(f"Namespace.{name}: must be an integer >= 1, got {value!r}")
-        if self.head_dim % 32:
+        block = _scale_block(self.fmt)
+        if self.head_dim % block:
             raise ValueError(
-                f"Namespace.head_dim: must be a multiple of 32 (one FP4 scale block), got {self.head_dim}"
+                f"Namespace.head_dim: must be a multiple of {block} (one {self.fmt} scale block), got {self.head_dim}"
             )
 
     @cached_property
@@ -102,10 +112,14 @@ def block_keys(tokens, namespace: Namespace) -> list[bytes]:
     ns = namespace.digest
     keys: list[bytes] = []
     parent = _ROOT
-    for i in range(len(arr) // bs):
-        h = hashlib.blake2b(parent, digest_size=KEY_BYTES)
+    n = len(arr) // bs
+    data = memoryview(arr[:n * bs].tobytes())  # one copy; blocks are zero-copy slices of it
+    step = bs * 8
+    blake2b = hashlib.blake2b
+    for i in range(n):
+        h = blake2b(parent, digest_size=KEY_BYTES)
         h.update(ns)
-        h.update(arr[i * bs:(i + 1) * bs].tobytes())
+        h.update(data[i * step:(i + 1) * step])
         parent = h.digest()
         keys.append(parent)
     return keys

@@ -4,8 +4,9 @@ For a 128K-token prefix (512 chunks of 256 tokens) at two sizes per token (this 
 model, and a DeepSeek-like ~890 B/token cache): the tier's put of already-quantized chunks
 (existence check, atomic publish through zarr's LocalStore) and its get_prefix (read, CRC32C
 check, header parse of every chunk) are timed against a loop of plain ``open/write`` and
-``open/read`` of the same objects, one file each (``raw``), and the same loop on a thread
-pool (``raw_parallel``). Reads are measured warm (page cache) and cold (``os.sync`` then
+``open/read`` of the same objects, one file each (``raw``: Python's ``open(p, "rb").read()``,
+bytes kept like a prefix is), the same loop on a thread pool (``raw_parallel``), and the leanest
+``os.open/os.read`` loop (``raw_os``, reported beside). Reads are measured warm (page cache) and cold (``os.sync`` then
 ``POSIX_FADV_DONTNEED`` on every file). get_prefix latency p50/p99 is measured warm with 1, 4
 and 16 concurrent reader threads. ``--naive`` also times the layout this replaced: one Zarr
 array per chunk. Medians of ``--repeat`` runs; the machine may be shared, so compare ratios.
@@ -85,6 +86,18 @@ def _raw_read(paths: list[Path], pool: ThreadPoolExecutor | None) -> int:
     return sum(len(b) for b in held)
 
 
+def _raw_read_os(paths: list[Path]) -> int:
+    """The leanest plain read: os.open + fstat + os.read per file (no Python buffered IO)."""
+    held = []
+    for p in paths:
+        fd = os.open(p, os.O_RDONLY)
+        try:
+            held.append(os.read(fd, os.fstat(fd).st_size))
+        finally:
+            os.close(fd)
+    return sum(len(b) for b in held)
+
+
 def _size_case(label: str, ns, tokens, root: Path, args, pool) -> dict:
     import torch
     from tqdm import tqdm
@@ -109,6 +122,7 @@ def _size_case(label: str, ns, tokens, root: Path, args, pool) -> dict:
                  "kv_heads": ns.kv_heads, "head_dim": ns.head_dim, "fmt": ns.fmt}
     timings: dict[str, list[float]] = {k: [] for k in (
         "put", "raw_write", "raw_write_parallel", "get_warm", "raw_read_warm", "raw_read_parallel_warm",
+        "raw_read_os_warm",
         "get_cold", "raw_read_cold", "put_with_quantize")}
     bar = tqdm(total=args.repeat, desc=f"store bench ({label})", leave=False, delay=1.0)
     for r in range(args.repeat):
@@ -138,6 +152,9 @@ def _size_case(label: str, ns, tokens, root: Path, args, pool) -> dict:
         t0 = time.perf_counter()
         _raw_read(raw_paths, pool)
         timings["raw_read_parallel_warm"].append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        assert _raw_read_os(raw_paths) == total
+        timings["raw_read_os_warm"].append(time.perf_counter() - t0)
         # cold reads
         tier_paths = [base / "tier" / layout.chunk_path(k) for k in keys]
         _drop_cache(tier_paths)
@@ -168,6 +185,7 @@ def _size_case(label: str, ns, tokens, root: Path, args, pool) -> dict:
     res["put_ratio_vs_raw_parallel"] = med["raw_write_parallel"] / med["put"]
     res["get_ratio_vs_raw"] = med["raw_read_warm"] / med["get_warm"]
     res["get_ratio_vs_raw_parallel"] = med["raw_read_parallel_warm"] / med["get_warm"]
+    res["get_ratio_vs_raw_os_read"] = med["raw_read_os_warm"] / med["get_warm"]
     res["get_cold_ratio_vs_raw"] = med["raw_read_cold"] / med["get_cold"]
     res["get_prefix_latency_ms"] = _latency(tier, tokens, n_blocks, args)
     tier.close()

@@ -6,9 +6,11 @@ token prefix (:mod:`tiered_kv.keys`), stores one FP4 chunk object per full block
 (:mod:`tiered_kv.tiers.ssd_gc`). The store is the only shared state: several processes may put,
 get and gc one store at once, with no central index. Layout: :mod:`tiered_kv.tiers.ssd_layout`.
 
-I/O goes through zarr's async Store API (``get``/``set``/``exists``/``delete``), batched with
-``asyncio.gather`` under a concurrency bound and driven from zarr's own event loop thread, so
-a 128K-token prefix (512 chunks) is one round of parallel file operations, not 512 serial ones.
+I/O is batched per call (:mod:`tiered_kv.tiers.ssd_io`): stores with zarr's sync API
+(LocalStore, MemoryStore) are driven synchronously, because hand-offs to zarr's event loop cost
+more than a warm chunk read; other stores (fsspec, object stores) go through zarr's async API
+with ``asyncio.gather`` under a concurrency bound. A ``get_prefix`` reads chunks in order and
+stops at the first miss; its access record is written by a background thread.
 
 Failure behaviour, each covered by ``tests/test_ssd_reliability.py``:
 * a chunk that fails its checksum, length or header check is a miss, counted, and deleted;
@@ -294,11 +296,16 @@ class SSDTier:
 
     def _record_access(self, key: bytes, cls: str | None) -> None:
         rec = layout.AccessRecord(key, cls, float(self.clock()))
-        coro_fn = lambda: self.io.write([(layout.access_path(key, cls), rec.encode())])
+
+        def write_record() -> None:
+            (err,) = self.io.write([(layout.access_path(key, cls), rec.encode())])
+            if err is not None:
+                raise err
+
         if self._touches is None:
-            coro_fn()
+            write_record()
             return
-        fut = self._touches.submit(coro_fn)
+        fut = self._touches.submit(write_record)
         with self._lock:
             self._pending.add(fut)
         fut.add_done_callback(self._touch_done)
@@ -408,13 +415,12 @@ AGE_BUCKETS = ((3600.0, "<1h"), (86400.0, "1h-1d"), (3 * 86400.0, "1d-3d"), (7 *
 
 def _scan(store, *, full: bool, progress: bool, desc: str) -> layout.Scan:
     if not progress:
-        return sync(layout.scan(store, full=full))
+        return layout.scan(store, full=full)
     from tqdm import tqdm
 
     bar = tqdm(desc=desc, unit="obj", leave=False, delay=1.0)
     try:
-        return sync(layout.scan(store, full=full, progress=bar.update,
-                                on_total=lambda n: setattr(bar, "total", n)))
+        return layout.scan(store, full=full, progress=bar.update, on_total=lambda n: setattr(bar, "total", n))
     finally:
         bar.close()
 

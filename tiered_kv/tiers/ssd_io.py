@@ -73,8 +73,9 @@ class ChunkIO:
         if not self.sync_path:
             return sync(self._aread_prefix(paths))
         if self.direct:
-            root = str(self.root)
-            return self._fan_out_prefix(len(paths), lambda i: _read_file(os.path.join(root, paths[i])))
+            root = str(self.root) + os.sep
+            full = [root + p for p in paths]
+            return self._fan_out_prefix(len(paths), lambda i: _read_file(full[i]))
         get = self.store.get_sync
         proto = self._proto
 

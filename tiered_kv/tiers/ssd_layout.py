@@ -32,6 +32,7 @@ from pathlib import Path
 
 from zarr.abc.store import RangeByteRequest, Store
 from zarr.core.buffer import default_buffer_prototype
+from zarr.core.sync import sync
 
 from tiered_kv.codec import HEADER_PROBE, ChunkHeader, CorruptChunk, read_header, verify_chunk
 from tiered_kv.keys import KEY_BYTES
@@ -204,31 +205,48 @@ async def list_keys(store: Store, prefix: str) -> list[str]:
         return []
 
 
-async def read_chunk_header(store: Store, path: str, *, full: bool) -> ChunkHeader | None:
-    """Header of the chunk at ``path`` (None if gone); ``full`` reads and checks every byte."""
-    proto = default_buffer_prototype()
+def _parse_header(data: bytes, path: str, store: Store, *, full: bool) -> ChunkHeader | None:
     if full:
-        buf = await store.get(path, prototype=proto)
-        if buf is None:
-            return None
-        return verify_chunk(as_bytes(buf))
-    buf = await store.get(path, prototype=proto, byte_range=RangeByteRequest(0, HEADER_PROBE))
-    if buf is None:
-        return None
+        return verify_chunk(data)
     try:
-        return read_header(buf.as_numpy_array().data)
+        return read_header(data)
     except CorruptChunk as exc:
-        if "truncated header" not in str(exc):
+        if "truncated header" not in str(exc) or len(data) < HEADER_PROBE:
             raise
-    buf = await store.get(path, prototype=proto)  # header longer than the probe
-    return None if buf is None else read_header(buf.as_numpy_array().data)
+    whole = get_many(store, [path], None)[0]  # a header longer than the probe
+    return None if whole is None else read_header(whole)
 
 
-async def scan(store: Store, *, full: bool = False, progress: Callable[[int], None] | None = None,
-               on_total: Callable[[int], None] | None = None) -> Scan:
+def get_many(store: Store, paths: list[str], byte_range, on_done: Callable[[int], None] | None = None
+             ) -> list[bytes | None | Exception]:
+    """Objects (or their first bytes) at ``paths``: zarr's sync API when the store has it
+    (no event-loop hand-off per object), else its async API under a concurrency bound."""
+    from zarr.abc.store import SupportsSyncStore
+
+    proto = default_buffer_prototype()
+    if isinstance(store, SupportsSyncStore):
+        out: list[bytes | None | Exception] = []
+        for p in paths:
+            try:
+                buf = store.get_sync(p, prototype=proto, byte_range=byte_range)
+                out.append(None if buf is None else as_bytes(buf))
+            except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+                out.append(None)
+            except Exception as exc:  # noqa: BLE001 - returned like the async path does
+                out.append(exc)
+            if on_done is not None:
+                on_done(1)
+        return out
+    done = (lambda: on_done(1)) if on_done else None
+    res = sync(bounded((store.get(p, prototype=proto, byte_range=byte_range) for p in paths), on_done=done))
+    return [r if r is None or isinstance(r, Exception) else as_bytes(r) for r in res]
+
+
+def scan(store: Store, *, full: bool = False, progress: Callable[[int], None] | None = None,
+         on_total: Callable[[int], None] | None = None) -> Scan:
     """Read every chunk header (``full``: every chunk, CRC-checked) and every access record."""
-    chunk_keys = await list_keys(store, CHUNKS)
-    access_keys = await list_keys(store, ACCESS)
+    chunk_keys = sync(list_keys(store, CHUNKS))
+    access_keys = sync(list_keys(store, ACCESS))
     if on_total is not None:
         on_total(len(chunk_keys) + len(access_keys))
     out = Scan()
@@ -239,16 +257,21 @@ async def scan(store: Store, *, full: bool = False, progress: Callable[[int], No
             chunk_paths.append((path, bytes.fromhex(m.group(2))))
         else:
             out.strays.append(path)
-    done = (lambda: progress(1)) if progress else None
-    results = await bounded((read_chunk_header(store, p, full=full) for p, _ in chunk_paths), on_done=done)
-    for (path, key), res in zip(chunk_paths, results):
-        if res is None:
+    probe = None if full else RangeByteRequest(0, HEADER_PROBE)
+    datas = get_many(store, [p for p, _ in chunk_paths], probe, progress)
+    for (path, key), data in zip(chunk_paths, datas):
+        if data is None:
             continue  # deleted under our feet
-        if isinstance(res, CorruptChunk):
-            out.corrupt[path] = str(res)
-        elif isinstance(res, Exception):
-            raise res
-        elif res.key != key:
+        if isinstance(data, Exception):
+            raise data
+        try:
+            res = _parse_header(data, path, store, full=full)
+        except CorruptChunk as exc:
+            out.corrupt[path] = str(exc)
+            continue
+        if res is None:
+            continue
+        if res.key != key:
             out.corrupt[path] = f"chunk holds key {res.key.hex()}"
         else:
             out.chunks[key] = res
@@ -259,15 +282,13 @@ async def scan(store: Store, *, full: bool = False, progress: Callable[[int], No
             rec_paths.append(path)
         else:
             out.strays.append(path)
-    proto = default_buffer_prototype()
-    bufs = await bounded((store.get(p, prototype=proto) for p in rec_paths), on_done=done)
-    for path, buf in zip(rec_paths, bufs):
-        if buf is None:
+    for path, data in zip(rec_paths, get_many(store, rec_paths, None, progress)):
+        if data is None:
             continue
-        if isinstance(buf, Exception):
-            raise buf
+        if isinstance(data, Exception):
+            raise data
         try:
-            rec = AccessRecord.decode(buf.to_bytes())
+            rec = AccessRecord.decode(data)
         except (ValueError, KeyError, TypeError):
             out.corrupt[path] = "unreadable access record"
             continue
