@@ -31,8 +31,8 @@ main() {
   echo "# tiered-kv gpu_check  $(date -u +%Y-%m-%dT%H:%M:%SZ)"
   echo "commit: $(git rev-parse HEAD 2>/dev/null || echo unknown)"
   command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.memory --format=csv
-  if ! "$PY" -c "import torch, triton, pytest, hypothesis; assert torch.cuda.is_available(), 'no CUDA device'"; then
-    echo "FAILED: $PY lacks torch with CUDA, triton, pytest or hypothesis"
+  if ! "$PY" -c "import torch, triton, pytest, hypothesis, numpy, tqdm; assert torch.cuda.is_available(), 'no CUDA device'"; then
+    echo "FAILED: $PY lacks torch with CUDA, triton, pytest, hypothesis, numpy or tqdm"
     return 2
   fi
   "$PY" -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__, torch.cuda.get_device_name())"
