@@ -154,3 +154,24 @@ def test_config_validation():
         ClusterConfig(nodes=0)
     with pytest.raises(ValueError, match="ssd"):
         ClusterConfig(ssd="nfs")
+
+
+def test_simulate_cli_cluster_fields(capsys):
+    import json
+
+    from tiered_kv.cli import main
+
+    assert main(["simulate", "--trace", "conversation", "--capacity", "2560000", "--json"]) == 0
+    single = json.loads(capsys.readouterr().out)
+    assert main(["simulate", "--trace", "conversation", "--nodes", "1", "--capacity", "2560000", "--json"]) == 0
+    one = json.loads(capsys.readouterr().out)
+    assert one["hit_tokens"] == single["hit_tokens"]  # one machine = the single-cache replay
+    assert main(["simulate", "--synth", "ci", "--days", "1", "--nodes", "4", "--routing", "cache-aware",
+                 "--shared-capacity", "20000000", "--admission", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    for key in ("ttft_p50_s", "ttft_p99_s", "disk_token_fraction", "cost_per_mtok", "by_class"):
+        assert key in out
+    assert 0 < out["ttft_p50_s"] <= out["ttft_p99_s"]
+    assert set(out["by_class"]) == {"agent", "chatbot"}
+    assert out["cost_per_mtok"] == pytest.approx(1 - out["token_hit_rate"] * (1 - 1 / 50))
+    assert main(["simulate", "--synth", "ci", "--trace", "conversation"]) == 2

@@ -41,7 +41,7 @@ def add_trace_arguments(parser: argparse.ArgumentParser, *, required: bool = Tru
 
 
 def register(parser: argparse.ArgumentParser) -> None:
-    add_trace_arguments(parser)
+    add_trace_arguments(parser, required=False)  # --synth may replace --trace (cluster model)
     parser.add_argument("--policy", default="lru", metavar="POLICY",
                         help="lru, ttl, watermark or belady (default: lru); kvcache.ai's trie variants "
                              "lru-trie, belady-trie, fifo-trie when tiered_kv.sim.trie_lru provides them")
@@ -55,8 +55,10 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--warmup", type=float, default=None, metavar="FRACTION",
                         help="override the semantics' warm-up fraction (requests replayed, not counted)")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
-    # Cluster options (--nodes, --routing, --synth, ...) are added here by the cluster model; their
-    # run path branches off in run() before the single-cache replay.
+    # Cluster options (--nodes, --routing, --synth, ...): their run path branches off in run().
+    from tiered_kv.commands._cluster import add_arguments as add_cluster_arguments
+
+    add_cluster_arguments(parser)
 
 
 def resolve_trace_path(text: str):
@@ -244,10 +246,18 @@ def print_result(result: dict[str, Any]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    # (cluster branch: when cluster options are given, the cluster model answers instead)
-    result = simulate_single(args)
+    from tiered_kv.commands import _cluster
+
+    if _cluster.is_cluster(args):  # the cluster + latency model answers (tiered_kv/commands/_cluster.py)
+        result = _cluster.run_cluster(args)
+    elif not args.trace:
+        raise ValueError("--trace PATH is required (or --synth PRESET with the cluster options)")
+    else:
+        result = simulate_single(args)
     if args.json:
         print(json.dumps(jsonable(result), indent=2, default=str, allow_nan=False))
+    elif "cluster" in result:
+        _cluster.print_cluster(result)
     else:
         print_result(result)
     return 0

@@ -1,0 +1,140 @@
+"""The cluster options of ``tiered-kv simulate`` (not a subcommand: the underscore hides it).
+
+``tiered-kv simulate`` answers with the cluster model (:mod:`tiered_kv.sim.cluster`) and the
+latency model (:mod:`tiered_kv.sim.latency`) as soon as one of these options is given:
+
+  --nodes N --routing {random,round-robin,cache-aware}
+  --capacity C          per-machine SSD caches of C each (tokens, or bytes with a unit)
+  --shared-capacity C   one SSD pool of C shared by all machines (--policy ttl/watermark/belady
+                        run the part-1 policy on it; lru is the default)
+  --gpu-capacity C --host-capacity B   per-machine GPU prefix tier and host window tier
+  --synth PRESET --days D [--seed S]   a synthetic multi-day workload instead of --trace
+  --admission           recompute instead of load when loading would be slower
+
+Examples:
+  tiered-kv simulate --trace conversation --nodes 10 --routing cache-aware --capacity 1000000 --json
+  tiered-kv simulate --synth mixed --days 14 --nodes 10 --shared-capacity 2000000000 --admission --json
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from typing import Any
+
+CLUSTER_FLAGS = ("nodes", "routing", "shared_capacity", "gpu_capacity", "host_capacity", "synth", "admission")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    g = parser.add_argument_group("cluster model (any of these switches to it)")
+    g.add_argument("--nodes", type=int, default=None, metavar="N", help="machines (default 1 in cluster mode)")
+    g.add_argument("--routing", default=None, choices=["random", "round-robin", "cache-aware"],
+                   help="request routing (default random)")
+    g.add_argument("--shared-capacity", default=None, metavar="TOKENS|BYTES",
+                   help="one SSD pool shared by all machines (default: unlimited when --capacity is not given); "
+                        "with --capacity instead, each machine has its own SSD cache of that size")
+    g.add_argument("--gpu-capacity", default=None, metavar="TOKENS|BYTES", help="per-machine GPU prefix tier (default 0)")
+    g.add_argument("--host-capacity", default=None, metavar="BYTES",
+                   help="per-machine host window tier (default 0: every hit replays R tokens)")
+    g.add_argument("--synth", default=None, metavar="PRESET", help="synthetic workload preset instead of --trace "
+                   "(chatbot, agent, mixed, ci)")
+    g.add_argument("--days", default="1d", metavar="DURATION", help="length of the synthetic workload (e.g. 14 or 14d)")
+    g.add_argument("--seed", type=int, default=0, help="seed of the synthetic workload and of random routing")
+    g.add_argument("--admission", action="store_true",
+                   help="TTFT model: recompute instead of loading when loading would be slower")
+
+
+def is_cluster(args: argparse.Namespace) -> bool:
+    return any(getattr(args, f, None) not in (None, False) for f in CLUSTER_FLAGS)
+
+
+def _trace(args: argparse.Namespace):
+    from tiered_kv.commands.simulate import load_compiled
+    from tiered_kv.sim.replay import compile_trace
+    from tiered_kv.sim.semantics import get_semantics
+    from tiered_kv.units import parse_duration
+
+    if args.synth and args.trace:
+        raise ValueError("give either --trace or --synth, not both")
+    if not args.synth:
+        if not args.trace:
+            raise ValueError("--trace PATH (or --synth PRESET --days D) is required")
+        _, trace, sem = load_compiled(args)
+        return trace, str(args.trace), sem
+    from tiered_kv.sim.synth import generate
+
+    days_text = str(args.days)
+    days = parse_duration(days_text if days_text[-1:].isalpha() else days_text + "d", name="--days") / 86_400.0
+    sem = get_semantics(args.semantics)
+    return compile_trace(generate(args.synth, days, args.seed), sem.options), f"synth {args.synth} ({days:g} days)", sem
+
+
+def run_cluster(args: argparse.Namespace) -> dict[str, Any]:
+    from tiered_kv.commands.simulate import build_policy
+    from tiered_kv.sim import latency as L
+    from tiered_kv.sim.cluster import ClusterConfig, latency_of, simulate_cluster
+    from tiered_kv.sim.policies import DEFAULT_BYTES_PER_TOKEN, capacity_tokens_from
+
+    bpt = args.bytes_per_token or DEFAULT_BYTES_PER_TOKEN
+    trace, source, sem = _trace(args)
+
+    def tokens(value, name):
+        cap = capacity_tokens_from(value, bytes_per_token=bpt, name=name)
+        return math.inf if cap is None else cap
+
+    if args.capacity is not None and args.shared_capacity is not None:
+        raise ValueError("--capacity (per-machine SSD caches) and --shared-capacity (one pool): give one")
+    per_machine = args.capacity is not None
+    policy = None
+    if per_machine:
+        if args.policy != "lru":
+            raise ValueError(f"--policy {args.policy}: per-machine SSD caches (--capacity) are LRU; "
+                             "use --shared-capacity for the part-1 policies")
+        ssd_cap = tokens(args.capacity, "--capacity")
+    else:
+        ssd_cap = tokens(args.shared_capacity, "--shared-capacity")
+        if args.policy != "lru":
+            shared_args = argparse.Namespace(**{**vars(args), "capacity": args.shared_capacity})
+            policy = build_policy(shared_args, sem)
+    host = 0 if args.host_capacity is None else args.host_capacity
+    from tiered_kv.units import parse_bytes
+
+    cfg = ClusterConfig(
+        nodes=args.nodes or 1, routing=args.routing or "random",
+        gpu_capacity_tokens=0 if args.gpu_capacity is None else tokens(args.gpu_capacity, "--gpu-capacity"),
+        host_capacity_bytes=parse_bytes(host, name="--host-capacity"),
+        ssd="per-machine" if per_machine else "shared", ssd_capacity_tokens=ssd_cap,
+        kv_bytes_per_token=bpt, seed=args.seed)
+    res = simulate_cluster(trace, cfg, ssd_policy=policy)
+    out: dict[str, Any] = {"trace": source, "semantics": sem.name, **res.summary()}
+    lat_cfg = L.preset().with_(kv_bytes_per_token=bpt, replay_tokens=cfg.replay_tokens)
+    out.update(latency_of(res, lat_cfg, admission=args.admission))
+    out["cluster"] = {"nodes": cfg.nodes, "routing": cfg.routing, "ssd": cfg.ssd,
+                      "ssd_capacity_tokens": cfg.ssd_capacity_tokens, "gpu_capacity_tokens": cfg.gpu_capacity_tokens,
+                      "host_capacity_bytes": cfg.host_capacity_bytes, "replay_tokens": cfg.replay_tokens,
+                      "bytes_per_token": bpt, "admission": bool(args.admission),
+                      "latency_model": "deepseek-v3 (tiered_kv.sim.latency)"}
+    out.update({k: v for k, v in res.extra.items() if k not in out})
+    return out
+
+
+def print_cluster(r: dict[str, Any]) -> None:
+    c = r["cluster"]
+    print(f"trace      {r['trace']}  (semantics: {r['semantics']})")
+    print(f"cluster    {c['nodes']} machines, routing {c['routing']}, SSD {c['ssd']} "
+          f"({r.get('ssd_policy', 'lru')}), admission {'on' if c['admission'] else 'off'}")
+    print()
+    print(f"{'class':<10} {'requests':>9} {'hit rate':>9} {'GPU':>7} {'SSD':>7} {'window':>7}")
+    for name, s in list(r["by_class"].items()) + [("all", r)]:
+        print(f"{name:<10} {s['requests']:>9,} {s['token_hit_rate']:>9.2%} {s['gpu_token_hit_rate']:>7.2%} "
+              f"{s['disk_token_fraction']:>7.2%} {s['window_hit_rate']:>7.2%}")
+    print()
+    print(f"TTFT p50 {r['ttft_p50_s']:.3f} s  p90 {r['ttft_p90_s']:.3f} s  p99 {r['ttft_p99_s']:.3f} s")
+    print(f"cost per million input tokens {r['cost_per_mtok']:.3f} (miss = 1, hit = 1/50)")
+    ret = r.get("effective_retention")
+    if ret and any(v["evictions"] for v in ret.values()):
+        print("effective retention under one LRU watermark (idle age at eviction, s):")
+        for name, q in ret.items():
+            if q["evictions"]:
+                print(f"  {name:<10} evictions {q['evictions']:>9,}  p50 {q['idle_at_eviction_p50_s']:.0f}  "
+                      f"p90 {q['idle_at_eviction_p90_s']:.0f}")
