@@ -112,3 +112,15 @@ def test_host_tier_evicts_lru_by_bytes(model):
     assert n == 32 and entry is not None
     with pytest.raises(ValueError, match="host capacity_bytes"):
         HostTier("lots")
+
+
+@pytest.mark.parametrize("tq,offset", [(1, 0), (7, 10), (130, 900), (1500, 700)])
+def test_cpu_cross_attention_fast_path_matches_masked_reference(tq, offset):
+    from tiered_kv.model import _cross_attention_cpu, _swa_reference
+
+    g = torch.Generator().manual_seed(tq)
+    q = torch.randn(tq, 6, 32, generator=g)
+    k, v = torch.randn(offset + tq, 2, 32, generator=g), torch.randn(offset + tq, 2, 32, generator=g)
+    fast = _cross_attention_cpu(q, k, v, offset, chunk=1024)
+    ref = _swa_reference(q, k, v, offset + tq + 1, offset, k_offset=0)
+    torch.testing.assert_close(fast, ref, rtol=0, atol=1e-5)

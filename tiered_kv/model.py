@@ -137,6 +137,8 @@ def windowed_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window
     bounded and the work is O(Tq * min(W, Tk)).
     """
     tq, hq, _ = q.shape
+    if window is None and k_offset == 0 and q.device.type == "cpu" and _FLASH_CPU is not None:
+        return _cross_attention_cpu(q, k, v, q_offset)
     if window is not None:
         chunk = min(tq, max(window, 256))
     elif q.device.type == "meta":  # FLOP counting only: no memory is touched, few large chunks
@@ -157,6 +159,50 @@ def windowed_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window
         hi = min(k_offset + k.shape[0], q_offset + b)
         ks, ke = lo - k_offset, hi - k_offset
         outs.append(fn(q[a:b], k[ks:ke], v[ks:ke], win, qa, k_offset=lo))
+    return torch.cat(outs, 0) if len(outs) > 1 else outs[0]
+
+
+_FLASH_CPU = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
+
+
+def _cross_attention_cpu(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_offset: int,
+                         chunk: int = 1024) -> torch.Tensor:
+    """Causal cross-attention of q [Tq,Hq,D] at [q_offset, q_offset+Tq) over keys [0, q_offset+Tq).
+
+    Why a special path: every query of a chunk [a, b) sees *all* keys before a, so that part
+    needs no mask and runs in torch's CPU flash kernel (no score matrix in memory), with the
+    query heads of a KV group folded into the query axis (GQA without copying K/V). Only the
+    small causal square [a, b) x [a, b) is masked; the two parts are merged by log-sum-exp.
+    This is what makes a bounded replay over 32K global keys cheap.
+    """
+    tq, hq, d = q.shape
+    hkv = k.shape[1]
+    g = hq // hkv
+    scale = d ** -0.5
+    outs = []
+    for a0 in range(0, tq, chunk):
+        b0 = min(tq, a0 + chunk)
+        a, b, n = q_offset + a0, q_offset + b0, b0 - a0
+        qc = q[a0:b0]
+        qh = qc.permute(1, 0, 2)  # [Hq, n, D]
+        kb = k[a:b].permute(1, 0, 2).repeat_interleave(g, 0)
+        vb = v[a:b].permute(1, 0, 2).repeat_interleave(g, 0)
+        sb = (qh @ kb.transpose(1, 2)) * scale
+        sb = sb.masked_fill(torch.ones(n, n, dtype=torch.bool, device=q.device).triu(1), float("-inf"))
+        lse_b = torch.logsumexp(sb, -1)
+        out_b = torch.softmax(sb, -1) @ vb  # [Hq, n, D]
+        if a == 0:
+            outs.append(out_b.permute(1, 0, 2))
+            continue
+        qa = qc.reshape(n, hkv, g, d).permute(1, 2, 0, 3).reshape(1, hkv, g * n, d)
+        ka = k[:a].permute(1, 0, 2).unsqueeze(0).contiguous()
+        va = v[:a].permute(1, 0, 2).unsqueeze(0).contiguous()
+        out_a, lse_a = _FLASH_CPU(qa.contiguous(), ka, va, scale=scale)[:2]
+        out_a = out_a.reshape(hkv, g, n, d).reshape(hq, n, d)
+        lse_a = lse_a.reshape(hkv, g, n).reshape(hq, n)
+        m = torch.maximum(lse_a, lse_b)
+        wa, wb = (lse_a - m).exp()[..., None], (lse_b - m).exp()[..., None]
+        outs.append(((out_a * wa + out_b * wb) / (wa + wb)).permute(1, 0, 2))
     return torch.cat(outs, 0) if len(outs) > 1 else outs[0]
 
 
