@@ -3,6 +3,17 @@
 Notebooks call these modules and hold no logic of their own. :func:`notebook_size` is the one
 switch a notebook reads to pick small inputs: the notebook test sets ``TIERED_KV_QUICK=1`` so
 every notebook executes headless in seconds, while a researcher gets full-size runs by default.
+
+Modules (one per notebook idea; each dashboard keeps the frames of its last redraw on the
+object, which is what ``tests/test_widgets.py`` checks):
+
+- :mod:`.retention`: one scan of a trace into a table; hit rates, TTL/capacity curves, SSD
+  occupancy and effective retention at any per-class TTL / capacity / watermark (notebook 03).
+- :mod:`.retention_dashboard`: sliders over that table, real trace and synthetic workload.
+- :mod:`.fp4`, :mod:`.ttft`, :mod:`.replay`, :mod:`.tour`: notebooks 02, 04, 01 and 00.
+- :mod:`.gallery`: the figures of ``tiered-kv reproduce`` with their claims (notebook 05).
+- :mod:`.workshop`: exercises and ``check_answer`` (notebook 06 and its solutions).
+- :mod:`.widgets`: the in-place chart view (offline vega bundle) and small widget helpers.
 """
 
 from __future__ import annotations
