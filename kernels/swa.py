@@ -191,8 +191,14 @@ if triton is not None:
 
 def sliding_window_attention_triton(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                                     window: int, q_offset: int, k_offset: int = 0,
-                                    scale: float | None = None) -> torch.Tensor:
-    """Triton path (CUDA, or CPU under TRITON_INTERPRET=1)."""
+                                    scale: float | None = None, *,
+                                    upcast: bool | None = None) -> torch.Tensor:
+    """Triton path (CUDA, or CPU under TRITON_INTERPRET=1).
+
+    ``upcast`` (default: for fp32 inputs and under the interpreter) runs both dots in fp32;
+    otherwise they take the 16-bit inputs with fp32 accumulation, as on a GPU. The tests force
+    ``upcast=False`` with fp16 under the interpreter (whose bf16 dot is broken) to exercise
+    the GPU's code path on the CPU."""
     Tq, Hq, D = q.shape
     Tk, Hkv, _ = k.shape
     scale = D ** -0.5 if scale is None else float(scale)
@@ -214,7 +220,8 @@ def sliding_window_attention_triton(q: torch.Tensor, k: torch.Tensor, v: torch.T
                       v.stride(0), v.stride(1), out.stride(0), out.stride(1),
                       Tq, Tk, D, q_offset, k_offset, window, Hq // Hkv, scale,
                       BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d,
-                      UPCAST=interp or q.dtype == torch.float32)
+                      UPCAST=(interp or q.dtype == torch.float32) if upcast is None
+                      else (upcast or q.dtype == torch.float32))
     return out if out.dtype == q.dtype else out.to(q.dtype)
 
 

@@ -10,7 +10,11 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from tiered_kv.kernels.swa import sliding_window_attention, visible_pairs
+from tiered_kv.kernels.swa import (
+    sliding_window_attention,
+    sliding_window_attention_triton,
+    visible_pairs,
+)
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
@@ -112,6 +116,15 @@ def test_half_precision_inputs(dtype):
     tri = sliding_window_attention(q, k, v, 9, 0, backend="triton")
     assert tri.dtype == dtype
     assert (tri.float() - ref.float()).abs().max().item() < 2e-2
+
+
+def test_sixteen_bit_dot_path():
+    """The GPU's path (16-bit dots, fp32 accumulation), run on fp16 so the interpreter can."""
+    q, k, v = _qkv(40, 40, 4, 2, 32, seed=7, dtype=torch.float16)
+    ref = sliding_window_attention(q, k, v, 9, 0, backend="torch")
+    out = sliding_window_attention_triton(q, k, v, 9, 0, upcast=False)
+    assert out.dtype == torch.float16
+    assert (out.float() - ref.float()).abs().max().item() < 2e-2
 
 
 def test_visible_pairs_counts_the_mask():
