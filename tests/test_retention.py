@@ -235,6 +235,21 @@ def test_optimal_per_class_ttls_never_lose_to_the_best_shared_ttl(seed, frac):
     assert ref.hit_tokens == shared.hit_tokens
 
 
+@settings(max_examples=15, deadline=None)
+@given(st.integers(0, 10**6), st.floats(0.05, 3.0))
+def test_three_classes_never_lose_to_the_shared_ttl(seed, frac):
+    parts = [random_trace(seed + k, 15, classes=(name,), max_gap_s=8).with_columns(
+        pl.col("block_ids").list.eval(pl.element() + k * 1_000_000), pl.col("request_id") + 100 * k,
+        pl.col("timestamp_s") + 0.25 * k) for k, name in enumerate(("a", "b", "c"))]
+    df = validate_frame(pl.concat(parts).sort("timestamp_s", maintain_order=True), source="three")
+    trace = compile_trace(df)
+    model = R.TTLModel.build(trace, R.reuse_gaps(trace), CHUNK)
+    cap = frac * CHUNK * 4
+    opt, shared = R.optimal_ttls(model, cap), R.best_shared_ttl(model, cap)
+    assert opt.avg_bytes <= cap * (1 + 1e-9)
+    assert opt.hit_tokens >= shared.hit_tokens
+
+
 def test_frontier_occupancy_counts_kept_intervals():
     df = random_trace(11, 60, max_gap_s=5, classes=("chatbot",))
     trace, gaps, fr = frontier_of(df)

@@ -437,33 +437,52 @@ def best_shared_ttl(model: TTLModel, capacity_bytes: float) -> TTLChoice:
     return _choice(model, np.full(model.n_classes, lo))
 
 
+def _best_pair(model: TTLModel, i: int, j: int, budget: float) -> tuple[float, float]:
+    """Exact best (T_i, T_j) for a byte-second budget: every key of ``i``, ``j`` filling the rest."""
+    cand = np.unique(np.concatenate([[0.0], model.keys[i]]))
+    ci = model.cost(i, cand)
+    ok = ci <= budget * (1 + 1e-12)
+    cand, ci = cand[ok], ci[ok]
+    if len(cand) == 0:
+        return 0.0, 0.0
+    tj = np.maximum(model.max_ttl(j, budget - ci), 0.0)
+    total = model.hits(i, cand) + model.hits(j, tj)
+    best = int(np.argmax(total))
+    # class i also takes any budget that class j cannot use
+    ti = float(model.max_ttl(i, budget - float(model.cost(j, tj[best]))))
+    return max(ti, float(cand[best])), float(tj[best])
+
+
 def optimal_ttls(model: TTLModel, capacity_bytes: float) -> TTLChoice:
     """Per-class TTLs with the most hit tokens at average stored bytes <= ``capacity_bytes``.
 
     Exact for one or two classes (every key of the first class, the second filling the rest of
-    the budget); for more, coordinate ascent over each class's keys starting from the best
-    shared TTL, so it never does worse than that.
+    the budget). For more, pairwise exchange from the best shared TTL: each pair of classes is
+    re-solved exactly on the budget the others leave, until no pair improves; it never does
+    worse than the shared TTL, but it is a local optimum.
     """
     budget = capacity_bytes * model.span_s
     n = model.n_classes
     if n == 1:
         return _choice(model, np.array([max(float(model.max_ttl(0, budget)), 0.0)]))
     if n == 2:
-        cand = np.unique(np.concatenate([[0.0], model.keys[0]]))
-        c0 = model.cost(0, cand)
-        ok = c0 <= budget
-        cand, c0 = cand[ok], c0[ok]
-        t1 = model.max_ttl(1, budget - c0)
-        total = model.hits(0, cand) + model.hits(1, np.maximum(t1, 0.0))
-        best = int(np.argmax(total))
-        # the first class also fills any budget the second cannot use
-        t0 = float(model.max_ttl(0, budget - float(model.cost(1, max(t1[best], 0.0)))))
-        return _choice(model, np.array([max(t0, cand[best]), max(t1[best], 0.0)]))
+        return _choice(model, np.array(_best_pair(model, 0, 1, budget)))
     ttl = np.array(best_shared_ttl(model, capacity_bytes).ttl_s)
-    for _ in range(4):
-        for c in range(n):
-            others = sum(float(model.cost(k, ttl[k])) for k in range(n) if k != c)
-            ttl[c] = max(float(model.max_ttl(c, budget - others)), 0.0)
+
+    def total_hits(t: np.ndarray) -> float:
+        return float(sum(model.hits(c, t[c]) for c in range(n)))
+
+    for _ in range(10):
+        improved = False
+        for i in range(n):
+            for j in range(i + 1, n):
+                rest = budget - sum(float(model.cost(k, ttl[k])) for k in range(n) if k not in (i, j))
+                trial = ttl.copy()
+                trial[i], trial[j] = _best_pair(model, i, j, rest)
+                if total_hits(trial) > total_hits(ttl):
+                    ttl, improved = trial, True
+        if not improved:
+            break
     return _choice(model, ttl)
 
 
