@@ -1,15 +1,22 @@
 """A fused CPU path for MXFP4 / NVFP4, bit-exact with the torch reference in ``fp4.py``.
 
-Why a third implementation: the torch reference needs about fifteen elementwise passes per
-element (comparisons, shifts, packing), which on a CPU tops out near a tenth of
-``torch.clone`` bandwidth. These numba loops read each input element once and write its
-nibble once, in parallel over scale blocks, the way the Triton kernels do on a GPU. They
-follow the reference's arithmetic step by step (same thresholds, same integer scale rules,
-fp32 products and quotients), and the tests check every byte against it.
+Why a third implementation: the torch reference makes about fifteen elementwise passes over
+every element (roundings, minima, shifts, packing), which on a CPU tops out near a twentieth
+of ``torch.clone`` bandwidth. These numba loops read each input block once (NVFP4: twice, the
+per-head amax first), write one code byte per element to a small scratch, and pack it, in
+parallel over scale blocks, the way the Triton kernels work on a GPU. They follow the
+reference's arithmetic (same E2M1 rounding formula, same integer scale rules, fp32 products
+and correctly rounded quotients), and the tests check every byte against it.
+
+What makes the loops vectorize (measured, see benchmarks/results/kernels.md): float32/int32
+typed constants (a float64 literal widens every lane), a balanced tree for the block amax
+(an integer max over the sign-cleared bits, whose order is that of |x|), and a separate pack
+loop reading each pair of codes as one little-endian uint16.
 
 Compiled on first use and cached in ``__pycache__`` (numba ``cache=True``). Inputs are
 ``float32`` (the caller converts other dtypes); ``fp4.quantize`` / ``fp4.dequantize`` pick
-this path for CPU tensors with ``backend="auto"`` or ``backend="numba"``.
+this path for CPU tensors with ``backend="numba"``, and with ``backend="auto"`` from
+``fp4.NUMBA_MIN_ELEMENTS`` elements up.
 """
 
 from __future__ import annotations
