@@ -43,11 +43,11 @@ Everything is deterministic: simulated clock, seeded workloads, events ordered b
 
 from __future__ import annotations
 
-import heapq
 import math
 from dataclasses import dataclass, replace
 
 import numpy as np
+from numba import njit
 
 GIB = 2**30
 
@@ -272,58 +272,114 @@ def simulate_queue(cfg: LatencyConfig, arrival_s, machine, n, loaded, local=None
         (local > 0) & ~window_present, replay_seconds(cfg, local), 0.0)
     write_s = load_seconds(cfg, np.maximum(n - local - loaded, 0.0)) if cfg.write_back else np.zeros(count)
 
-    link_free = 0.0
-    compute_free = np.zeros(machines)
-    ready = np.zeros(count)
-    done = np.zeros(count)
-    recomputed = np.zeros(count, dtype=bool)
-    load_time = np.zeros(count)
-    compute_time = np.zeros(count)
-    events: list[tuple[float, int, int]] = [(arrival_s[i], _ARRIVAL, i) for i in range(count)]
-    heapq.heapify(events)
-    seq = count
+    done, load_time, compute_time, recomputed = _queue_kernel(
+        arrival_s, machine, machines, xfer, hit_compute, miss_compute, write_s, loaded > 0, bool(admission))
+    ttft = done - arrival_s
+    return QueueResult(ttft_s=ttft, queue_s=ttft - load_time - compute_time, load_s=load_time,
+                       compute_s=compute_time, recomputed=recomputed)
 
-    def start_compute(i: int, t: float, work: float) -> None:
-        nonlocal seq
+
+@njit(cache=True)
+def _heap_push(ht, hs, size, t, q):
+    i = size
+    ht[i] = t
+    hs[i] = q
+    while i > 0:
+        parent = (i - 1) // 2
+        if ht[parent] < ht[i] or (ht[parent] == ht[i] and hs[parent] < hs[i]):
+            break
+        ht[parent], ht[i] = ht[i], ht[parent]
+        hs[parent], hs[i] = hs[i], hs[parent]
+        i = parent
+    return size + 1
+
+
+@njit(cache=True)
+def _heap_pop(ht, hs, size):
+    size -= 1
+    ht[0], hs[0] = ht[size], hs[size]
+    i = 0
+    while True:
+        left, best = 2 * i + 1, i
+        for c in (left, left + 1):
+            if c < size and (ht[c] < ht[best] or (ht[c] == ht[best] and hs[c] < hs[best])):
+                best = c
+        if best == i:
+            return size
+        ht[best], ht[i] = ht[i], ht[best]
+        hs[best], hs[i] = hs[i], hs[best]
+        i = best
+
+
+@njit(cache=True)
+def _queue_kernel(arrival, machine, machines, xfer, hit_compute, miss_compute, write_s, loads, admission):
+    """Event loop of :func:`simulate_queue`. Three event sources merged in (time, kind, seq)
+    order: load completions (a FIFO: the read queue serves in order, so they come out sorted),
+    write-backs entering the read queue (a heap keyed by (time, seq)), and arrivals (sorted)."""
+    n = arrival.size
+    done = np.zeros(n)
+    load_time = np.zeros(n)
+    compute_time = np.zeros(n)
+    recomputed = np.zeros(n, dtype=np.bool_)
+    compute_free = np.zeros(machines)
+    link_free = 0.0
+    fifo = np.empty(n, dtype=np.int64)
+    fifo_t = np.empty(n)
+    f_head, f_tail = 0, 0
+    ht = np.empty(n)
+    hs = np.empty(n, dtype=np.int64)
+    h_size = 0
+    write_req = np.empty(n, dtype=np.int64)
+    n_writes = 0
+    a = 0
+    while a < n or f_head < f_tail or h_size > 0:
+        # pick the smallest (time, kind, seq): kinds load-done 0 < write 1 < arrival 2
+        kind = -1
+        best_t = np.inf
+        if f_head < f_tail:
+            kind, best_t = 0, fifo_t[f_head]
+        if h_size > 0 and ht[0] < best_t:
+            kind, best_t = 1, ht[0]
+        if a < n and arrival[a] < best_t:
+            kind, best_t = 2, arrival[a]
+        t = best_t
+        if kind == 2:
+            i = a
+            a += 1
+            if not loads[i]:
+                work = hit_compute[i]
+            else:
+                load_ready = max(link_free, t) + xfer[i]
+                m = machine[i]
+                if admission and max(compute_free[m], t) + miss_compute[i] < max(compute_free[m], load_ready) + hit_compute[i]:
+                    recomputed[i] = True
+                    work = miss_compute[i]
+                else:
+                    link_free = load_ready
+                    load_time[i] = xfer[i]
+                    fifo[f_tail] = i
+                    fifo_t[f_tail] = load_ready
+                    f_tail += 1
+                    continue
+        elif kind == 0:
+            i = fifo[f_head]
+            f_head += 1
+            work = hit_compute[i]
+        else:
+            q = hs[0]
+            h_size = _heap_pop(ht, hs, h_size)
+            link_free = max(link_free, t) + write_s[write_req[q]]
+            continue
         m = machine[i]
         begin = max(compute_free[m], t)
         compute_free[m] = begin + work
         done[i] = begin + work
         compute_time[i] = work
         if write_s[i] > 0:
-            heapq.heappush(events, (done[i], _WRITE_DONE, seq))  # write enters the link then
-            seq += 1
-            write_of[seq - 1] = i
-
-    write_of: dict[int, int] = {}
-    while events:
-        t, kind, key = heapq.heappop(events)
-        if kind == _ARRIVAL:
-            i = key
-            if loaded[i] <= 0:
-                start_compute(i, t, hit_compute[i])
-                continue
-            load_ready = max(link_free, t) + xfer[i]
-            if admission:
-                m = machine[i]
-                via_load = max(compute_free[m], load_ready) + hit_compute[i]
-                via_compute = max(compute_free[m], t) + miss_compute[i]
-                if via_compute < via_load:
-                    recomputed[i] = True
-                    start_compute(i, t, miss_compute[i])
-                    continue
-            link_free = load_ready
-            load_time[i] = xfer[i]
-            ready[i] = load_ready
-            heapq.heappush(events, (load_ready, _LOAD_DONE, i))
-        elif kind == _LOAD_DONE:
-            start_compute(key, t, hit_compute[key])
-        else:  # a write-back enters the shared link (it delays later restores, not its own TTFT)
-            i = write_of.pop(key)
-            link_free = max(link_free, t) + write_s[i]
-    ttft = done - arrival_s
-    return QueueResult(ttft_s=ttft, queue_s=ttft - load_time - compute_time, load_s=load_time,
-                       compute_s=compute_time, recomputed=recomputed)
+            write_req[n_writes] = i
+            h_size = _heap_push(ht, hs, h_size, done[i], n_writes)
+            n_writes += 1
+    return done, load_time, compute_time, recomputed
 
 
 def percentiles(values, qs=(50, 90, 99)) -> dict[str, float]:
