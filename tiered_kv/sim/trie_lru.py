@@ -34,7 +34,7 @@ replay (a linked list in that order) that the policy and the tests use.
 *Trie-Belady with bypass* is a priority stack algorithm too: see :mod:`tiered_kv.sim.trie_belady`.
 
 *FIFO* is not a stack algorithm (Belady's anomaly), so each capacity is its own O(n) pass;
-32 capacities walk the accesses together (:func:`fifo_trie_curve`).
+32 capacities walk the accesses together (:mod:`tiered_kv.sim.trie_fifo`).
 
 The hot loops use numba (already a dependency): they are sequential, branchy per-access loops
 (a Fenwick tree, heaps, linked lists) that numpy cannot vectorise; numba runs them at C speed
@@ -224,13 +224,6 @@ def replay_lru_trie(t: TrieTrace, capacity: int) -> tuple[np.ndarray, bool]:
     if capacity <= 0 or t.n_requests == 0:
         return np.zeros(t.n_requests, dtype=np.int64), capacity <= 0
     return _replay_lru_list(t.node, t.parent, t.offsets, t.warmup, int(capacity))
-
-
-def replay_fifo_trie(t: TrieTrace, capacity: int) -> tuple[np.ndarray, bool]:
-    """Exact kvcache.ai FIFO at one capacity (blocks): (hit blocks per request, filled)."""
-    if capacity <= 0 or t.n_requests == 0:
-        return np.zeros(t.n_requests, dtype=np.int64), capacity <= 0
-    return _replay_fifo(t.node, t.offsets, t.warmup, t.n_nodes, int(capacity))
 
 
 def lru_trie_curve(t: TrieTrace, capacities) -> np.ndarray:
@@ -452,100 +445,18 @@ def _lru_trie_distances(node, offsets, n_nodes):
     return dist
 
 
-# --------------------------------------------------------------------------------------------
-# FIFO over trie nodes (not prefix-closed: a hit needs every earlier block of the request)
-
-
 def fifo_trie_curve(t: TrieTrace, capacities) -> np.ndarray:
-    """kvcache.ai FIFO counted hit tokens at each capacity (blocks), 32 capacities per pass.
+    """kvcache.ai's ``fifo`` at each capacity (blocks); see :mod:`tiered_kv.sim.trie_fifo`."""
+    from tiered_kv.sim.trie_fifo import fifo_trie_curve as curve
 
-    FIFO never reorders: after ``I`` insertions a cache of ``C`` blocks holds exactly the nodes
-    inserted ``I-C+1 .. I``, so a node is present iff ``I - inserted_at[node] < C`` (no queue).
-    Capacities are independent, so 32 of them walk the access stream together, each with its
-    own insertion counter: one node's 32 insertion numbers fill two 64-byte cache lines and the
-    inner loop is branch-free (8, 16, 48, 64 lanes measured slower on the conversation trace).
-    FIFO is no stack algorithm, so there is no one-pass curve.
-    """
-    caps = _check_capacities(capacities)
-    out = np.zeros(caps.shape[0], dtype=np.int64)
-    live = np.flatnonzero(~_underfilled_mask(t, caps))  # live <=> filled during warm-up
-    if live.size and t.n_requests:
-        out[live] = _fifo_lanes(t.node, t.offsets, t.tokens, t.warmup, t.n_nodes, caps[live].astype(np.int64))
-    return out
+    return curve(t, capacities)
 
 
-_LANES = 32
+def replay_fifo_trie(t: TrieTrace, capacity: int) -> tuple[np.ndarray, bool]:
+    """kvcache.ai's ``fifo`` at one capacity; see :mod:`tiered_kv.sim.trie_fifo`."""
+    from tiered_kv.sim.trie_fifo import replay_fifo_trie as replay
 
-
-@nb.njit(cache=True)
-def _fifo_lanes(node, offsets, tokens, warmup, n_nodes, caps):
-    """One pass per 32 capacities. A request's path holds distinct nodes, so its lookup can use
-    the insertion counter as it stood when the request began (``start``) while admission, in the
-    same pass over the path, uses the running one: one load of each node's row, not two."""
-    nq = caps.shape[0]
-    groups = (nq + _LANES - 1) // _LANES
-    cap = np.full(groups * _LANES, 2**30, dtype=np.int32)  # padding lanes: never evict
-    cap[:nq] = caps
-    hits = np.zeros(groups * _LANES, dtype=np.int64)
-    inserted = np.empty((n_nodes + 1, _LANES), dtype=np.int32)
-    count = np.zeros(_LANES, dtype=np.int32)
-    start = np.zeros(_LANES, dtype=np.int32)
-    alive = np.zeros(_LANES, dtype=np.int32)
-    for g in range(groups):
-        inserted[:, :] = -(2**30)  # never inserted: absent at every capacity
-        count[:] = 0
-        cg = cap[g * _LANES:(g + 1) * _LANES]
-        hg = hits[g * _LANES:(g + 1) * _LANES]
-        for r in range(offsets.shape[0] - 1):
-            s, e = offsets[r], offsets[r + 1]
-            counted = np.int32(1 if r >= warmup else 0)
-            start[:] = count
-            alive[:] = counted
-            for a in range(s, e):
-                row = inserted[node[a]]
-                w = tokens[a]
-                for q in range(_LANES):
-                    rq = row[q]
-                    hit = alive[q] & np.int32(start[q] - rq < cg[q])  # leading, present at lookup
-                    alive[q] = hit
-                    hg[q] += w * hit
-                    c = count[q]
-                    miss = np.int32(c - rq >= cg[q])  # absent now: insert (FIFO evicts implicitly)
-                    count[q] = c + miss
-                    row[q] = rq + miss * (c + 1 - rq)
-    return hits[:nq]
-
-
-@nb.njit(cache=True)
-def _replay_fifo(node, offsets, warmup, n_nodes, capacity):
-    cached = np.zeros(n_nodes + 1, dtype=np.bool_)
-    ring = np.empty(capacity, dtype=np.int64)
-    head = 0
-    size = 0
-    filled = False
-    hit_blocks = np.zeros(offsets.shape[0] - 1, dtype=np.int64)
-    for r in range(offsets.shape[0] - 1):
-        if r >= warmup and not filled:
-            return hit_blocks, False
-        s, e = offsets[r], offsets[r + 1]
-        h = s
-        while h < e and cached[node[h]]:
-            h += 1
-        hit_blocks[r] = h - s
-        for a in range(s, e):
-            x = node[a]
-            if cached[x]:
-                continue
-            if size >= capacity:
-                cached[ring[head]] = False
-                head = (head + 1) % capacity
-                size -= 1
-            cached[x] = True
-            ring[(head + size) % capacity] = x
-            size += 1
-            if size >= capacity and r < warmup:
-                filled = True
-    return hit_blocks, filled
+    return replay(t, capacity)
 
 
 def optimal_trie_curve(t: TrieTrace, capacities) -> np.ndarray:
