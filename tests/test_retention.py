@@ -320,12 +320,12 @@ def test_figure_11_values_come_from_the_replay(monkeypatch):
 
     fig = importlib.import_module("tiered_kv.viz.figures.11_retention_frontier")
     orig = fig.build_data
-    monkeypatch.setattr(fig, "build_data", lambda preset, days, seed: orig(preset, 4.0, seed))
+    monkeypatch.setattr(fig, "build_data", lambda preset, days, seed: orig(preset, 2.0, seed))
     res = fig.build(quick=True)
     res.chart.to_dict()  # a valid Vega-Lite spec
     data = res.data
     col = next(c for c in data.columns if c.startswith("storage_"))
-    trace = compile_trace(generate("ci", 4.0, 0))
+    trace = compile_trace(generate("ci", 2.0, 0))
     for name in ("agent", "chatbot"):
         mk = data.filter((pl.col("class") == name) & (pl.col("label") == "3 d"))
         ref = replay(trace, get_policy("ttl", ttl_seconds={name: 3 * 86_400.0}))
