@@ -37,11 +37,15 @@ def build(quick: bool) -> FigureResult:
                 s = simulate_cluster(trace, cfg).summary()
                 rows.append({"total_ssd_tokens": total, "routing": routing, "ssd": ssd,
                              "token_hit_rate": s["token_hit_rate"], "machine_load_imbalance": s["machine_load_imbalance"]})
-    data = pl.DataFrame(rows)
+    data = pl.DataFrame(rows).with_columns(
+        pl.when(pl.col("ssd") == "shared pool").then(pl.lit("shared pool, ") + pl.col("routing"))
+        .otherwise(pl.lit("per-machine, ") + pl.col("routing")).alias("series"))
     chart = alt.Chart(data).mark_line(point=True).encode(
-        x=alt.X("total_ssd_tokens:Q", scale=alt.Scale(type="log"), title="total SSD capacity (tokens, log)"),
+        x=alt.X("total_ssd_tokens:Q", scale=alt.Scale(type="log"), title="total SSD capacity (tokens, log)",
+                axis=alt.Axis(format="~s")),
         y=alt.Y("token_hit_rate:Q", title="token hit rate (fraction)", axis=alt.Axis(format="%")),
-        color=alt.Color("routing:N"), strokeDash=alt.StrokeDash("ssd:N", title="SSD tier"),
+        color=alt.Color("series:N", title="SSD tier, routing"),
+        strokeDash=alt.StrokeDash("ssd:N", title="SSD tier"),
         tooltip=["total_ssd_tokens", "routing", "ssd", alt.Tooltip("token_hit_rate:Q", format=".2%"),
                  alt.Tooltip("machine_load_imbalance:Q", format=".2f")],
     ).properties(width=520, height=320, title=TITLE)
