@@ -136,10 +136,12 @@ def _quantize_nv(xi, xf, codes, data, scales, gs_heads, blocks_per_row):  # prag
     gsb = np.empty(nb, dtype=np.float32)
     for b in prange(nb):
         ibuf[b] = _amax16(xi[b])
-    for b in prange(nb):
-        gs = gs_heads[(b // blocks_per_row) % heads]
-        gsb[b] = gs
-        fbuf[b] = min(np.float32(fbuf[b] / np.float32(gs * _F6)), _F448)
+    for rh in prange(nb // blocks_per_row):  # one (row, head): its blocks share a scale
+        gs = gs_heads[rh % heads]
+        for j in range(blocks_per_row):
+            b = rh * blocks_per_row + j
+            gsb[b] = gs
+            fbuf[b] = min(np.float32(fbuf[b] / np.float32(gs * _F6)), _F448)
     code = np.empty(nb, dtype=np.int32)
     scale = np.empty(nb, dtype=np.float32)
     pow2 = np.empty(16, dtype=np.float32)
