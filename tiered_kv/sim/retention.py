@@ -411,6 +411,23 @@ def _marginals(model: TTLModel, ttl: np.ndarray) -> tuple[float, ...]:
     return tuple(out)
 
 
+def _trim(model: TTLModel, ttl: np.ndarray, shared: bool = False) -> np.ndarray:
+    """The smallest TTLs with the same hits: each down to its class's largest key at or below it.
+
+    Hits only change at keys, so a TTL between two keys pays for nothing; with a budget larger
+    than the traffic needs this turns "anything up to 10^5 days" into the longest reuse gap.
+    ``shared``: one TTL for all classes, trimmed to the largest such key over the classes.
+    """
+    out = np.asarray(ttl, dtype=np.float64).copy()
+    for c in range(model.n_classes):
+        k = model.keys[c]
+        i = int(np.searchsorted(k, out[c], side="right"))
+        out[c] = float(k[i - 1]) if i > 0 else 0.0
+    if shared:
+        out[:] = out.max() if len(out) else 0.0
+    return out
+
+
 def _choice(model: TTLModel, ttl: np.ndarray) -> TTLChoice:
     h, c = model.evaluate_separable(ttl)
     return TTLChoice(tuple(float(x) for x in ttl), float(h.sum()), float(c.sum()), float(c.sum()) / model.span_s,
@@ -418,7 +435,8 @@ def _choice(model: TTLModel, ttl: np.ndarray) -> TTLChoice:
 
 
 def best_shared_ttl(model: TTLModel, capacity_bytes: float) -> TTLChoice:
-    """The largest single TTL (for every class) whose average stored bytes fit ``capacity_bytes``."""
+    """The best single TTL for every class whose average stored bytes fit ``capacity_bytes``: the
+    largest that fits, trimmed down to the smallest TTL with the same hits (:func:`_trim`)."""
     budget = capacity_bytes * model.span_s
 
     def total(t: float) -> float:
@@ -434,7 +452,7 @@ def best_shared_ttl(model: TTLModel, capacity_bytes: float) -> TTLChoice:
         if mid in (lo, hi):
             break
         lo, hi = (mid, hi) if total(mid) <= budget else (lo, mid)
-    return _choice(model, np.full(model.n_classes, lo))
+    return _choice(model, _trim(model, np.full(model.n_classes, lo), shared=True))
 
 
 def _best_pair(model: TTLModel, i: int, j: int, budget: float) -> tuple[float, float]:
@@ -464,9 +482,9 @@ def optimal_ttls(model: TTLModel, capacity_bytes: float) -> TTLChoice:
     budget = capacity_bytes * model.span_s
     n = model.n_classes
     if n == 1:
-        return _choice(model, np.array([max(float(model.max_ttl(0, budget)), 0.0)]))
+        return _choice(model, _trim(model, np.array([max(float(model.max_ttl(0, budget)), 0.0)])))
     if n == 2:
-        return _choice(model, np.array(_best_pair(model, 0, 1, budget)))
+        return _choice(model, _trim(model, np.array(_best_pair(model, 0, 1, budget))))
     ttl = np.array(best_shared_ttl(model, capacity_bytes).ttl_s)
 
     def total_hits(t: np.ndarray) -> float:
@@ -483,7 +501,7 @@ def optimal_ttls(model: TTLModel, capacity_bytes: float) -> TTLChoice:
                     ttl, improved = trial, True
         if not improved:
             break
-    return _choice(model, ttl)
+    return _choice(model, _trim(model, ttl))
 
 
 def _inverse_cost(g: np.ndarray, gap_cum: np.ndarray, units: np.ndarray) -> np.ndarray:
