@@ -64,6 +64,7 @@ class RetentionAnalysis:
     frontier: pl.DataFrame  # class (or "all"), byte_days, avg_bytes, peak_bytes, hit_tokens, token_hit_rate
     policies: pl.DataFrame  # named TTL vectors at the capacity, per class and total
     summary: dict[str, Any] = field(default_factory=dict)
+    model: Any = None  # the per-class TTLModel the curves came from (for further queries)
 
     def to_dict(self) -> dict[str, Any]:
         return {**self.summary,
@@ -204,7 +205,7 @@ def analyze(trace: CompiledTrace, *, capacity_bytes: float | None = None, bytes_
         "watermark": {**wm, "token_hit_rate": wm_hits / total_inp},
         "timing_s": timing,
     }
-    return RetentionAnalysis(curves=curves, frontier=frontier, policies=policies, summary=summary)
+    return RetentionAnalysis(curves=curves, frontier=frontier, policies=policies, summary=summary, model=model)
 
 
 def _frontier_points(cost: np.ndarray, k: int) -> np.ndarray:

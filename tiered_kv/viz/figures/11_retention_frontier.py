@@ -53,8 +53,7 @@ def build_data(preset: str, days: float, seed: int):
                   "token_hit_rate", pl.lit(None, dtype=pl.Float64).alias("ttl_days")),
     ])
     # markers: 3 d and 7 d on every class's TTL curve, and the watermark's effective retention
-    gaps = R.reuse_gaps(trace)
-    model = R.TTLModel.build(trace, gaps, res.summary["chunk_bytes"])
+    model = res.model
     marks = []
     wm = res.summary["watermark"]["effective_retention_s"]
     for c, name in enumerate(trace.class_names):
