@@ -176,10 +176,13 @@ def pack_chunk(q, *, namespace: Namespace, key: bytes, parent: bytes, index: int
         "sections": [[n, a.dtype.str, list(a.shape), a.nbytes] for n, a in secs],
     }
     hbytes = json.dumps(header, separators=(",", ":")).encode()
-    payload = b"".join(a.tobytes() for _, a in secs)
-    prefix = PREFIX.pack(MAGIC, VERSION, 0, len(hbytes), len(payload), key, parent, namespace.digest)
-    body = b"".join((prefix, hbytes, payload))
-    return body + google_crc32c.value(body).to_bytes(TRAILER, "little")
+    parts = [a.tobytes() for _, a in secs]
+    prefix = PREFIX.pack(MAGIC, VERSION, 0, len(hbytes), sum(len(p) for p in parts), key, parent,
+                         namespace.digest)
+    crc = google_crc32c.value(prefix)
+    for part in (hbytes, *parts):  # CRC part by part, then one join: the payload is copied once
+        crc = google_crc32c.extend(crc, part)
+    return b"".join((prefix, hbytes, *parts, crc.to_bytes(TRAILER, "little")))
 
 
 def read_header(buf: bytes | memoryview) -> ChunkHeader:

@@ -62,6 +62,7 @@ def _drop_cache(paths: list[Path]) -> None:
 
 
 def _raw_write(dirpath: Path, objs: list[bytes], pool: ThreadPoolExecutor | None) -> list[Path]:
+    """One plain file per chunk: open, write, close (no temp file, no rename, no fsync)."""
     paths = [dirpath / f"{i:06d}" for i in range(len(objs))]
 
     def one(i: int) -> None:
@@ -125,52 +126,51 @@ def _size_case(label: str, ns, tokens, root: Path, args, pool) -> dict:
         "raw_read_os_warm",
         "get_cold", "raw_read_cold", "put_with_quantize")}
     bar = tqdm(total=args.repeat, desc=f"store bench ({label})", leave=False, delay=1.0)
+    def timed(name: str, fn):
+        t0 = time.perf_counter()
+        out = fn()
+        timings[name].append(time.perf_counter() - t0)
+        return out
+
     for r in range(args.repeat):
         base = root / f"{label}-{r}"
         tier = SSDTier(base / "tier", namespace=ns, auto_gc=False, io_threads=args.io_threads,
                        precreate_shards=True)  # steady state: shard dirs exist
-        t0 = time.perf_counter()
-        assert tier.put_quantized(tokens, chunks, "bench") == n_blocks
-        timings["put"].append(time.perf_counter() - t0)
-        (base / "raw").mkdir()
-        t0 = time.perf_counter()
-        raw_paths = _raw_write(base / "raw", objs, None)
-        timings["raw_write"].append(time.perf_counter() - t0)
-        (base / "rawp").mkdir()
-        t0 = time.perf_counter()
-        _raw_write(base / "rawp", objs, pool)
-        timings["raw_write_parallel"].append(time.perf_counter() - t0)
-        # warm reads (just written: in the page cache)
-        t0 = time.perf_counter()
-        hit = tier.get_prefix(tokens)
-        timings["get_warm"].append(time.perf_counter() - t0)
-        tier.flush()  # the access record is written in the background, off the read path
-        assert hit.blocks == n_blocks and abs(hit.nbytes - total) <= 32 * n_blocks  # same bytes, +- header digits
-        t0 = time.perf_counter()
-        assert _raw_read(raw_paths, None) == total
-        timings["raw_read_warm"].append(time.perf_counter() - t0)
-        t0 = time.perf_counter()
-        _raw_read(raw_paths, pool)
-        timings["raw_read_parallel_warm"].append(time.perf_counter() - t0)
-        t0 = time.perf_counter()
-        assert _raw_read_os(raw_paths) == total
-        timings["raw_read_os_warm"].append(time.perf_counter() - t0)
+        for d in ("raw", "rawp"):
+            (base / d).mkdir()
+        raw_paths = [base / "raw" / f"{i:06d}" for i in range(n_blocks)]
+        # writes, each from a clean page cache (os.sync), in an order that alternates per run
+        writes = [("put", lambda: tier.put_quantized(tokens, chunks, "bench")),
+                  ("raw_write", lambda: _raw_write(base / "raw", objs, None)),
+                  ("raw_write_parallel", lambda: _raw_write(base / "rawp", objs, pool))]
+        for name, fn in (writes if r % 2 == 0 else writes[::-1]):
+            os.sync()
+            timed(name, fn)
+        os.sync()
+        # warm reads (page cache), interleaved
+        reads = [("get_warm", lambda: tier.get_prefix(tokens)),
+                 ("raw_read_warm", lambda: _raw_read(raw_paths, None)),
+                 ("raw_read_parallel_warm", lambda: _raw_read(raw_paths, pool)),
+                 ("raw_read_os_warm", lambda: _raw_read_os(raw_paths))]
+        for name, fn in (reads if r % 2 == 0 else reads[::-1]):
+            out = timed(name, fn)
+            if name == "get_warm":
+                tier.flush()  # the access record is written in the background, off the read path
+                assert out.blocks == n_blocks and abs(out.nbytes - total) <= 32 * n_blocks  # +- header digits
+            else:
+                assert out == total
         # cold reads
         tier_paths = [base / "tier" / layout.chunk_path(k) for k in keys]
         _drop_cache(tier_paths)
-        t0 = time.perf_counter()
-        assert tier.get_prefix(tokens).blocks == n_blocks
-        timings["get_cold"].append(time.perf_counter() - t0)
+        assert timed("get_cold", lambda: tier.get_prefix(tokens)).blocks == n_blocks
         tier.flush()
         _drop_cache(raw_paths)
-        t0 = time.perf_counter()
-        _raw_read(raw_paths, None)
-        timings["raw_read_cold"].append(time.perf_counter() - t0)
+        timed("raw_read_cold", lambda: _raw_read(raw_paths, None))
         if r == 0:  # end to end once: FP4 quantize on this CPU + put
-            t2 = SSDTier(base / "tier2", namespace=ns, background_touch=False, auto_gc=False)
-            t0 = time.perf_counter()
-            t2.put(tokens, kv, "bench")
-            timings["put_with_quantize"].append(time.perf_counter() - t0)
+            t2 = SSDTier(base / "tier2", namespace=ns, background_touch=False, auto_gc=False,
+                         precreate_shards=True)
+            os.sync()
+            timed("put_with_quantize", lambda: t2.put(tokens, kv, "bench"))
             t2.close()
         if r < args.repeat - 1:
             tier.close()

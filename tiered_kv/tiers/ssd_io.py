@@ -168,10 +168,8 @@ def _read_file(path: str) -> bytes | None:
     except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
         return None
     try:
-        size = os.fstat(fd).st_size
-        data = os.read(fd, size + 1)
-        if len(data) > size:  # grew while reading (cannot happen to a published chunk); read it all
-            data += b"".join(iter(lambda: os.read(fd, 1 << 20), b""))
-        return data
+        # Published chunks are immutable (atomic rename), so one read of st_size bytes is the
+        # whole object; a short read would fail the length and CRC checks like any truncation.
+        return os.read(fd, os.fstat(fd).st_size)
     finally:
         os.close(fd)
