@@ -590,18 +590,17 @@ def quantize_numba(x: torch.Tensor, fmt: str = "mxfp4", scale_rule: str = "floor
 
 
 def dequantize_numba(q: FP4Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    """Fused CPU path of :func:`dequantize`; per-block scales come from the torch helpers."""
+    """Fused CPU path of :func:`dequantize`: one pass, scales decoded by table."""
     from tiered_kv.kernels import fp4_cpu
 
     _resolve_backend("numba", q.device)
     block = q.block
-    codes = q.scales.reshape(-1)
-    if q.fmt == "mxfp4":
-        scale = _e8m0_value_torch(codes)
-    else:
-        scale = _e4m3_value_torch(codes) * _block_gs(q.global_scale, q.shape, block)
+    gs = q.global_scale
+    heads = q.shape[-2] if (gs is not None and gs.ndim == 1) else 1
+    per_row = q.shape[-1] // block
     out = fp4_cpu.dequantize_blocks(q.data.reshape(-1, block // 2).contiguous(),
-                                    scale.contiguous())
+                                    q.scales.reshape(-1).contiguous(), q.fmt,
+                                    None if gs is None else gs.reshape(heads), per_row)
     out = out.reshape(q.shape)
     return out if dtype == torch.float32 else out.to(dtype)
 

@@ -172,15 +172,20 @@ def _quantize_nv(xi, xf, codes, data, scales, gs_heads, blocks_per_row):  # prag
 
 
 @njit(cache=True, parallel=True)
-def _dequantize(data, scale, out, table):  # pragma: no cover - compiled
-    """data [nb, half] uint8, scale [nb] fp32 per block -> out [nb, 2 * half] fp32."""
+def _dequantize(data, codes, table, gs_heads, blocks_per_row, out):  # pragma: no cover
+    """data [nb, half] uint8 and scale codes [nb] -> out [nb, 2 * half] fp32; a block's scale
+    is ``table[code] * gs`` with gs the global scale of its (row, head) (1 for MXFP4)."""
     nb, half = data.shape
-    for b in prange(nb):
-        s = scale[b]
-        for i in range(half):
-            byte = data[b, i]
-            out[b, 2 * i] = table[byte & 15] * s
-            out[b, 2 * i + 1] = table[byte >> 4] * s
+    heads = gs_heads.size
+    for rh in prange(nb // blocks_per_row):
+        g = gs_heads[rh % heads]
+        for j in range(blocks_per_row):
+            b = rh * blocks_per_row + j
+            s = np.float32(table[codes[b]] * g)
+            for i in range(half):
+                byte = data[b, i]
+                out[b, 2 * i] = _E2M1[byte & 15] * s
+                out[b, 2 * i + 1] = _E2M1[byte >> 4] * s
 
 
 def quantize_blocks(x32: torch.Tensor, fmt: str, scale_rule: str,
@@ -213,13 +218,29 @@ def per_head_amax(x32: torch.Tensor) -> torch.Tensor:
     return torch.from_numpy(bits).view(torch.float32)
 
 
-def dequantize_blocks(packed: torch.Tensor, block_scale: torch.Tensor) -> torch.Tensor:
-    """Packed ``[nb, block/2]`` and fp32 per-block scales ``[nb]`` -> fp32 ``[nb, block]``."""
+def dequantize_blocks(packed: torch.Tensor, codes: torch.Tensor, fmt: str,
+                      gs_heads: torch.Tensor | None = None,
+                      blocks_per_row: int = 1) -> torch.Tensor:
+    """Packed ``[nb, block/2]`` and scale codes ``[nb]`` -> fp32 ``[nb, block]``; NVFP4 takes
+    the global scales ``gs_heads [H]`` as in :func:`quantize_blocks`."""
     nb, half = packed.shape
     out = np.empty((nb, 2 * half), dtype=np.float32)
+    if gs_heads is None:
+        gs_heads = torch.ones(1, dtype=torch.float32)
     if nb:
-        _dequantize(packed.numpy(), block_scale.numpy(), out, _E2M1)
+        _dequantize(packed.numpy(), codes.numpy(), _scale_table(fmt),
+                    gs_heads.to(torch.float32).contiguous().numpy(), blocks_per_row, out)
     return torch.from_numpy(out)
+
+
+@functools.lru_cache(maxsize=2)
+def _scale_table(fmt: str) -> np.ndarray:
+    """Scale value by code 0..255 (fp32, exact), from the reference's own decoders."""
+    from tiered_kv.kernels import fp4
+
+    codes = torch.arange(256, dtype=torch.int32)
+    decode = fp4._e8m0_value_torch if fmt == "mxfp4" else fp4._e4m3_value_torch
+    return decode(codes).numpy().copy()
 
 
 @functools.lru_cache(maxsize=1)
