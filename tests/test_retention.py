@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from tiered_kv.cli import main
 from tiered_kv.sim import retention as R
+from tiered_kv.sim import retention_occupancy as O
 from tiered_kv.sim.curves import infinite_bound, ttl_curve
 from tiered_kv.sim.policies import get_policy
 from tiered_kv.sim.replay import compile_trace, replay
@@ -155,7 +156,7 @@ def brute_ttl_replay(df, ttl: dict, samples=()):
             last[b] = (now, cls)
     for s in pending:
         occ.append(sum(CHUNK for t, c in last.values() if s - t <= ttl[c]))
-    for t, c in last.values():
+    for _, c in last.values():
         cost[c] = cost.get(c, 0.0) + CHUNK * ttl[c]
     return hits, cost, occ
 
@@ -168,13 +169,13 @@ def test_ttl_hits_cost_and_occupancy_equal_an_event_replay(seed, t_chat, t_agent
     gaps = R.reuse_gaps(trace)
     model = R.TTLModel.build(trace, gaps, CHUNK)
     ttl = {"chatbot": t_chat, "agent": t_agent}
-    samples = R.sample_instants(trace, 7)
+    samples = O.sample_instants(trace, 7)
     b_hits, b_cost, b_occ = brute_ttl_replay(df, ttl, samples[samples < trace.timestamps[-1]].tolist()
                                              + [trace.timestamps[-1]])
     ref = replay(trace, get_policy("ttl", ttl_seconds=ttl))
     vec = np.array([ttl[c] for c in trace.class_names])
     exact_h, exact_c = R.evaluate(trace, gaps, CHUNK, vec)
-    occ = R.ttl_occupancy(trace, np.unique(vec), samples, CHUNK)
+    occ = O.ttl_occupancy(trace, np.unique(vec), samples, CHUNK)
     idx = np.searchsorted(np.unique(vec), vec)
     for c, name in enumerate(trace.class_names):
         assert model.hits(c, ttl[name]) == b_hits.get(name, 0) == ref.by_class[name]["hit_tokens"] == exact_h[c]
@@ -256,9 +257,9 @@ def test_three_classes_never_lose_to_the_shared_ttl(seed, frac):
 def test_frontier_occupancy_counts_kept_intervals():
     df = random_trace(11, 60, max_gap_s=5, classes=("chatbot",))
     trace, gaps, fr = frontier_of(df)
-    samples = R.sample_instants(trace, 9)
+    samples = O.sample_instants(trace, 9)
     pts = np.array([0, len(fr.cost) // 3, len(fr.cost) - 1])
-    occ = R.frontier_occupancy(trace, gaps, fr, pts, samples, CHUNK)
+    occ = O.frontier_occupancy(trace, gaps, fr, pts, samples, CHUNK)
     items = np.flatnonzero(fr.item_group >= 0)
     start, end = trace.access_time[gaps.prev[items]], trace.access_time[items]
     for q, k in enumerate(pts):

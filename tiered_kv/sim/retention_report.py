@@ -25,6 +25,7 @@ import numpy as np
 import polars as pl
 
 from tiered_kv.sim import retention as R
+from tiered_kv.sim import retention_occupancy as O
 from tiered_kv.sim.replay import CompiledTrace
 
 DAY_S = R.DAY_S
@@ -128,8 +129,8 @@ def analyze(trace: CompiledTrace, *, capacity_bytes: float | None = None, bytes_
     grid = ttl_grid(span, cfg.ttl_points, cfg.min_ttl_s)
     extra = np.concatenate([np.asarray(ch.ttl_s) for ch in choices.values()])
     occ_ttls = np.unique(np.concatenate([grid, extra]))
-    samples = R.sample_instants(trace, cfg.samples)
-    occ = R.ttl_occupancy(trace, occ_ttls, samples, cb)  # [class, sample, ttl]
+    samples = O.sample_instants(trace, cfg.samples)
+    occ = O.ttl_occupancy(trace, occ_ttls, samples, cb)  # [class, sample, ttl]
     timing["occupancy_s"] = time.perf_counter() - t1
 
     rows = []
@@ -147,7 +148,7 @@ def analyze(trace: CompiledTrace, *, capacity_bytes: float | None = None, bytes_
         fcost = front.cost if c is None else front.class_cost[c]
         fhits = front.hits if c is None else front.class_hits[c]
         pts = _frontier_points(fcost, cfg.frontier_points)
-        peak = R.frontier_occupancy(trace, gaps, front, pts, samples, cb, c).max(axis=0)
+        peak = O.frontier_occupancy(trace, gaps, front, pts, samples, cb, c).max(axis=0)
         denom = max(int(inp.sum() if c is None else inp[c]), 1)
         frows.append(pl.DataFrame({"class": name, "groups": pts, "byte_days": fcost[pts] / DAY_S,
                                    "avg_bytes": fcost[pts] / span, "peak_bytes": peak,
@@ -174,7 +175,7 @@ def analyze(trace: CompiledTrace, *, capacity_bytes: float | None = None, bytes_
     policies = pl.DataFrame(prow)
 
     t1 = time.perf_counter()
-    wm = R.watermark_view(trace, cap, cb, cfg.watermark_high, cfg.watermark_low)
+    wm = O.watermark_view(trace, cap, cb, cfg.watermark_high, cfg.watermark_low)
     timing["watermark_s"] = time.perf_counter() - t1
     timing["total_s"] = time.perf_counter() - t0
 
@@ -189,13 +190,13 @@ def analyze(trace: CompiledTrace, *, capacity_bytes: float | None = None, bytes_
         "bytes_per_token": store.bytes_per_token, "chunk_bytes": cb,
         "input_tokens": {n: int(inp[c]) for c, n in enumerate(names)},
         "capacity_bytes": cap, "capacity_from": cap_from,
-        "optimal_ttl_s": dict(zip(names, choices["optimal"].ttl_s)),
+        "optimal_ttl_s": dict(zip(names, choices["optimal"].ttl_s, strict=True)),
         "optimal_token_hit_rate": rate("optimal"), "shared_ttl_s": choices["shared"].ttl_s[0],
-        "shared_token_hit_rate": rate("shared"), "pair_ttl_s": dict(zip(names, pair.tolist())),
+        "shared_token_hit_rate": rate("shared"), "pair_ttl_s": dict(zip(names, pair.tolist(), strict=True)),
         "pair_token_hit_rate": rate("3d/7d"), "frontier_token_hit_rate": frontier_rate,
         "shared_loss_points": 100 * (rate("optimal") - rate("shared")),
         "pair_avg_bytes": pair_bytes,
-        "optimal_at_pair_storage_ttl_s": dict(zip(names, opt_at_pair.ttl_s)),
+        "optimal_at_pair_storage_ttl_s": dict(zip(names, opt_at_pair.ttl_s, strict=True)),
         "optimal_at_pair_storage_token_hit_rate": opt_at_pair_exact / total_inp,
         "frontier_at_pair_storage_token_hit_rate": float(front.at(pair_bytes * span)) / total_inp,
         "pair_loss_points": 100 * (opt_at_pair_exact / total_inp - rate("3d/7d")),
