@@ -125,3 +125,9 @@ def test_admission_recomputes_only_when_loading_is_slower(cfg):
     # a lone restore on an idle system always loads
     q = L.simulate_queue(cfg, [0.0], [0], [K128], [K128 - 512], admission=True)
     assert not q.recomputed[0]
+
+
+def test_kv_bytes_match_the_arch_table():
+    arch = pytest.importorskip("tiered_kv.arch")
+    assert L.mla_kv_bytes_per_token() == arch.DEEPSEEK_V3.bytes_per_token(16)
+    assert L.FP4_KV_BYTES_PER_TOKEN == arch.REFERENCE_CACHE_BYTES_PER_TOKEN

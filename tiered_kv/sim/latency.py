@@ -21,7 +21,7 @@ Defaults (preset ``deepseek-v3``) and where each number comes from:
   FLOP/s. That one number is **calibrated** so a 128K-token miss takes 13 s (DeepSeek's figure);
   it lands at about 4.0 PFLOP/s, i.e. an 8-GPU H800 node at about half its dense BF16 peak.
 * ``kv_bytes_per_token`` is DeepSeek-V3's MLA cache in BF16: 61 layers * (512 + 64) * 2 bytes
-  = 70,272 B (from :mod:`tiered_kv.arch` when it is installed, else the same formula here).
+  = 70,272 B (the formula of :mod:`tiered_kv.arch`, pinned to it by a test).
   Preset ``deepseek-v3-fp4`` uses the 890 B/token FP4 cache instead.
 * ``read_bandwidth`` is 40 GiB/s: the peak KVCache read throughput 3FS reports for its clients
   (deepseek-ai/3FS README, "KVCache" section).
@@ -73,16 +73,11 @@ HIT_SCENARIO_NEW_TOKENS = 512
 
 def mla_kv_bytes_per_token(layers: int = V3_LAYERS, kv_lora_rank: int = V3_KV_LORA_RANK,
                            rope_dim: int = V3_ROPE_DIM, bytes_per_element: float = 2.0) -> float:
-    """MLA caches one compressed latent plus a RoPE key per layer: layers*(rank+rope)*bytes."""
-    try:  # prefer the package's architecture table when the model engineer's module is there
-        from tiered_kv import arch  # noqa: F401
+    """MLA caches one compressed latent plus a RoPE key per layer: layers*(rank+rope)*bytes.
 
-        fn = getattr(arch, "mla_kv_bytes_per_token", None)
-        if fn is not None:
-            return float(fn(layers=layers, kv_lora_rank=kv_lora_rank, rope_dim=rope_dim,
-                            bytes_per_element=bytes_per_element))
-    except Exception:  # noqa: BLE001 - optional dependency, same formula below
-        pass
+    The same formula as ``tiered_kv.arch.DEEPSEEK_V3.bytes_per_token`` (a test pins them
+    together); not imported from there because :mod:`tiered_kv.arch` loads torch.
+    """
     return float(layers * (kv_lora_rank + rope_dim) * bytes_per_element)
 
 
