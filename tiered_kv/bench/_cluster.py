@@ -27,7 +27,7 @@ def _peak_rss_bytes() -> int:
 
 def run_cluster_bench(args: argparse.Namespace | None = None) -> dict[str, Any]:
     """Generate, compile and replay the workload; time each stage; report throughput and memory."""
-    from tiered_kv.sim.cluster import ClusterConfig, simulate_cluster
+    from tiered_kv.sim.cluster import V3_KV_BYTES_PER_TOKEN, ClusterConfig, simulate_cluster
     from tiered_kv.sim.policies import LRU
     from tiered_kv.sim.replay import compile_trace
     from tiered_kv.sim.synth import generate
@@ -42,7 +42,7 @@ def run_cluster_bench(args: argparse.Namespace | None = None) -> dict[str, Any]:
     compile_s = time.perf_counter() - t0
     del df
     cfg = ClusterConfig(nodes=10, routing="cache-aware", gpu_capacity_tokens=2_000_000,
-                        host_capacity_bytes=200 * 70_272 * 1024, ssd_capacity_tokens=2_000_000_000)
+                        host_capacity_bytes=int(200 * 1024 * V3_KV_BYTES_PER_TOKEN), ssd_capacity_tokens=2_000_000_000)
     # JIT warm-up on a small slice (compiles, or loads numba's on-disk cache)
     t0 = time.perf_counter()
     simulate_cluster(compile_trace(generate("ci", 0.05, 0)), cfg)

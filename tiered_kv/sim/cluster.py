@@ -45,6 +45,10 @@ import polars as pl
 from numba import njit
 
 from tiered_kv.sim._lru_kernels import new_tier, touch_arrays
+from tiered_kv.sim.latency import mla_kv_bytes_per_token
+
+#: DeepSeek-V3 MLA KV in BF16 (70,272 B/token), the default chunk size per token.
+V3_KV_BYTES_PER_TOKEN = mla_kv_bytes_per_token()
 
 ROUTINGS = ("random", "round-robin", "cache-aware")
 SSD_MODES = ("shared", "per-machine")
@@ -60,13 +64,13 @@ class ClusterConfig:
     routing: str = "random"
     gpu_capacity_tokens: int = 0  # per machine
     host_capacity_bytes: int = 0  # per machine
-    window_state_bytes: int = 70_272 * 1024  # one window state: R tokens of DeepSeek-V3 BF16 KV
+    window_state_bytes: int = int(V3_KV_BYTES_PER_TOKEN * 1024)  # one window state ~ R=1024 tokens of KV
     ssd: str = "shared"
     ssd_capacity_tokens: float = math.inf  # total (shared) or per machine (per-machine)
     replay_tokens: int = 1024
     load_slack: float = 0.25
     load_half_life_s: float = 60.0
-    kv_bytes_per_token: float = 70_272.0  # DeepSeek-V3 MLA, BF16 (latency.mla_kv_bytes_per_token)
+    kv_bytes_per_token: float = V3_KV_BYTES_PER_TOKEN
     seed: int = 0
 
     def __post_init__(self) -> None:
