@@ -53,7 +53,7 @@ def build(quick: bool) -> FigureResult:
         x=alt.X("token_hit_rate:Q", title="token hit rate (fraction)", axis=alt.Axis(format="%")),
         y=alt.Y("cost_per_mtok:Q", title="price per million input tokens (miss price = 1)"))
         + alt.Chart(marks).mark_point(size=90, filled=True).encode(
-            x="token_hit_rate:Q", y="cost_per_mtok:Q", color=alt.Color("workload:N", legend=alt.Legend(orient="bottom", columns=1)),
+            x="token_hit_rate:Q", y="cost_per_mtok:Q", color=alt.Color("workload:N", legend=alt.Legend(orient="bottom", columns=1, labelLimit=400)),
             tooltip=["workload", alt.Tooltip("token_hit_rate:Q", format=".1%"), alt.Tooltip("cost_per_mtok:Q", format=".3f")])
     ).properties(width=340, height=280, title="price vs hit rate (hit at 1/50 of a miss)")
     n = np.unique(np.round(np.geomspace(2048, 131072, 25)))
