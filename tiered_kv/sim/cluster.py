@@ -116,26 +116,19 @@ class ClusterResult:
 
 @njit(cache=True)
 def _run(offsets, blocks, ts, n_input, cls, window_idx, nodes, routing, rand_machine,
-         gpu, host, ssd, ssd_mode, ext_p, slack, half_life, hist):
-    n_req = offsets.size - 1
-    machine = np.zeros(n_req, dtype=np.int64)
-    p_gpu = np.zeros(n_req, dtype=np.int64)
-    p_all = np.zeros(n_req, dtype=np.int64)
-    win_hit = np.zeros(n_req, dtype=np.bool_)
-    ssd_used = np.zeros(n_req, dtype=np.int64)
-    ssd_ev = np.zeros(n_req, dtype=np.int64)
-    load = np.zeros(nodes)
-    load_t = np.zeros(nodes)
+         gpu, host, ssd, ssd_mode, ext_p, slack, half_life, hist, r0, r1, out, state, last_cls):
+    """Requests [r0, r1); ``out`` (per-request results) and ``state`` (machine loads) carry over
+    between calls, so the driver can run in chunks and show progress."""
+    machine, p_gpu, p_all, win_hit, ssd_used, ssd_ev = out
+    load, load_t = state[0], state[1]
     score = np.zeros(nodes, dtype=np.int64)
     # unpack each tier once: numba pays reference counting per array on every unpack
     g_tk, g_tv, g_bits, g_sk, g_prv, g_nxt, g_base, g_cap, g_used, gmask, g_ev, g_parts, g_total, g_last = gpu
     h_tk, h_tv, h_bits, h_sk, h_prv, h_nxt, h_base, h_cap, h_used, hmask, h_ev, h_parts, h_total, h_last = host
     s_tk, s_tv, s_bits, s_sk, s_prv, s_nxt, s_base, s_cap, s_used, smask, s_ev, s_parts, s_total, last_touch = ssd
     gpu_on = g_cap.sum() > 0
-    last_cls = np.zeros(last_touch.size, dtype=np.int32)
     log_f = math.log(_RET_FACTOR)
-    full = (np.uint64(1) << np.uint64(nodes)) - np.uint64(1) if nodes < 64 else ~np.uint64(0)
-    for r in range(n_req):
+    for r in range(r0, r1):
         t = ts[r]
         s0, s1 = offsets[r], offsets[r + 1]
         # decay machine loads to now
@@ -238,7 +231,7 @@ def _run(offsets, blocks, ts, n_input, cls, window_idx, nodes, routing, rand_mac
         load[m_sel] += n_input[r]
         ssd_used[r] = s_used.sum()
         ssd_ev[r] = s_ev.sum()
-    return machine, p_gpu, p_all, win_hit, ssd_used, ssd_ev
+    return r1
 
 
 # --- driver -----------------------------------------------------------------------------------
@@ -250,11 +243,12 @@ def _blocks(tokens: float, block_size: int) -> int:
 
 
 def simulate_cluster(trace, config: ClusterConfig, ssd_policy: Any = None,
-                     options: Any = None) -> ClusterResult:
+                     options: Any = None, progress: bool | None = None) -> ClusterResult:
     """Replay ``trace`` (a frame or a :class:`~tiered_kv.sim.replay.CompiledTrace`) on a cluster.
 
     ``ssd_policy``: ``None`` for a capacity-LRU SSD tier (``config.ssd_capacity_tokens``), or a
     part-1 policy object (``tiered_kv.sim.policies``) for the shared pool, replayed once.
+    ``progress``: a progress bar on runs over two seconds (``False`` turns it off).
     """
     from tiered_kv.sim.replay import CompiledTrace, compile_trace, replay
 
@@ -295,10 +289,23 @@ def simulate_cluster(trace, config: ClusterConfig, ssd_policy: Any = None,
     nfull = np.minimum(t.input_length // t.block_size, lengths)
     window_idx = np.where(nfull > 0, t.offsets[:-1] + nfull - 1, -1).astype(np.int64)
     hist = np.zeros((max(len(t.class_names), 1), _RET_BINS), dtype=np.int64)
-    machine, p_gpu, p_all, win_hit, ssd_used, ssd_ev = _run(
-        t.offsets, t.blocks.astype(np.int64), t.timestamps, t.input_length, t.class_codes,
-        window_idx, c.nodes, routing, rand_machine, gpu, host, ssd, mode, ext_p,
-        float(c.load_slack), float(c.load_half_life_s), hist)
+    n = t.n_requests
+    out = (np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64),
+           np.zeros(n, dtype=np.bool_), np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64))
+    state = np.zeros((2, c.nodes))
+    last_cls = np.zeros(universe, dtype=np.int32)
+    blocks = t.blocks.astype(np.int64)
+    chunks = np.unique(np.searchsorted(t.offsets, np.linspace(0, n_acc, 51)[1:-1]).clip(0, n))
+    bounds = [0, *[int(x) for x in chunks if 0 < x < n], n]
+    from tqdm import tqdm
+
+    with tqdm(total=n_acc, unit="access", unit_scale=True, desc="cluster", delay=2, disable=progress is False) as bar:
+        for r0, r1 in zip(bounds[:-1], bounds[1:]):
+            _run(t.offsets, blocks, t.timestamps, t.input_length, t.class_codes, window_idx, c.nodes, routing,
+                 rand_machine, gpu, host, ssd, mode, ext_p, float(c.load_slack), float(c.load_half_life_s), hist,
+                 r0, r1, out, state, last_cls)
+            bar.update(int(t.offsets[r1] - t.offsets[r0]))
+    machine, p_gpu, p_all, win_hit, ssd_used, ssd_ev = out
     gpu_tok = t.hit_tokens_from_blocks(p_gpu)
     hit_tok = t.hit_tokens_from_blocks(p_all)
     replay_tok = np.where((hit_tok > 0) & ~win_hit, np.minimum(hit_tok, c.replay_tokens), 0)
