@@ -127,7 +127,8 @@ class Engine:
         released at once. ``store=False`` writes nothing to the SSD and host tiers (a benchmark
         that measures several cases against the same cached state uses it).
         """
-        tokens = torch.as_tensor(tokens, dtype=torch.long)
+        device = self.model.embed.weight.device  # CPU here; the same code runs on a CUDA model
+        tokens = torch.as_tensor(tokens, dtype=torch.long).to(device)
         cfg = self.model.cfg
         _check_tokens(tokens, cfg, what="prompt", end=int(tokens.shape[0]) if tokens.ndim == 1 else None)
         n, bs, R = tokens.shape[0], self.namespace.block_size, self.replay
@@ -135,11 +136,11 @@ class Engine:
         clock = time.perf_counter
 
         t0 = clock()
-        keys = block_keys(tokens, self.namespace)
+        keys = block_keys(tokens.cpu(), self.namespace)
         t["key"] = clock() - t0
 
         t0 = clock()
-        hit = self.ssd.get_prefix(tokens, traffic_class)
+        hit = self.ssd.get_prefix(tokens.cpu(), traffic_class)
         t["load"] = clock() - t0
         p = hit.hit_tokens
 
@@ -148,7 +149,7 @@ class Engine:
         t["lookup"] = clock() - t0
 
         t0 = clock()
-        prefix_kv = hit.kv(torch.float32) if p else None
+        prefix_kv = hit.kv(torch.float32, device=str(device)) if p else None
         t["dequantize"] = clock() - t0
 
         # Encoder windows at P: host tier (exact) or bounded replay.
@@ -203,7 +204,7 @@ class Engine:
         t0 = clock()
         stored = 0
         if store and computed is not None and boundary > p:
-            stored = self.ssd.put(tokens[:boundary], computed[: boundary - p], traffic_class, kv_offset=p)
+            stored = self.ssd.put(tokens[:boundary].cpu(), computed[: boundary - p], traffic_class, kv_offset=p)
         if store and boundary and boundary_state is not None and enc_exact and (boundary > q or entry is None):
             dec_at_boundary = dec_state if dec_state.end == boundary and _decoder_exact(n, R, dec_from_host) else None
             self.host.put(keys[boundary // bs - 1], HostEntry(boundary_state, dec_at_boundary))
@@ -227,7 +228,7 @@ class Engine:
         st = self.gpu.get(request_id)
         old = st.nbytes
         pos = st.tokens.shape[0]
-        tok = torch.tensor([token], dtype=torch.long)
+        tok = torch.tensor([token], dtype=torch.long, device=st.tokens.device)
         kv, st.encoder = self.model.encode(tok, pos, st.encoder)
         st.global_kv = torch.cat([st.global_kv, fp4_roundtrip(kv, self.namespace)])
         logits, st.decoder = self.model.decode(tok, pos, st.global_kv, st.decoder)
