@@ -74,11 +74,11 @@ def _measure(size: str) -> ReplayMeasurements:
     errors = rq.replay_error(model, seqs, windows=windows, replays=replays, steps=steps, prefix=prefix,
                              block_size=32 if size == "small" else 64, progress=True)
     rows = []
+    probe = [seqs[0][:prefix]]  # attention mass: one held-out prefix, every layer and head
     for w in windows:
         m = model.with_settings(window=w)
-        for d in sorted({max(1, w // 8), max(1, w // 4), max(1, w // 2), w} if size == "full"
-                        else {max(1, w // 4), max(1, w // 2)}):
-            loc = rq.attention_locality(m, seqs, recent=d)
+        for d in sorted({max(1, w // 8), max(1, w // 4), max(1, w // 2)}):
+            loc = rq.attention_locality(m, probe, recent=d)
             rows.append({"window_tokens": w, "distance_tokens": d, "attention_share": loc["overall_share"],
                          "uniform_share": loc["uniform_share"]})
     return ReplayMeasurements(desc, model.cfg.enc_layers, model.cfg.dec_layers, errors, pl.DataFrame(rows))
@@ -134,9 +134,13 @@ class ReplayDashboard:
             + alt.Chart(pl.DataFrame({"replay_tokens": [r]})).mark_rule(color="red").encode(x="replay_tokens:Q")
         ).properties(width=260, height=200, title=["replay error at W", title])
         loc = self.m.locality.filter(pl.col("window_tokens") == w)
-        mass = alt.Chart(loc).mark_line(point=True).encode(
+        long = loc.unpivot(index=["distance_tokens"], on=["attention_share", "uniform_share"],
+                           variable_name="attention", value_name="share").with_columns(
+            pl.col("attention").replace({"attention_share": "model", "uniform_share": "uniform over W"}))
+        mass = alt.Chart(long).mark_line(point=True).encode(
             alt.X("distance_tokens:Q", title="most recent positions (tokens)"),
-            alt.Y("attention_share:Q", title="share of attention mass", scale=alt.Scale(domain=[0, 1])),
+            alt.Y("share:Q", title="share of attention mass", scale=alt.Scale(domain=[0, 1])),
+            alt.StrokeDash("attention:N"),
         ).properties(width=260, height=200, title=["attention mass within distance", title])
         comp = alt.Chart(compute).mark_bar().encode(
             alt.X("layer_tokens:Q", title="layer-tokens of one prefill"), alt.Y("prefill:N", title=None),
