@@ -14,10 +14,12 @@ Design choices worth knowing:
   decoder replay over [N-R, N) is possible from the SSD tier alone.
 - Rotary embeddings at absolute positions: a replayed segment sits at its true positions, and
   global keys are stored already rotated (their position never changes for a given prefix).
-- Attention is computed by :func:`tiered_kv.kernels.swa.sliding_window_attention` (a query
-  at absolute position t sees keys at positions p with t-W < p <= t) over query chunks, so a
-  32K-token prefill never materializes a 32K x 32K score matrix. Training uses a batched,
-  masked SDPA path that computes the same function (a test checks they agree).
+- Sliding-window attention is computed by :func:`tiered_kv.kernels.swa.sliding_window_attention`
+  (a query at absolute position t sees keys at positions p with t-W < p <= t) over query
+  chunks, so a 32K-token prefill never materializes a 32K x 32K score matrix. Cross-attention
+  to the global KV on the CPU sends the keys every query of a chunk can see to torch's flash
+  kernel and masks only the causal square (:func:`_cross_attention_cpu`). Training uses a
+  batched, masked SDPA path that computes the same function (tests check they all agree).
 - :class:`DecoderOnly` is a plain decoder-only transformer of the same depth (L_e+L_d
   sliding-window layers, each with its own KV), the baseline for prefill FLOP counts.
 """
