@@ -300,7 +300,7 @@ def simulate_cluster(trace, config: ClusterConfig, ssd_policy: Any = None,
     from tqdm import tqdm
 
     with tqdm(total=n_acc, unit="access", unit_scale=True, desc="cluster", delay=2, disable=progress is False) as bar:
-        for r0, r1 in zip(bounds[:-1], bounds[1:]):
+        for r0, r1 in zip(bounds[:-1], bounds[1:], strict=True):
             _run(t.offsets, blocks, t.timestamps, t.input_length, t.class_codes, window_idx, c.nodes, routing,
                  rand_machine, gpu, host, ssd, mode, ext_p, float(c.load_slack), float(c.load_half_life_s), hist,
                  r0, r1, out, state, last_cls)

@@ -29,7 +29,7 @@ def _model_frame() -> pl.DataFrame:
     for case, values in (("miss (recompute)", L.miss_ttft(bf16, n)),
                          ("hit, BF16 MLA KV (70,272 B/token)", L.hit_ttft(bf16, n)),
                          ("hit, FP4 KV (890 B/token)", L.hit_ttft(fp4, n))):
-        rows += [{"prompt_tokens": int(a), "ttft_s": float(b), "case": case} for a, b in zip(n, values)]
+        rows += [{"prompt_tokens": int(a), "ttft_s": float(b), "case": case} for a, b in zip(n, values, strict=True)]
     return pl.DataFrame(rows)
 
 
