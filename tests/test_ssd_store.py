@@ -27,6 +27,19 @@ class TestLocalStore(SSDTierSuite):
         return lambda: LocalStore(tmp_path / f"store{next(counter)}")
 
 
+class TestFsspecMemoryStore(SSDTierSuite):
+    """An fsspec store (here fsspec's in-memory file system) takes zarr's async path."""
+
+    @pytest.fixture
+    def make_store(self):
+        pytest.importorskip("fsspec")
+        import uuid
+
+        from tiered_kv.tiers.ssd_layout import open_store
+
+        return lambda: open_store(f"memory://tkv-{uuid.uuid4().hex}")
+
+
 def test_a_plain_path_opens_a_local_store(tmp_path):
     from tiered_kv.testing.store_suite import Clock, make_kv, namespace
     from tiered_kv.tiers.ssd import SSDTier

@@ -283,7 +283,7 @@ class SSDTierSuite:
         elif damage == "empty":
             data = bytearray()
         else:  # a valid chunk under the wrong key
-            data = bytearray(zs.sync(store.get(layout.chunk_path(keys[2]))).to_bytes())
+            data = bytearray(zs.sync(store.get(layout.chunk_path(keys[2]), layout.default_buffer_prototype())).to_bytes())
         zs.sync(store.set(path, layout.buffer(bytes(data))))
         with warnings.catch_warnings(record=True):
             warnings.simplefilter("always")
@@ -300,7 +300,7 @@ class SSDTierSuite:
         import zarr.core.sync as zs
 
         path = layout.chunk_path(block_keys(torch.arange(24), t.namespace)[2])
-        data = bytearray(zs.sync(store.get(path)).to_bytes())
+        data = bytearray(zs.sync(store.get(path, prototype=layout.default_buffer_prototype())).to_bytes())
         data[-1] ^= 0xFF
         zs.sync(store.set(path, layout.buffer(bytes(data))))
         report = t.verify()

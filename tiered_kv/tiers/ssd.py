@@ -222,16 +222,31 @@ class SSDTier:
             return 0, 0
         qs = quantize(missing)
         now = float(self.clock())
-        objs = [codec.pack_chunk(q, namespace=self.namespace, key=keys[i], parent=keys[i - 1] if i else bytes(KEY_BYTES),
-                                 index=i, traffic_class=cls, created=now) for i, q in zip(missing, qs)]
-        results = self.io.write([(layout.chunk_path(keys[i]), o) for i, o in zip(missing, objs)])
+        sizes: list[int] = []
+        results: list[Exception | None] = []
+        # Pack and write in small batches: the same few buffers are reused instead of holding
+        # every packed chunk at once (fresh memory for 100+ MB costs page faults, not I/O).
+        step = max(8, 2 * self.io.threads)
+        for lo in range(0, len(missing), step):
+            items = []
+            for i, q in zip(missing[lo:lo + step], qs[lo:lo + step]):
+                obj = codec.pack_chunk(q, namespace=self.namespace, key=keys[i],
+                                       parent=keys[i - 1] if i else bytes(KEY_BYTES), index=i,
+                                       traffic_class=cls, created=now)
+                items.append((layout.chunk_path(keys[i]), obj))
+                sizes.append(len(obj))
+            results += self.io.write(items)
+            del items
+            if any(r is not None for r in results[-step:]):
+                results += [OSError("not attempted after an earlier failure")] * (len(missing) - len(results))
+                break
         failed = [(i, r) for i, r in zip(missing, results) if r is not None]
         if not failed:
-            return len(missing), sum(len(o) for o in objs)
+            return len(missing), sum(sizes)
         first_bad = min(i for i, _ in failed)
         # Chunks past the first failure cannot be reached by a lookup: do not leave them behind.
         self.io.delete([layout.chunk_path(keys[i]) for i, r in zip(missing, results) if i > first_bad and r is None])
-        ok = [o for i, o, r in zip(missing, objs, results) if i < first_bad and r is None]
+        ok = [n for i, n, r in zip(missing, sizes, results) if i < first_bad and r is None]
         exc = dict(failed)[first_bad]
         if isinstance(exc, OSError) and exc.errno in _FULL_ERRNOS:
             self.counters["store_full"] += 1
@@ -239,7 +254,7 @@ class SSDTier:
                 f"SSD tier store {self.store} is full ({errno.errorcode.get(exc.errno, exc.errno)}): stored "
                 f"{len(ok)} of {len(missing)} new blocks of this put; chunks already in the store are "
                 "intact. Free space, lower capacity_bytes, or run gc."), stacklevel=4)
-            return len(ok), sum(len(o) for o in ok)
+            return len(ok), sum(ok)
         raise exc
 
     def _after_put(self, nbytes: int) -> None:

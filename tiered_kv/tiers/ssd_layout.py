@@ -55,11 +55,17 @@ def default_store_path() -> Path:
 
 
 def open_store(store: Store | str | os.PathLike | None) -> Store:
-    """A zarr v3 Store from a Store, a local path, or None (the default cache directory)."""
+    """A zarr v3 Store from a Store, a local path, an fsspec URL, or None (the default cache dir)."""
     from zarr.storage import LocalStore
 
     if store is None:
         store = default_store_path()
+    if isinstance(store, str) and "://" in store and not store.startswith("file://"):
+        from zarr.storage import FsspecStore  # s3://, gs://, memory://, ... (needs the fsspec backend)
+
+        return FsspecStore.from_url(store)
+    if isinstance(store, str) and store.startswith("file://"):
+        store = store[len("file://"):]
     if isinstance(store, (str, os.PathLike)):
         path = Path(store).expanduser()
         if path.exists() and not path.is_dir():
