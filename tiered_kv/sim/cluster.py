@@ -315,10 +315,12 @@ def simulate_cluster(trace, config: ClusterConfig, ssd_policy: Any = None,
         "machine": machine, "input_tokens": t.input_length, "gpu_tokens": gpu_tok,
         "ssd_tokens": hit_tok - gpu_tok, "recomputed_tokens": t.input_length - hit_tok,
         "window_hit": win_hit, "replay_tokens": replay_tok, "counted": t.counted,
-        "ssd_bytes_used": (ssd_used * bs * c.kv_bytes_per_token).astype(np.float64),
-        "ssd_evictions": ssd_ev,
+        # a part-1 policy replays outside this loop: its occupancy is not tracked here (NaN)
+        "ssd_bytes_used": (ssd_used * bs * c.kv_bytes_per_token).astype(np.float64) if mode else np.full(n, np.nan),
+        "ssd_evictions": ssd_ev if mode else np.full(n, np.nan),
     })
-    return ClusterResult(config=c, requests=frame, evictions_ssd=int(ssd[10].sum()),
+    ev_ssd = int(ssd[10].sum()) if mode else int(extra.get("evictions", 0))
+    return ClusterResult(config=c, requests=frame, evictions_ssd=ev_ssd,
                          evictions_gpu=int(gpu[10].sum()), evictions_host=int(host[10].sum()),
                          retention=_retention_frame(hist, t.class_names) if mode == 1 else pl.DataFrame(),
                          ssd_policy=policy_name, extra=extra)
@@ -364,7 +366,8 @@ def summarize(requests: pl.DataFrame, result: ClusterResult | None = None) -> di
     out["by_class"] = {name: _rates(g) for (name,), g in sorted(df.group_by("traffic_class"), key=lambda x: x[0])}
     per_machine = df.group_by("machine").agg(pl.col("input_tokens").sum())["input_tokens"].to_numpy()
     out["machine_load_imbalance"] = float(per_machine.max() / per_machine.mean()) if per_machine.size else 0.0
-    out["ssd_bytes_used_max"] = float(requests["ssd_bytes_used"].max())
+    used = requests["ssd_bytes_used"].fill_nan(None).max()
+    out["ssd_bytes_used_max"] = None if used is None else float(used)
     if result is not None:
         out.update(ssd_policy=result.ssd_policy, evictions_ssd=result.evictions_ssd,
                    evictions_gpu=result.evictions_gpu, evictions_host=result.evictions_host)
