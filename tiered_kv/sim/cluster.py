@@ -67,7 +67,7 @@ class ClusterConfig:
     window_state_bytes: int = int(V3_KV_BYTES_PER_TOKEN * 1024)  # one window state ~ R=1024 tokens of KV
     ssd: str = "shared"
     ssd_capacity_tokens: float = math.inf  # total (shared) or per machine (per-machine)
-    replay_tokens: int = 1024
+    replay_tokens: int = 128
     load_slack: float = 0.25
     load_half_life_s: float = 60.0
     kv_bytes_per_token: float = V3_KV_BYTES_PER_TOKEN
