@@ -89,7 +89,7 @@ def build(quick: bool) -> FigureResult:
     ]
     notes = (f"Model: TTFT = load + prefill of the uncached suffix + replay of R tokens (no queueing here). "
              f"With FP4 KV (890 B/token) the 128K hit falls to {hit_fp4:.3f} s: the load "
-             f"({float(L.load_seconds(cfg, k128 - 512)):.3f} s in BF16) nearly vanishes and replay dominates. "
+             f"({float(L.load_seconds(cfg, k128 - 512)):.3f} s in BF16) nearly vanishes; what remains is the suffix prefill and the replay. "
              f"Right panel: {how}; case ssd_hit replays R tokens, ssd_host_hit finds the window state; one "
              "repeat on a CPU shared with other jobs, so single bars can be off by a large factor "
              "(`tiered-kv bench ttft --repeats 5` for medians).")
