@@ -6,9 +6,9 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tiered_kv.kernels import fp4
 
 from tiered_kv import codec
-from tiered_kv.kernels import fp4
 from tiered_kv.keys import Namespace
 
 NS = {f: Namespace(model="m", fmt=f, block_size=16, kv_heads=3, head_dim=64) for f in ("mxfp4", "nvfp4")}
@@ -57,7 +57,7 @@ def test_bytes_per_token_matches_the_format():
     assert q.nbytes / 256 == 2 * 2 * 64 * (0.5 + 1 / 32) == 136
 
 
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=40, deadline=None)
 @given(st.data())
 def test_any_single_byte_flip_or_truncation_is_detected(data):
     ns = NS["nvfp4"]

@@ -41,9 +41,10 @@ class TestFsspecMemoryStore(SSDTierSuite):
 
 
 def test_a_plain_path_opens_a_local_store(tmp_path):
+    import torch
+
     from tiered_kv.testing.store_suite import Clock, make_kv, namespace
     from tiered_kv.tiers.ssd import SSDTier
-    import torch
 
     t = SSDTier(tmp_path / "cache", namespace=namespace(), clock=Clock())
     t.put(torch.arange(8), make_kv(8), "c")
@@ -97,7 +98,7 @@ def _brute_last_access(chunks, records):
     return last
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(forests(), st.integers(100, 3000), st.floats(0.1, 1.0), st.floats(0.0, 1.0))
 def test_watermark_plan_is_lru_and_prefix_closed(forest, cap, high, low_frac):
     chunks, records = forest
@@ -125,7 +126,7 @@ def test_watermark_plan_is_lru_and_prefix_closed(forest, cap, high, low_frac):
         assert p == bytes(16) or p in kept
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(forests(), st.integers(0, 400), st.integers(0, 200), st.integers(0, 200))
 def test_ttl_plan_matches_brute_force(forest, now, ttl_a, ttl_b):
     chunks, records = forest

@@ -21,6 +21,7 @@ import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
 
 NAME = "store"
@@ -116,7 +117,7 @@ def _size_case(label: str, ns, tokens, root: Path, args, pool) -> dict:
     quantize_s = time.perf_counter() - t0
     keys = block_keys(tokens, ns)
     objs = [codec.pack_chunk(q, namespace=ns, key=k, parent=keys[i - 1] if i else bytes(16), index=i,
-                             traffic_class="bench", created=0.0) for i, (q, k) in enumerate(zip(chunks, keys))]
+                             traffic_class="bench", created=0.0) for i, (q, k) in enumerate(zip(chunks, keys, strict=True))]
     total = sum(len(o) for o in objs)
     res: dict = {"bytes_per_token": chunks[0].nbytes / ns.block_size, "chunks": n_blocks,
                  "chunk_bytes": len(objs[0]), "total_bytes": total, "quantize_cpu_s": quantize_s,
@@ -140,18 +141,18 @@ def _size_case(label: str, ns, tokens, root: Path, args, pool) -> dict:
             (base / d).mkdir()
         raw_paths = [base / "raw" / f"{i:06d}" for i in range(n_blocks)]
         # writes, each from a clean page cache (os.sync), in an order that alternates per run
-        writes = [("put", lambda: tier.put_quantized(tokens, chunks, "bench")),
-                  ("raw_write", lambda: _raw_write(base / "raw", objs, None)),
-                  ("raw_write_parallel", lambda: _raw_write(base / "rawp", objs, pool))]
+        writes = [("put", partial(tier.put_quantized, tokens, chunks, "bench")),
+                  ("raw_write", partial(_raw_write, base / "raw", objs, None)),
+                  ("raw_write_parallel", partial(_raw_write, base / "rawp", objs, pool))]
         for name, fn in (writes if r % 2 == 0 else writes[::-1]):
             os.sync()
             timed(name, fn)
         os.sync()
         # warm reads (page cache), interleaved
-        reads = [("get_warm", lambda: tier.get_prefix(tokens)),
-                 ("raw_read_warm", lambda: _raw_read(raw_paths, None)),
-                 ("raw_read_parallel_warm", lambda: _raw_read(raw_paths, pool)),
-                 ("raw_read_os_warm", lambda: _raw_read_os(raw_paths))]
+        reads = [("get_warm", partial(tier.get_prefix, tokens)),
+                 ("raw_read_warm", partial(_raw_read, raw_paths, None)),
+                 ("raw_read_parallel_warm", partial(_raw_read, raw_paths, pool)),
+                 ("raw_read_os_warm", partial(_raw_read_os, raw_paths))]
         for name, fn in (reads if r % 2 == 0 else reads[::-1]):
             out = timed(name, fn)
             if name == "get_warm":
@@ -162,15 +163,15 @@ def _size_case(label: str, ns, tokens, root: Path, args, pool) -> dict:
         # cold reads
         tier_paths = [base / "tier" / layout.chunk_path(k) for k in keys]
         _drop_cache(tier_paths)
-        assert timed("get_cold", lambda: tier.get_prefix(tokens)).blocks == n_blocks
+        assert timed("get_cold", partial(tier.get_prefix, tokens)).blocks == n_blocks
         tier.flush()
         _drop_cache(raw_paths)
-        timed("raw_read_cold", lambda: _raw_read(raw_paths, None))
+        timed("raw_read_cold", partial(_raw_read, raw_paths, None))
         if r == 0:  # end to end once: FP4 quantize on this CPU + put
             t2 = SSDTier(base / "tier2", namespace=ns, background_touch=False, auto_gc=False,
                          precreate_shards=True)
             os.sync()
-            timed("put_with_quantize", lambda: t2.put(tokens, kv, "bench"))
+            timed("put_with_quantize", partial(t2.put, tokens, kv, "bench"))
             t2.close()
         if r < args.repeat - 1:
             tier.close()
@@ -203,7 +204,7 @@ def _latency(tier, tokens, n_blocks: int, args) -> dict:
         lock = threading.Lock()
         stop = time.perf_counter() + args.latency_seconds
 
-        def reader() -> None:
+        def reader(stop: float = stop, lat: list = lat, lock=lock) -> None:
             mine = []
             while True:
                 t0 = time.perf_counter()
@@ -220,7 +221,10 @@ def _latency(tier, tokens, n_blocks: int, args) -> dict:
         for t in threads:
             t.join()
         lat.sort()
-        q = lambda p: 1e3 * lat[min(len(lat) - 1, int(p * len(lat)))]
+
+        def q(p: float, lat: list = lat) -> float:
+            return 1e3 * lat[min(len(lat) - 1, int(p * len(lat)))]
+
         out[str(n)] = {"p50_ms": q(0.5), "p99_ms": q(0.99), "samples": len(lat)}
     return out
 

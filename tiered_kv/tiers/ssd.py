@@ -22,7 +22,6 @@ Failure behaviour, each covered by ``tests/test_ssd_reliability.py``:
 
 from __future__ import annotations
 
-import asyncio
 import errno
 import math
 import threading
@@ -33,14 +32,13 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from zarr.core.buffer import default_buffer_prototype
 from zarr.core.sync import sync
 
 from tiered_kv import codec
 from tiered_kv.keys import KEY_BYTES, Namespace, as_token_array, block_keys
 from tiered_kv.tiers import ssd_layout as layout
-from tiered_kv.tiers.ssd_io import ChunkIO
 from tiered_kv.tiers.ssd_gc import RetentionPolicy, check_class, plan_gc
+from tiered_kv.tiers.ssd_io import ChunkIO
 from tiered_kv.units import parse_duration
 
 _FULL_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
@@ -229,7 +227,7 @@ class SSDTier:
         step = max(8, 2 * self.io.threads)
         for lo in range(0, len(missing), step):
             items = []
-            for i, q in zip(missing[lo:lo + step], qs[lo:lo + step]):
+            for i, q in zip(missing[lo:lo + step], qs[lo:lo + step], strict=True):
                 obj = codec.pack_chunk(q, namespace=self.namespace, key=keys[i],
                                        parent=keys[i - 1] if i else bytes(KEY_BYTES), index=i,
                                        traffic_class=cls, created=now)
@@ -240,13 +238,13 @@ class SSDTier:
             if any(r is not None for r in results[-step:]):
                 results += [OSError("not attempted after an earlier failure")] * (len(missing) - len(results))
                 break
-        failed = [(i, r) for i, r in zip(missing, results) if r is not None]
+        failed = [(i, r) for i, r in zip(missing, results, strict=True) if r is not None]
         if not failed:
             return len(missing), sum(sizes)
         first_bad = min(i for i, _ in failed)
         # Chunks past the first failure cannot be reached by a lookup: do not leave them behind.
-        self.io.delete([layout.chunk_path(keys[i]) for i, r in zip(missing, results) if i > first_bad and r is None])
-        ok = [n for i, n, r in zip(missing, sizes, results) if i < first_bad and r is None]
+        self.io.delete([layout.chunk_path(keys[i]) for i, r in zip(missing, results, strict=True) if i > first_bad and r is None])
+        ok = [n for i, n, r in zip(missing, sizes, results, strict=False) if i < first_bad and r is None]
         exc = dict(failed)[first_bad]
         if isinstance(exc, OSError) and exc.errno in _FULL_ERRNOS:
             self.counters["store_full"] += 1
@@ -293,7 +291,7 @@ class SSDTier:
     def _read(self, keys: list[bytes]) -> Hit:
         raws = self.io.read_prefix([layout.chunk_path(k) for k in keys])
         digest = self.namespace.digest
-        for i, (key, raw) in enumerate(zip(keys, raws)):
+        for i, (key, raw) in enumerate(zip(keys, raws, strict=False)):
             try:
                 codec.check_chunk(raw, key=key, ns_digest=digest)
             except codec.CorruptChunk as exc:

@@ -265,7 +265,7 @@ def scan(store: Store, *, full: bool = False, progress: Callable[[int], None] | 
             out.strays.append(path)
     probe = None if full else RangeByteRequest(0, HEADER_PROBE)
     datas = get_many(store, [p for p, _ in chunk_paths], probe, progress)
-    for (path, key), data in zip(chunk_paths, datas):
+    for (path, key), data in zip(chunk_paths, datas, strict=True):
         if data is None:
             continue  # deleted under our feet
         if isinstance(data, Exception):
@@ -288,7 +288,7 @@ def scan(store: Store, *, full: bool = False, progress: Callable[[int], None] | 
             rec_paths.append(path)
         else:
             out.strays.append(path)
-    for path, data in zip(rec_paths, get_many(store, rec_paths, None, progress)):
+    for path, data in zip(rec_paths, get_many(store, rec_paths, None, progress), strict=True):
         if data is None:
             continue
         if isinstance(data, Exception):
