@@ -113,18 +113,19 @@ def measure_ttft(lengths=LENGTHS, *, model=None, checkpoint=None, repeats: int =
 
         it = tqdm(jobs, desc="ttft", unit="length")
     with tempfile.TemporaryDirectory(prefix="tkv-ttft-") as root:
-        # Warm-up (first calls allocate and load kernels): not timed.
-        _, warm, _ = _engines(model, root, ns, "warm")
-        warm.prefill(tokens[: min(lengths[0], 2 * block_size + 1)])
-        for n, rep in it:
+        def cases(n: int, tag: str) -> dict:
             prompt = tokens[:n]
-            prev = prompt[: n - suffix]
-            _, fresh, _ = _engines(model, root, ns, f"miss-{n}-{rep}")
-            _, a, b = _engines(model, root, ns, f"hit-{n}-{rep}")
-            a.prefill(prev)  # the previous turn, served by machine a (not timed)
+            _, fresh, _ = _engines(model, root, ns, f"miss-{tag}")
+            _, a, b = _engines(model, root, ns, f"hit-{tag}")
+            a.prefill(prompt[: n - suffix])  # the previous turn, served by machine a (not timed)
             # The hit cases store nothing, so each sees exactly the previous turn's cached state.
-            results = {"miss": fresh.prefill(prompt), "ssd_hit": b.prefill(prompt, store=False),
-                       "ssd_host_hit": a.prefill(prompt, store=False)}
+            return {"miss": fresh.prefill(prompt), "ssd_hit": b.prefill(prompt, store=False),
+                    "ssd_host_hit": a.prefill(prompt, store=False)}
+
+        # Warm-up: every code path once at the smallest length (allocators, lazy kernels); not kept.
+        cases(min(lengths), "warm")
+        for n, rep in it:
+            results = cases(n, f"{n}-{rep}")
             for case, res in results.items():
                 row = {"length_tokens": n, "case": case, "repeat": rep, "ttft_ms": res.ttft_s * 1e3,
                        "ssd_hit_tokens": res.hit_tokens["ssd"], "host_hit_tokens": res.hit_tokens["host"],
