@@ -343,8 +343,8 @@ class SSDTierSuite:
         async def listing():
             return [k async for k in store.list()]
 
-        ok = re.compile(r"zarr\.json|namespaces/[0-9a-f]{32}/zarr\.json|chunks/[0-9a-f]{2}/[0-9a-f]{32}"
-                        r"|access/[0-9a-f]{2}/[0-9a-f]{32}\.[0-9a-f]{16}")
+        ok = re.compile(r"zarr\.json|namespaces/[0-9a-f]{32}/zarr\.json|chunks/[0-9a-f]/[0-9a-f]{32}"
+                        r"|access/[0-9a-f]/[0-9a-f]{32}\.[0-9a-f]{16}")
         keys = zs.sync(listing())
         assert keys and all(ok.fullmatch(k) for k in keys), keys
 

@@ -101,7 +101,7 @@ class SSDTier:
     sync API: threads per batch, 1 = the caller's; 0 forces zarr's async API), ``clock`` (seconds; injected so
     tests and simulations drive days in milliseconds), ``gc_interval`` (a duration: run ``gc``
     in a background thread that often), ``auto_gc`` (run ``gc`` when this process's estimate of
-    used bytes crosses the high watermark), ``precreate_shards`` (LocalStore: create the 256
+    used bytes crosses the high watermark), ``precreate_shards`` (LocalStore: create the 16
     shard directories now rather than on first use).
     """
 

@@ -4,8 +4,13 @@ Layout (every path is built from hashes; no user string ever becomes part of a p
 
     zarr.json                         a Zarr v3 group; attributes describe this layout
     namespaces/<ns-digest>/zarr.json  one group per namespace (model, format, shapes) in attributes
-    chunks/<hh>/<key-hex>             one object per block: codec prefix + JSON header + FP4 payload
-    access/<hh>/<key-hex>.<cls-hash>  last access of a *prefix* by a traffic class (tiny JSON)
+    chunks/<h>/<key-hex>              one object per block: codec prefix + JSON header + FP4 payload
+    access/<h>/<key-hex>.<cls-hash>   last access of a *prefix* by a traffic class (tiny JSON)
+
+Why 16 shard directories (the first hex digit of the key): writing 512 chunks of 226 KB through
+LocalStore ran at 0.73x the speed of plain writes into 1 directory, 0.83x into 16, 0.60x into 256
+(ext4 spreads directories over block groups); lookups are by exact name, so a large
+directory costs little (ext4 hashes directory entries).
 
 Why access records are per prefix tail and not per chunk: a ``get_prefix`` that hits 512
 chunks writes one record (for the last key), not 512; every chunk header stores its parent
@@ -40,8 +45,8 @@ from tiered_kv.keys import KEY_BYTES
 LAYOUT = "tiered-kv-chunks/1"
 CHUNKS = "chunks/"
 ACCESS = "access/"
-_CHUNK_RE = re.compile(r"chunks/([0-9a-f]{2})/([0-9a-f]{32})")
-_ACCESS_RE = re.compile(r"access/([0-9a-f]{2})/([0-9a-f]{32})\.([0-9a-f]{16}|any)")
+_CHUNK_RE = re.compile(r"chunks/([0-9a-f])/([0-9a-f]{32})")
+_ACCESS_RE = re.compile(r"access/([0-9a-f])/([0-9a-f]{32})\.([0-9a-f]{16}|any)")
 #: Concurrent store operations per batch (the store's own thread pool bounds real parallelism).
 IO_CONCURRENCY = 64
 
@@ -98,7 +103,7 @@ def as_bytes(buf) -> bytes:
 
 def chunk_path(key: bytes) -> str:
     h = key.hex()
-    return f"{CHUNKS}{h[:2]}/{h}"
+    return f"{CHUNKS}{h[0]}/{h}"
 
 
 def class_hash(traffic_class: str | None) -> str:
@@ -109,7 +114,7 @@ def class_hash(traffic_class: str | None) -> str:
 
 def access_path(key: bytes, traffic_class: str | None) -> str:
     h = key.hex()
-    return f"{ACCESS}{h[:2]}/{h}.{class_hash(traffic_class)}"
+    return f"{ACCESS}{h[0]}/{h}.{class_hash(traffic_class)}"
 
 
 @dataclass(frozen=True)
@@ -143,8 +148,8 @@ async def ensure_layout(store: Store, namespace=None) -> None:
     """Write the root group (and the namespace's group) unless they exist; never overwrite."""
     root = {"tiered_kv": {
         "layout": LAYOUT,
-        "chunk_key": "chunks/<first 2 hex of key>/<32-hex chained blake2b-128 block key>",
-        "access_key": "access/<hh>/<key>.<blake2b-64 of traffic class | any>",
+        "chunk_key": "chunks/<first hex digit of key>/<32-hex chained blake2b-128 block key>",
+        "access_key": "access/<h>/<key>.<blake2b-64 of traffic class | any>",
         "chunk_format": "b'TKVC' prefix (version, header_len, payload_len, crc32c) + JSON header + FP4 payload",
         "docs": "tiered_kv/tiers/ssd_layout.py, tiered_kv/codec.py",
     }}
@@ -161,7 +166,7 @@ async def ensure_layout(store: Store, namespace=None) -> None:
 
 
 def precreate_shards(store: Store) -> None:
-    """Create the 256 ``chunks/<hh>`` and ``access/<hh>`` directories of a LocalStore now.
+    """Create the 16 ``chunks/<h>`` and ``access/<h>`` directories of a LocalStore now.
 
     LocalStore creates a shard directory on the first write into it; on this project's machine
     a mkdir costs about as much as writing a 35 KB chunk, so a long-lived store (or a benchmark
@@ -171,8 +176,8 @@ def precreate_shards(store: Store) -> None:
     if root is None:
         return
     for prefix in (CHUNKS, ACCESS):
-        for h in range(256):
-            os.makedirs(root / prefix / f"{h:02x}", exist_ok=True)
+        for h in range(16):
+            os.makedirs(root / prefix / f"{h:x}", exist_ok=True)
 
 
 async def bounded(coros: Iterable[Awaitable], limit: int = IO_CONCURRENCY,
