@@ -6,8 +6,16 @@ import sys
 
 import pytest
 
-from tiered_kv.arch import (DEEPSEEK_67B, DEEPSEEK_V2, DEEPSEEK_V3, Arch, fp4_bits, kv_table, project_arch,
-                            ratios)
+from tiered_kv.arch import (
+    DEEPSEEK_67B,
+    DEEPSEEK_V2,
+    DEEPSEEK_V3,
+    Arch,
+    fp4_bits,
+    kv_table,
+    project_arch,
+    ratios,
+)
 from tiered_kv.model import preset
 
 

@@ -59,10 +59,10 @@ def test_replay_exact_at_bound_and_approximate_below(model):
     # encoder window rebuild: exact state from L_e*(W-1) tokens, not from fewer
     _, exact_state = model.encode(t[:100], 0)
     rebuilt = model.replay_encoder(t, 100, cfg.enc_layers * (W - 1))
-    for a, b in zip(rebuilt.layers, exact_state.layers):
+    for a, b in zip(rebuilt.layers, exact_state.layers, strict=True):
         torch.testing.assert_close(a.k, b.k, rtol=0, atol=1e-5)
     short = model.replay_encoder(t, 100, W)
-    assert max((a.k - b.k).abs().max().item() for a, b in zip(short.layers, exact_state.layers)) > 1e-4
+    assert max((a.k - b.k).abs().max().item() for a, b in zip(short.layers, exact_state.layers, strict=True)) > 1e-4
 
 
 @torch.no_grad()

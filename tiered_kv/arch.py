@@ -127,7 +127,7 @@ def kv_table() -> list[dict]:
         for fmt, bits in fp4:
             add(arch, fmt, bits)
     rows.append({"arch": "DeepSeek tiered cache (reference)", "kind": "published", "precision": "as published",
-                 "bits_per_element": float("nan"), "elements_per_token": 0,
+                 "bits_per_element": None, "elements_per_token": 0,
                  "bytes_per_token": REFERENCE_CACHE_BYTES_PER_TOKEN, "source": "published per-token size",
                  "note": "input, not derived"})
     return rows

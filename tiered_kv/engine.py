@@ -41,7 +41,7 @@ import torch
 
 from tiered_kv import codec
 from tiered_kv.keys import Namespace, block_keys
-from tiered_kv.model import EncoderDecoder, WindowState, _check_tokens
+from tiered_kv.model import EncoderDecoder, _check_tokens
 from tiered_kv.tiers.gpu import GPUTier, InFlight
 from tiered_kv.tiers.host import HostEntry, HostTier
 

@@ -96,7 +96,7 @@ def replay_error(model: EncoderDecoder, sequences: list[torch.Tensor], *, window
         if w not in cache:
             cache[w] = [_exact_run(m, seq[:prefix + steps], prefix, rt) for seq in sequences]
         kls, agrees = [], []
-        for seq, (kv, exact) in zip(sequences, cache[w]):
+        for seq, (kv, exact) in zip(sequences, cache[w], strict=True):
             rep = _replayed_run(m, seq[:prefix + steps], prefix, r, kv, rt)
             kl, ag = _kl_agree(exact, rep)
             kls.append(kl)
@@ -118,7 +118,7 @@ def fp4_error(model: EncoderDecoder, sequences: list[torch.Tensor], *, formats=(
     for fmt in formats:
         rt = _roundtrip(fmt, block_size, model)
         kls, ags = [], []
-        for seq, exact in zip(sequences, ref):
+        for seq, exact in zip(sequences, ref, strict=True):
             _, got = _exact_run(model, seq[:prefix + steps], prefix, rt)
             kl, ag = _kl_agree(exact, got)
             kls.append(kl)

@@ -196,8 +196,13 @@ def run(args: argparse.Namespace) -> dict:
     flops = prefill_flops(args.flops_length, model.cfg)
     extra = {}
     if args.replay_quality:
-        from tiered_kv.replay_quality import attention_locality, fp4_error, load_heldout, replay_error, \
-            sample_sequences
+        from tiered_kv.replay_quality import (
+            attention_locality,
+            fp4_error,
+            load_heldout,
+            replay_error,
+            sample_sequences,
+        )
 
         seqs = sample_sequences(load_heldout(), args.samples, 1024 + 32, seed=0)
         rep = replay_error(model, seqs, progress=True)

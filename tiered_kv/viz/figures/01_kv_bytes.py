@@ -21,8 +21,14 @@ TITLE = "KV cache bytes per token, by architecture and precision (log scale)"
 def build(quick: bool) -> FigureResult:
     import altair as alt
 
-    from tiered_kv.arch import DEEPSEEK_67B, DEEPSEEK_MLA_BITS, DEEPSEEK_V2, REFERENCE_CACHE_BYTES_PER_TOKEN, \
-        kv_table, ratios
+    from tiered_kv.arch import (
+        DEEPSEEK_67B,
+        DEEPSEEK_MLA_BITS,
+        DEEPSEEK_V2,
+        REFERENCE_CACHE_BYTES_PER_TOKEN,
+        kv_table,
+        ratios,
+    )
 
     data = pl.DataFrame(kv_table()).with_columns(
         (pl.col("arch") + " · " + pl.col("precision")).alias("label"))

@@ -64,7 +64,13 @@ def _build(s: dict, quick: bool) -> FigureResult:
 
     from tiered_kv.kernels.fp4 import error_stats
     from tiered_kv.model import default_checkpoint, load_checkpoint
-    from tiered_kv.replay_quality import attention_locality, fp4_error, load_heldout, replay_error, sample_sequences
+    from tiered_kv.replay_quality import (
+        attention_locality,
+        fp4_error,
+        load_heldout,
+        replay_error,
+        sample_sequences,
+    )
 
     path = default_checkpoint("small")
     if not path.exists():
