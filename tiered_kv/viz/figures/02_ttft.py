@@ -39,7 +39,7 @@ def _measured(quick: bool) -> tuple[pl.DataFrame | None, str]:
     try:
         from tiered_kv.bench.ttft import measure_ttft
 
-        lengths = (1024, 4096)
+        lengths = (1024, 4096, 16384, 32768)
         df = measure_ttft(lengths, progress=False)
         return df.select("length_tokens", "case", "ttft_ms"), f"measured at {list(lengths)} tokens"
     except Exception as exc:  # noqa: BLE001 - the model panel stands alone; say why this one is missing
