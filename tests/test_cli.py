@@ -5,9 +5,9 @@ import sys
 
 import pytest
 
-from tiered_kv.cli import build_parser, discover
 import tiered_kv.bench
 import tiered_kv.commands
+from tiered_kv.cli import build_parser, discover
 
 
 def _help(*argv: str) -> str:

@@ -1,7 +1,8 @@
 import math
 
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 from tiered_kv.units import format_bytes, format_duration, parse_bytes, parse_duration
 

@@ -11,8 +11,8 @@ import argparse
 import importlib
 import pkgutil
 import sys
+from collections.abc import Sequence
 from types import ModuleType
-from typing import Sequence
 
 import tiered_kv
 import tiered_kv.commands
