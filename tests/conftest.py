@@ -17,3 +17,15 @@ def _cuda_available() -> bool:
 
 if "TRITON_INTERPRET" not in os.environ and not _cuda_available():
     os.environ["TRITON_INTERPRET"] = "1"
+
+
+# CI runs the same hypothesis examples every time (a failure there is reproducible and main
+# never turns red by the draw); locally examples stay random so new cases keep being explored.
+try:
+    from hypothesis import settings as _hyp_settings
+
+    _hyp_settings.register_profile("ci", derandomize=True, print_blob=True)
+    if os.environ.get("CI"):
+        _hyp_settings.load_profile("ci")
+except ImportError:  # hypothesis is in the dev extra
+    pass

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from tiered_kv.sim import trie_belady, trie_lru
@@ -116,6 +116,7 @@ def _trie(paths, weights, warmup) -> trie_lru.TrieTrace:
 @settings(max_examples=60, deadline=None)
 @given(seed=st.integers(0, 2**31), n=st.integers(1, 24), max_blocks=st.integers(1, 7),
        alphabet=st.integers(1, 4), warm=st.sampled_from([0.0, 0.25, 0.5, 0.75]))
+@example(seed=102791, n=12, max_blocks=1, alphabet=4, warm=0.25)  # peer's optimal < its FIFO here
 def test_curves_equal_brute_force(seed, n, max_blocks, alphabet, warm):
     paths, weights = _paths(seed, n, max_blocks, alphabet)
     warmup = int(n * warm)
@@ -138,7 +139,8 @@ def test_curves_equal_brute_force(seed, n, max_blocks, alphabet, warm):
             assert trie_lru.hit_tokens_of(t, trie_belady.replay_lru_trie_heap(t, c)[0]) == want_lru
             assert trie_lru.hit_tokens_of(t, trie_belady.replay_optimal_trie(t, c)[0]) == want_opt
             assert trie_lru.hit_tokens_of(t, trie_lru.replay_fifo_trie(t, c)[0]) == want_fifo
-    assert np.all(opt >= lru) and np.all(opt >= fifo)  # optimal is an upper bound (same rules)
+    # No `opt >= lru/fifo` check: kvcache.ai's "optimal" counts next use in requests and
+    # bypasses on ties, so it is a heuristic, not a bound (seed=102791, n=12: fifo beats it).
 
 
 def test_chained_fast_path_matches_explicit_trie():
