@@ -45,6 +45,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
+from typing import ClassVar
 
 import numba as nb
 import numpy as np
@@ -490,53 +491,54 @@ def _trie_run(trace, capacity_tokens: int | None, replay_fn):
 
 
 def _register() -> None:
-    from typing import ClassVar
-
+    """Register kvcache.ai's three trie policies; they differ only in their replay function."""
     from tiered_kv.sim.policies import _check_capacity, register_policy
+
+    @dataclass(frozen=True)
+    class _TriePolicy:
+        name: ClassVar[str]
+        capacity_tokens: int | None = None
+
+        def __post_init__(self) -> None:
+            _check_capacity(f"{self.name} capacity_tokens", self.capacity_tokens)
+
+        def run(self, trace):
+            return _trie_run(trace, self.capacity_tokens, self.replay())
 
     @register_policy
     @dataclass(frozen=True)
-    class LRUTrie:
+    class LRUTrie(_TriePolicy):
         """kvcache.ai's LRU: leaves of the prefix trie only, hit prefix refreshed, admission stops."""
 
         name: ClassVar[str] = "lru-trie"
-        capacity_tokens: int | None = None
 
-        def __post_init__(self) -> None:
-            _check_capacity("lru-trie capacity_tokens", self.capacity_tokens)
-
-        def run(self, trace):
-            return _trie_run(trace, self.capacity_tokens, replay_lru_trie)
+        @staticmethod
+        def replay():
+            return replay_lru_trie
 
     @register_policy
     @dataclass(frozen=True)
-    class FIFOTrie:
+    class FIFOTrie(_TriePolicy):
         """kvcache.ai's FIFO over trie nodes (oldest inserted first; not prefix-closed)."""
 
         name: ClassVar[str] = "fifo-trie"
-        capacity_tokens: int | None = None
 
-        def __post_init__(self) -> None:
-            _check_capacity("fifo-trie capacity_tokens", self.capacity_tokens)
-
-        def run(self, trace):
-            return _trie_run(trace, self.capacity_tokens, replay_fifo_trie)
+        @staticmethod
+        def replay():
+            return replay_fifo_trie
 
     @register_policy
     @dataclass(frozen=True)
-    class BeladyTrie:
+    class BeladyTrie(_TriePolicy):
         """kvcache.ai's "optimal": prefix-trie Belady with bypass (next use in requests)."""
 
         name: ClassVar[str] = "belady-trie"
-        capacity_tokens: int | None = None
 
-        def __post_init__(self) -> None:
-            _check_capacity("belady-trie capacity_tokens", self.capacity_tokens)
-
-        def run(self, trace):
+        @staticmethod
+        def replay():
             from tiered_kv.sim.trie_belady import replay_optimal_trie
 
-            return _trie_run(trace, self.capacity_tokens, replay_optimal_trie)
+            return replay_optimal_trie
 
 
 _register()
