@@ -4,7 +4,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tiered_kv.units import format_bytes, format_duration, parse_bytes, parse_duration
+from tiered_kv.units import (
+    format_bytes,
+    format_duration,
+    format_tokens,
+    parse_bytes,
+    parse_duration,
+    parse_tokens,
+)
 
 
 @pytest.mark.parametrize("text,seconds", [("90", 90), ("90s", 90), ("15m", 900), ("6h", 21600),
@@ -31,10 +38,43 @@ def test_parse_bytes_rejects():
 
 
 @given(st.floats(min_value=0, max_value=1e9, allow_nan=False))
-def test_duration_format_round_trips(seconds):
-    assert parse_duration(format_duration(seconds)) == pytest.approx(seconds, rel=1e-5)
+def test_duration_format_round_trips_to_the_precision_shown(seconds):
+    # two units, rounded to the smaller: "1 d 0 h" is within half an hour of 24.5 h
+    assert parse_duration(format_duration(seconds)) == pytest.approx(seconds, rel=0.021, abs=0.006)
 
 
-def test_format_bytes():
-    assert format_bytes(890) == "890 B"
-    assert format_bytes(3 * 2**20) == "3 MiB"
+@pytest.mark.parametrize("seconds,text", [
+    (0, "0 s"), (0.25, "0.25 s"), (12.5, "12.5 s"), (45, "45 s"), (60, "1 m"),
+    (17.3333 * 60, "17 m 20 s"),  # was "17.3333m"
+    (2.99769 * 86400, "3 d"),  # was "2.99769d"
+    (2.59e5, "3 d"),  # a TTL slider readout, was "2.59e+5 s"
+    (1.5 * 86400, "1 d 12 h"), (14 * 86400, "14 d"), (3 * 3600 + 9 * 60, "3 h 9 m"), (math.inf, "inf"),
+])
+def test_format_duration_for_people(seconds, text):
+    assert format_duration(seconds) == text
+    assert parse_duration(text) == pytest.approx(seconds, rel=0.01, abs=0.005)
+
+
+@pytest.mark.parametrize("n,text", [
+    (890, "890 B"), (1023, "1023 B"), (1024, "1 KiB"), (3 * 2**20, "3 MiB"), (2**40, "1 TiB"),
+    (1023.9 * 2**30, "1 TiB"),  # was "1.02e+03 GiB"
+    (2.73e12, "2.48 TiB"),  # was "2.73e+12"
+    (24.6 * 2**40, "24.6 TiB"), (100 * 2**50, "100 PiB"), (math.inf, "unlimited"),
+])
+def test_format_bytes(n, text):
+    assert format_bytes(n) == text
+    assert "e+" not in text
+
+
+@pytest.mark.parametrize("n,text", [(512, "512 tokens"), (9000, "9,000 tokens"), (12_345, "12.3K tokens"),
+                                    (4.5e6, "4.5M tokens"), (1.2e9, "1.2B tokens"), (999_999, "1M tokens")])
+def test_format_tokens(n, text):
+    assert format_tokens(n) == text
+    assert parse_tokens(text) == pytest.approx(n, rel=0.005)
+
+
+def test_parse_tokens_rejects_with_name():
+    with pytest.raises(ValueError, match="capacity"):
+        parse_tokens("-5", name="capacity")
+    with pytest.raises(ValueError, match="capacity"):
+        parse_tokens("5 parsecs", name="capacity")

@@ -18,9 +18,13 @@ _BYTE_UNITS = {
 _NUM = r"([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)"
 
 
-def parse_duration(value: str | float | int, *, name: str = "duration") -> float:
-    """Seconds from ``90``, ``"90s"``, ``"15m"``, ``"6h"`` or ``"3d"``; ``"inf"`` means forever.
+_DURATION_PART = re.compile(_NUM + r"\s*([smhd]?)")
 
+
+def parse_duration(value: str | float | int, *, name: str = "duration") -> float:
+    """Seconds from ``90``, ``"90s"``, ``"15m"``, ``"6h"``, ``"3d"`` or ``"2 d 23 h"``; ``"inf"`` is forever.
+
+    Compound forms (what :func:`format_duration` writes, e.g. ``"17 m 20 s"``) add their parts.
     Raises ``ValueError`` naming ``name`` for negative or malformed values.
     """
     if isinstance(value, (int, float)):
@@ -29,13 +33,16 @@ def parse_duration(value: str | float | int, *, name: str = "duration") -> float
         text = value.strip().lower()
         if text in ("inf", "infinite", "forever", "none"):
             return math.inf
-        m = re.fullmatch(_NUM + r"\s*([smhd]?)", text)
-        if not m:
+        if text.startswith("-") and _DURATION_PART.fullmatch(text[1:].strip()):
+            raise ValueError(f"{name}: must be a duration >= 0 seconds, got {value!r}")
+        parts = re.findall(_NUM + r"\s*([smhd]?)\s*", text)
+        if not re.fullmatch(r"(?:" + _NUM + r"\s*[smhd]?\s*)+", text) or (
+                len(parts) > 1 and any(not unit for _, unit in parts)):
             raise ValueError(
                 f"{name}: cannot parse {value!r} as a duration; use a number of seconds or "
-                "a number followed by s, m, h or d (e.g. 90s, 15m, 6h, 3d), or 'inf'"
+                "a number followed by s, m, h or d (e.g. 90s, 15m, 6h, 3d, 2 d 12 h), or 'inf'"
             )
-        seconds = float(m.group(1)) * _DURATION_UNITS[m.group(2) or "s"]
+        seconds = sum(float(num) * _DURATION_UNITS[unit or "s"] for num, unit in parts)
     if math.isnan(seconds) or seconds < 0:
         raise ValueError(f"{name}: must be a duration >= 0 seconds, got {value!r}")
     return seconds
@@ -58,20 +65,94 @@ def parse_bytes(value: str | float | int, *, name: str = "size") -> int:
     return int(size)
 
 
+_DURATION_STEPS = (("d", 86400), ("h", 3600), ("m", 60), ("s", 1))
+
+
 def format_duration(seconds: float) -> str:
-    """Short human form: ``45s``, ``12.5m``, ``3h``, ``7d``."""
+    """Human form, at most two units, rounded to the smaller: ``45 s``, ``17 m 20 s``, ``3 d``, ``2 d 23 h``.
+
+    Under a minute: three significant digits (``0.25 s``, ``12.5 s``). :func:`parse_duration`
+    reads every form back (to the precision shown). ``inf`` for an unlimited duration.
+    """
+    seconds = float(seconds)
     if math.isinf(seconds):
         return "inf"
-    for unit, scale in (("d", 86400.0), ("h", 3600.0), ("m", 60.0)):
-        if seconds >= scale:
-            return f"{seconds / scale:g}{unit}"
-    return f"{seconds:g}s"
+    if math.isnan(seconds):
+        return "n/a"
+    if seconds < 0:
+        return "-" + format_duration(-seconds)
+    if round(seconds, 1) < 60:
+        return f"{_sig3(seconds)} s"
+    for i, (unit, scale) in enumerate(_DURATION_STEPS[:-1]):
+        if seconds >= scale * (1 - 1 / 120):
+            small_unit, small = _DURATION_STEPS[i + 1]
+            total = round(seconds / small)  # in the smaller unit
+            big, rest = divmod(total, scale // small)
+            if big == 0:  # rounded down below one of the larger unit
+                return f"{rest} {small_unit}"
+            return f"{big} {unit}" + (f" {rest} {small_unit}" if rest else "")
+    raise AssertionError(seconds)  # >= 60 s always matches a unit above
+
+
+def _sig3(x: float) -> str:
+    """Three significant digits, never in exponent form: ``0.25``, ``12.5``, ``890``, ``1024``."""
+    if x == 0:
+        return "0"
+    ax = abs(x)
+    decimals = 0 if ax >= 100 else 1 if ax >= 10 else 2 if ax >= 1 else max(2, 2 - math.floor(math.log10(ax)))
+    text = f"{x:.{decimals}f}"
+    return text.rstrip("0").rstrip(".") if "." in text else text
 
 
 def format_bytes(n: float) -> str:
-    """Binary units: ``890 B``, ``1.5 MiB``, ``100 PiB``."""
+    """Binary units, three significant digits: ``890 B``, ``1.5 MiB``, ``1 TiB``, ``24.6 TiB``."""
+    n = float(n)
+    if math.isnan(n):
+        return "n/a"
+    if math.isinf(n):
+        return "unlimited"
     for unit in ("PiB", "TiB", "GiB", "MiB", "KiB"):
         scale = _BYTE_UNITS[unit.lower()]
-        if abs(n) >= scale:
-            return f"{n / scale:.3g} {unit}"
+        if abs(n) >= scale * (1 - 0.0005):
+            return f"{_sig3(n / scale)} {unit}"
     return f"{n:.0f} B"
+
+
+_TOKEN_STEPS = (("T", 10**12), ("B", 10**9), ("M", 10**6), ("K", 10**3))
+
+
+def format_tokens(n: float) -> str:
+    """Token counts: ``512 tokens``, ``9,000 tokens``, ``12.3K tokens``, ``4.5M tokens``, ``1.2B tokens``.
+
+    Exact with thousands separators under 10,000; K/M/B/T (decimal) with three significant
+    digits above. :func:`parse_tokens` reads every form back.
+    """
+    n = float(n)
+    if math.isnan(n):
+        return "n/a"
+    if math.isinf(n):
+        return "unlimited"
+    if abs(n) < 10_000:
+        return f"{n:,.0f} tokens"
+    for unit, scale in _TOKEN_STEPS:
+        if abs(n) >= scale * (1 - 0.0005):
+            return f"{_sig3(n / scale)}{unit} tokens"
+    raise AssertionError(n)
+
+
+def parse_tokens(value: str | float | int, *, name: str = "tokens") -> int:
+    """Tokens from ``4096``, ``"9,000"``, ``"12.3K"``, ``"4.5M tokens"`` or ``"1e6"``."""
+    if isinstance(value, (int, float)):
+        count = float(value)
+    else:
+        text = value.strip().lower().replace(",", "").replace("_", "")
+        text = re.sub(r"\s*tokens?$", "", text)
+        m = re.fullmatch(r"(-?)" + _NUM + r"\s*([kmbt]?)", text)
+        if not m:
+            raise ValueError(f"{name}: cannot parse {value!r} as a token count; use a number, "
+                             "optionally followed by K, M, B or T (e.g. 4096, 12K, 4.5M)")
+        scale = {"": 1, "k": 10**3, "m": 10**6, "b": 10**9, "t": 10**12}[m.group(3)]
+        count = float(m.group(2)) * scale * (-1 if m.group(1) else 1)
+    if math.isnan(count) or count < 0:
+        raise ValueError(f"{name}: must be a token count >= 0, got {value!r}")
+    return int(round(count))

@@ -91,31 +91,21 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def format_duration(seconds: float) -> str:
-    """Three significant digits in the largest unit that fits: ``3.8s``, ``13.1m``, ``1.89d``."""
-    if seconds is None or not math.isfinite(seconds):
-        return "inf"
-    for unit, scale in (("d", 86_400.0), ("h", 3_600.0), ("m", 60.0)):
-        if seconds >= scale:
-            return f"{seconds / scale:.3g}{unit}"
-    return f"{seconds:.3g}s"
-
-
 def print_report(out: dict) -> None:
     """Human-readable tables: curves (a few TTLs), frontier, policies at the capacity, watermark."""
-    from tiered_kv.units import format_bytes
+    from tiered_kv.units import format_bytes, format_duration
 
     s = out
     print(f"{s['source']}: {s['requests']:,} requests, {s['block_accesses']:,} block accesses over "
           f"{format_duration(s['span_s'])}; chunk {format_bytes(s['chunk_bytes'])} "
           f"({s['bytes_per_token']:,.0f} B/token x {s['block_size']} tokens)")
     print(f"capacity {format_bytes(s['capacity_bytes'])} average stored ({s['capacity_from']})\n")
-    print(f"{'class':>8} {'TTL':>8} {'hit rate':>9} {'byte-days':>12} {'avg stored':>11} {'peak stored':>12}")
+    print(f"{'class':>8} {'TTL':>10} {'hit rate':>9} {'byte-days':>12} {'avg stored':>11} {'peak stored':>12}")
     for c in s["classes"]:
         rows = [r for r in s["curves"] if r["class"] == c and r["ttl_s"] > 0]
         step = max(len(rows) // 10, 1)
         for r in rows[::step] + ([rows[-1]] if (len(rows) - 1) % step else []):
-            print(f"{c:>8} {format_duration(r['ttl_s']):>8} {r['token_hit_rate']:>9.2%} "
+            print(f"{c:>8} {format_duration(r['ttl_s']):>10} {r['token_hit_rate']:>9.2%} "
                   f"{format_bytes(r['byte_days']) + '-d':>12} {format_bytes(r['avg_bytes']):>11} "
                   f"{format_bytes(r['peak_bytes']):>12}")
     print(f"\noracle frontier (all classes): {'avg stored':>11} {'hit rate':>9}")
@@ -123,10 +113,10 @@ def print_report(out: dict) -> None:
     for r in fr[:: max(len(fr) // 8, 1)] + [fr[-1]]:
         print(f"{'':>30} {format_bytes(r['avg_bytes']):>11} {r['token_hit_rate']:>9.2%}")
     print(f"\nat {format_bytes(s['capacity_bytes'])}:")
-    print(f"{'policy':>8} {'class':>8} {'TTL':>8} {'hit rate':>9} {'avg stored':>11} {'peak stored':>12}")
+    print(f"{'policy':>8} {'class':>8} {'TTL':>10} {'hit rate':>9} {'avg stored':>11} {'peak stored':>12}")
     for r in s["policies"]:
         ttl = "" if r["ttl_s"] is None else format_duration(r["ttl_s"])
-        print(f"{r['policy']:>8} {r['class']:>8} {ttl:>8} {r['token_hit_rate']:>9.2%} "
+        print(f"{r['policy']:>8} {r['class']:>8} {ttl:>10} {r['token_hit_rate']:>9.2%} "
               f"{format_bytes(r['avg_bytes']):>11} {format_bytes(r['peak_bytes']):>12}")
     print(f"oracle frontier {s['frontier_token_hit_rate']:.2%}; the optimal per-class TTLs are "
           f"{s['oracle_gap_points']:.2f} points below it; the best shared TTL loses {s['shared_loss_points']:.2f} "

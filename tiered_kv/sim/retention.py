@@ -12,7 +12,8 @@ or ``T`` after its last access. Charging the whole residency of everything writt
 trace window and dividing by the window's length is Little's law: the result is the steady-state
 average stored bytes, so a budget can be stated as an SSD capacity (e.g. 100 PiB) as well as in
 byte-days. Peak stored bytes come from separate scans (:mod:`tiered_kv.sim.retention_occupancy`)
-that count the chunks held at evenly spaced instants (a cold cache at the start of the trace).
+that count the chunks held at evenly spaced instants, in the same steady state (residency left
+at the trace's end wraps around to its start, so the peak is never below this average).
 
 The TTL of a chunk is that of the class whose request touched it last (as in
 :mod:`tiered_kv.sim.policies`); its cost goes to that class and its hits to the class of the

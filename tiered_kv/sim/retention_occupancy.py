@@ -1,8 +1,10 @@
 """Peak stored bytes and the watermark view of :mod:`tiered_kv.sim.retention`.
 
 Average stored bytes follow from byte-seconds alone; the peak needs the set of chunks held at an
-instant. Both scans here count it exactly at evenly spaced instants of the trace (from a cold
-cache), for every TTL or every frontier point at once:
+instant. Both scans here count it exactly at evenly spaced instants of the trace, for every TTL
+or every frontier point at once (the TTL scan from a cold cache, or in steady state, where the
+residency a chunk has left at the trace's end wraps around to its start, as Little's law counts
+it; see :func:`ttl_occupancy`):
 
 * TTL: a chunk is held at ``s`` iff its last touch ``t <= s`` has ``s - t <= T`` of the class that
   touched it; one Fenwick tree per class over access positions holds a 1 at each block's latest
@@ -98,12 +100,54 @@ def sample_instants(trace: CompiledTrace, n: int = 1024) -> np.ndarray:
     return np.linspace(t0, t1, max(n, 2)) if t1 > t0 else np.array([t1])
 
 
-def ttl_occupancy(trace: CompiledTrace, ttls, samples: np.ndarray, chunk_bytes: float) -> np.ndarray:
-    """Stored bytes [class, sample, ttl] under an idle TTL (by the class that touched last)."""
-    occ = _ttl_occupancy(trace.access_time, trace.blocks.astype(np.int64),
-                         trace.class_codes[trace.access_request].astype(np.int64), trace.n_unique,
-                         len(trace.class_names), np.asarray(samples, np.float64), np.asarray(ttls, np.float64))
+def ttl_occupancy(trace: CompiledTrace, ttls, samples: np.ndarray, chunk_bytes: float, *,
+                  steady_state: bool = False) -> np.ndarray:
+    """Stored bytes [class, sample, ttl] under an idle TTL (by the class that touched last).
+
+    ``steady_state=False`` counts from a cold cache at the trace's start. ``steady_state=True``
+    takes the trace as one period of a stationary workload: a chunk whose last touch leaves it
+    held past the trace's end is also held at the start of the next period, i.e. its residency
+    wraps around to the start of the window (once per span it outlasts). The time average of
+    that occupancy is exactly the Little's-law average ``byte-seconds / span`` of
+    :mod:`tiered_kv.sim.retention`, so its peak is never below that average; a cold cache's peak
+    is, whenever the TTL is comparable to the span (the cache never warms up in the window).
+    """
+    ttls = np.asarray(ttls, np.float64)
+    samples = np.asarray(samples, np.float64)
+    codes = trace.class_codes[trace.access_request].astype(np.int64)
+    occ = _ttl_occupancy(trace.access_time, trace.blocks.astype(np.int64), codes, trace.n_unique,
+                         len(trace.class_names), samples, ttls)
+    if steady_state:
+        occ += _wrapped_tails(trace, codes, samples, ttls)
     return occ * chunk_bytes
+
+
+def _wrapped_tails(trace: CompiledTrace, codes: np.ndarray, samples: np.ndarray, ttls: np.ndarray) -> np.ndarray:
+    """Chunks [class, sample, ttl] held at each instant by residencies that ran past the trace's end.
+
+    A block's last access at ``t`` keeps it until ``t + T``; the part after the end ``t1`` maps to
+    ``t0 + (t + T - t1) mod span``: at instant ``s`` it counts ``floor((t + T - s) / span)`` times.
+    """
+    t0, t1 = float(trace.timestamps[0]), float(trace.timestamps[-1])
+    span = max(t1 - t0, 1.0)  # the span of tiered_kv.sim.retention.reuse_gaps
+    last = np.full(trace.n_unique, -1, np.int64)
+    last[trace.blocks] = np.arange(trace.blocks.shape[0])  # the last access of each block wins
+    last = last[last >= 0]
+    out = np.zeros((len(trace.class_names), samples.shape[0], ttls.shape[0]))
+    for c in range(len(trace.class_names)):
+        t = np.sort(trace.access_time[last[codes[last] == c]])
+        for k, ttl in enumerate(ttls):
+            if not np.isfinite(ttl):
+                out[c, :, k] = np.inf if t.size else 0.0
+                continue
+            wraps = 1
+            while True:  # tails with t + T - s >= wraps * span, at every instant s at once
+                cnt = t.size - np.searchsorted(t, samples + wraps * span - ttl, side="left")
+                if not cnt.any():
+                    break
+                out[c, :, k] += cnt
+                wraps += 1
+    return out
 
 
 def frontier_occupancy(trace: CompiledTrace, gaps: Gaps, frontier: Frontier, points: np.ndarray,
