@@ -14,18 +14,37 @@ One prefill of N tokens, with P = the tokens whose global KV the SSD tier holds 
    cross-attending to the global KV of all N tokens; yields the first token's logits.
 
 TTFT is the sum of these stages. After the first token, new full blocks go to the SSD tier
-with the request's traffic class and the encoder windows at the last block boundary go to this
-machine's host tier ("store", reported separately: a server does it off the critical path).
-Only exact windows are kept (from position 0, from the host tier, or from a replay long enough
-to be exact), so a host-tier hit never carries a replay's approximation forward.
+with the request's traffic class and the encoder (and, with ``reuse_decoder_windows``, decoder)
+windows at the last block boundary go to this machine's host tier ("store", reported
+separately: a server does it off the critical path).
+
+The SSD tier is keyed by exact token prefix, so what it holds must be what an uncached
+prefill of that prefix computes. When the encoder windows at P came from a bounded replay
+shorter than L_e*(W-1) tokens they are approximate, and so is the global KV of the new blocks
+computed from them. ``ssd_writes`` decides what happens then:
+
+- ``"exact"`` (default): off the critical path, the encoder windows at P are rebuilt by an
+  *exact* replay (L_e*(W-1) tokens) and the new blocks are recomputed from them before they
+  are written; the first token still used the fast approximate state. Cost: the catch-up
+  tokens, reported in ``computed_tokens["store_catch_up"]`` and in ``store_s``.
+- ``"skip"``: blocks from an approximate state are not written (the prefix stops growing on
+  this machine until a host-tier hit or an exact replay).
+- ``"approximate"``: write them anyway (the pre-fix behaviour, kept for the drift experiment:
+  later hits on every machine then inherit the approximation).
+
+Host-tier entries are only ever exact (from position 0, from the host tier, or from an exact
+replay), so a host-tier hit never carries a replay's approximation forward.
 
 Exactness: every global KV the decoder sees has been through the same FP4 round trip as the
 SSD tier applies (the blocks are quantized exactly as :func:`tiered_kv.codec.quantize_blocks`
 does), so a hit and a miss see identical numbers; with the host tier's windows present, a
 cached prefill equals an uncached one. The decoder's prefill semantics is bounded replay
 whatever is cached, so its cost is L_d*R, not L_d*N. With ``reuse_decoder_windows=True`` the
-decoder instead continues from the host tier's decoder windows at Q when N-Q <= R (fewer tokens
-and longer context; results then depend on what the host tier held).
+decoder instead continues from the host tier's decoder windows at Q whenever they are there
+(N-Q decoder tokens instead of R; the result is then exact, equal to an uncached pass). Those
+windows are computed exactly off the critical path at every block boundary stored, whatever
+the block size and R (an exact decoder replay of L_d*(W-1) tokens when the first-token pass
+did not already produce them).
 
 Several engines may share one SSD tier (the global KV is position- and machine-independent);
 each has its own host tier, as a machine would.
@@ -46,6 +65,7 @@ from tiered_kv.tiers.gpu import GPUTier, InFlight
 from tiered_kv.tiers.host import HostEntry, HostTier
 
 STAGES = ("key", "lookup", "load", "dequantize", "replay", "encoder", "decode")
+SSD_WRITES = ("exact", "skip", "approximate")
 
 
 @dataclass
@@ -60,6 +80,8 @@ class PrefillResult:
     timings_s: dict[str, float] = field(default_factory=dict)
     stored_blocks: int = 0
     store_s: float = 0.0
+    decoder_from_host: bool = False
+    encoder_exact: bool = True
 
     @property
     def ttft_s(self) -> float:
@@ -99,7 +121,7 @@ class Engine:
 
     def __init__(self, model: EncoderDecoder, ssd_tier, host_tier: HostTier | None = None, *,
                  gpu_tier: GPUTier | None = None, replay: int | None = None,
-                 reuse_decoder_windows: bool = False, name: str = "engine0") -> None:
+                 reuse_decoder_windows: bool = False, ssd_writes: str = "exact", name: str = "engine0") -> None:
         ns = ssd_tier.namespace
         if (ns.kv_heads, ns.head_dim) != (model.cfg.kv_heads, model.cfg.head_dim):
             raise ValueError(f"ssd_tier namespace KV shape {ns.kv_shape} does not match the model "
@@ -107,6 +129,9 @@ class Engine:
         r = model.cfg.replay if replay is None else replay
         if not isinstance(r, int) or r < 1:
             raise ValueError(f"replay: must be an integer >= 1 token, got {replay!r}")
+        if ssd_writes not in SSD_WRITES:
+            raise ValueError(f"ssd_writes: must be one of {list(SSD_WRITES)}, got {ssd_writes!r}")
+        self.ssd_writes = ssd_writes
         self.model = model.eval()
         self.ssd = ssd_tier
         self.host = host_tier if host_tier is not None else HostTier()
@@ -166,6 +191,7 @@ class Engine:
             enc_state = self.model.replay_encoder(tokens, p, R)
             enc_replayed = min(p, R)
             enc_exact = p <= R or R >= cfg.enc_layers * (cfg.window - 1)
+        enc_state_exact = enc_exact
         t["replay"] = clock() - t0
 
         # Encoder over the suffix, snapshotting the windows at the last block boundary.
@@ -191,22 +217,44 @@ class Engine:
         # Decoder: bounded replay over the last R tokens (or continue from host windows).
         t0 = clock()
         dec_from_host = (self.reuse_decoder_windows and entry is not None and entry.decoder is not None
-                         and entry.decoder.end == q and n - q <= R and q == host_used and q < n)
+                         and entry.decoder.end == q and q == host_used and q < n)
+        dec_at_boundary = None
         if dec_from_host:
-            logits, dec_state = self.model.decode(tokens[q:], q, global_kv, entry.decoder)
+            if q < boundary < n:  # split at the boundary: its windows come for free (and exact)
+                _, dec_at_boundary = self.model.decode(tokens[q:boundary], q, global_kv, entry.decoder)
+                logits, dec_state = self.model.decode(tokens[boundary:], boundary, global_kv, dec_at_boundary)
+            else:
+                logits, dec_state = self.model.decode(tokens[q:], q, global_kv, entry.decoder)
             dec_tokens = n - q
         else:
             logits, dec_state = self.model.first_token_logits(tokens, global_kv, R)
             dec_tokens = min(n, R)
+        if dec_state.end == boundary and (dec_from_host or n <= R):
+            dec_at_boundary = dec_state
         t["decode"] = clock() - t0
 
         # Off the critical path: new full blocks to SSD, windows at the boundary to host.
         t0 = clock()
-        stored = 0
+        stored, catch_up = 0, 0
         if store and computed is not None and boundary > p:
-            stored = self.ssd.put(tokens[:boundary].cpu(), computed[: boundary - p], traffic_class, kv_offset=p)
+            new_blocks = computed[: boundary - p]
+            if not enc_exact and self.ssd_writes == "exact":
+                # Exact catch-up: exact windows at P, then the new blocks recomputed from them.
+                exact_r = cfg.enc_layers * (cfg.window - 1)
+                exact_state = self.model.replay_encoder(tokens, p, exact_r)
+                new_blocks, boundary_state = self.model.encode(tokens[p:boundary], p, exact_state)
+                catch_up = min(p, exact_r) + (boundary - p)
+                enc_exact = True
+            if enc_exact or self.ssd_writes == "approximate":
+                stored = self.ssd.put(tokens[:boundary].cpu(), new_blocks, traffic_class, kv_offset=p)
         if store and boundary and boundary_state is not None and enc_exact and (boundary > q or entry is None):
-            dec_at_boundary = dec_state if dec_state.end == boundary and _decoder_exact(n, R, dec_from_host) else None
+            if self.reuse_decoder_windows and dec_at_boundary is None:
+                # Exact decoder windows at the boundary: a decoder replay long enough to be exact.
+                s0 = max(0, boundary - cfg.dec_layers * (cfg.window - 1))
+                exact_kv = global_kv if enc_exact and catch_up == 0 else torch.cat(
+                    [global_kv[:p], fp4_roundtrip(new_blocks, self.namespace)])
+                _, dec_at_boundary = self.model.decode(tokens[s0:boundary], s0, exact_kv)
+                catch_up += boundary - s0
             self.host.put(keys[boundary // bs - 1], HostEntry(boundary_state, dec_at_boundary))
         store_s = clock() - t0
 
@@ -217,8 +265,10 @@ class Engine:
         return PrefillResult(
             request_id=rid, logits=logits[-1], n_tokens=n,
             hit_tokens={"ssd": p, "host": host_used},
-            computed_tokens={"encoder_suffix": n - p, "encoder_replay": enc_replayed, "decoder": dec_tokens},
-            timings_s=t, stored_blocks=stored, store_s=store_s)
+            computed_tokens={"encoder_suffix": n - p, "encoder_replay": enc_replayed, "decoder": dec_tokens,
+                             "store_catch_up": catch_up},
+            timings_s=t, stored_blocks=stored, store_s=store_s, decoder_from_host=dec_from_host,
+            encoder_exact=enc_state_exact)
 
     # ------------------------------------------------------------------ decoding
 
@@ -239,9 +289,3 @@ class Engine:
     def release(self, request_id: str) -> InFlight:
         """Finish a running request (its GPU-tier KV is freed)."""
         return self.gpu.release(request_id)
-
-
-def _decoder_exact(n: int, replay: int, from_host: bool) -> bool:
-    """Decoder windows are kept only when they equal a full decoder pass: the replay reached
-    position 0, or it continued from (exact) host-tier windows."""
-    return n <= replay or from_host

@@ -209,16 +209,51 @@ def _cross_attention_cpu(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_of
 
 
 def _batched_attention(q, k, v, window: int | None) -> torch.Tensor:
-    """Training path: q [B,T,Hq,D], k/v [B,T,Hkv,D], both from position 0; band-masked SDPA."""
+    """Training path: q [B,T,Hq,D], k/v [B,T,Hkv,D], both from position 0.
+
+    Full causal attention (``window`` None, the cross-attention) goes to SDPA's causal flash
+    kernel, which skips the masked half. Sliding-window attention over a long sequence is
+    computed block-banded (:func:`_banded_attention`): O(T*2W) instead of O(T^2) work, which
+    is what makes training on sequences several times W affordable on a CPU.
+    """
     t = q.shape[1]
+    if window is None:
+        out = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                                             is_causal=True, enable_gqa=True)
+        return out.transpose(1, 2)
+    if t > 2 * window:
+        return _banded_attention(q, k, v, window)
     pos = torch.arange(t, device=q.device)
     diff = pos[:, None] - pos[None, :]
-    mask = diff >= 0
-    if window is not None:
-        mask &= diff < window
+    mask = (diff >= 0) & (diff < window)
     out = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
                                          attn_mask=mask, enable_gqa=True)
     return out.transpose(1, 2)
+
+
+def _banded_attention(q, k, v, window: int) -> torch.Tensor:
+    """Sliding-window attention in blocks of W queries, each over its own and the previous block.
+
+    A query at t sees keys t-W < p <= t, all inside [block start - W, block end), so each block
+    of W queries needs only 2W keys; the first block's missing predecessor is masked out.
+    """
+    b, t, h, d = q.shape
+    hk, c = k.shape[2], window
+    n = -(-t // c)
+    pad = n * c - t
+    if pad:
+        q, k, v = (F.pad(x, (0, 0, 0, 0, 0, pad)) for x in (q, k, v))
+    kc, vc = k.view(b, n, c, hk, d), v.view(b, n, c, hk, d)
+    kk = torch.cat([torch.cat([torch.zeros_like(kc[:, :1]), kc[:, :-1]], 1), kc], 2)
+    vv = torch.cat([torch.cat([torch.zeros_like(vc[:, :1]), vc[:, :-1]], 1), vc], 2)
+    diff = torch.arange(c, device=q.device)[:, None] + c - torch.arange(2 * c, device=q.device)[None, :]
+    mask = ((diff >= 0) & (diff < window)).expand(n, c, 2 * c).clone()
+    mask[0, :, :c] = False
+    out = F.scaled_dot_product_attention(
+        q.reshape(b * n, c, h, d).transpose(1, 2), kk.reshape(b * n, 2 * c, hk, d).transpose(1, 2),
+        vv.reshape(b * n, 2 * c, hk, d).transpose(1, 2), attn_mask=mask.repeat(b, 1, 1)[:, None],
+        enable_gqa=True)
+    return out.transpose(1, 2).reshape(b, n * c, h, d)[:, :t]
 
 
 def rope(x: torch.Tensor, positions: torch.Tensor, theta: float) -> torch.Tensor:

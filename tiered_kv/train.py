@@ -27,7 +27,16 @@ from tiered_kv.model import BOS, EOS, EncoderDecoder, ModelConfig, preset
 
 @dataclass(frozen=True)
 class TrainConfig:
-    """Optimizer and data settings; ``steps`` x ``batch`` x ``seq_len`` tokens are seen."""
+    """Optimizer and data settings; ``steps`` x ``batch`` x ``seq_len`` tokens are seen.
+
+    ``curriculum`` lengthens the training sequences during the run: pairs of (fraction of
+    the steps at which a phase starts, sequence length); the tokens per step stay
+    ``batch * seq_len`` (the batch shrinks as sequences grow). Long sequences are the point:
+    only a sequence several times W long rewards the decoder's cross-attention for looking
+    beyond its window. ``recall_prob`` is the share of sequences that get one *recall
+    augmentation*: a span of ``recall_span`` bytes copied from at least ``recall_distance``
+    bytes earlier, so exact long-range copying (through the global KV, not the window) pays.
+    """
 
     steps: int = 300
     batch: int = 8
@@ -40,21 +49,64 @@ class TrainConfig:
     heldout_every: int = 20
     eval_windows: int = 32
     threads: int = 1
+    curriculum: tuple[tuple[float, int], ...] = ()
+    recall_prob: float = 0.0
+    recall_span: tuple[int, int] = (32, 256)
+    recall_distance: int = 640
+    amp: bool = False
+    eval_every: int = 0
+    save_every: int = 50
 
     def __post_init__(self) -> None:
-        for name in ("steps", "batch", "seq_len", "warmup", "heldout_every", "eval_windows", "threads"):
+        for name in ("steps", "batch", "seq_len", "warmup", "heldout_every", "eval_windows", "threads",
+                     "recall_distance", "save_every"):
             v = getattr(self, name)
-            if not isinstance(v, int) or v < 1:
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise ValueError(f"TrainConfig.{name}: must be an integer >= 1, got {v!r}")
         if not 0 < self.lr < 1:
             raise ValueError(f"TrainConfig.lr: must be in (0, 1), got {self.lr!r}")
-        if self.weight_decay < 0 or self.grad_clip <= 0:
-            raise ValueError("TrainConfig.weight_decay must be >= 0 and grad_clip > 0")
+        if self.weight_decay < 0:
+            raise ValueError(f"TrainConfig.weight_decay: must be >= 0, got {self.weight_decay!r}")
+        if self.grad_clip <= 0:
+            raise ValueError(f"TrainConfig.grad_clip: must be > 0, got {self.grad_clip!r}")
+        if self.threads > 256:
+            raise ValueError(f"TrainConfig.threads: must be in [1, 256], got {self.threads!r}")
+        if not 0 <= self.recall_prob <= 1:
+            raise ValueError(f"TrainConfig.recall_prob: must be in [0, 1], got {self.recall_prob!r}")
+        lo, hi = self.recall_span
+        if not 1 <= lo <= hi:
+            raise ValueError(f"TrainConfig.recall_span: must be (min, max) with 1 <= min <= max, got {self.recall_span!r}")
+        if not isinstance(self.eval_every, int) or self.eval_every < 0:
+            raise ValueError(f"TrainConfig.eval_every: must be an integer >= 0 (0 = only at the end), got {self.eval_every!r}")
+        prev = -1.0
+        for frac, length in self.curriculum:
+            if not 0 <= frac < 1 or frac <= prev:
+                raise ValueError("TrainConfig.curriculum: phase start fractions must increase within [0, 1), "
+                                 f"got {self.curriculum!r}")
+            if not isinstance(length, int) or length < 2:
+                raise ValueError(f"TrainConfig.curriculum: sequence lengths must be integers >= 2, got {length!r}")
+            prev = frac
+
+    @property
+    def tokens_per_step(self) -> int:
+        return self.batch * self.seq_len
+
+    def shape_at(self, step: int) -> tuple[int, int]:
+        """(batch, seq_len) of ``step`` under the curriculum."""
+        length = self.seq_len
+        for frac, phase_len in self.curriculum:
+            if step >= frac * self.steps:
+                length = phase_len
+        return max(1, self.tokens_per_step // length), length
 
 
 TRAIN_PRESETS: dict[str, TrainConfig] = {
     "tiny": TrainConfig(steps=60, batch=8, seq_len=128, lr=3e-3, warmup=5, eval_windows=8),
-    "small": TrainConfig(steps=200, batch=4, seq_len=512, warmup=10),
+    # 1,600 steps of 8,192 tokens (13.1 M tokens, about 44% of one epoch), sequences growing
+    # 1K -> 2K -> 4K bytes (8x W at the end) with recall augmentation on a third of them.
+    "small": TrainConfig(steps=1600, batch=8, seq_len=1024, lr=3e-3, warmup=50, threads=2, amp=True,
+                         curriculum=((0.0, 1024), (0.3, 2048), (0.6, 4096)), recall_prob=0.33,
+                         eval_every=100, save_every=25),
 }
 
 
@@ -115,6 +167,31 @@ def sample_windows(stream: torch.Tensor, n: int, seq_len: int, gen: torch.Genera
     return stream[idx].long()
 
 
+def recall_augment(windows: torch.Tensor, tc: TrainConfig, gen: torch.Generator) -> torch.Tensor:
+    """Copy one span from >= ``recall_distance`` earlier into a ``recall_prob`` share of windows.
+
+    The copy lands beyond the sliding window of its source, so predicting it needs the
+    global KV. Draws come from ``gen`` in a fixed order: same generator state, same result.
+    """
+    n, t = windows.shape
+    lo, hi = tc.recall_span
+    pick = torch.rand(n, generator=gen) < tc.recall_prob
+    spans = torch.randint(lo, hi + 1, (n,), generator=gen)
+    u = torch.rand(n, 2, generator=gen)
+    if not tc.recall_prob:
+        return windows
+    out = windows.clone()
+    for i in range(n):
+        span = int(spans[i])
+        room = t - tc.recall_distance - 2 * span
+        if not pick[i] or room <= 0:
+            continue
+        src = int(u[i, 0] * room)
+        dst = src + span + tc.recall_distance + int(u[i, 1] * (room - src))
+        out[i, dst:dst + span] = windows[i, src:src + span]
+    return out
+
+
 def loss_on(model: EncoderDecoder, windows: torch.Tensor) -> torch.Tensor:
     logits = model.forward_batched(windows[:, :-1])
     return F.cross_entropy(logits.flatten(0, 1).float(), windows[:, 1:].flatten())
@@ -136,52 +213,91 @@ def lr_at(step: int, tc: TrainConfig) -> float:
     return tc.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * frac)))
 
 
+def _partial_path(path: Path | None) -> Path | None:
+    return None if path is None else Path(path).with_suffix(".partial.pt")
+
+
 def train(cfg: ModelConfig, tc: TrainConfig, corpus: Corpus | None = None, log=print, progress: bool = True,
-          ) -> tuple[EncoderDecoder, dict]:
-    """Train ``cfg`` on the stdlib corpus; returns the model and a record of the run."""
+          resume_from: Path | None = None) -> tuple[EncoderDecoder, dict]:
+    """Train ``cfg`` on the stdlib corpus; returns the model and a record of the run.
+
+    With ``resume_from`` (the final checkpoint path), the full training state (weights,
+    optimizer, data generator, loss history) is saved to ``<name>.partial.pt`` every
+    ``save_every`` steps, and a run with the same settings continues from it: an interrupted
+    run resumed gives the same weights as one never interrupted.
+    """
     torch.set_num_threads(tc.threads)
     corpus = corpus or load_corpus(tc.heldout_every)
     torch.manual_seed(tc.seed)
     model = EncoderDecoder(cfg)
     gen = torch.Generator().manual_seed(tc.seed)
     eval_gen = torch.Generator().manual_seed(tc.seed + 1)
-    held = sample_windows(corpus.heldout, tc.eval_windows, tc.seq_len, eval_gen)
-    train_eval = sample_windows(corpus.train, tc.eval_windows, tc.seq_len, eval_gen)
+    held = sample_windows(corpus.heldout, tc.eval_windows, min(512, tc.seq_len), eval_gen)
+    train_eval = sample_windows(corpus.train, tc.eval_windows, min(512, tc.seq_len), eval_gen)
     decay = [p for p in model.parameters() if p.ndim >= 2]
     no_decay = [p for p in model.parameters() if p.ndim < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": tc.weight_decay},
                              {"params": no_decay, "weight_decay": 0.0}], lr=tc.lr, betas=(0.9, 0.95))
-    history = []
-    t0 = time.perf_counter()
-    iterator = range(tc.steps)
+    history: list[float] = []
+    heldout_curve: list[dict] = []
+    first, elapsed = 0, 0.0
+    partial = _partial_path(resume_from)
+    if partial is not None and partial.exists():
+        blob = torch.load(partial, map_location="cpu", weights_only=False)
+        if blob["model"] != cfg.to_dict() or blob["train"] != asdict(tc):
+            raise ValueError(f"{partial}: saved by a run with other settings; delete it or use the same settings")
+        model.load_state_dict(blob["state_dict"])
+        opt.load_state_dict(blob["opt"])
+        gen.set_state(blob["gen"])
+        history, heldout_curve = blob["history"], blob["heldout_curve"]
+        first, elapsed = blob["step"], blob["seconds"]
+        if log:
+            log(f"resuming {partial} at step {first}")
+    t0 = time.perf_counter() - elapsed
+    iterator = range(first, tc.steps)
     if progress:
-        from tqdm import tqdm
+        from tqdm.auto import tqdm
 
-        iterator = tqdm(iterator, desc=f"train {cfg.name}", unit="step")
+        iterator = tqdm(iterator, desc=f"train {cfg.name}", unit="step", initial=first, total=tc.steps)
     model.train()
     for step in iterator:
         for g in opt.param_groups:
             g["lr"] = lr_at(step, tc)
-        loss = loss_on(model, sample_windows(corpus.train, tc.batch, tc.seq_len, gen))
+        batch, seq_len = tc.shape_at(step)
+        windows = recall_augment(sample_windows(corpus.train, batch, seq_len, gen), tc, gen)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=tc.amp):
+            loss = loss_on(model, windows)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), tc.grad_clip)
         opt.step()
         history.append(loss.item())
         if progress:
-            iterator.set_postfix(loss=f"{loss.item():.3f}")
+            iterator.set_postfix(loss=f"{loss.item():.3f}", seq=seq_len)
+        if tc.eval_every and (step + 1) % tc.eval_every == 0:
+            heldout_curve.append({"step": step + 1, "tokens": sum(b * s for b, s in map(tc.shape_at, range(step + 1))),
+                                  "heldout_nats_per_byte": evaluate(model, held)})
         if log and (step % 25 == 0 or step == tc.steps - 1):
-            log(f"step {step:5d}  loss {loss.item():.4f}  lr {lr_at(step, tc):.2e}  "
+            log(f"step {step:5d}  loss {loss.item():.4f}  lr {lr_at(step, tc):.2e}  seq {seq_len}  "
                 f"{time.perf_counter() - t0:.0f}s")
+        if partial is not None and ((step + 1) % tc.save_every == 0 or step == tc.steps - 1):
+            tmp = partial.with_suffix(".tmp")
+            torch.save({"model": cfg.to_dict(), "train": asdict(tc), "state_dict": model.state_dict(),
+                        "opt": opt.state_dict(), "gen": gen.get_state(), "history": history,
+                        "heldout_curve": heldout_curve, "step": step + 1,
+                        "seconds": time.perf_counter() - t0}, tmp)
+            tmp.replace(partial)
     record = {
         "model": cfg.to_dict(),
         "train": asdict(tc),
         "corpus": corpus.description,
         "params": model.num_params,
+        "tokens_seen": sum(b * s for b, s in map(tc.shape_at, range(tc.steps))),
         "final_train_loss_nats": evaluate(model, train_eval),
         "final_heldout_loss_nats": evaluate(model, held),
         "last_batch_loss_nats": history[-1],
         "loss_history": history,
+        "heldout_curve": heldout_curve,
         "seconds": time.perf_counter() - t0,
         "threads": tc.threads,
     }
@@ -189,6 +305,8 @@ def train(cfg: ModelConfig, tc: TrainConfig, corpus: Corpus | None = None, log=p
     return model, record
 
 
-def train_preset(name: str, **overrides) -> tuple[EncoderDecoder, dict]:
+def train_preset(name: str, resume_from: Path | None = None, **overrides) -> tuple[EncoderDecoder, dict]:
+    if name not in TRAIN_PRESETS:
+        raise ValueError(f"train preset: must be one of {sorted(TRAIN_PRESETS)}, got {name!r}")
     tc = replace(TRAIN_PRESETS[name], **overrides)
-    return train(preset(name), tc)
+    return train(preset(name), tc, resume_from=resume_from)

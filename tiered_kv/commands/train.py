@@ -20,9 +20,11 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--preset", default="small", help="model + training preset: tiny or small")
     parser.add_argument("--steps", type=int, default=None, help="override the preset's step count")
     parser.add_argument("--seed", type=int, default=None, help="override the seed (default 0)")
-    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default 1: faster than 2 on shared, oversubscribed cores)")
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: the preset's, 2 for small)")
     parser.add_argument("--out", type=Path, default=None,
                         help="checkpoint path (default data/checkpoints/PRESET.pt)")
+    parser.add_argument("--no-resume", action="store_true",
+                        help="start from scratch even if OUT.partial.pt (saved every few steps) exists")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -33,12 +35,25 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--preset: must be one of {sorted(TRAIN_PRESETS)}, got {args.preset!r}")
     overrides = {k: v for k, v in (("steps", args.steps), ("seed", args.seed), ("threads", args.threads))
                  if v is not None}
-    model, record = train_preset(args.preset, **overrides)
     out = args.out or default_checkpoint(args.preset)
     out.parent.mkdir(parents=True, exist_ok=True)
+    partial = out.with_suffix(".partial.pt")
+    if args.no_resume and partial.exists():
+        partial.unlink()
+    model, record = train_preset(args.preset, resume_from=out, **overrides)
+    record["command"] = "tiered-kv train " + " ".join(_argv_of(args))
     save_checkpoint(model, out, meta=record)
+    partial.unlink(missing_ok=True)
     summary = {k: v for k, v in record.items() if k != "loss_history"}
     out.with_suffix(".json").write_text(json.dumps(record, indent=2) + "\n")
     print(json.dumps(summary, indent=2))
     print(f"wrote {out} ({out.stat().st_size / 1e6:.1f} MB)")
     return 0
+
+
+def _argv_of(args: argparse.Namespace) -> list[str]:
+    argv = ["--preset", args.preset]
+    for flag, value in (("--steps", args.steps), ("--seed", args.seed), ("--threads", args.threads)):
+        if value is not None:
+            argv += [flag, str(value)]
+    return argv

@@ -1,0 +1,95 @@
+"""The exact-prefix SSD tier stays exact, and decoder windows are reusable for any block size and R."""
+
+import numpy as np
+import pytest
+import torch
+
+from tiered_kv.engine import Engine, fp4_roundtrip, namespace_for
+from tiered_kv.model import EncoderDecoder, preset
+from tiered_kv.tiers.host import HostTier
+from tiered_kv.tiers.ssd import SSDTier
+
+
+@pytest.fixture(scope="module")
+def model():
+    torch.manual_seed(0)
+    m = EncoderDecoder(preset("tiny")).eval()
+    with torch.no_grad():  # larger weights than the init so attention is far from uniform
+        for p in m.parameters():
+            if p.ndim > 1:
+                p.mul_(8)
+    return m
+
+
+def _tokens(n, seed=1):
+    return torch.randint(0, 256, (n,), generator=torch.Generator().manual_seed(seed))
+
+
+def _chunks(ssd, tokens, n_blocks):
+    """The stored KV of the first ``n_blocks`` blocks of ``tokens``, as raw FP4 bytes."""
+    hit = ssd.get_prefix(tokens[: n_blocks * ssd.namespace.block_size])
+    assert hit.hit_tokens == n_blocks * ssd.namespace.block_size
+    q = hit.kv(torch.float32)
+    return q.numpy().tobytes()
+
+
+def _conversation(model, ssd_path, writes, block=16, replay=8, turns=3, seed=3):
+    """Each turn on a new machine (no host state): every turn's new blocks come from a replay."""
+    ns = namespace_for(model, block_size=block)
+    ssd = SSDTier(str(ssd_path), namespace=ns, background_touch=False)
+    t = _tokens(16 + 40 * turns, seed)
+    results = []
+    for k in range(turns):
+        e = Engine(model, ssd, HostTier("16MiB"), replay=replay, ssd_writes=writes, name=f"m{k}")
+        results.append(e.prefill(t[: 16 + 40 * (k + 1)]))
+    return ns, ssd, t, results
+
+
+def test_host_miss_turn_stores_exact_blocks(model, tmp_path):
+    """After host-miss turns, every stored block is byte-identical to an uncached prefill's."""
+    ns, ssd, t, results = _conversation(model, tmp_path / "exact", "exact")
+    assert not results[1].encoder_exact and results[1].computed_tokens["store_catch_up"] > 0
+    n_blocks = (16 + 40 * 3) // 16
+    ref_ssd = SSDTier(str(tmp_path / "ref"), namespace=ns, background_touch=False)
+    Engine(model, ref_ssd, HostTier("16MiB")).prefill(t[: 16 + 40 * 3])
+    assert _chunks(ssd, t, n_blocks) == _chunks(ref_ssd, t, n_blocks)
+
+
+def test_approximate_writes_differ_and_skip_writes_nothing(model, tmp_path):
+    """The alternatives are real: 'approximate' stores different bytes, 'skip' stores no new block."""
+    ns, ssd, t, _ = _conversation(model, tmp_path / "approx", "approximate")
+    n_blocks = (16 + 40 * 3) // 16
+    ref_ssd = SSDTier(str(tmp_path / "ref"), namespace=ns, background_touch=False)
+    Engine(model, ref_ssd, HostTier("16MiB")).prefill(t[: 16 + 40 * 3])
+    assert _chunks(ssd, t, n_blocks) != _chunks(ref_ssd, t, n_blocks)
+    _, ssd_skip, _, res = _conversation(model, tmp_path / "skip", "skip")
+    assert res[0].stored_blocks > 0 and res[1].stored_blocks == 0
+    assert ssd_skip.get_prefix(t).hit_tokens == res[0].stored_blocks * 16
+
+
+def test_bad_ssd_writes_setting_is_named(model, tmp_path):
+    ns = namespace_for(model, block_size=16)
+    with pytest.raises(ValueError, match="ssd_writes"):
+        Engine(model, SSDTier(str(tmp_path / "s"), namespace=ns, background_touch=False), ssd_writes="maybe")
+
+
+def test_decoder_windows_reused_with_block_256_and_replay_128(model, tmp_path):
+    """Block size 256 > R = 128, on a model whose window makes R=128 approximate (W=100)."""
+    m = model.with_settings(window=100)
+    assert m.cfg.exact_replay_tokens > 128
+    ns = namespace_for(m, block_size=256)
+    ssd = SSDTier(str(tmp_path / "d"), namespace=ns, background_touch=False)
+    e = Engine(m, ssd, HostTier("64MiB"), replay=128, reuse_decoder_windows=True)
+    t = _tokens(420, seed=6)
+    first = e.prefill(t[:300])
+    assert first.stored_blocks == 1 and not first.decoder_from_host
+    res = e.prefill(t)
+    assert res.hit_tokens == {"ssd": 256, "host": 256}
+    assert res.decoder_from_host and res.computed_tokens["decoder"] == 420 - 256
+    ref = m.forward(t, lambda kv: fp4_roundtrip(kv, ns))[-1].detach()
+    torch.testing.assert_close(res.logits, ref, rtol=0, atol=1e-5)
+    # Bounded replay alone (a machine without the host entry) is approximate here.
+    other = Engine(m, ssd, HostTier("64MiB"), replay=128, reuse_decoder_windows=True, name="b").prefill(t, store=False)
+    assert not other.decoder_from_host
+    assert float((other.logits - ref).abs().max()) > 1e-4
+    assert np.isfinite(other.logits.numpy()).all()
