@@ -14,11 +14,14 @@ object, which is what ``tests/test_widgets.py`` checks):
 - :mod:`.gallery`: the figures of ``tiered-kv reproduce`` with their claims (notebook 05).
 - :mod:`.workshop`: exercises and ``check_answer`` (notebook 06 and its solutions).
 - :mod:`.widgets`: the in-place chart view (offline vega bundle) and small widget helpers.
+- :mod:`.render`: the offline renderer of plain charts (SVG by vl-convert, no CDN), made
+  altair's renderer when this package is imported into an IPython session.
 """
 
 from __future__ import annotations
 
 import os
+import sys
 
 QUICK_ENV = "TIERED_KV_QUICK"
 
@@ -31,3 +34,9 @@ def is_quick() -> bool:
 def notebook_size() -> str:
     """``"small"`` under ``TIERED_KV_QUICK=1`` (CI, workshops on laptops), else ``"full"``."""
     return "small" if is_quick() else "full"
+
+
+if "IPython" in sys.modules:  # a notebook or IPython: charts must render without the internet
+    from tiered_kv.viz import render as _render
+
+    _render.enable()

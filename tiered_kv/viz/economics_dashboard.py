@@ -25,8 +25,8 @@ import polars as pl
 
 from tiered_kv.sim import retention as R
 from tiered_kv.sim.replay import CompiledTrace
-from tiered_kv.units import format_bytes
-from tiered_kv.viz.widgets import ChartView, log_slider, records
+from tiered_kv.units import format_bytes, format_duration
+from tiered_kv.viz.widgets import ChartView, control, error_box, log_slider, records, watch
 
 DAY_S = R.DAY_S
 #: steps of the capacity slider; the optimum is precomputed at every one of them
@@ -183,11 +183,11 @@ def economics_view(analysis: EconomicsAnalysis, capacity_bytes: float, ttls: dic
 def summary_line(view: dict) -> str:
     """One line: total hit rate of the chosen TTLs vs the optimum vs the best shared TTL."""
     ch, op, sh = view["chosen"], view["optimal"], view["shared"]
-    opt = ", ".join(f"{n} {d:.3g} d" for n, d in op["ttl_days"].items())
+    opt = ", ".join(f"{n} {format_duration(d * DAY_S)}" for n, d in op["ttl_days"].items())
     fit = "fits" if ch["fits"] else "EXCEEDS"
     return (f"At {format_bytes(view['capacity_bytes'])} SSD: chosen TTLs {ch['token_hit_rate']:.2%} "
             f"({format_bytes(ch['avg_bytes'])} average stored, {fit} the capacity); optimal per-class TTLs "
-            f"({opt}) {op['token_hit_rate']:.2%}; best shared TTL ({sh['ttl_days']:.3g} d) "
+            f"({opt}) {op['token_hit_rate']:.2%}; best shared TTL ({format_duration(sh['ttl_days'] * DAY_S)}) "
             f"{sh['token_hit_rate']:.2%}; oracle frontier {view['frontier']['token_hit_rate']:.2%}.")
 
 
@@ -258,17 +258,17 @@ class EconomicsDashboard:
             capacity_bytes = sum(float(a.model.cost(c, ttl_days[n] * DAY_S)) for c, n in enumerate(a.class_names))
             capacity_bytes /= a.span_s
         cap0 = float(g[min(int(np.searchsorted(g, capacity_bytes * (1 - 1e-9))), len(g) - 1)])  # grid, >= asked
-        self.capacity_slider = log_slider("SSD capacity (bytes)", cap0, float(g[0]), float(g[-1]),
-                                          steps=len(g) - 1)
-        self.ttl_sliders = {n: log_slider(f"TTL {n} (days)", ttl_days[n], lo, hi) for n in a.class_names}
+        self.capacity_slider = log_slider("SSD capacity", cap0, float(g[0]), float(g[-1]),
+                                          steps=len(g) - 1, unit="bytes")
+        self.ttl_sliders = {n: log_slider(f"TTL {n}", ttl_days[n], lo, hi, unit="days") for n in a.class_names}
         self.summary = widgets.HTML()
         self.chart_view = ChartView()
         self.template = economics_template(a)
         self.view: dict | None = None
-        for w in [self.capacity_slider, *self.ttl_sliders.values()]:
-            w.observe(self.refresh, names="value")
-        self.widget = widgets.VBox([self.capacity_slider, *self.ttl_sliders.values(), self.summary,
-                                    self.chart_view.output])
+        self.errors = error_box()
+        watch([self.capacity_slider, *self.ttl_sliders.values()], self.refresh, self.errors)
+        self.widget = widgets.VBox([control(self.capacity_slider), *(control(s) for s in self.ttl_sliders.values()),
+                                    self.errors, self.summary, self.chart_view.output])
         self.refresh()
 
     def capacity(self) -> float:

@@ -15,7 +15,7 @@ import ipywidgets as widgets
 import polars as pl
 
 from tiered_kv.viz.report import Claim, FigureResult, claims_table
-from tiered_kv.viz.widgets import ChartView
+from tiered_kv.viz.widgets import ChartView, error_box, guard, watch
 
 
 @dataclass(frozen=True)
@@ -82,9 +82,10 @@ class Gallery:
         self.claims = widgets.HTML()
         self.button = widgets.Button(description="build every figure", icon="play")
         self.all_claims = widgets.HTML()
-        self.picker.observe(self.refresh, names="value")
-        self.button.on_click(lambda _b: self.build_all())
-        self.widget = widgets.VBox([self.picker, self.info, self.chart_view.output, self.claims,
+        self.errors = error_box()
+        watch([self.picker], self.refresh, self.errors)
+        self.button.on_click(guard(lambda _b: self.build_all(), self.errors))
+        self.widget = widgets.VBox([self.picker, self.errors, self.info, self.chart_view.output, self.claims,
                                     self.button, self.all_claims])
         self.refresh()
         if eager if eager is not None else not self.quick:

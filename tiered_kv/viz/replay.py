@@ -19,7 +19,7 @@ import altair as alt
 import ipywidgets as widgets
 import polars as pl
 
-from tiered_kv.viz.widgets import ChartView, html_table, log_slider
+from tiered_kv.viz.widgets import ChartView, control, error_box, html_table, log_slider, watch
 
 #: (windows, replays, sequences, prefix tokens, decoded steps) at each notebook size.
 GRIDS = {
@@ -105,12 +105,13 @@ class ReplayDashboard:
         self.replay = widgets.SelectionSlider(options=replays, value=replays[len(replays) // 2],
                                               description="replay R (tokens)", continuous_update=False,
                                               style={"description_width": "initial"})
-        self.prompt = log_slider("prompt N (tokens)", 32768, 1024, 131072)
+        self.prompt = log_slider("prompt N (tokens)", 32768, 1024, 131072, unit="tokens")
         self.summary = widgets.HTML()
         self.chart_view = ChartView()
-        for w in (self.window, self.replay, self.prompt):
-            w.observe(self.refresh, names="value")
-        self.widget = widgets.VBox([self.window, self.replay, self.prompt, self.summary, self.chart_view.output])
+        self.errors = error_box()
+        watch((self.window, self.replay, self.prompt), self.refresh, self.errors)
+        self.widget = widgets.VBox([self.window, self.replay, control(self.prompt), self.errors, self.summary,
+                                    self.chart_view.output])
         self.point: dict = {}
         self.refresh()
 

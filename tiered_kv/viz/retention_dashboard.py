@@ -17,9 +17,9 @@ import ipywidgets as widgets
 import numpy as np
 import polars as pl
 
-from tiered_kv.units import format_bytes, format_duration
+from tiered_kv.units import format_bytes, format_duration, format_tokens
 from tiered_kv.viz import retention as R
-from tiered_kv.viz.widgets import ChartView, html_table, log_slider, records
+from tiered_kv.viz.widgets import ChartView, control, error_box, html_table, log_slider, records, watch
 
 
 @dataclass(frozen=True)
@@ -47,9 +47,7 @@ def evaluate(table: R.RetentionTable, setting: R.Setting) -> RetentionView:
 
 
 def _fmt_s(seconds: float) -> str:
-    if math.isinf(seconds):
-        return "inf"
-    return format_duration(float(f"{seconds:.3g}"))
+    return format_duration(seconds)
 
 
 def retention_datasets(view: RetentionView) -> dict[str, list[dict]]:
@@ -119,7 +117,7 @@ def usage_line(view: RetentionView, bytes_per_token: float | None = None) -> str
     """Peak and mean resident KV on the SSD tier, in tokens (and bytes at ``bytes_per_token``)."""
     occ = view.occupancy["resident_tokens"]
     peak, mean = float(occ.max()), float(occ.mean())
-    text = f"SSD resident KV: peak {peak:,.0f} tokens, mean {mean:,.0f} tokens"
+    text = f"SSD resident KV: peak {format_tokens(peak)}, mean {format_tokens(mean)}"
     if bytes_per_token:
         text += (f" = {format_bytes(peak * bytes_per_token)} peak, {format_bytes(mean * bytes_per_token)}"
                  f" mean at {bytes_per_token:g} B/token")
@@ -146,23 +144,23 @@ class RetentionDashboard:
         hi_ttl = max(table.duration_s, 10.0)
         ttl_s = ttl_s or {}
         self.ttl_sliders = {
-            name: log_slider(f"TTL {name} (s)", ttl_s.get(name, hi_ttl), 1.0, hi_ttl)
+            name: log_slider(f"TTL {name}", ttl_s.get(name, hi_ttl), 1.0, hi_ttl, unit="seconds")
             for name in table.classes
         }
         footprint = float(max(table.distinct_blocks, 32) * table.block_size)
-        self.capacity_slider = log_slider("SSD capacity (tokens)", capacity_tokens or footprint,
-                                          16.0 * table.block_size, footprint)
+        self.capacity_slider = log_slider("SSD capacity", capacity_tokens or footprint,
+                                          16.0 * table.block_size, footprint, unit="tokens")
         self.watermark_slider = widgets.FloatSlider(
             value=watermark, min=0.5, max=1.0, step=0.01, description="watermark (fraction)",
             continuous_update=False, style={"description_width": "initial"}, layout=widgets.Layout(width="480px"),
         )
         self.summary = widgets.HTML()
         self.chart_view = ChartView()
-        for w in [*self.ttl_sliders.values(), self.capacity_slider, self.watermark_slider]:
-            w.observe(self.refresh, names="value")
+        self.errors = error_box()
+        watch([*self.ttl_sliders.values(), self.capacity_slider, self.watermark_slider], self.refresh, self.errors)
         self.widget = widgets.VBox(
-            [*self.ttl_sliders.values(), self.capacity_slider, self.watermark_slider, self.summary,
-             self.chart_view.output]
+            [*(control(s) for s in self.ttl_sliders.values()), control(self.capacity_slider),
+             self.watermark_slider, self.errors, self.summary, self.chart_view.output]
         )
         self.view: RetentionView | None = None
         self.template = retention_template(title)

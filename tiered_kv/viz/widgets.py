@@ -4,6 +4,10 @@ A dashboard recomputes its frames in a pure function of the slider values, then 
 chart shown in a :class:`ChartView` in place (no flicker, no growing list of outputs, no CDN:
 the vega JavaScript is bundled locally). The frames and the chart of the last redraw stay on
 the object, which is what the widget tests read.
+
+Every dashboard wires its controls with :func:`watch`, so an exception in a callback shows in
+the dashboard (:func:`error_box`) instead of leaving a stale chart; sliders whose values are
+durations, bytes or tokens get a readout for people (:func:`attach_readout`).
 """
 
 from __future__ import annotations
@@ -12,6 +16,8 @@ import html
 import math
 import os
 import time
+import traceback
+from collections.abc import Callable
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -176,20 +182,153 @@ def html_table(rows: list[dict], css_class: str = "tkv-table", cell_classes: dic
 
 
 def log_slider(description: str, value: float, lo: float, hi: float, *, steps: int = 240,
-               readout_format: str = ".3g") -> widgets.FloatLogSlider:
+               readout_format: str = ".3g", unit: str | None = None) -> widgets.FloatLogSlider:
     """A base-10 log slider spanning [lo, hi] in about ``steps`` steps, continuous_update off.
 
-    ``continuous_update=False`` redraws once per release, not on every pixel of a drag.
+    ``continuous_update=False`` redraws once per release, not on every pixel of a drag. With
+    ``unit`` (a key of :data:`UNITS`) the slider's own readout is replaced by a text box that
+    shows the value for people (``3 d``, ``2.48 TiB``, ``4.5M tokens``) and reads a typed value
+    in any form :mod:`tiered_kv.units` parses; the box is ``slider.readout_box`` and
+    :func:`control` returns the slider with it.
     """
-    import math
-
     lo_e, hi_e = math.log10(lo), math.log10(hi)
     value = min(max(value, lo), hi)
-    return widgets.FloatLogSlider(
+    slider = widgets.FloatLogSlider(
         value=value, base=10, min=lo_e, max=hi_e, step=(hi_e - lo_e) / steps,
         description=description, readout_format=readout_format, continuous_update=False,
         style={"description_width": "initial"}, layout=widgets.Layout(width="480px"),
     )
+    if unit is not None:
+        attach_readout(slider, unit)
+    return slider
+
+
+def _days(value) -> float:
+    from tiered_kv.units import parse_duration
+
+    return parse_duration(value if isinstance(value, (int, float)) else _default_unit(value, "d"),
+                          name="TTL") / 86_400.0
+
+
+def _default_unit(text: str, unit: str) -> str:
+    """A bare number typed into a readout means the slider's own unit."""
+    try:
+        return f"{float(text.strip())}{unit}"
+    except ValueError:
+        return text
+
+
+def _units():
+    from tiered_kv import units as u
+
+    return {
+        "seconds": (u.format_duration, lambda v: u.parse_duration(v, name="duration")),
+        "days": (lambda d: u.format_duration(d * 86_400.0), _days),
+        "bytes": (u.format_bytes, lambda v: float(u.parse_bytes(v, name="size"))),
+        "tokens": (u.format_tokens, lambda v: float(u.parse_tokens(v, name="tokens"))),
+    }
+
+
+#: Units a slider readout can speak: name -> (format for people, parse what a person types).
+UNITS = ("seconds", "days", "bytes", "tokens")
+
+
+def attach_readout(slider: widgets.FloatLogSlider | widgets.FloatSlider, unit: str) -> widgets.Text:
+    """Replace ``slider``'s numeric readout by a text box in ``unit`` (one of :data:`UNITS`).
+
+    The box follows the slider; a value typed into it (``20``, ``20s``, ``3 d``, ``2TiB``, ``8M``)
+    moves the slider (clamped to its range). What cannot be parsed is answered in the box's
+    tooltip and the box shows the slider's value again.
+    """
+    if unit not in UNITS:
+        raise ValueError(f"unit: must be one of {UNITS}, got {unit!r}")
+    fmt, parse = _units()[unit]
+    box = widgets.Text(value=fmt(slider.value), continuous_update=False,
+                       layout=widgets.Layout(width="130px"))
+    box.add_class("tkv-readout")
+    state = {"busy": False}
+
+    def from_slider(change) -> None:
+        if not state["busy"]:
+            state["busy"] = True
+            box.value = fmt(change["new"])
+            state["busy"] = False
+
+    def from_box(change) -> None:
+        if state["busy"]:
+            return
+        state["busy"] = True
+        try:
+            value = parse(change["new"])
+            if isinstance(slider, widgets.FloatLogSlider):
+                lo, hi = slider.base ** slider.min, slider.base ** slider.max
+            else:
+                lo, hi = slider.min, slider.max
+            box.tooltip = None
+            state["busy"] = False
+            slider.value = min(max(value, lo), hi)  # fires from_slider, which rewrites the box
+            state["busy"] = True
+        except ValueError as exc:
+            box.tooltip = str(exc)
+        box.value = fmt(slider.value)
+        state["busy"] = False
+
+    slider.readout = False
+    slider.observe(from_slider, names="value")
+    box.observe(from_box, names="value")
+    slider.readout_box = box
+    return box
+
+
+def control(slider: widgets.Widget) -> widgets.Widget:
+    """What a dashboard displays for ``slider``: itself, or it beside its readout box."""
+    box = getattr(slider, "readout_box", None)
+    return slider if box is None else widgets.HBox([slider, box])
+
+
+# --- errors of widget callbacks --------------------------------------------------------------
+
+
+def error_box() -> widgets.HTML:
+    """An empty line a dashboard shows under its controls; :func:`watch` writes exceptions into it."""
+    box = widgets.HTML(value="")
+    box.add_class("tkv-error-box")
+    return box
+
+
+def guard(callback: Callable[..., Any], errors: widgets.HTML) -> Callable[..., Any]:
+    """``callback`` with any exception shown in ``errors`` instead of lost in the kernel log.
+
+    ipywidgets runs observers from the comm handler: an exception there reaches the log of the
+    server, not the notebook, so the numbers above a chart update and the chart silently goes
+    stale. Here the exception's type and message appear in the widget (traceback folded under
+    them) until the next callback succeeds; the error is also kept on ``errors.last_error``.
+    """
+
+    def run(*args, **kwargs):
+        try:
+            out = callback(*args, **kwargs)
+        except Exception as exc:  # noqa: BLE001 - shown to the user, who can act on it
+            errors.last_error = exc
+            tb = html.escape("".join(traceback.format_exception(exc)))
+            errors.value = (f'<div class="tkv-error" style="color:#b03a2e;border-left:3px solid #b03a2e;'
+                            f'padding:2px 8px;margin:4px 0"><b>the dashboard could not redraw:</b> '
+                            f"{html.escape(type(exc).__name__)}: {html.escape(str(exc))}"
+                            f'<details><summary>traceback</summary><pre style="font-size:11px">{tb}'
+                            "</pre></details></div>")
+            return None
+        errors.last_error = None
+        errors.value = ""
+        return out
+
+    return run
+
+
+def watch(controls, callback: Callable[..., Any], errors: widgets.HTML) -> None:
+    """Call ``callback`` on every ``value`` change of ``controls``, exceptions shown in ``errors``."""
+    run = guard(callback, errors)
+    for w in controls:
+        w.observe(run, names="value")
 
 
 @contextmanager

@@ -1,0 +1,53 @@
+"""Charts that render without the internet: static SVG for plain charts, bundled vega for dashboards.
+
+altair's default renderer emits HTML that loads vega from a CDN (``cdn.jsdelivr.net``): in a
+workshop room without reliable internet, or in an exported HTML notebook opened offline, every
+chart is then an ``Error loading script``. JupyterLab 4 only bundles a renderer for vega-lite 5,
+and altair 6 writes vega-lite 6, so the vega-lite mimetype is no way out either.
+
+The renderer here (registered as ``tiered-kv``) asks vl-convert, which embeds vega itself, for
+an SVG and returns it as ``image/svg+xml`` with a ``text/plain`` fallback: JupyterLab shows
+it, ``jupyter nbconvert --to html`` inlines it, and nothing is fetched. Plain charts lose their
+tooltips; dashboards keep theirs (their charts are altair ``JupyterChart`` widgets with the vega
+bundle inlined, see :mod:`tiered_kv.viz.widgets`).
+
+:func:`enable` is called when :mod:`tiered_kv.viz` is imported into an IPython session (every
+notebook imports it first). It leaves a renderer the user chose alone: it only replaces
+altair's ``default``.
+"""
+
+from __future__ import annotations
+
+NAME = "tiered-kv"
+
+
+def svg_mimebundle(spec: dict, **_metadata) -> dict:
+    """The mimebundle of one vega-lite ``spec``: SVG drawn by vl-convert, and a plain-text line."""
+    import vl_convert as vlc
+
+    svg = vlc.vegalite_to_svg(spec, vl_version=_vl_version())
+    title = spec.get("title")
+    if isinstance(title, dict):
+        title = title.get("text")
+    if isinstance(title, list):
+        title = " ".join(map(str, title))
+    return {"image/svg+xml": svg, "text/plain": f"<chart: {title}>" if title else "<chart>"}
+
+
+def _vl_version() -> str:
+    """vl-convert's name for altair's vega-lite version (``6.4.1`` -> ``v6_4``)."""
+    import altair as alt
+
+    major, minor = alt.SCHEMA_VERSION.lstrip("v").split(".")[:2]
+    return f"v{major}_{minor}"
+
+
+def enable() -> bool:
+    """Make ``tiered-kv`` altair's renderer unless the user picked one; True when it is active."""
+    import altair as alt
+
+    if NAME not in alt.renderers.names():
+        alt.renderers.register(NAME, svg_mimebundle)
+    if alt.renderers.active in ("default", NAME):
+        alt.renderers.enable(NAME)
+    return alt.renderers.active == NAME
