@@ -8,7 +8,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(EXTRAS)
 
-.PHONY: run quick test lab lint clean-venv
+.PHONY: run quick test lab shell lint clean-venv
 
 $(STAMP): pyproject.toml scripts/setup_env.sh
 	PYTHON=$(PYTHON) EXTRAS=$(EXTRAS) scripts/setup_env.sh
@@ -23,8 +23,15 @@ quick: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
 
+# JupyterLab with scripts/jupyter/jupyter_server_config.py: notebooks are saved without outputs.
 lab: $(STAMP)
-	$(BIN)/jupyter lab notebooks/ $(if $(filter 0,$(shell id -u)),--allow-root)
+	JUPYTER_CONFIG_PATH=$(CURDIR)/scripts/jupyter$${JUPYTER_CONFIG_PATH:+:$$JUPYTER_CONFIG_PATH} \
+	  $(BIN)/jupyter lab notebooks/ $(if $(filter 0,$(shell id -u)),--allow-root)
+
+# A shell with .venv active, so `tiered-kv` is on the PATH (exit to leave it).
+shell: $(STAMP)
+	@echo "tiered-kv is on the PATH in this shell (.venv active); exit to leave it"
+	@VIRTUAL_ENV=$(CURDIR)/$(VENV) PATH=$(CURDIR)/$(BIN):$$PATH $${SHELL:-/bin/bash} -i
 
 lint: $(STAMP)
 	$(BIN)/ruff check tiered_kv kernels tests
