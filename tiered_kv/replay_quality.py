@@ -87,7 +87,7 @@ def replay_error(model: EncoderDecoder, sequences: list[torch.Tensor], *, window
     combos = [(w, r) for w in windows for r in replays]
     it = combos
     if progress:
-        from tqdm import tqdm
+        from tqdm.auto import tqdm  # a widget in notebooks (not stderr in a red box), text elsewhere
 
         it = tqdm(combos, desc="replay quality", unit="(W,R)")
     cache: dict[int, list] = {}

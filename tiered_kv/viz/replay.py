@@ -3,7 +3,7 @@
 The expensive part, running the model, happens once in :func:`measure`: replay error over a
 grid of windows W and replay lengths R (:func:`tiered_kv.replay_quality.replay_error`) and the
 share of attention mass within each distance (:func:`tiered_kv.replay_quality.attention_locality`).
-The sliders then pick grid points; prefill compute is the closed form of DESIGN.md
+The sliders then pick grid points; prefill compute is the closed form of docs/semantics.md
 (baseline ``(L_e + L_d) * N`` layer-tokens, bounded replay ``L_e * N + L_d * R``).
 
 Random weights say nothing about where attention looks, so the full size uses the trained
@@ -141,7 +141,9 @@ class ReplayDashboard:
         mass = alt.Chart(long).mark_line(point=True).encode(
             alt.X("distance_tokens:Q", title="most recent positions (tokens)"),
             alt.Y("share:Q", title="share of attention mass", scale=alt.Scale(domain=[0, 1])),
-            alt.StrokeDash("attention:N"),
+            alt.StrokeDash("attention:N", title="attention", legend=alt.Legend(
+                orient="bottom", symbolType="stroke", symbolStrokeColor="#4c78a8", symbolStrokeWidth=2,
+                symbolSize=500)),
         ).properties(width=260, height=200, title=["attention mass within distance", title])
         comp = alt.Chart(compute).mark_bar().encode(
             alt.X("layer_tokens:Q", title="layer-tokens of one prefill"), alt.Y("prefill:N", title=None),

@@ -52,12 +52,52 @@ class FigureResult:
     notes: str = ""  # inputs and caveats shown under the figure in REPORT.md
 
 
-def format_value(value: float, unit: str) -> str:
+def format_value(value: float, unit: str, digits: int = 3) -> str:
+    """``value`` in ``unit`` with ``digits`` significant digits, never in exponent form.
+
+    Fractions print as percentages (``digits=3``: one decimal); other units as numbers with
+    thousands separators (``437 x``, ``13.0 s``, ``70,272 bytes/token``).
+    """
+    if math.isnan(value):
+        return "n/a"
     if unit == "fraction":
-        return f"{value:.1%}"
-    if abs(value) >= 1000:
-        return f"{value:,.0f} {unit}"
-    return f"{value:.3g} {unit}"
+        return f"{value:.{max(digits - 2, 0)}%}"
+    return f"{_number(value, digits)} {unit}"
+
+
+def _number(value: float, digits: int) -> str:
+    if value == 0 or not math.isfinite(value):
+        return f"{value:g}"
+    decimals = max(digits - 1 - math.floor(math.log10(abs(value))), 0)
+    return f"{value:,.{decimals}f}"
+
+
+def format_claim(c: Claim) -> tuple[str, str, str]:
+    """(published, reproduced, difference) as REPORT.md prints them.
+
+    Both values get the same number of significant digits, as many as it takes to tell them
+    apart (up to 7): ``437.0 x`` against ``437.2 x``, never ``437 x`` against ``437 x``. The
+    difference has three significant digits and a sign, then the relative difference.
+    """
+    digits = 3
+    while (digits < 7 and c.published != c.reproduced
+           and format_value(c.published, c.unit, digits) == format_value(c.reproduced, c.unit, digits)):
+        digits += 1
+    rel = c.relative_difference
+    if c.unit == "fraction":
+        diff = f"{c.difference * 100:+.{_decimals(c.difference * 100)}f} points"
+    else:
+        diff = ("+" if c.difference > 0 else "") + format_value(c.difference, c.unit)
+    if not math.isnan(rel):
+        diff += f" ({rel * 100:+.{_decimals(rel * 100)}f}%)"
+    return format_value(c.published, c.unit, digits), format_value(c.reproduced, c.unit, digits), diff
+
+
+def _decimals(x: float) -> int:
+    """Decimals that show two significant digits of ``x`` (at least one, at most 6)."""
+    if x == 0 or not math.isfinite(x):
+        return 1
+    return min(max(1 - math.floor(math.log10(abs(x))), 1), 6)
 
 
 def claims_table(claims: list[Claim]) -> str:
@@ -67,11 +107,7 @@ def claims_table(claims: list[Claim]) -> str:
         "|---|---|---|---|---|---|---|",
     ]
     for c in claims:
-        rel = c.relative_difference
-        diff = format_value(c.difference, c.unit) + ("" if math.isnan(rel) else f" ({rel:+.1%})")
+        published, reproduced, diff = format_claim(c)
         kind = "calibration" if c.calibrated else "reproduction"
-        lines.append(
-            f"| {c.claim} | {c.source} | {format_value(c.published, c.unit)} | "
-            f"{format_value(c.reproduced, c.unit)} | {diff} | {c.inputs} | {kind} |"
-        )
+        lines.append(f"| {c.claim} | {c.source} | {published} | {reproduced} | {diff} | {c.inputs} | {kind} |")
     return "\n".join(lines)

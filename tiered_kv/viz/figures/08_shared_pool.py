@@ -19,6 +19,27 @@ NAME = "08_shared_pool"
 TITLE = "Shared SSD pool vs per-machine caches (10 machines, real trace), by routing"
 
 
+def series_frame(data: pl.DataFrame) -> pl.DataFrame:
+    """One line per (SSD tier, routing), except that routings whose shared-pool lines coincide
+    (the pool sees every block whatever the routing) are drawn once, named for all of them.
+
+    Three identical lines drawn on top of each other showed one colour and left two legend
+    entries pointing at nothing. The rows of every routing stay in the data.
+    """
+    shared = data.filter(pl.col("ssd") == "shared pool")
+    spread = shared.group_by("total_ssd_tokens").agg(
+        (pl.col("token_hit_rate").max() - pl.col("token_hit_rate").min()).alias("spread"))
+    same = spread.height > 0 and float(spread["spread"].max()) <= 1e-12
+    label = (pl.when(pl.col("ssd") == "shared pool")
+             .then(pl.lit("shared pool, any routing (identical)") if same else pl.lit("shared pool, ") + pl.col("routing"))
+             .otherwise(pl.lit("per-machine, ") + pl.col("routing")))
+    out = data.with_columns(label.alias("series"))
+    if same:  # draw the coinciding lines once: the first routing's rows carry the line
+        first = data["routing"][0]
+        out = out.filter((pl.col("ssd") != "shared pool") | (pl.col("routing") == first))
+    return out
+
+
 def build(quick: bool) -> FigureResult:
     import altair as alt
 
@@ -37,22 +58,24 @@ def build(quick: bool) -> FigureResult:
                 s = simulate_cluster(trace, cfg).summary()
                 rows.append({"total_ssd_tokens": total, "routing": routing, "ssd": ssd,
                              "token_hit_rate": s["token_hit_rate"], "machine_load_imbalance": s["machine_load_imbalance"]})
-    data = pl.DataFrame(rows).with_columns(
-        pl.when(pl.col("ssd") == "shared pool").then(pl.lit("shared pool, ") + pl.col("routing"))
-        .otherwise(pl.lit("per-machine, ") + pl.col("routing")).alias("series"))
-    chart = alt.Chart(data).mark_line(point=True).encode(
+    data = pl.DataFrame(rows)
+    drawn = series_frame(data)
+    chart = alt.Chart(drawn).mark_line(point=True).encode(
         x=alt.X("total_ssd_tokens:Q", scale=alt.Scale(type="log"), title="total SSD capacity (tokens, log)",
                 axis=alt.Axis(format="~s")),
         y=alt.Y("token_hit_rate:Q", title="token hit rate (fraction)", axis=alt.Axis(format="%")),
-        color=alt.Color("series:N", title="SSD tier, routing"),
-        strokeDash=alt.StrokeDash("ssd:N", title="SSD tier"),
+        color=alt.Color("series:N", title="SSD tier, routing", legend=alt.Legend(labelLimit=400)),
+        strokeDash=alt.StrokeDash("ssd:N", title="SSD tier", legend=alt.Legend(
+            symbolType="stroke", symbolStrokeColor="#444", symbolStrokeWidth=2, symbolSize=500)),
         tooltip=["total_ssd_tokens", "routing", "ssd", alt.Tooltip("token_hit_rate:Q", format=".2%"),
                  alt.Tooltip("machine_load_imbalance:Q", format=".2f")],
     ).properties(width=520, height=320, title=TITLE)
     big = data.filter(pl.col("total_ssd_tokens") == max(totals))
     get = lambda r, s: big.filter((pl.col("routing") == r) & (pl.col("ssd") == s))["token_hit_rate"][0]
+    coincide = any("identical" in s for s in drawn["series"].unique().to_list())
     notes = (f"At {max(totals):,} tokens in total: shared pool {get('random', 'shared pool'):.1%} under every "
-             f"routing; per-machine caches {get('random', 'per-machine caches'):.1%} (random), "
+             + ("routing (its three lines coincide: drawn once); " if coincide else "routing; ")
+             + f"per-machine caches {get('random', 'per-machine caches'):.1%} (random), "
              f"{get('round-robin', 'per-machine caches'):.1%} (round-robin), "
              f"{get('cache-aware', 'per-machine caches'):.1%} (cache-aware, load bound 1.25x mean). "
              "Machine load imbalance (max/mean routed input tokens) is in the data.")
