@@ -41,6 +41,7 @@ only, because the interpreter's float-to-fp8 casts are wrong.
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import sys
@@ -589,6 +590,14 @@ def quantize_numba(x: torch.Tensor, fmt: str = "mxfp4", scale_rule: str = "floor
                      scales.reshape(*shape[:-1], shape[-1] // block), gs, fmt, shape, dtype)
 
 
+@functools.lru_cache(maxsize=2)
+def scale_table(fmt: str):
+    """Scale value by code 0..255 (fp32 numpy, exact), from this module's own decoders."""
+    codes = torch.arange(256, dtype=torch.int32)
+    decode = _e8m0_value_torch if fmt == "mxfp4" else _e4m3_value_torch
+    return decode(codes).numpy().copy()
+
+
 def dequantize_numba(q: FP4Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """Fused CPU path of :func:`dequantize`: one pass, scales decoded by table."""
     from tiered_kv.kernels import fp4_cpu
@@ -599,7 +608,7 @@ def dequantize_numba(q: FP4Tensor, dtype: torch.dtype = torch.float32) -> torch.
     heads = q.shape[-2] if (gs is not None and gs.ndim == 1) else 1
     per_row = q.shape[-1] // block
     out = fp4_cpu.dequantize_blocks(q.data.reshape(-1, block // 2).contiguous(),
-                                    q.scales.reshape(-1).contiguous(), q.fmt,
+                                    q.scales.reshape(-1).contiguous(), scale_table(q.fmt),
                                     None if gs is None else gs.reshape(heads), per_row)
     out = out.reshape(q.shape)
     return out if dtype == torch.float32 else out.to(dtype)

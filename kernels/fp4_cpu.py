@@ -218,29 +218,21 @@ def per_head_amax(x32: torch.Tensor) -> torch.Tensor:
     return torch.from_numpy(bits).view(torch.float32)
 
 
-def dequantize_blocks(packed: torch.Tensor, codes: torch.Tensor, fmt: str,
+def dequantize_blocks(packed: torch.Tensor, codes: torch.Tensor, scale_table: np.ndarray,
                       gs_heads: torch.Tensor | None = None,
                       blocks_per_row: int = 1) -> torch.Tensor:
     """Packed ``[nb, block/2]`` and scale codes ``[nb]`` -> fp32 ``[nb, block]``; NVFP4 takes
-    the global scales ``gs_heads [H]`` as in :func:`quantize_blocks`."""
+    the global scales ``gs_heads [H]`` as in :func:`quantize_blocks`. ``scale_table`` maps each
+    scale code 0..255 to its fp32 value (``fp4.scale_table``: the reference's own decoders, so
+    this module never imports the reference)."""
     nb, half = packed.shape
     out = np.empty((nb, 2 * half), dtype=np.float32)
     if gs_heads is None:
         gs_heads = torch.ones(1, dtype=torch.float32)
     if nb:
-        _dequantize(packed.numpy(), codes.numpy(), _scale_table(fmt),
+        _dequantize(packed.numpy(), codes.numpy(), np.ascontiguousarray(scale_table, dtype=np.float32),
                     gs_heads.to(torch.float32).contiguous().numpy(), blocks_per_row, out)
     return torch.from_numpy(out)
-
-
-@functools.lru_cache(maxsize=2)
-def _scale_table(fmt: str) -> np.ndarray:
-    """Scale value by code 0..255 (fp32, exact), from the reference's own decoders."""
-    from tiered_kv.kernels import fp4
-
-    codes = torch.arange(256, dtype=torch.int32)
-    decode = fp4._e8m0_value_torch if fmt == "mxfp4" else fp4._e4m3_value_torch
-    return decode(codes).numpy().copy()
 
 
 @functools.lru_cache(maxsize=1)

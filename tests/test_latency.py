@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tiered_kv.sim import latency as L
+from tiered_kv.sim.cluster import latency as L
 
 K128 = 128 * 1024
 

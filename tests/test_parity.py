@@ -16,8 +16,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tiered_kv.sim import peers, trie_belady, trie_lru
-from tiered_kv.sim.lmcache_io import read_lookup_logs, write_lookup_jsonl
+from tiered_kv.sim import peers
+from tiered_kv.sim.peers.lmcache_io import read_lookup_logs, write_lookup_jsonl
 from tiered_kv.sim.traces import load_trace, random_trace, shipped_trace
 
 pytestmark = pytest.mark.peers
@@ -96,12 +96,12 @@ def test_kvcache_raw_ids_any_trie(kvcache, seed, n, max_blocks, alphabet, warm):
                                  "hash_ids": [int(x) for x in rng.integers(0, alphabet, k)]}))
     trace = parse_trace_lines(lines)
     plan = build_execution_plan(trace, warmup_fraction=warm)
-    t = trie_lru.build_trie(np.array(trace.ids), np.array(trace.request_starts), np.array(trace.tokens),
+    t = peers.build_trie(np.array(trace.ids), np.array(trace.request_starts), np.array(trace.tokens),
                             plan.warmup_requests)
     assert t.n_nodes == plan.unique_blocks
     caps = np.arange(1, t.n_nodes + 3)
-    for policy, curve in (("lru", trie_lru.lru_trie_curve), ("optimal", trie_belady.optimal_trie_curve),
-                          ("fifo", trie_lru.fifo_trie_curve)):
+    for policy, curve in (("lru", peers.lru_trie_curve), ("optimal", peers.optimal_trie_curve),
+                          ("fifo", peers.fifo_trie_curve)):
         want = [simulate_policy(plan, policy, int(c)).hitTokens for c in caps]
         assert curve(t, caps).tolist() == want, policy
 

@@ -13,10 +13,11 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from tiered_kv.sim import trie_belady, trie_lru
-from tiered_kv.sim.lmcache_io import read_lookup_logs, write_lookup_jsonl
+from tiered_kv.sim import peers
+from tiered_kv.sim.peers import trie
+from tiered_kv.sim.peers.lmcache_io import read_lookup_logs, write_lookup_jsonl
+from tiered_kv.sim.peers.semantics import get_semantics
 from tiered_kv.sim.replay import compile_trace
-from tiered_kv.sim.semantics import get_semantics
 from tiered_kv.sim.traces import random_trace
 
 
@@ -108,9 +109,9 @@ def _paths(seed: int, n: int, max_blocks: int, alphabet: int):
     return paths, weights
 
 
-def _trie(paths, weights, warmup) -> trie_lru.TrieTrace:
+def _trie(paths, weights, warmup) -> peers.TrieTrace:
     offsets = np.concatenate([[0], np.cumsum([len(p) for p in paths])])
-    return trie_lru.build_trie(np.concatenate(paths), offsets, np.concatenate(weights), warmup)
+    return peers.build_trie(np.concatenate(paths), offsets, np.concatenate(weights), warmup)
 
 
 @settings(max_examples=60, deadline=None)
@@ -122,9 +123,9 @@ def test_curves_equal_brute_force(seed, n, max_blocks, alphabet, warm):
     warmup = int(n * warm)
     t = _trie(paths, weights, warmup)
     caps = np.arange(0, t.n_nodes + 3)
-    lru = trie_lru.lru_trie_curve(t, caps)
-    opt = trie_belady.optimal_trie_curve(t, caps)
-    fifo = trie_lru.fifo_trie_curve(t, caps)
+    lru = peers.lru_trie_curve(t, caps)
+    opt = peers.optimal_trie_curve(t, caps)
+    fifo = peers.fifo_trie_curve(t, caps)
     for i, c in enumerate(caps):
         c = int(c)
         want_lru = brute_force(paths, weights, c, warmup, "lru") if c > 0 else 0
@@ -135,10 +136,10 @@ def test_curves_equal_brute_force(seed, n, max_blocks, alphabet, warm):
         assert fifo[i] == want_fifo, ("fifo", c)
         # the per-capacity replays agree too (list, leaf heap, ring)
         if c > 0 and c <= t.warmup_nodes:
-            assert trie_lru.hit_tokens_of(t, trie_lru.replay_lru_trie(t, c)[0]) == want_lru
-            assert trie_lru.hit_tokens_of(t, trie_belady.replay_lru_trie_heap(t, c)[0]) == want_lru
-            assert trie_lru.hit_tokens_of(t, trie_belady.replay_optimal_trie(t, c)[0]) == want_opt
-            assert trie_lru.hit_tokens_of(t, trie_lru.replay_fifo_trie(t, c)[0]) == want_fifo
+            assert peers.hit_tokens_of(t, peers.replay_lru_trie(t, c)[0]) == want_lru
+            assert peers.hit_tokens_of(t, peers.replay_lru_trie_heap(t, c)[0]) == want_lru
+            assert peers.hit_tokens_of(t, peers.replay_optimal_trie(t, c)[0]) == want_opt
+            assert peers.hit_tokens_of(t, peers.replay_fifo_trie(t, c)[0]) == want_fifo
     # No `opt >= lru/fifo` check: kvcache.ai's "optimal" counts next use in requests and
     # bypasses on ties, so it is a heuristic, not a bound (seed=102791, n=12: fifo beats it).
 
@@ -146,8 +147,8 @@ def test_curves_equal_brute_force(seed, n, max_blocks, alphabet, warm):
 def test_chained_fast_path_matches_explicit_trie():
     df = random_trace(7, 60, block_size=4, max_blocks=8, alphabet=3)
     ct = compile_trace(df, get_semantics("kvcache-ai").options)
-    fast = trie_lru.from_compiled(ct)
-    node, parent = trie_lru._build_trie(ct.blocks.astype(np.int64), ct.offsets)
+    fast = peers.from_compiled(ct)
+    node, parent = trie._build_trie(ct.blocks.astype(np.int64), ct.offsets)
     assert np.array_equal(fast.node, node) and np.array_equal(fast.parent, parent)
 
 
@@ -157,9 +158,9 @@ def test_policies_registered_and_match_curves():
 
     df = random_trace(3, 80, block_size=4, max_blocks=6, alphabet=3)
     ct = compile_trace(df, get_semantics("kvcache-ai").options)
-    t = trie_lru.from_compiled(ct)
-    for name, curve in [("lru-trie", trie_lru.lru_trie_curve), ("belady-trie", trie_belady.optimal_trie_curve),
-                        ("fifo-trie", trie_lru.fifo_trie_curve)]:
+    t = peers.from_compiled(ct)
+    for name, curve in [("lru-trie", peers.lru_trie_curve), ("belady-trie", peers.optimal_trie_curve),
+                        ("fifo-trie", peers.fifo_trie_curve)]:
         for blocks in (2, 5, 9, t.warmup_nodes, t.warmup_nodes + 1):
             res = replay(ct, get_policy(name, capacity_tokens=blocks * 4))
             assert res.hit_tokens == curve(t, [blocks])[0], (name, blocks)
@@ -171,7 +172,7 @@ def test_long_request_evicts_its_own_tail():
     paths = [[1, 2, 3], [1, 2, 3], [1, 2, 3]]
     t = _trie(paths, [[1, 1, 1]] * 3, 1)
     # capacity 2: request 0 fills 1,2 then finds only its own leaf 2 -> drops it and stops
-    assert trie_lru.lru_trie_curve(t, [2])[0] == brute_force(paths, [[1, 1, 1]] * 3, 2, 1, "lru") == 2
+    assert peers.lru_trie_curve(t, [2])[0] == brute_force(paths, [[1, 1, 1]] * 3, 2, 1, "lru") == 2
 
 
 def test_lmcache_jsonl_round_trip(tmp_path):

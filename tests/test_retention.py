@@ -15,11 +15,11 @@ from hypothesis import strategies as st
 
 from tiered_kv.cli import main
 from tiered_kv.sim import retention as R
-from tiered_kv.sim import retention_occupancy as O
 from tiered_kv.sim.curves import infinite_bound, ttl_curve
 from tiered_kv.sim.policies import get_policy
 from tiered_kv.sim.replay import compile_trace, replay
-from tiered_kv.sim.retention_report import analyze
+from tiered_kv.sim.retention import occupancy as O
+from tiered_kv.sim.retention.report import analyze
 from tiered_kv.sim.traces import SCHEMA, load_trace, random_trace, shipped_trace, validate_frame
 
 CHUNK = 12.0  # bytes per chunk in the tiny traces (3 B/token x 4 tokens)
@@ -320,7 +320,7 @@ def test_default_chunk_bytes_follow_the_kv_format():
 def test_figure_11_values_come_from_the_replay(monkeypatch):
     import importlib
 
-    from tiered_kv.sim.synth import generate
+    from tiered_kv.sim.workload.synth import generate
 
     fig = importlib.import_module("tiered_kv.viz.figures.11_retention_frontier")
     orig = fig.build_data
@@ -374,7 +374,7 @@ def test_retention_peak_is_never_below_the_average_stored():
     """`tiered-kv retention --synth mixed --days 14` printed chatbot at 14 d with 24.6 TiB average
     stored above a 24.3 TiB peak: the average charged each chunk's residency past the trace's
     end (Little's law) while the peak was counted from a cold cache inside the window."""
-    from tiered_kv.sim.synth import generate
+    from tiered_kv.sim.workload.synth import generate
 
     trace = compile_trace(generate("ci", 4.0, 0))
     res = analyze(trace)

@@ -11,10 +11,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tiered_kv.sim import synth
-from tiered_kv.sim import synth_calibration as cal
-from tiered_kv.sim.synth import AGENT, CHATBOT, DAY_S, ClassConfig, SynthConfig, generate
 from tiered_kv.sim.traces import SCHEMA, validate_frame
+from tiered_kv.sim.workload import calibration as cal
+from tiered_kv.sim.workload import synth
+from tiered_kv.sim.workload.synth import AGENT, CHATBOT, DAY_S, ClassConfig, SynthConfig, generate
 
 
 @pytest.fixture(scope="module")

@@ -21,7 +21,7 @@ DAY = R.DAY_S
 @pytest.fixture(scope="module")
 def analysis():
     """The ``ci`` preset for 2 days (two classes, chatbot and agent); no precomputed grid."""
-    from tiered_kv.sim.synth import generate
+    from tiered_kv.sim.workload.synth import generate
     from tiered_kv.viz.economics_dashboard import build_analysis
 
     return build_analysis(generate("ci", 2.0, 0), precompute=False)

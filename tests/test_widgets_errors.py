@@ -114,7 +114,7 @@ def _dashboard(kind: str):
         d = RD.RetentionDashboard(R.build_table(frame))
         return d, d.ttl_sliders["chatbot"], RD, "evaluate"
     if kind == "economics":
-        from tiered_kv.sim.synth import generate
+        from tiered_kv.sim.workload.synth import generate
         from tiered_kv.viz import economics_dashboard as E
 
         d = E.EconomicsDashboard(E.build_analysis(generate("ci", 0.5, 0), precompute=False))
@@ -173,7 +173,7 @@ def test_attach_readout_rejects_an_unknown_unit():
 
 
 def test_dashboards_show_durations_bytes_and_tokens_for_people():
-    from tiered_kv.sim.synth import generate
+    from tiered_kv.sim.workload.synth import generate
     from tiered_kv.viz import economics_dashboard as E
 
     d = E.EconomicsDashboard(E.build_analysis(generate("ci", 0.5, 0), precompute=False))

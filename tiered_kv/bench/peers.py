@@ -120,7 +120,7 @@ def _lmcache(df, caps_chunks, repeat, bytes_per_token, bar) -> dict:
     from pathlib import Path
 
     from tiered_kv.sim import peers
-    from tiered_kv.sim.lmcache_io import write_lookup_jsonl
+    from tiered_kv.sim.peers.lmcache_io import write_lookup_jsonl
 
     status = peers.lmcache_status()
     out: dict[str, Any] = {"status": status.to_dict(), "semantics": "lmcache"}
@@ -151,9 +151,8 @@ def _lmcache(df, caps_chunks, repeat, bytes_per_token, bar) -> dict:
 def run(args: argparse.Namespace) -> dict:
     from tqdm import tqdm
 
-    from tiered_kv.commands.simulate import resolve_trace_path
     from tiered_kv.sim import peers as peers_mod
-    from tiered_kv.sim.traces import load_trace
+    from tiered_kv.sim.traces import load_trace, resolve_trace_path
 
     if args.points < 1 or not (0 < args.min_tokens <= args.max_tokens):
         raise ValueError("peers: need --points >= 1 and 0 < --min-tokens <= --max-tokens")

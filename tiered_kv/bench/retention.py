@@ -42,7 +42,7 @@ def register(parser: argparse.ArgumentParser) -> None:
 def curves_and_frontier(trace, ttl_points: int):
     """The benchmarked unit: gaps, per-class TTL curves at every grid TTL, oracle frontier."""
     from tiered_kv.sim import retention as R
-    from tiered_kv.sim.retention_report import ttl_grid
+    from tiered_kv.sim.retention.report import ttl_grid
 
     cb = R.StorageModel.for_trace(trace).chunk_bytes
     gaps = R.reuse_gaps(trace)
@@ -55,7 +55,7 @@ def curves_and_frontier(trace, ttl_points: int):
 
 def measure(trace, ttl_points: int, repeat: int, baseline_points: int | None) -> dict[str, Any]:
     from tiered_kv.sim.policies import TTL
-    from tiered_kv.sim.retention_report import analyze
+    from tiered_kv.sim.retention.report import analyze
 
     times = []
     for _ in range(max(repeat, 1)):
@@ -89,9 +89,8 @@ def measure(trace, ttl_points: int, repeat: int, baseline_points: int | None) ->
 def run(args: argparse.Namespace) -> dict[str, Any]:
     from tqdm import tqdm
 
-    from tiered_kv.commands.simulate import resolve_trace_path
     from tiered_kv.sim.replay import compile_trace
-    from tiered_kv.sim.traces import load_trace
+    from tiered_kv.sim.traces import load_trace, resolve_trace_path
 
     if args.ttl_points < 2:
         raise ValueError("--ttl-points: must be >= 2")
@@ -101,7 +100,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     load_s = time.perf_counter() - t0
     t0 = time.perf_counter()
     curves_and_frontier(trace, 4)  # JIT warm-up of every kernel used below
-    from tiered_kv.sim.retention_report import analyze
+    from tiered_kv.sim.retention.report import analyze
 
     analyze(trace)
     jit_s = time.perf_counter() - t0
@@ -111,7 +110,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     out["conversation"] = measure(trace, args.ttl_points, args.repeat, None)
     steps.update()
     if args.synth_accesses:
-        from tiered_kv.sim.synth import PRESETS, generate
+        from tiered_kv.sim.workload.synth import PRESETS, generate
 
         mixed = PRESETS["mixed"]
         probe = generate(mixed, 1.0, 0)  # accesses per day of the preset, to scale it to the target

@@ -103,11 +103,10 @@ def measure(trace, capacity: int, repeat: int, baseline: bool) -> dict[str, Any]
 def run(args: argparse.Namespace) -> dict[str, Any]:
     from tqdm import tqdm
 
-    from tiered_kv.commands.simulate import resolve_trace_path
     from tiered_kv.sim import curves as C
     from tiered_kv.sim.policies import LRU, TTL, Belady
     from tiered_kv.sim.replay import compile_trace
-    from tiered_kv.sim.traces import load_trace
+    from tiered_kv.sim.traces import load_trace, resolve_trace_path
 
     scales = [int(s) for s in str(args.scales).split(",") if s.strip()]
     if not scales or min(scales) < 1:

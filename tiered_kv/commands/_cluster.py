@@ -1,7 +1,7 @@
 """The cluster options of ``tiered-kv simulate`` (not a subcommand: the underscore hides it).
 
-``tiered-kv simulate`` answers with the cluster model (:mod:`tiered_kv.sim.cluster`) and the
-latency model (:mod:`tiered_kv.sim.latency`) as soon as one of these options is given:
+``tiered-kv simulate`` answers with the cluster model (:mod:`tiered_kv.sim.cluster.model`) and
+the latency model (:mod:`tiered_kv.sim.cluster.latency`) as soon as one of these options is given:
 
   --nodes N --routing {random,round-robin,cache-aware}
   --capacity C          per-machine SSD caches of C each (tokens, or bytes with a unit)
@@ -49,9 +49,9 @@ def is_cluster(args: argparse.Namespace) -> bool:
 
 
 def _trace(args: argparse.Namespace):
-    from tiered_kv.commands.simulate import load_compiled
+    from tiered_kv.commands._common import load_compiled
+    from tiered_kv.sim.peers.semantics import get_semantics
     from tiered_kv.sim.replay import compile_trace
-    from tiered_kv.sim.semantics import get_semantics
     from tiered_kv.units import parse_duration
 
     if args.synth and args.trace:
@@ -61,7 +61,7 @@ def _trace(args: argparse.Namespace):
             raise ValueError("--trace PATH (or --synth PRESET --days D) is required")
         _, trace, sem = load_compiled(args)
         return trace, str(args.trace), sem
-    from tiered_kv.sim.synth import generate
+    from tiered_kv.sim.workload.synth import generate
 
     days_text = str(args.days)
     days = parse_duration(days_text if days_text[-1:].isalpha() else days_text + "d", name="--days") / 86_400.0
@@ -70,9 +70,9 @@ def _trace(args: argparse.Namespace):
 
 
 def run_cluster(args: argparse.Namespace) -> dict[str, Any]:
-    from tiered_kv.commands.simulate import build_policy
-    from tiered_kv.sim import latency as L
+    from tiered_kv.commands._common import build_policy
     from tiered_kv.sim.cluster import ClusterConfig, latency_of, simulate_cluster
+    from tiered_kv.sim.cluster import latency as L
     from tiered_kv.sim.policies import DEFAULT_BYTES_PER_TOKEN, capacity_tokens_from
 
     bpt = args.bytes_per_token or DEFAULT_BYTES_PER_TOKEN
@@ -113,7 +113,7 @@ def run_cluster(args: argparse.Namespace) -> dict[str, Any]:
                       "ssd_capacity_tokens": cfg.ssd_capacity_tokens, "gpu_capacity_tokens": cfg.gpu_capacity_tokens,
                       "host_capacity_bytes": cfg.host_capacity_bytes, "replay_tokens": cfg.replay_tokens,
                       "bytes_per_token": bpt, "admission": bool(args.admission),
-                      "latency_model": "deepseek-v3 (tiered_kv.sim.latency)"}
+                      "latency_model": "deepseek-v3 (tiered_kv.sim.cluster.latency)"}
     out.update({k: v for k, v in res.extra.items() if k not in out})
     span = float(trace.timestamps[-1] - trace.timestamps[0])
     bin_s = 86_400.0 if span > 2 * 86_400.0 else 3_600.0  # days for multi-day runs, else hours

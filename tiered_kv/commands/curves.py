@@ -24,7 +24,7 @@ HELP = "LRU, TTL, Belady and infinite-cache hit-rate curves of a trace (one pass
 
 
 def register(parser: argparse.ArgumentParser) -> None:
-    from tiered_kv.commands.simulate import add_trace_arguments
+    from tiered_kv.commands._common import add_trace_arguments
 
     add_trace_arguments(parser)
     parser.add_argument("--points", type=int, default=100, help="number of capacities (default 100)")
@@ -58,16 +58,17 @@ def compute_curves(trace, sem, capacities, ttls, belady_idx: list[int], progress
     ttl = C.ttl_curve(trace, ttls)
     belady: list[float | None] = [None] * len(caps)
     by_class: dict[str, dict[str, list]] = {}
-    from tiered_kv.commands.simulate import trie_functions, trie_trace
+    if sem.lru_policy == "lru-trie":
+        # kvcache.ai: trie-leaf LRU and trie Belady (tiered_kv.sim.peers), totals only
+        from tiered_kv.sim.peers.trie import from_compiled
+        from tiered_kv.sim.peers.trie_belady import optimal_trie_curve
+        from tiered_kv.sim.peers.trie_lru import lru_trie_curve
 
-    trie_lru_fn, trie_opt_fn = trie_functions("lru"), trie_functions("belady")
-    if sem.lru_policy == "lru-trie" and trie_lru_fn is not None:
-        # kvcache.ai: trie-leaf LRU and trie Belady (tiered_kv.sim.trie_lru), totals only
-        t = trie_trace(trace)
+        t = from_compiled(trace)
         blocks = (caps // bs).astype(np.int64)
-        lru_hit = trie_lru_fn(t, blocks)
-        if belady_idx and trie_opt_fn is not None:
-            opt = trie_opt_fn(t, blocks[belady_idx])
+        lru_hit = lru_trie_curve(t, blocks)
+        if belady_idx:
+            opt = optimal_trie_curve(t, blocks[belady_idx])
             for j, i in enumerate(belady_idx):
                 belady[i] = int(opt[j]) / inp if inp else 0.0
     else:
@@ -100,7 +101,7 @@ def compute_curves(trace, sem, capacities, ttls, belady_idx: list[int], progress
 def run(args: argparse.Namespace) -> int:
     import numpy as np
 
-    from tiered_kv.commands.simulate import jsonable, load_compiled
+    from tiered_kv.commands._common import jsonable, load_compiled
     from tiered_kv.sim import curves as C
     from tiered_kv.sim.policies import DEFAULT_BYTES_PER_TOKEN, capacity_tokens_from
     from tiered_kv.units import format_bytes

@@ -11,7 +11,7 @@ LMCache does:
   tiered-kv lmcache import /var/log/lmcache/ --out lmcache_trace.parquet
   tiered-kv curves --trace lmcache_trace.parquet --semantics lmcache --json
 
-Format and rules: tiered_kv/sim/lmcache_io.py and docs/peers.md.
+Format and rules: tiered_kv/sim/peers/lmcache_io.py and docs/peers.md.
 """
 
 from __future__ import annotations
@@ -43,11 +43,10 @@ def register(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from tiered_kv.sim import lmcache_io
+    from tiered_kv.sim.peers import lmcache_io
 
     if args.action == "export":
-        from tiered_kv.commands.simulate import resolve_trace_path
-        from tiered_kv.sim.traces import load_trace
+        from tiered_kv.sim.traces import load_trace, resolve_trace_path
 
         df = load_trace(resolve_trace_path(args.trace), format=args.format)
         out = lmcache_io.write_lookup_jsonl(df, args.out, model_name=args.model_name,

@@ -27,7 +27,7 @@ HELP = "hit rate vs stored byte-days per class, oracle frontier, best per-class 
 def register(parser: argparse.ArgumentParser) -> None:
     src = parser.add_mutually_exclusive_group(required=True)
     src.add_argument("--trace", metavar="PATH", help="trace file, or a shipped trace name (conversation)")
-    src.add_argument("--synth", metavar="PRESET", help="synthetic workload preset (tiered_kv.sim.synth: "
+    src.add_argument("--synth", metavar="PRESET", help="synthetic workload preset (tiered_kv.sim.workload.synth: "
                                                         "chatbot, agent, mixed, ci)")
     parser.add_argument("--days", default=None, metavar="D", help="days of synthetic traffic (with --synth; "
                                                                   "default 14)")
@@ -51,7 +51,7 @@ def load(args: argparse.Namespace):
     from tiered_kv.units import parse_duration
 
     if args.synth is not None:
-        from tiered_kv.sim.synth import generate
+        from tiered_kv.sim.workload.synth import generate
 
         text = "14" if args.days is None else str(args.days)
         try:
@@ -62,15 +62,14 @@ def load(args: argparse.Namespace):
         return compile_trace(frame), f"synth {args.synth}, {days / 86_400.0:g} days, seed {args.seed}"
     if args.days is not None:
         raise ValueError("--days: only with --synth (a trace file has its own span)")
-    from tiered_kv.commands.simulate import resolve_trace_path
-    from tiered_kv.sim.traces import load_trace
+    from tiered_kv.sim.traces import load_trace, resolve_trace_path
 
     frame = load_trace(resolve_trace_path(args.trace), format=args.format, traffic_class=args.traffic_class)
     return compile_trace(frame), str(args.trace)
 
 
 def run(args: argparse.Namespace) -> int:
-    from tiered_kv.sim.retention_report import RetentionConfig, analyze
+    from tiered_kv.sim.retention.report import RetentionConfig, analyze
     from tiered_kv.units import parse_bytes
 
     cap = None if args.capacity is None else float(parse_bytes(args.capacity, name="--capacity"))
@@ -83,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
                      config=RetentionConfig(ttl_points=args.ttl_points))
     out = {"source": label, **result.to_dict()}
     if args.json:
-        from tiered_kv.commands.simulate import jsonable
+        from tiered_kv.commands._common import jsonable
 
         print(json.dumps(jsonable(out), indent=2, allow_nan=False))
         return 0

@@ -58,7 +58,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from numba import njit
 
-from tiered_kv.sim.policies import Belady, next_use
+from tiered_kv.sim.policies.belady import Belady, next_use
 from tiered_kv.sim.replay import CompiledTrace
 
 #: Key of an access that can never hit (first touch of its block): above every capacity.

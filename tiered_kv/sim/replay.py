@@ -10,7 +10,7 @@ tokens are ``min(p * block_size, input_length)`` where ``p`` is its number of *l
 present at lookup; after the lookup every block of the request is touched or inserted, in order.
 
 Other tools count differently; :class:`ReplayOptions` expresses those differences as options of
-this one engine rather than as copies of it (presets in :mod:`tiered_kv.sim.semantics`):
+this one engine rather than as copies of it (presets in :mod:`tiered_kv.sim.peers.semantics`):
 
 - ``warmup_fraction``: the first fraction of requests (in replay order) warm the cache but are
   not counted (kvcache.ai's simulator counts the last 50% only);

@@ -1,48 +1,5 @@
-"""Named replay semantics: how tiered-kv and the public simulators count hits.
+"""Deprecated alias (issue 13; removed after one release): moved to :mod:`tiered_kv.sim.peers.semantics`."""
 
-Each preset is :class:`~tiered_kv.sim.replay.ReplayOptions` plus the LRU variant that tool
-implements, so ``--semantics kvcache-ai`` reproduces kvcache.ai's numbers with this engine
-instead of a copy of theirs:
+from tiered_kv.sim._moved import alias
 
-- ``tiered-kv`` (DESIGN.md): timestamp order, hit tokens ``min(p*bs, L)``, every request
-  counted, plain LRU over blocks.
-- ``kvcache-ai`` (``kvcache-simulator``): file order, the last 50% of requests counted, block
-  weights ``min(bs, L - bs*k)`` (the same clamp), LRU restricted to prefix-trie leaves
-  (``lru-trie`` from :mod:`tiered_kv.sim.trie_lru`) and its "optimal" (``belady-trie``).
-- ``lmcache`` (LMCache's cache simulator): timestamp order, no warm-up, complete chunks only,
-  hit tokens ``p*chunk_size`` without the clamp, plain LRU.
-"""
-
-from __future__ import annotations
-
-from dataclasses import dataclass
-
-from tiered_kv.sim.replay import ReplayOptions
-
-
-@dataclass(frozen=True)
-class Semantics:
-    """A named way of counting: replay options plus the policies that play ``lru`` and ``belady``."""
-
-    name: str
-    options: ReplayOptions
-    lru_policy: str = "lru"
-    description: str = ""
-    belady_policy: str = "belady"
-
-
-PRESETS: dict[str, Semantics] = {
-    "tiered-kv": Semantics("tiered-kv", ReplayOptions(), "lru",
-                           "timestamp order; hit tokens min(p*bs, L); all requests counted"),
-    "kvcache-ai": Semantics("kvcache-ai", ReplayOptions(warmup_fraction=0.5, order="file"), "lru-trie",
-                            "file order; last 50% counted; trie-leaf LRU", "belady-trie"),
-    "lmcache": Semantics("lmcache", ReplayOptions(clamp_to_input=False, full_blocks_only=True), "lru",
-                         "timestamp order; complete chunks only; hit tokens p*chunk_size"),
-}
-
-
-def get_semantics(name: str) -> Semantics:
-    """A preset by name; the error lists the choices."""
-    if name not in PRESETS:
-        raise ValueError(f"semantics: must be one of {sorted(PRESETS)}, got {name!r}")
-    return PRESETS[name]
+__getattr__, __dir__ = alias("tiered_kv.sim.semantics", "tiered_kv.sim.peers.semantics")

@@ -87,7 +87,7 @@ def build_analysis(trace: CompiledTrace | pl.DataFrame, *, bytes_per_token: floa
                    precompute: bool = True) -> EconomicsAnalysis:
     """Everything the dashboard shows, from a compiled trace or a trace frame (slow part, once)."""
     from tiered_kv.sim.replay import compile_trace
-    from tiered_kv.sim.retention_report import _frontier_points, pair_ttls, ttl_grid
+    from tiered_kv.sim.retention.report import _frontier_points, pair_ttls, ttl_grid
 
     if isinstance(trace, pl.DataFrame):
         trace = compile_trace(trace)
@@ -307,7 +307,7 @@ def synthetic_analysis(size: str | None = None, seed: int = 0, preset: str | Non
                        days: float | None = None) -> EconomicsAnalysis:
     """Analysis of a synthetic run (``ci`` for 3 days at small size; 14 days of ``mixed`` at 1/8
     of its rates at full size)."""
-    from tiered_kv.sim import synth
+    from tiered_kv.sim.workload import synth
     from tiered_kv.viz import notebook_size
 
     p, factor, d = SYNTH_SIZES[size or notebook_size()]

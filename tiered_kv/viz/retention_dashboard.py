@@ -199,7 +199,7 @@ SYNTH_SIZES = {"small": ("ci", 1.0, 3.0), "full": ("mixed", 0.125, 14.0)}
 
 
 def _fp4_bytes_per_token() -> float:
-    from tiered_kv.sim.latency import preset
+    from tiered_kv.sim.cluster.latency import preset
 
     return preset("deepseek-v3-fp4").kv_bytes_per_token
 
@@ -217,7 +217,7 @@ def conversation_table(size: str | None = None) -> R.RetentionTable:
 
 def synthetic_table(size: str | None = None, seed: int = 0) -> R.RetentionTable:
     """Retention table of the two-class synthetic workload (14 days at 1/128 of Mooncake rates; 3 days tiny)."""
-    from tiered_kv.sim import synth
+    from tiered_kv.sim.workload import synth
     from tiered_kv.viz import notebook_size
 
     name, factor, days = SYNTH_SIZES[size or notebook_size()]

@@ -1,6 +1,6 @@
 """TTFT and cost under load: read bandwidth, request rate, admission control, KV precision.
 
-All numbers come from :mod:`tiered_kv.sim.latency`: the idle-machine TTFT of a hit and a miss
+All numbers come from :mod:`tiered_kv.sim.cluster.latency`: the idle-machine TTFT of a hit and a miss
 against prompt length, and a queueing run of a seeded mix of restores and misses through one
 shared read queue and per-machine compute queues. A slider move reruns that small queueing
 simulation (about a thousand requests at small size), then redraws.
@@ -59,14 +59,14 @@ class TTFTView:
 
 
 def config(setting: TTFTSetting):
-    from tiered_kv.sim.latency import preset
+    from tiered_kv.sim.cluster.latency import preset
 
     return preset(setting.kv_preset).with_(read_bandwidth_bytes_per_s=setting.read_gib_s * GIB)
 
 
 def idle_curve(setting: TTFTSetting) -> pl.DataFrame:
     """Hit and miss TTFT (seconds) against prompt length (tokens), no queueing."""
-    from tiered_kv.sim.latency import hit_ttft, miss_ttft
+    from tiered_kv.sim.cluster.latency import hit_ttft, miss_ttft
 
     cfg = config(setting)
     n = np.unique(np.geomspace(1024, 131072, 36).round())
@@ -78,7 +78,13 @@ def idle_curve(setting: TTFTSetting) -> pl.DataFrame:
 
 def evaluate(setting: TTFTSetting) -> TTFTView:
     """Run the queueing model at ``setting`` and collect every frame the dashboard shows."""
-    from tiered_kv.sim.latency import MixConfig, cost_per_mtok, mixed_workload, percentiles, simulate_queue
+    from tiered_kv.sim.cluster.latency import (
+        MixConfig,
+        cost_per_mtok,
+        mixed_workload,
+        percentiles,
+        simulate_queue,
+    )
 
     cfg = config(setting)
     mix = MixConfig(machines=setting.machines, rate_per_machine_s=setting.rate_per_machine_s,
@@ -142,7 +148,7 @@ class TTFTDashboard:
     """Sliders: SSD read bandwidth, request rate per machine, hit fraction; admission; KV precision."""
 
     def __init__(self, size: str | None = None, setting: TTFTSetting | None = None) -> None:
-        from tiered_kv.sim.latency import PRESETS
+        from tiered_kv.sim.cluster.latency import PRESETS
         from tiered_kv.viz import notebook_size
 
         machines, duration = RUN_SIZES[size or notebook_size()]

@@ -130,7 +130,7 @@ def expected(exercise_id: str, size: str | None = None) -> float | bool:
 
         return float(DEEPSEEK_V3.bytes_per_token(fp4_bits("mxfp4")))
     if ex.id == "hit-speedup-128k":
-        from tiered_kv.sim.latency import hit_ttft, miss_ttft, preset
+        from tiered_kv.sim.cluster.latency import hit_ttft, miss_ttft, preset
 
         cfg = preset("deepseek-v3")
         return float(miss_ttft(cfg, 131072) / hit_ttft(cfg, 131072))

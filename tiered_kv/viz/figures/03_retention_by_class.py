@@ -25,8 +25,8 @@ _LABELS = ("datum.value < 0.002 ? '1 min' : datum.value < 0.02 ? '10 min' : datu
 
 def curves(days: float, preset: str, seed: int) -> tuple[pl.DataFrame, dict]:
     """Hit rate at log-spaced TTLs (1 min to ``days``, plus 3 d and 7 d) for each class."""
-    from tiered_kv.sim.synth import DAY_S, generate
-    from tiered_kv.sim.synth_calibration import ttl_curves
+    from tiered_kv.sim.workload.calibration import ttl_curves
+    from tiered_kv.sim.workload.synth import DAY_S, generate
 
     df = generate(preset, days, seed)
     ttls = np.unique(np.concatenate([np.geomspace(60.0, days * DAY_S, 48), np.array(_MARKS_DAYS) * DAY_S]))
@@ -72,7 +72,7 @@ def build(quick: bool) -> FigureResult:
               "0.5-1 point; midpoint shown)",
         source="DeepSeek tiered KV cache (7-day chatbot, 3-day agent retention)",
         published=0.75, reproduced=chat_loss, unit="points",
-        inputs=f"tiered_kv.sim.synth {size}; unlimited capacity, TTL replay", calibrated=True)]
+        inputs=f"tiered_kv.sim.workload.synth {size}; unlimited capacity, TTL replay", calibrated=True)]
     notes = (f"Synthetic workload ({size}). Hit rate with unlimited capacity and a per-class TTL "
              f"(DESIGN.md replay semantics), cold cache at day 0. 7 d -> 3 d loss: chatbot "
              f"{chat_loss:.2f} points, agent {agent_loss:.2f} points. The chatbot return-gap tail "

@@ -1,7 +1,7 @@
 """Fraction of input tokens served from the SSD tier, hour by hour over a simulated day.
 
 Why: DeepSeek reports that 56% of its input tokens are served from the disk cache. Here a day of
-the two-class synthetic workload (:mod:`tiered_kv.sim.synth`, preset ``mixed``, whose classes
+the two-class synthetic workload (:mod:`tiered_kv.sim.workload.synth`, preset ``mixed``, whose classes
 are calibrated on the Mooncake traces, not on this number) runs through the cluster model: 10
 machines, cache-aware routing, a GPU tier that holds only in-flight KV (so no cross-request GPU
 hits, as in DeepSeek's design), host window tiers, and one shared SSD pool large enough to keep
@@ -27,7 +27,7 @@ def run(quick: bool):
     """(preset, config, cluster result, day-2 requests); cached: figure 06 reuses it."""
     from tiered_kv.sim.cluster import ClusterConfig, simulate_cluster
     from tiered_kv.sim.replay import compile_trace
-    from tiered_kv.sim.synth import generate
+    from tiered_kv.sim.workload.synth import generate
 
     preset = "ci" if quick else "mixed"
     df = generate(preset, 2.0, 0)

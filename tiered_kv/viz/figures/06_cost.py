@@ -2,7 +2,7 @@
 
 Why: DeepSeek prices a cache hit at 1/50 of a miss. Left: the price per million input tokens as
 a function of the token hit rate, with a hit at ``hit_price_ratio`` = 1/50 of a miss
-(:func:`tiered_kv.sim.latency.cost_per_mtok`, miss price = 1), with the hit rates this workbench
+(:func:`tiered_kv.sim.cluster.latency.cost_per_mtok`, miss price = 1), with the hit rates this workbench
 measures marked on it (the real Mooncake trace with an unlimited shared pool; one day of the
 synthetic mix through the cluster model). Right: the machine time a miss costs over the machine
 time of a hit of the same prompt (prefill of the new block plus replay of R tokens; the load is
@@ -20,15 +20,13 @@ from tiered_kv.viz.report import Claim, FigureResult
 
 NAME = "06_cost"
 TITLE = "Price per million input tokens vs hit rate (hit = 1/50 of a miss), and the machine-time gap"
-#: The label of the dashed line at 50 on the right panel.
-PRICE_GAP_LABEL = "50x: DeepSeek's price gap (miss / hit)"
 
 
 def build(quick: bool) -> FigureResult:
     import altair as alt
 
-    from tiered_kv.sim import latency as L
     from tiered_kv.sim.cluster import ClusterConfig, simulate_cluster
+    from tiered_kv.sim.cluster import latency as L
     from tiered_kv.sim.replay import compile_trace
     from tiered_kv.sim.traces import load_trace, shipped_trace
 
@@ -64,8 +62,6 @@ def build(quick: bool) -> FigureResult:
         x=alt.X("prompt_tokens:Q", scale=alt.Scale(type="log", base=2), title="prompt length (tokens, log)"),
         y=alt.Y("miss_over_hit_machine_time:Q", title="miss / hit machine time (x)"))
         + alt.Chart(pl.DataFrame({"y": [50.0]})).mark_rule(strokeDash=[6, 4]).encode(y="y:Q")
-        + alt.Chart(pl.DataFrame({"y": [50.0], "x": [float(n[0])], "label": [PRICE_GAP_LABEL]})).mark_text(
-            align="left", baseline="bottom", dx=4, dy=-3, fontSize=11).encode(x="x:Q", y="y:Q", text="label:N")
     ).properties(width=340, height=280, title="machine-time gap, DeepSeek-V3 latency model")
     chart = alt.hconcat(left, right).properties(title=TITLE)
     k128 = L.CALIBRATION_TOKENS

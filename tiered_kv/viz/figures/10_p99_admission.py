@@ -2,7 +2,7 @@
 
 Why: a shared SSD pool turns read bandwidth into a contended resource; when restores queue, a
 request can be served sooner by recomputing its prefix than by waiting to load it. The model
-(:mod:`tiered_kv.sim.latency`): 32 machines share one FIFO read queue of 40 GiB/s (one slice of
+(:mod:`tiered_kv.sim.cluster.latency`): 32 machines share one FIFO read queue of 40 GiB/s (one slice of
 the storage pool), each with its own compute queue; a seeded Poisson mix of restores (60% of
 requests, 90% of their prompt cached) and misses (which write their new KV back through the same
 queue), lognormal prompts (median 8K tokens). Admission compares, at arrival, the predicted TTFT
@@ -18,15 +18,11 @@ from tiered_kv.viz.report import FigureResult
 NAME = "10_p99_admission"
 TITLE = "p99 TTFT vs load, with and without admission control (shared read queue)"
 
-#: Names on the chart for the columns of :func:`tiered_kv.sim.latency.admission_table`.
-PERCENTILE_NAMES = {"ttft_p50_s": "median (p50)", "ttft_p99_s": "p99"}
-CLASS_NAMES = {"restore": "restores (prefix cached)", "miss": "misses"}
-
 
 def build(quick: bool) -> FigureResult:
     import altair as alt
 
-    from tiered_kv.sim import latency as L
+    from tiered_kv.sim.cluster import latency as L
 
     cfg = L.preset()
     rates = [0.5, 1.0, 1.5, 2.0, 2.5] if quick else [0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 1.75, 2.0, 2.25, 2.5, 2.75, 3.0]
@@ -36,17 +32,14 @@ def build(quick: bool) -> FigureResult:
         pl.when(pl.col("admission")).then(pl.lit("admission: recompute when sooner"))
         .otherwise(pl.lit("always load")).alias("policy"))
     long = data.unpivot(index=["rate_per_machine_s", "policy", "class", "recomputed_fraction"],
-                        on=["ttft_p50_s", "ttft_p99_s"], variable_name="percentile", value_name="ttft_s").with_columns(
-        pl.col("percentile").replace(PERCENTILE_NAMES), pl.col("class").replace(CLASS_NAMES))
+                        on=["ttft_p50_s", "ttft_p99_s"], variable_name="percentile", value_name="ttft_s")
     chart = alt.Chart(long.filter(pl.col("class") != "all")).mark_line(point=True).encode(
         x=alt.X("rate_per_machine_s:Q", title="offered load (requests per second per machine)"),
         y=alt.Y("ttft_s:Q", scale=alt.Scale(type="log"), title="TTFT (seconds, log)"),
-        color=alt.Color("policy:N", title="policy", legend=alt.Legend(orient="bottom", labelLimit=400)),
-        strokeDash=alt.StrokeDash("percentile:N", title="TTFT percentile", legend=alt.Legend(
-            orient="bottom", symbolType="stroke", symbolStrokeColor="#444", symbolStrokeWidth=2, symbolSize=500)),
+        color=alt.Color("policy:N", legend=alt.Legend(orient="bottom")),
+        strokeDash=alt.StrokeDash("percentile:N"),
         column=alt.Column("class:N", title="requests"),
-        tooltip=[alt.Tooltip("rate_per_machine_s:Q", title="requests/s per machine"), "policy", "class", "percentile",
-                 alt.Tooltip("ttft_s:Q", format=".2f", title="TTFT (s)"),
+        tooltip=["rate_per_machine_s", "policy", "class", "percentile", alt.Tooltip("ttft_s:Q", format=".2f"),
                  alt.Tooltip("recomputed_fraction:Q", format=".1%")],
     ).properties(width=260, height=280, title=TITLE)
     allc = data.filter(pl.col("class") == "all")

@@ -37,8 +37,8 @@ def build_data(preset: str, days: float, seed: int):
     """(curves+frontier frame, markers frame, analysis) for one synthetic run."""
     from tiered_kv.sim import retention as R
     from tiered_kv.sim.replay import compile_trace
-    from tiered_kv.sim.retention_report import RetentionConfig, analyze
-    from tiered_kv.sim.synth import generate
+    from tiered_kv.sim.retention.report import RetentionConfig, analyze
+    from tiered_kv.sim.workload.synth import generate
 
     trace = compile_trace(generate(preset, days, seed))
     res = analyze(trace, config=RetentionConfig(ttl_points=48, frontier_points=48, samples=64))

@@ -24,7 +24,7 @@ SSD retention. A shared pool sees every request whatever the routing, so its con
 depend on routing: any part-1 policy (:mod:`tiered_kv.sim.policies`: ``ttl`` per class,
 ``watermark``, ``belady``...) is replayed once with :func:`tiered_kv.sim.replay.replay` and
 its per-request hit blocks are used here. The capacity-LRU pool (the default) and per-machine
-caches run inside the compiled loop (:mod:`tiered_kv.sim._lru_kernels`), which also records
+caches run inside the compiled loop (:mod:`tiered_kv.sim.cluster.lru_tiers`), which also records
 each evicted block's idle age by the class that touched it last: the *effective retention* one
 LRU watermark gives each class.
 
@@ -44,8 +44,8 @@ import numpy as np
 import polars as pl
 from numba import njit
 
-from tiered_kv.sim._lru_kernels import new_tier, touch_arrays
-from tiered_kv.sim.latency import mla_kv_bytes_per_token
+from tiered_kv.sim.cluster.latency import mla_kv_bytes_per_token
+from tiered_kv.sim.cluster.lru_tiers import new_tier, touch_arrays
 
 #: DeepSeek-V3 MLA KV in BF16 (70,272 B/token), the default chunk size per token.
 V3_KV_BYTES_PER_TOKEN = mla_kv_bytes_per_token()
@@ -114,6 +114,28 @@ class ClusterResult:
 
 # --- the compiled loop ------------------------------------------------------------------------
 
+@njit(cache=True, inline="always")
+def _leading(mask, bit, blocks, s0, s1):
+    """How many leading blocks of ``blocks[s0:s1]`` have ``bit`` set in ``mask`` (a lookup)."""
+    p = 0
+    for j in range(s0, s1):
+        if not mask[blocks[j]] & bit:
+            break
+        p += 1
+    return p
+
+
+@njit(cache=True, inline="always")
+def _raise_scores(score, mask, depth):
+    """``score[m] = max(score[m], depth)`` for every machine ``m`` whose bit is set in ``mask``."""
+    while mask:
+        m = 0
+        while not (mask >> np.uint64(m)) & np.uint64(1):
+            m += 1
+        if depth > score[m]:
+            score[m] = depth
+        mask &= ~(np.uint64(1) << np.uint64(m))
+
 @njit(cache=True)
 def _run(offsets, blocks, ts, n_input, cls, window_idx, nodes, routing, rand_machine,
          gpu, host, ssd, ssd_mode, ext_p, slack, half_life, hist, r0, r1, out, state, last_cls):
@@ -155,29 +177,11 @@ def _run(offsets, blocks, ts, n_input, cls, window_idx, nodes, routing, rand_mac
                 if ssd_mode == 2:
                     held |= smask[b]
                 nxt = alive & held
-                dropped = alive & ~nxt
-                while dropped:
-                    m = 0
-                    while not (dropped >> np.uint64(m)) & np.uint64(1):
-                        m += 1
-                    score[m] = depth
-                    dropped &= ~(np.uint64(1) << np.uint64(m))
+                _raise_scores(score, alive & ~nxt, depth)  # their prefix ends here
                 alive = nxt
                 depth += 1
-                w = hmask[b] & eligible
-                while w:
-                    m = 0
-                    while not (w >> np.uint64(m)) & np.uint64(1):
-                        m += 1
-                    if depth > score[m]:
-                        score[m] = depth
-                    w &= ~(np.uint64(1) << np.uint64(m))
-            while alive:
-                m = 0
-                while not (alive >> np.uint64(m)) & np.uint64(1):
-                    m += 1
-                score[m] = max(score[m], depth)
-                alive &= ~(np.uint64(1) << np.uint64(m))
+                _raise_scores(score, hmask[b] & eligible, depth)  # window state at this depth
+            _raise_scores(score, alive, depth)
             m_sel = -1
             for m in range(nodes):
                 if not (eligible >> np.uint64(m)) & np.uint64(1):
@@ -187,22 +191,11 @@ def _run(offsets, blocks, ts, n_input, cls, window_idx, nodes, routing, rand_mac
         bit = np.uint64(1) << np.uint64(m_sel)
         machine[r] = m_sel
         # lookups: leading blocks in the machine's GPU tier and in the SSD tier it sees
-        pg = 0
-        for j in range(s0, s1):
-            if gmask[blocks[j]] & bit:
-                pg += 1
-            else:
-                break
+        pg = _leading(gmask, bit, blocks, s0, s1)
         if ssd_mode == 0:
             ps = ext_p[r]
         else:
-            sbit = np.uint64(1) if ssd_mode == 1 else bit
-            ps = 0
-            for j in range(s0, s1):
-                if smask[blocks[j]] & sbit:
-                    ps += 1
-                else:
-                    break
+            ps = _leading(smask, np.uint64(1) if ssd_mode == 1 else bit, blocks, s0, s1)
         p = max(pg, ps)
         p_gpu[r] = pg
         p_all[r] = p
@@ -394,8 +387,8 @@ def over_time(requests: pl.DataFrame, bin_s: float = 3600.0) -> pl.DataFrame:
 
 
 def latency_of(result: ClusterResult, cfg=None, admission: bool = False) -> dict[str, Any]:
-    """TTFT percentiles (per class) and cost of a cluster run through :mod:`tiered_kv.sim.latency`."""
-    from tiered_kv.sim import latency as lat
+    """TTFT percentiles (per class) and cost of a cluster run through :mod:`tiered_kv.sim.cluster.latency`."""
+    from tiered_kv.sim.cluster import latency as lat
 
     cfg = cfg or lat.preset().with_(kv_bytes_per_token=result.config.kv_bytes_per_token,
                                     replay_tokens=result.config.replay_tokens)

@@ -17,7 +17,7 @@ A tier with one cache (the shared SSD pool) skips the hash table: its node of bl
 per access.
 
 Numba's on-disk cache keys a compiled function on its own file only: after editing this file,
-also touch ``cluster.py`` so that ``cluster._run`` (which inlines these kernels) recompiles.
+also touch ``model.py`` so that ``model._run`` (which inlines these kernels) recompiles.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ Two peers are cross-checked (``tiered-kv bench peers``, ``tests/test_parity.py``
   reads Mooncake-style JSONL itself; here it is called through
   ``kvcache_sim.cpp_backend.run_cpp_sweep`` with block capacities, so no GiB-to-blocks model
   arithmetic gets between the two. tiered-kv matches it with ``--semantics kvcache-ai`` and the
-  policies ``lru-trie``, ``belady-trie``, ``fifo-trie`` (:mod:`tiered_kv.sim.trie_lru`).
+  policies ``lru-trie``, ``belady-trie``, ``fifo-trie`` (:mod:`tiered_kv.sim.peers.trie_policies`).
 - **LMCache**'s cache simulator (``lmcache.tools.cache_simulator`` in the ``lmcache`` wheel):
   plain LRU over chunk hashes, read from lookup-hash JSONL. The package's top-level
   ``__init__`` needs torch and CUDA, so the simulator subpackage (pure Python plus
@@ -125,13 +125,15 @@ def run_kvcache(trace, capacities_blocks, policy: str, *, warmup_fraction: float
 
 def ours_kvcache(df: pl.DataFrame, capacities_blocks, policy: str) -> np.ndarray:
     """tiered-kv under ``--semantics kvcache-ai``: hit tokens at each capacity (blocks), one pass."""
-    from tiered_kv.sim import trie_belady, trie_lru
+    from tiered_kv.sim.peers.semantics import get_semantics
+    from tiered_kv.sim.peers.trie import from_compiled
+    from tiered_kv.sim.peers.trie_belady import optimal_trie_curve
+    from tiered_kv.sim.peers.trie_fifo import fifo_trie_curve
+    from tiered_kv.sim.peers.trie_lru import lru_trie_curve
     from tiered_kv.sim.replay import compile_trace
-    from tiered_kv.sim.semantics import get_semantics
 
-    t = trie_lru.from_compiled(compile_trace(df, get_semantics("kvcache-ai").options))
-    curve = {"lru": trie_lru.lru_trie_curve, "optimal": trie_belady.optimal_trie_curve,
-             "fifo": trie_lru.fifo_trie_curve}[policy]
+    t = from_compiled(compile_trace(df, get_semantics("kvcache-ai").options))
+    curve = {"lru": lru_trie_curve, "optimal": optimal_trie_curve, "fifo": fifo_trie_curve}[policy]
     return curve(t, capacities_blocks)
 
 
@@ -223,8 +225,8 @@ def ours_lmcache(df: pl.DataFrame, capacities_chunks) -> np.ndarray:
     LMCache never runs with fewer than one chunk (``max(1, bytes // bytes_per_chunk)``).
     """
     from tiered_kv.sim.curves import lru_curve
+    from tiered_kv.sim.peers.semantics import get_semantics
     from tiered_kv.sim.replay import compile_trace
-    from tiered_kv.sim.semantics import get_semantics
 
     trace = compile_trace(df, get_semantics("lmcache").options)
     chunks = np.maximum(np.asarray(capacities_chunks, dtype=np.int64).reshape(-1), 1)

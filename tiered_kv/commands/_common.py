@@ -1,0 +1,103 @@
+"""What several subcommands share: the trace options, loading a compiled trace, building a policy.
+
+``simulate``, ``curves``, ``retention``, ``lmcache`` and the cluster options (``_cluster.py``)
+import these; this module imports no subcommand (the underscore keeps it out of the CLI).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from typing import Any
+
+
+def add_trace_arguments(parser: argparse.ArgumentParser, *, required: bool = True) -> None:
+    """--trace/--format/--class/--semantics, shared with `tiered-kv curves`."""
+    parser.add_argument("--trace", required=required, metavar="PATH",
+                        help="trace file (Mooncake/Bailian JSONL, generic JSONL/CSV/Parquet), or the name "
+                             "of a shipped trace: conversation, synthetic")
+    parser.add_argument("--format", default="auto", choices=["auto", "mooncake", "bailian", "generic"],
+                        help="trace format (default: detected from the file)")
+    parser.add_argument("--class", dest="traffic_class", default=None, metavar="CLASS",
+                        help="traffic class for every request of the trace (default: from the file; "
+                             "the Mooncake conversation trace is 'chatbot')")
+    parser.add_argument("--semantics", default="tiered-kv", choices=["tiered-kv", "kvcache-ai", "lmcache"],
+                        help="counting rules: tiered-kv (DESIGN.md), kvcache-ai (file order, last 50%% "
+                             "counted, trie-leaf LRU), lmcache (complete chunks, no clamp)")
+    parser.add_argument("--bytes-per-token", type=float, default=None, metavar="B",
+                        help="KV bytes per token, to read capacities given in bytes (default: "
+                             "DeepSeek-V3 MLA bf16, 70,272 B)")
+
+
+def load_compiled(args: argparse.Namespace):
+    """(frame, compiled trace, semantics) for the trace options of ``args``."""
+    from dataclasses import replace
+
+    from tiered_kv.sim.peers.semantics import get_semantics
+    from tiered_kv.sim.replay import compile_trace
+    from tiered_kv.sim.traces import load_trace, resolve_trace_path
+
+    sem = get_semantics(args.semantics)
+    options = sem.options
+    if getattr(args, "warmup", None) is not None:
+        options = replace(options, warmup_fraction=float(args.warmup))
+    df = load_trace(resolve_trace_path(args.trace), format=args.format, traffic_class=args.traffic_class)
+    return df, compile_trace(df, options), sem
+
+
+def parse_ttls(values: list[str]) -> tuple[dict[str, float], float]:
+    """``["chatbot=7d", "1h"]`` -> ({"chatbot": 604800.0}, 3600.0); the bare one is the default."""
+    from tiered_kv.units import parse_duration
+
+    per_class, default = {}, math.inf
+    for v in values:
+        if "=" in v:
+            cls, dur = v.split("=", 1)
+            if not cls:
+                raise ValueError(f"--ttl: empty class name in {v!r}; use CLASS=DURATION")
+            per_class[cls] = parse_duration(dur, name=f"--ttl {cls}")
+        else:
+            default = parse_duration(v, name="--ttl")
+    return per_class, default
+
+
+def build_policy(args: argparse.Namespace, sem) -> Any:
+    """The policy object for --policy/--capacity/--ttl/--high/--low under semantics ``sem``."""
+    from tiered_kv.sim.policies import DEFAULT_BYTES_PER_TOKEN, capacity_tokens_from, get_policy, policy_names
+
+    bpt = args.bytes_per_token or DEFAULT_BYTES_PER_TOKEN
+    cap = capacity_tokens_from(args.capacity, bytes_per_token=bpt, name="--capacity")
+    name = args.policy
+    variant = {"lru": sem.lru_policy, "belady": sem.belady_policy}.get(name)
+    if variant and variant in policy_names():
+        name = variant  # e.g. kvcache-ai: lru-trie, belady-trie
+    if name == "ttl":
+        if not args.ttl:
+            raise ValueError("--policy ttl: give --ttl DURATION or --ttl CLASS=DURATION")
+        per_class, default = parse_ttls(args.ttl)
+        return get_policy("ttl", ttl_seconds=per_class, default_ttl_seconds=default, capacity_tokens=cap)
+    if args.ttl:
+        raise ValueError(f"--ttl: only for --policy ttl, not {args.policy}")
+    if name == "watermark":
+        if cap is None:
+            raise ValueError("--policy watermark: needs --capacity (tokens or bytes)")
+        return get_policy("watermark", capacity_bytes=int(cap * bpt), high=args.high, low=args.low,
+                          bytes_per_token=bpt)
+    return get_policy(name, capacity_tokens=cap)
+
+
+def jsonable(value: Any) -> Any:
+    """Strict JSON: infinite or NaN floats become null, numpy scalars and arrays plain Python."""
+    import numpy as np
+
+    if isinstance(value, dict):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [jsonable(v) for v in value]
+    if isinstance(value, np.ndarray):
+        return jsonable(value.tolist())
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value

@@ -1,0 +1,27 @@
+"""The cluster: machines with three KV tiers under a routing policy, and what a request waits for.
+
+:mod:`.model` replays a trace request by request over ``nodes`` machines, each with a GPU
+prefix tier and a host window tier, and an SSD tier shared by all (or one per machine);
+:mod:`.lru_tiers` holds its numba kernels (many LRU caches over one slot pool). :mod:`.latency`
+turns hits into time and money: TTFT of loads, prefill and bounded replay, one shared read
+queue with write-back, admission (recompute when loading would be slower), cost per million
+tokens. This package may import :mod:`tiered_kv.sim.replay` (and run any policy object of
+:mod:`tiered_kv.sim.policies` it is given); nothing below it imports it.
+"""
+
+from tiered_kv.sim.cluster.model import (
+    ROUTINGS,
+    SSD_MODES,
+    V3_KV_BYTES_PER_TOKEN,
+    ClusterConfig,
+    ClusterResult,
+    latency_of,
+    over_time,
+    simulate_cluster,
+    summarize,
+)
+
+__all__ = [
+    "ROUTINGS", "SSD_MODES", "V3_KV_BYTES_PER_TOKEN", "ClusterConfig", "ClusterResult", "latency_of", "over_time",
+    "simulate_cluster", "summarize",
+]

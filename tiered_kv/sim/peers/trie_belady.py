@@ -1,0 +1,316 @@
+"""kvcache.ai's "optimal" (prefix-trie Belady with bypass): every capacity in one stack pass.
+
+Rules pinned from ``kvcache-simulator`` (see :mod:`tiered_kv.sim.peers.trie` for the shared trie
+rules): a node's key is the index of the next *request* that uses it; on a full cache the leaf
+with the farthest key (larger node id first on ties) outside the request's hit prefix is
+evicted, unless it is needed no later than the node being admitted, in which case that node is
+bypassed and admission stops.
+
+Why one pass is exact
+---------------------
+Keys never decrease from parent to child (a child is used only together with its parent), and
+node ids grow with depth, so the farthest unprotected leaf is the farthest unprotected *node*:
+the leaf restriction changes nothing. The hit prefix is needed no later than any node being
+admitted, so protecting it never changes a decision either. What is left is "keep the best C of
+cache + candidate" under one total order shared by every capacity at each step: resident nodes
+by (next use, id), a candidate after every resident with the same next use (ties keep the
+resident). That is a priority stack algorithm (Mattson, Gecsei, Slutz and Traiger 1970): the
+cache of size C is the top C of one stack, and an access pushes the candidate down the stack,
+swapping with whatever it beats. Only the requested capacities matter, so the stack is kept as
+one segment per capacity (a max-heap of each segment's members, worst on top): an access
+visits the segments above its own, O(segments x log) at most, for every capacity together.
+
+:func:`replay_optimal_trie` is the plain per-capacity replay (heap of leaves, versioned
+entries), kept as an independent reference for the tests and for per-request answers.
+"""
+
+from __future__ import annotations
+
+import numba as nb
+import numpy as np
+
+from tiered_kv.sim.peers.trie import TrieTrace, check_capacities, lookup, replay_at, underfilled_mask
+
+
+def replay_optimal_trie(t: TrieTrace, capacity: int) -> tuple[np.ndarray, bool]:
+    """Exact trie-Belady-with-bypass at one capacity: (hit blocks per request, filled in warm-up)."""
+    return _replay_leaves(t, capacity, True)
+
+
+def replay_lru_trie_heap(t: TrieTrace, capacity: int) -> tuple[np.ndarray, bool]:
+    """Trie-LRU by the leaf heap: a second, independent reference for the list replay."""
+    return _replay_leaves(t, capacity, False)
+
+
+def _replay_leaves(t: TrieTrace, capacity: int, optimal: bool) -> tuple[np.ndarray, bool]:
+    return replay_at(t, capacity, lambda hit: _replay_trie(t.node, t.parent, t.offsets, t.next_use, t.warmup,
+                                                           int(capacity), optimal, hit))
+
+
+def optimal_trie_curve(t: TrieTrace, capacities) -> np.ndarray:
+    """Trie-Belady-with-bypass hit tokens at each capacity (blocks), all in one pass."""
+    caps = check_capacities(capacities)
+    out = np.zeros(caps.shape[0], dtype=np.int64)
+    live = caps[~underfilled_mask(t, caps)]
+    if live.size == 0 or t.n_requests == 0:
+        return out
+    bounds = np.unique(live)
+    hist = _optimal_stack_hist(t.node, t.offsets, t.tokens, t.next_use, t.warmup,
+                               t.n_nodes, bounds)
+    cum = np.cumsum(hist)
+    idx = np.searchsorted(bounds, caps)
+    ok = ~underfilled_mask(t, caps)
+    out[ok] = cum[idx[ok]]
+    return out
+
+
+@nb.njit(cache=True, inline="always")
+def _swap(prio, hnode, pos, base, i, j):
+    """Swap heap slots ``i`` and ``j`` of the segment at ``base``, keeping ``pos`` in step."""
+    prio[base + i], prio[base + j] = prio[base + j], prio[base + i]
+    hnode[base + i], hnode[base + j] = hnode[base + j], hnode[base + i]
+    pos[hnode[base + i]] = i
+    pos[hnode[base + j]] = j
+
+
+@nb.njit(cache=True)
+def _sift_up(prio, hnode, pos, base, i):
+    while i > 0:
+        p = (i - 1) >> 1
+        if prio[base + p] >= prio[base + i]:
+            break
+        _swap(prio, hnode, pos, base, p, i)
+        i = p
+
+
+@nb.njit(cache=True)
+def _sift_down(prio, hnode, pos, base, size, i):
+    while True:
+        lft = 2 * i + 1
+        best = i
+        if lft < size and prio[base + lft] > prio[base + best]:
+            best = lft
+        if lft + 1 < size and prio[base + lft + 1] > prio[base + best]:
+            best = lft + 1
+        if best == i:
+            break
+        _swap(prio, hnode, pos, base, best, i)
+        i = best
+
+
+@nb.njit(cache=True)
+def _deposit(prio, hnode, pos, seg, fill, base, q, y, y_res):
+    """Put node ``y`` (priority ``y_res``) into segment ``q``, which has room."""
+    b = base[q]
+    i = fill[q]
+    prio[b + i] = y_res
+    hnode[b + i] = y
+    pos[y] = i
+    seg[y] = q
+    fill[q] = i + 1
+    _sift_up(prio, hnode, pos, b, i)
+
+
+@nb.njit(cache=True)
+def _optimal_stack_hist(node, offsets, tokens, next_use, warmup, n_nodes, bounds):
+    """hist[q] = counted hit tokens whose node sat in segment q (hit at every capacity >= bounds[q])."""
+    nq = bounds.shape[0]
+    big = np.int64(n_nodes + 2)  # priority = next_use * big + id; a candidate ties last
+    never_prio = np.int64(offsets.shape[0]) * big  # next use "never" is request n + 1
+    base = np.zeros(nq + 1, dtype=np.int64)
+    for q in range(nq):
+        base[q + 1] = bounds[q]
+    limit = np.diff(base)
+    prio = np.empty(bounds[nq - 1], dtype=np.int64)
+    hnode = np.empty(bounds[nq - 1], dtype=np.int64)
+    fill = np.zeros(nq, dtype=np.int64)
+    seg = np.full(n_nodes + 1, -1, dtype=np.int64)  # -1 unseen, nq = below every capacity
+    pos = np.zeros(n_nodes + 1, dtype=np.int64)
+    hist = np.zeros(nq + 1, dtype=np.int64)
+    for r in range(offsets.shape[0] - 1):
+        for a in range(offsets[r], offsets[r + 1]):
+            x = node[a]
+            sx = seg[x]
+            if r >= warmup and 0 <= sx < nq:
+                hist[sx] += tokens[a]
+            if 0 <= sx < nq:  # take x out of its segment (its slot is refilled below)
+                b = base[sx]
+                i = pos[x]
+                last = fill[sx] - 1
+                fill[sx] = last
+                if i != last:
+                    prio[b + i] = prio[b + last]
+                    hnode[b + i] = hnode[b + last]
+                    moved = hnode[b + i]
+                    pos[moved] = i
+                    _sift_up(prio, hnode, pos, b, i)
+                    _sift_down(prio, hnode, pos, b, last, pos[moved])
+            y = x
+            py = next_use[a] * big + (big - 1)  # x competes as a candidate
+            y_res = next_use[a] * big + x  # ...and is stored with its resident priority
+            top = sx if 0 <= sx < nq else nq
+            placed = False
+            for q in range(top):
+                b = base[q]
+                if fill[q] < limit[q]:
+                    _deposit(prio, hnode, pos, seg, fill, base, q, y, y_res)
+                    placed = True
+                    break
+                if py >= never_prio:
+                    # y is never used again: below here it could only trade places with other
+                    # such nodes, which changes no segment's count of them and no future hit.
+                    if not 0 <= sx < nq:
+                        for q2 in range(q + 1, nq):
+                            if fill[q2] < limit[q2]:
+                                _deposit(prio, hnode, pos, seg, fill, base, q2, y, y_res)
+                                placed = True
+                                break
+                    break
+                if py < prio[b]:  # y beats the segment's worst: swap them
+                    w = hnode[b]
+                    pw = prio[b]
+                    prio[b] = y_res
+                    hnode[b] = y
+                    pos[y] = 0
+                    seg[y] = q
+                    _sift_down(prio, hnode, pos, b, fill[q], 0)
+                    y = w
+                    py = pw
+                    y_res = pw
+            if not placed:
+                if 0 <= sx < nq:
+                    _deposit(prio, hnode, pos, seg, fill, base, sx, y, y_res)
+                else:
+                    seg[y] = nq
+    return hist
+
+
+@nb.njit(cache=True)
+def _heap_push(hk, hn, hv, size, key, nd, ver):
+    i = size
+    hk[i], hn[i], hv[i] = key, nd, ver
+    while i > 0:
+        p = (i - 1) >> 1
+        if hk[p] < hk[i] or (hk[p] == hk[i] and hn[p] > hn[i]):
+            break
+        hk[p], hk[i] = hk[i], hk[p]
+        hn[p], hn[i] = hn[i], hn[p]
+        hv[p], hv[i] = hv[i], hv[p]
+        i = p
+    return size + 1
+
+
+@nb.njit(cache=True)
+def _heap_pop(hk, hn, hv, size):
+    """Remove the root (smallest key; larger node first on ties); caller read it already."""
+    size -= 1
+    hk[0], hn[0], hv[0] = hk[size], hn[size], hv[size]
+    i = 0
+    while True:
+        lft = 2 * i + 1
+        best = i
+        if lft < size and (hk[lft] < hk[best] or (hk[lft] == hk[best] and hn[lft] > hn[best])):
+            best = lft
+        rgt = lft + 1
+        if rgt < size and (hk[rgt] < hk[best] or (hk[rgt] == hk[best] and hn[rgt] > hn[best])):
+            best = rgt
+        if best == i:
+            break
+        hk[best], hk[i] = hk[i], hk[best]
+        hn[best], hn[i] = hn[i], hn[best]
+        hv[best], hv[i] = hv[i], hv[best]
+        i = best
+    return size
+
+
+@nb.njit(cache=True)
+def _replay_trie(node, parent, offsets, next_use, warmup, capacity, optimal, hit_blocks):
+    """Leaf-restricted replay. Keys: LRU = touch clock (min first); optimal = -next use.
+
+    Fills ``hit_blocks``; returns whether the cache filled during warm-up."""
+    n_nodes = parent.shape[0]
+    present = np.zeros(n_nodes, dtype=np.bool_)
+    present[0] = True
+    children = np.zeros(n_nodes, dtype=np.int64)
+    key = np.zeros(n_nodes, dtype=np.int64)
+    version = np.zeros(n_nodes, dtype=np.int64)
+    guard = np.zeros(n_nodes, dtype=np.int64)
+    cap_heap = 4 * node.shape[0] + 16
+    hk = np.empty(cap_heap, dtype=np.int64)
+    hn = np.empty(cap_heap, dtype=np.int64)
+    hv = np.empty(cap_heap, dtype=np.int64)
+    sk = np.empty(capacity + 16, dtype=np.int64)
+    sn = np.empty(capacity + 16, dtype=np.int64)
+    sv = np.empty(capacity + 16, dtype=np.int64)
+    hsize = 0
+    size = 0
+    clock = 0
+    filled = False
+    for r in range(offsets.shape[0] - 1):
+        if r >= warmup and not filled:
+            return False
+        s, e, h = lookup(present, node, offsets, r, hit_blocks)
+        for a in range(s, h):
+            nd = node[a]
+            clock += 1
+            key[nd] = -next_use[a] if optimal else clock
+            if children[nd] == 0:
+                version[nd] += 1
+                hsize = _heap_push(hk, hn, hv, hsize, key[nd], nd, version[nd])
+            guard[nd] = r + 1
+        for a in range(h, e):
+            nd = node[a]
+            if size >= capacity:
+                # evict the best unguarded leaf, or stop admission
+                ns = 0
+                evicted = False
+                while hsize > 0:
+                    k0, n0, v0 = hk[0], hn[0], hv[0]
+                    hsize = _heap_pop(hk, hn, hv, hsize)
+                    if not present[n0] or children[n0] != 0 or version[n0] != v0 or key[n0] != k0:
+                        continue
+                    if guard[n0] == r + 1:
+                        sk[ns], sn[ns], sv[ns] = k0, n0, v0
+                        ns += 1
+                        continue
+                    if optimal and -k0 <= next_use[a]:
+                        hsize = _heap_push(hk, hn, hv, hsize, k0, n0, v0)
+                        break
+                    present[n0] = False
+                    size -= 1
+                    p = parent[n0]
+                    children[p] -= 1
+                    if p > 0 and present[p] and children[p] == 0:
+                        version[p] += 1
+                        hsize = _heap_push(hk, hn, hv, hsize, key[p], p, version[p])
+                    evicted = True
+                    break
+                for j in range(ns):
+                    hsize = _heap_push(hk, hn, hv, hsize, sk[j], sn[j], sv[j])
+                if not evicted:
+                    break
+            if size < capacity and present[parent[nd]]:
+                present[nd] = True
+                size += 1
+                children[parent[nd]] += 1
+                clock += 1
+                key[nd] = -next_use[a] if optimal else clock
+                version[nd] += 1
+                hsize = _heap_push(hk, hn, hv, hsize, key[nd], nd, version[nd])
+                if size >= capacity and r < warmup:
+                    filled = True
+            else:
+                break
+        if hsize > cap_heap - 2 * (e - s) - 8:  # compact stale entries
+            j = 0
+            for i in range(hsize):
+                n0 = hn[i]
+                if present[n0] and children[n0] == 0 and version[n0] == hv[i] and key[n0] == hk[i]:
+                    hk[j], hn[j], hv[j] = hk[i], n0, hv[i]
+                    j += 1
+            hsize = 0
+            for i in range(j):
+                hsize = _heap_push(hk, hn, hv, hsize, hk[i], hn[i], hv[i])
+    return filled
+
+

@@ -1,0 +1,242 @@
+"""kvcache.ai's LRU over prefix-trie leaves: every capacity in one stack pass, and the exact replay.
+
+Rules: :mod:`tiered_kv.sim.peers.trie` (leaves only, the hit prefix refreshed and guarded,
+admission stops when only the request's own path is left).
+
+Why the curve is one pass
+-------------------------
+A parent is touched in every request that touches its child, and before it, so the
+oldest leaf is always the node with the smallest key ``(last request, -depth)``: among the
+nodes last used by the oldest request, only the deepest present one can be a leaf, and no node
+of an older request remains. Hence, whenever the cache holds anything from an earlier request,
+trie-LRU evicts exactly what plain LRU would if each request touched its path *deepest first*,
+and the cache at capacity ``C`` is the top ``C`` of that LRU stack: stack distances (Mattson,
+with a Fenwick tree over touch stamps) give every capacity at once. The exception is a request
+longer than the cache (``C`` < its block count): the peer then runs out of evictable leaves
+mid-request and keeps only the request's first ``C`` nodes, or ``C - 1`` when it had to drop
+the ``C``-th one it had just inserted. From there the cache is again the top ``C`` of the same
+stack, minus that one dropped node until a request touches it again (it is the node at depth
+``C``) or another long request comes; so a small capacity needs one scan over the requests,
+not a replay (:func:`lru_trie_curve`). :func:`replay_lru_trie` is the O(1)-per-access exact
+replay (a linked list in that order) that the policy and the tests use.
+"""
+
+from __future__ import annotations
+
+import numba as nb
+import numpy as np
+
+from tiered_kv.sim.peers.trie import TrieTrace, check_capacities, lookup, replay_at, underfilled_mask
+
+
+def replay_lru_trie(t: TrieTrace, capacity: int) -> tuple[np.ndarray, bool]:
+    """Exact trie-LRU at one capacity (blocks): (leading hit blocks per request, filled in warm-up)."""
+    return replay_at(t, capacity, lambda hit: _replay_lru_list(t.node, t.parent, t.offsets, t.warmup,
+                                                               int(capacity), hit))
+
+
+def lru_trie_curve(t: TrieTrace, capacities) -> np.ndarray:
+    """Trie-LRU counted hit tokens at each capacity (blocks); 0 where kvcache.ai says underfilled.
+
+    One stack pass gives every access its distance ``d`` in the deepest-first LRU stack. At a
+    capacity ``C`` at least the longest request, a block hits iff ``d <= C``. Below that, a
+    request longer than ``C`` ends with the cache holding only its own first ``C`` nodes,
+    or ``C - 1`` when it had to drop the ``C``-th one it had just inserted (the peer's rule);
+    from there on the cache is the top ``C`` of the same stack minus that one dropped node,
+    until a request touches it or another long request comes. So each small capacity needs a
+    scan over requests (``_lru_small_capacities``), not a replay.
+    """
+    caps = check_capacities(capacities)
+    out = np.zeros(caps.shape[0], dtype=np.int64)
+    dead = underfilled_mask(t, caps)
+    if dead.all():
+        return out
+    dist = _lru_trie_distances(t.node, t.offsets, t.n_nodes)
+    big = ~dead & (caps >= t.max_request_blocks)
+    if big.any():
+        counted = slice(int(t.offsets[t.warmup]), None)
+        hist = np.bincount(np.minimum(dist[counted], t.n_nodes + 1), weights=t.tokens[counted],
+                           minlength=t.n_nodes + 2)
+        cum = np.cumsum(hist).round().astype(np.int64)  # token sums are exact in float64
+        out[big] = cum[np.minimum(caps[big], t.n_nodes + 1)]
+    small = np.flatnonzero(~dead & ~big)
+    if small.size:
+        out[small] = _lru_small_capacities(dist, t.node, t.offsets, t.tokens, t.warmup,
+                                           caps[small].astype(np.int64))
+    return out
+
+
+@nb.njit(cache=True)
+def _lru_small_capacities(dist, node, offsets, tokens, warmup, caps):
+    """Exact trie-LRU hit tokens for capacities below the longest request, O(requests) each."""
+    cum = np.zeros(tokens.shape[0] + 1, dtype=np.int64)
+    for a in range(tokens.shape[0]):
+        cum[a + 1] = cum[a] + tokens[a]
+    out = np.zeros(caps.shape[0], dtype=np.int64)
+    for q in range(caps.shape[0]):
+        c = caps[q]
+        dropped = -1  # node the peer dropped and the stack still ranks within the top c
+        hits = 0
+        for r in range(offsets.shape[0] - 1):
+            s, e = offsets[r], offsets[r + 1]
+            k = e - s
+            h = 0
+            while h < k and dist[s + h] <= c:  # distances grow with depth: a prefix
+                h += 1
+            at_c = node[s + c - 1] if k >= c else -2  # the node at depth c (fixed depth in a trie)
+            if h >= c and at_c == dropped:
+                h = c - 1
+            if r >= warmup:
+                hits += cum[s + h] - cum[s]
+            if k > c:  # long request: the cache ends as its first c nodes, or c-1 (drops depth c)
+                dropped = at_c if h < c else -1
+            elif at_c == dropped:
+                dropped = -1  # touched again: inserted, the stack and the cache agree again
+        out[q] = hits
+    return out
+
+
+@nb.njit(cache=True, inline="always")
+def _unlink(x, prv, nxt, head, tail):
+    """Take node ``x`` out of the list (its links reset to -1); returns the new (head, tail)."""
+    p, q = prv[x], nxt[x]
+    if p >= 0:
+        nxt[p] = q
+    else:
+        head = q
+    if q >= 0:
+        prv[q] = p
+    else:
+        tail = p
+    prv[x] = -1
+    nxt[x] = -1
+    return head, tail
+
+
+@nb.njit(cache=True, inline="always")
+def _push_head(x, prv, nxt, head, tail):
+    """Link the unlinked node ``x`` at the head (the newest end); returns the new (head, tail)."""
+    prv[x] = -1
+    nxt[x] = head
+    if head >= 0:
+        prv[head] = x
+    head = x
+    if tail < 0:
+        tail = x
+    return head, tail
+
+
+@nb.njit(cache=True)
+def _relink_head(node, s, stop, r, owner, prv, nxt, head, tail):
+    """Move node[s:stop] to the list head, node[s] first; mark them as request ``r``'s."""
+    for a in range(stop - 1, s - 1, -1):
+        x = node[a]
+        if prv[x] >= 0 or nxt[x] >= 0 or head == x:
+            head, tail = _unlink(x, prv, nxt, head, tail)
+        head, tail = _push_head(x, prv, nxt, head, tail)
+        owner[x] = r
+    return head, tail
+
+
+@nb.njit(cache=True)
+def _replay_lru_list(node, parent, offsets, warmup, capacity, hit_blocks):
+    """Exact trie-LRU at one capacity: fills ``hit_blocks``, returns whether it filled in warm-up."""
+    n_nodes = parent.shape[0]
+    return _lru_list_into(node, offsets, warmup, capacity, np.zeros(n_nodes, dtype=np.bool_),
+                          np.empty(n_nodes, dtype=np.int32), np.empty(n_nodes, dtype=np.int32),
+                          np.empty(n_nodes, dtype=np.int32), hit_blocks)
+
+
+@nb.njit(cache=True)
+def _lru_list_into(node, offsets, warmup, capacity, present, owner, prv, nxt, hit_blocks):
+    """Exact trie-LRU at one capacity in O(1) per access: an LRU list in (request, -depth) order.
+
+    The current request's nodes sit at the head while it is admitted, so the tail is the
+    oldest leaf of an earlier request (module docstring). When the tail belongs to the current
+    request the cache holds nothing else: the peer then evicts the node just inserted (if any)
+    and stops admission, which is reproduced here. Fills ``hit_blocks``; returns whether the
+    cache filled during warm-up.
+    """
+    present[:] = False
+    owner[:] = -1  # request that last touched the node
+    nxt[:] = -1  # towards the tail (older)
+    prv[:] = -1  # towards the head (newer)
+    hit_blocks[:] = 0
+    head = -1
+    tail = -1
+    size = 0
+    filled = False
+    for r in range(offsets.shape[0] - 1):
+        if r >= warmup and not filled:
+            return False
+        s, e, h = lookup(present, node, offsets, r, hit_blocks)
+        head, tail = _relink_head(node, s, h, r, owner, prv, nxt, head, tail)  # guard the hits
+        stop = h  # nodes s..stop-1 are present after admission
+        for a in range(h, e):
+            x = node[a]
+            if size >= capacity:
+                v = tail
+                if owner[v] == r:  # only this request's path is cached
+                    if a - 1 >= h:  # the node inserted just before is the one leaf: dropped
+                        d = node[a - 1]
+                        present[d] = False
+                        size -= 1
+                        stop = a - 1
+                        head, tail = _unlink(d, prv, nxt, head, tail)  # it was linked at the head
+                    break
+                present[v] = False  # evict the oldest leaf
+                size -= 1
+                head, tail = _unlink(v, prv, nxt, head, tail)
+            present[x] = True
+            size += 1
+            owner[x] = r
+            # link at the head for now (final order is fixed below)
+            head, tail = _push_head(x, prv, nxt, head, tail)
+            if size >= capacity and r < warmup:
+                filled = True
+            stop = a + 1
+        # re-link this request's present nodes at the head, shallowest first (deepest oldest)
+        head, tail = _relink_head(node, s, stop, r, owner, prv, nxt, head, tail)
+    return filled
+
+
+@nb.njit(cache=True)
+def _lru_trie_distances(node, offsets, n_nodes):
+    """Per access: its distance in the LRU stack where each request touches its path deepest
+    first (Fenwick tree over touch stamps); 2**62 for a node never seen before."""
+    m = node.shape[0]
+    tree = np.zeros(m + 1, dtype=np.int64)
+    last = np.zeros(n_nodes + 1, dtype=np.int64)  # 0 = never touched
+    dist = np.empty(m, dtype=np.int64)
+    stamp = 0
+    distinct = 0
+    for r in range(offsets.shape[0] - 1):
+        s, e = offsets[r], offsets[r + 1]
+        for a in range(s, e):  # all lookups see the stack before this request
+            p = last[node[a]]
+            if p == 0:
+                dist[a] = 2**62
+                continue
+            below = 0  # marks at stamps <= p
+            i = p
+            while i > 0:
+                below += tree[i]
+                i -= i & -i
+            dist[a] = distinct - below + 1
+        for a in range(e - 1, s - 1, -1):  # deepest first
+            nd = node[a]
+            p = last[nd]
+            if p == 0:
+                distinct += 1
+            else:
+                i = p
+                while i <= m:
+                    tree[i] -= 1
+                    i += i & -i
+            stamp += 1
+            last[nd] = stamp
+            i = stamp
+            while i <= m:
+                tree[i] += 1
+                i += i & -i
+    return dist

@@ -1,0 +1,71 @@
+"""kvcache.ai's three trie policies for the replay engine: ``lru-trie``, ``fifo-trie``, ``belady-trie``.
+
+They register themselves into :mod:`tiered_kv.sim.policies.registry` when this module is
+imported (``import tiered_kv.sim.peers`` does), so ``--policy lru-trie`` and the ``kvcache-ai``
+semantics find them there; the registry never imports them. They differ only in their
+one-capacity replay function.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+
+from tiered_kv.sim.peers.trie import TrieTrace, from_compiled
+from tiered_kv.sim.peers.trie_belady import replay_optimal_trie
+from tiered_kv.sim.peers.trie_fifo import replay_fifo_trie
+from tiered_kv.sim.peers.trie_lru import replay_lru_trie
+from tiered_kv.sim.policies.registry import PolicyRun, check_capacity, register_policy
+
+
+def _trie_blocks(trace, capacity_tokens: int | None) -> int:
+    if capacity_tokens is None:
+        return int(np.unique(trace.blocks).shape[0]) + 1 if trace.n_accesses else 1
+    return int(capacity_tokens) // trace.uniform_block_size
+
+
+def _trie_run(trace, capacity_tokens: int | None, replay_fn):
+    from tiered_kv.sim.policies import PolicyRun
+
+    t = from_compiled(trace)
+    cap = _trie_blocks(trace, capacity_tokens)
+    hit_blocks, filled = replay_fn(t, cap)
+    underfilled = bool(cap <= 0 or not filled or cap > t.warmup_nodes or t.measured_tokens <= 0)
+    if underfilled:  # kvcache.ai: a cache that never filled during warm-up reports no hits
+        hit_blocks = np.zeros_like(hit_blocks)
+    return PolicyRun(np.asarray(hit_blocks, dtype=np.int64),
+                     {"capacity_blocks": cap, "underfilled": underfilled, "trie_nodes": t.n_nodes})
+
+
+
+@dataclass(frozen=True)
+class TriePolicy:
+    """A kvcache.ai policy at ``capacity_tokens`` (None: every distinct block fits)."""
+
+    name: ClassVar[str]
+    replay: ClassVar[Callable[[TrieTrace, int], tuple[np.ndarray, bool]]]
+    capacity_tokens: int | None = None
+
+    def __post_init__(self) -> None:
+        check_capacity(f"{self.name} capacity_tokens", self.capacity_tokens)
+
+    def run(self, trace) -> PolicyRun:
+        return _trie_run(trace, self.capacity_tokens, type(self).replay)
+
+
+def _trie_policy(cls_name: str, name: str, replay_fn, doc: str) -> type:
+    """A registered :class:`TriePolicy` subclass called ``name`` that replays with ``replay_fn``."""
+    cls = type(cls_name, (TriePolicy,), {"name": name, "replay": staticmethod(replay_fn), "__doc__": doc,
+                                         "__module__": __name__, "__qualname__": cls_name})
+    return register_policy(dataclass(frozen=True)(cls))
+
+
+LRUTrie = _trie_policy("LRUTrie", "lru-trie", replay_lru_trie,
+                       "kvcache.ai's LRU: leaves of the prefix trie only, hit prefix refreshed, admission stops.")
+FIFOTrie = _trie_policy("FIFOTrie", "fifo-trie", replay_fifo_trie,
+                        "kvcache.ai's FIFO over trie nodes (oldest inserted first; not prefix-closed).")
+BeladyTrie = _trie_policy("BeladyTrie", "belady-trie", replay_optimal_trie,
+                          'kvcache.ai\'s "optimal": prefix-trie Belady with bypass (next use in requests).')

@@ -1,0 +1,239 @@
+"""The LRU family: ``lru``, ``ttl`` and ``watermark``, one numba kernel for all three.
+
+``watermark`` counts real chunk bytes (bytes per token x the tokens stored in the chunk, so a
+partial tail chunk is smaller); ``lru`` and ``ttl`` count block slots.
+
+The hot loop is a numba kernel over the flat arrays (``cache=True``: compiled once per
+machine, then loaded from numba's on-disk cache). Why numba: the event loop is inherently
+sequential (each decision depends on the state the previous one left), so numpy cannot
+vectorise it, and a Python loop runs at about 1 M accesses/s; the kernel runs at tens of millions.
+
+The kernel keeps a set of per-class LRU lists (a block sits in the list of the class whose
+request touched it last), a global touch counter to find the least-recently-used head across
+lists, exact TTL expiry at every request (``now - last_touch > ttl`` of that class), and
+evicts by weight when the used weight passes a high watermark, down to a low one (``lru``:
+both equal the capacity, weight 1 per block).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+import numpy as np
+from numba import njit
+
+from tiered_kv.sim.policies.registry import (
+    DEFAULT_BYTES_PER_TOKEN,
+    PolicyRun,
+    capacity_blocks,
+    check_capacity,
+    register_policy,
+)
+from tiered_kv.sim.replay import CompiledTrace
+
+
+@njit(cache=True)
+def _cache_kernel(offsets, blocks, weights, times, req_class, n_unique, n_classes, ttl_by_class,
+                  high, low, record):  # pragma: no cover - compiled
+    n = offsets.shape[0] - 1
+    m = blocks.shape[0]
+    size = n_unique + n_classes  # dense ids, then one sentinel per class list
+    nxt = np.empty(size, np.int64)
+    prv = np.empty(size, np.int64)
+    for s in range(n_unique, size):
+        nxt[s] = s
+        prv[s] = s
+    present = np.zeros(n_unique, np.bool_)
+    last = np.zeros(n_unique, np.float64)
+    seq = np.zeros(n_unique, np.int64)
+    bclass = np.zeros(n_unique, np.int64)
+    bweight = np.zeros(n_unique, np.float64)
+    hit = np.zeros(n, np.int64)
+    ev_age = np.empty(m if record else 0, np.float64)
+    ev_class = np.empty(m if record else 0, np.int64)
+    n_ev = 0
+    n_exp = 0
+    used = 0.0
+    tick = 0
+    any_ttl = False
+    for k in range(n_classes):
+        if ttl_by_class[k] < np.inf:
+            any_ttl = True
+    for r in range(n):
+        now = times[r]
+        c = req_class[r]
+        if any_ttl:
+            for k in range(n_classes):
+                s = n_unique + k
+                while nxt[s] != s:
+                    h = nxt[s]
+                    if now - last[h] > ttl_by_class[k]:
+                        nxt[prv[h]] = nxt[h]
+                        prv[nxt[h]] = prv[h]
+                        present[h] = False
+                        used -= bweight[h]
+                        n_exp += 1
+                    else:
+                        break
+        lo = offsets[r]
+        hi = offsets[r + 1]
+        p = 0
+        for i in range(lo, hi):
+            if present[blocks[i]]:
+                p += 1
+            else:
+                break
+        hit[r] = p
+        tail = n_unique + c
+        for i in range(lo, hi):
+            b = blocks[i]
+            if present[b]:
+                nxt[prv[b]] = nxt[b]
+                prv[nxt[b]] = prv[b]
+            else:
+                present[b] = True
+                bweight[b] = weights[i]
+                used += weights[i]
+            # link at the MRU end (just before the sentinel) of this class's list
+            pv = prv[tail]
+            nxt[pv] = b
+            prv[b] = pv
+            nxt[b] = tail
+            prv[tail] = b
+            last[b] = now
+            seq[b] = tick
+            tick += 1
+            bclass[b] = c
+            if used > high:
+                while used > low:
+                    best = -1
+                    best_seq = tick + 1
+                    for k in range(n_classes):
+                        s = n_unique + k
+                        if nxt[s] != s and seq[nxt[s]] < best_seq:
+                            best_seq = seq[nxt[s]]
+                            best = nxt[s]
+                    if best < 0:
+                        break
+                    nxt[prv[best]] = nxt[best]
+                    prv[nxt[best]] = prv[best]
+                    present[best] = False
+                    used -= bweight[best]
+                    if record:
+                        ev_age[n_ev] = now - last[best]
+                        ev_class[n_ev] = bclass[best]
+                    n_ev += 1
+    return hit, ev_age[:n_ev] if record else ev_age, ev_class[:n_ev] if record else ev_class, n_ev, n_exp
+
+
+def run_cache_kernel(trace: CompiledTrace, *, ttl_by_class: np.ndarray | None = None,
+                     weights: np.ndarray | None = None, high: float = math.inf, low: float | None = None,
+                     record: bool = False):
+    """Run the shared LRU/TTL/watermark kernel on ``trace`` (see the module docstring)."""
+    k = len(trace.class_names)
+    ttl = np.full(k, np.inf) if ttl_by_class is None else np.asarray(ttl_by_class, dtype=np.float64)
+    w = np.ones(trace.n_accesses, np.float64) if weights is None else np.asarray(weights, np.float64)
+    return _cache_kernel(trace.offsets, trace.blocks, w, trace.timestamps, trace.class_codes.astype(np.int64),
+                         trace.n_unique, k, ttl, float(high), float(high if low is None else low), record)
+
+
+@register_policy
+@dataclass(frozen=True)
+class LRU:
+    """Least recently used over block slots; ``capacity_tokens=None`` is unlimited."""
+
+    name: ClassVar[str] = "lru"
+    capacity_tokens: int | None = None
+
+    def __post_init__(self) -> None:
+        check_capacity("lru capacity_tokens", self.capacity_tokens)
+
+    def run(self, trace: CompiledTrace) -> PolicyRun:
+        cap = capacity_blocks(trace, self.capacity_tokens)
+        hit, _, _, n_ev, _ = run_cache_kernel(trace, high=cap)
+        return PolicyRun(hit, {"evictions": int(n_ev)})
+
+
+def ttl_vector(trace: CompiledTrace, ttl_seconds: dict[str, float], default: float) -> np.ndarray:
+    """Per-class TTL array in the trace's class order; unknown class names are an error."""
+    unknown = sorted(set(ttl_seconds) - set(trace.class_names) - {"*", "default"})
+    if unknown:
+        raise ValueError(f"ttl: classes {unknown} are not in the trace (classes: {list(trace.class_names)})")
+    return np.array([float(ttl_seconds.get(c, default)) for c in trace.class_names], dtype=np.float64)
+
+
+@register_policy
+@dataclass(frozen=True)
+class TTL:
+    """Keep a block while ``now - last_touch <= ttl`` of the class that touched it last.
+
+    ``ttl_seconds`` maps class -> seconds (``default`` for classes not listed); with
+    ``capacity_tokens`` the least recently used live block is evicted on overflow.
+    """
+
+    name: ClassVar[str] = "ttl"
+    ttl_seconds: dict[str, float] = field(default_factory=dict)
+    default_ttl_seconds: float = math.inf
+    capacity_tokens: int | None = None
+
+    def __post_init__(self) -> None:
+        check_capacity("ttl capacity_tokens", self.capacity_tokens)
+        for cls, v in {**self.ttl_seconds, "default": self.default_ttl_seconds}.items():
+            if not isinstance(v, (int, float)) or math.isnan(v) or v < 0:
+                raise ValueError(f"ttl for class {cls!r}: must be a duration >= 0 seconds, got {v!r}")
+
+    def __hash__(self) -> int:
+        return hash((tuple(sorted(self.ttl_seconds.items())), self.default_ttl_seconds, self.capacity_tokens))
+
+    def run(self, trace: CompiledTrace) -> PolicyRun:
+        default = self.ttl_seconds.get("*", self.ttl_seconds.get("default", self.default_ttl_seconds))
+        ttl = ttl_vector(trace, self.ttl_seconds, default)
+        hit, _, _, n_ev, n_exp = run_cache_kernel(trace, ttl_by_class=ttl, high=capacity_blocks(trace, self.capacity_tokens))
+        return PolicyRun(hit, {"evictions": int(n_ev), "expirations": int(n_exp),
+                               "ttl_seconds": dict(zip(trace.class_names, ttl.tolist(), strict=True))})
+
+
+@register_policy
+@dataclass(frozen=True)
+class Watermark:
+    """LRU over chunk bytes: when used bytes pass ``high`` x capacity, evict down to ``low``.
+
+    Reports each class's *effective retention*: the idle age (now - last touch) of its chunks
+    at eviction, as quantiles, which is what a single watermark makes of each class's TTL.
+    """
+
+    name: ClassVar[str] = "watermark"
+    capacity_bytes: int = 0
+    high: float = 0.95
+    low: float = 0.85
+    bytes_per_token: float = DEFAULT_BYTES_PER_TOKEN
+
+    def __post_init__(self) -> None:
+        if isinstance(self.capacity_bytes, bool) or not isinstance(self.capacity_bytes, (int, np.integer)) \
+                or self.capacity_bytes < 0:
+            raise ValueError(f"watermark capacity_bytes: must be an integer >= 0, got {self.capacity_bytes!r}")
+        if not (0.0 < self.low <= self.high <= 1.0):
+            raise ValueError(f"watermark high/low: need 0 < low <= high <= 1, got low={self.low}, high={self.high}")
+        if not (self.bytes_per_token > 0):
+            raise ValueError(f"watermark bytes_per_token: must be > 0, got {self.bytes_per_token!r}")
+
+    def run(self, trace: CompiledTrace) -> PolicyRun:
+        w = trace.chunk_tokens.astype(np.float64) * float(self.bytes_per_token)
+        hit, ages, classes, n_ev, _ = run_cache_kernel(
+            trace, weights=w, high=self.high * self.capacity_bytes, low=self.low * self.capacity_bytes, record=True)
+        return PolicyRun(hit, {"evictions": int(n_ev),
+                               "effective_retention_s": retention_quantiles(ages, classes, trace.class_names)})
+
+
+def retention_quantiles(ages: np.ndarray, classes: np.ndarray, names: tuple[str, ...]) -> dict[str, dict]:
+    """Per class: evictions and p10/p50/p90 idle age at eviction (seconds; None when none)."""
+    out = {}
+    for code, name in enumerate(names):
+        a = ages[classes == code]
+        q = np.quantile(a, [0.1, 0.5, 0.9]).tolist() if a.size else [None] * 3
+        out[name] = {"evictions": int(a.size), "p10_s": q[0], "p50_s": q[1], "p90_s": q[2],
+                     "mean_s": float(a.mean()) if a.size else None}
+    return out
+

@@ -1,0 +1,112 @@
+"""The policy registry and what every policy shares: the protocol, the result type, capacities.
+
+A policy is a frozen, validated config plus a pure function of (config, event stream) ->
+decisions: :meth:`Policy.run` reads a :class:`~tiered_kv.sim.replay.CompiledTrace` (the events,
+with their simulated clock: the trace's timestamps) and returns, per request, how many leading
+blocks were present at lookup (:class:`PolicyRun`). No wall clock, no globals, no randomness.
+Counting (hit tokens, warm-up, classes) is the replay engine's job, not the policy's.
+
+Policies register themselves by name with :func:`register_policy` when their module is
+imported; this module imports no policy. ``tiered_kv.sim.policies`` imports the families that
+live there; plug-ins elsewhere (kvcache.ai's prefix-trie policies in :mod:`tiered_kv.sim.peers`)
+register when their package is imported.
+
+Capacities: ``capacity_tokens`` means ``floor(capacity / block_size)`` block slots (DESIGN.md);
+a capacity in bytes is turned into tokens with the KV format's bytes per token
+(:func:`capacity_tokens_from`).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Protocol
+
+import numpy as np
+
+from tiered_kv.sim.replay import CompiledTrace
+
+#: Default KV format for byte capacities: DeepSeek-V3 MLA in bf16, 61 layers x (512 + 64)
+#: x 2 bytes = 70,272 bytes per token. Pass another value for other models or FP4.
+DEFAULT_BYTES_PER_TOKEN = 61 * (512 + 64) * 2
+
+
+@dataclass(frozen=True)
+class PolicyRun:
+    """A policy's decisions: leading blocks present at each request's lookup (replay order)."""
+
+    hit_blocks: np.ndarray
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class Policy(Protocol):
+    """What the replay engine needs from a policy (a frozen, validated dataclass in practice)."""
+
+    name: ClassVar[str]
+
+    def run(self, trace: CompiledTrace) -> PolicyRun:
+        """Leading blocks present at each request's lookup, in the trace's replay order."""
+        ...
+
+
+_REGISTRY: dict[str, type] = {}
+#: Said when a name is unknown: policies defined outside this package register when imported.
+_PLUGINS = "kvcache.ai's trie policies lru-trie, fifo-trie, belady-trie register on import tiered_kv.sim.peers"
+
+
+def register_policy(cls: type) -> type:
+    """Class decorator: make a policy available by its ``name`` (``get_policy(name, ...)``)."""
+    name = getattr(cls, "name", None)
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"register_policy: {cls.__name__} needs a class attribute 'name'")
+    _REGISTRY[name] = cls
+    return cls
+
+
+def get_policy(name: str, **params: Any):
+    """A policy object by registered name, configured with ``params``."""
+    if name not in _REGISTRY:
+        raise ValueError(f"policy: must be one of {policy_names()}, got {name!r} ({_PLUGINS})")
+    return _REGISTRY[name](**params)
+
+
+def policy_names() -> list[str]:
+    """The registered policy names, sorted."""
+    return sorted(_REGISTRY)
+
+
+def capacity_tokens_from(value: str | int | float | None, *, bytes_per_token: float = DEFAULT_BYTES_PER_TOKEN,
+                         name: str = "capacity") -> int | None:
+    """Tokens from ``"2000000"`` (tokens), ``"64GiB"`` (bytes / bytes_per_token) or None."""
+    from tiered_kv.units import parse_bytes
+
+    if value is None:
+        return None
+    if isinstance(value, (int, float)):
+        if value < 0 or not math.isfinite(value):
+            raise ValueError(f"{name}: must be a number of tokens >= 0, got {value!r}")
+        return int(value)
+    text = value.strip()
+    if text.lower() in ("inf", "none", "unlimited"):
+        return None
+    if re.fullmatch(r"[0-9_]*\.?[0-9]+(?:[eE]\+?[0-9]+)?", text):  # a plain number: tokens
+        return int(float(text.replace("_", "")))
+    try:
+        return int(parse_bytes(text, name=name) // bytes_per_token)
+    except ValueError:
+        raise ValueError(f"{name}: cannot parse {value!r}; give tokens (e.g. 2000000) or a size in "
+                         "bytes with a unit (e.g. 64GiB, 1.5TB)") from None
+
+
+def check_capacity(name: str, value: int | None) -> None:
+    """A capacity in tokens must be an integer >= 0, or None (unlimited)."""
+    if value is not None and (isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0):
+        raise ValueError(f"{name}: must be an integer number of tokens >= 0 or None (unlimited), got {value!r}")
+
+
+def capacity_blocks(trace: CompiledTrace, capacity_tokens: int | None) -> float:
+    """Block slots of a capacity in tokens (``inf`` when unlimited)."""
+    if capacity_tokens is None:
+        return math.inf
+    return float(capacity_tokens // trace.uniform_block_size)

@@ -1,0 +1,43 @@
+"""Retention economics: hit tokens against stored byte-days, the oracle frontier, the best TTLs.
+
+:mod:`.gaps` holds the cost model (a chunk costs its bytes times the time it is kept) and the one
+pass over reuse gaps that the rest reads; :mod:`.ttl` answers per-class TTL curves for every
+TTL at once and chooses the best per-class (or shared) TTLs for an SSD capacity; :mod:`.frontier`
+is the offline-optimal retention frontier (exact at its breakpoints, with the proof);
+:mod:`.occupancy` counts peak stored bytes and the watermark view; :mod:`.report` runs one whole
+analysis for the CLI, the benchmark and figure 11. This package may import
+:mod:`tiered_kv.sim.replay` and the LRU kernel of :mod:`tiered_kv.sim.policies`; nothing below it
+imports it.
+"""
+
+from tiered_kv.sim.retention.frontier import Frontier, oracle_frontier
+from tiered_kv.sim.retention.gaps import (
+    DAY_S,
+    Gaps,
+    StorageModel,
+    cross_class_tokens,
+    default_bytes_per_token,
+    reuse_gaps,
+)
+from tiered_kv.sim.retention.occupancy import (
+    frontier_occupancy,
+    sample_instants,
+    ttl_occupancy,
+    watermark_view,
+)
+from tiered_kv.sim.retention.report import RetentionAnalysis, RetentionConfig, analyze, pair_ttls, ttl_grid
+from tiered_kv.sim.retention.ttl import (
+    TTLChoice,
+    TTLModel,
+    best_shared_ttl,
+    evaluate,
+    optimal_ttls,
+    ttl_choice,
+)
+
+__all__ = [
+    "DAY_S", "Frontier", "Gaps", "RetentionAnalysis", "RetentionConfig", "StorageModel", "TTLChoice", "TTLModel",
+    "analyze", "best_shared_ttl", "cross_class_tokens", "default_bytes_per_token", "evaluate", "frontier_occupancy",
+    "optimal_ttls", "oracle_frontier", "pair_ttls", "reuse_gaps", "sample_instants", "ttl_choice", "ttl_grid",
+    "ttl_occupancy", "watermark_view",
+]

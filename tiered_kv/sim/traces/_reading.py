@@ -1,0 +1,113 @@
+"""What the format loaders share: the fast polars read with an exact slow pass that names the
+bad line and field, block-id chaining, the length check, and the final cast-sort-validate."""
+
+from __future__ import annotations
+
+import json
+import math
+import warnings
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+
+from tiered_kv.sim.traces.schema import SCHEMA, validate_frame
+
+
+def scan_jsonl_for_error(path: Path, required: dict[str, type | tuple[type, ...]]) -> None:
+    """Slow exact pass: raise a ValueError naming file, line and field of the first bad record."""
+    with open(path, encoding="utf-8") as f:
+        for lineno, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"{path}:{lineno}: not valid JSON ({exc.msg})") from None
+            if not isinstance(rec, dict):
+                raise ValueError(f"{path}:{lineno}: expected a JSON object, got {type(rec).__name__}")
+            for field, kinds in required.items():
+                if field not in rec:
+                    raise ValueError(f"{path}:{lineno}: field {field!r} is missing")
+                value = rec[field]
+                if isinstance(value, bool) or not isinstance(value, kinds):
+                    raise ValueError(f"{path}:{lineno}: field {field!r} has the wrong type: {value!r}")
+                if isinstance(value, list) and not all(
+                    isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value
+                ):
+                    raise ValueError(f"{path}:{lineno}: field {field!r} must hold integers >= 0")
+                if isinstance(value, (int, float)) and (not math.isfinite(value) or value < 0) \
+                        and field not in ("parent_chat_id",):
+                    raise ValueError(f"{path}:{lineno}: field {field!r} must be a finite number >= 0, "
+                                     f"got {value!r}")
+
+
+def line_of_row(path: Path, row: int) -> int:
+    """1-based line number of the ``row``-th non-blank line of a JSONL file."""
+    seen = -1
+    with open(path, encoding="utf-8") as f:
+        for lineno, line in enumerate(f, start=1):
+            if line.strip():
+                seen += 1
+                if seen == row:
+                    return lineno
+    return row + 1
+
+
+def read_jsonl(path: Path, schema: dict[str, pl.DataType], required: dict) -> pl.DataFrame:
+    """Fast polars read; on any failure, locate the bad line with the exact slow pass."""
+    if path.stat().st_size == 0:
+        raise ValueError(f"{path}: the trace is empty (no requests)")
+    try:
+        df = pl.read_ndjson(path, schema=schema, ignore_errors=False)
+    except Exception as exc:  # polars reports no line numbers: find the line ourselves
+        scan_jsonl_for_error(path, required)
+        raise ValueError(f"{path}: cannot read as JSONL ({exc})") from None
+    for field in required:
+        if df[field].null_count():
+            scan_jsonl_for_error(path, required)
+            row = int(df.with_row_index("_r").filter(pl.col(field).is_null())["_r"][0])
+            raise ValueError(f"{path}:{line_of_row(path, row)}: field {field!r} is missing")
+    return df
+
+
+def chain_column(per_block: pl.Series) -> pl.Series:
+    """Chained ids from per-block ids (list[int] per row) via :func:`tiered_kv.keys.chain_ids`."""
+    from tqdm import tqdm
+
+    from tiered_kv.keys import chain_ids
+
+    rows = per_block.to_list()
+    out = [chain_ids(ids) for ids in tqdm(rows, desc="chaining block ids", unit="req", delay=2, leave=False)]
+    return pl.Series("block_ids", out, dtype=pl.List(pl.UInt64()))
+
+
+def check_lengths(df: pl.DataFrame, path: Path, *, rows_are_lines: bool, strict_ceil: bool) -> None:
+    """Name the line whose block-id count disagrees with input_length and block_size."""
+    n = df["block_ids"].list.len().cast(pl.Int64).to_numpy()
+    length = df["input_length"].to_numpy()
+    bs = df["block_size"].cast(pl.Int64).to_numpy()
+    ceil_n = -(-length // bs)
+    ok = (n == ceil_n) if strict_ceil else ((n == ceil_n) | (n == length // bs))
+    ok &= length >= 1
+    if not ok.all():
+        row = int(np.flatnonzero(~ok)[0])
+        where = f"{path}:{line_of_row(path, row)}" if rows_are_lines else f"{path}: row {row}"
+        if length[row] < 1:
+            raise ValueError(f"{where}: field 'input_length' must be >= 1 token, got {length[row]}")
+        want = f"ceil({length[row]}/{bs[row]}) = {ceil_n[row]}"
+        raise ValueError(f"{where}: field 'hash_ids' has {n[row]} block ids, inconsistent with "
+                         f"input_length {length[row]} and block size {bs[row]} (expected {want})")
+
+
+def finish(df: pl.DataFrame, source: str) -> pl.DataFrame:
+    """Cast to SCHEMA, sort by time (stable, with a warning), validate."""
+    df = df.select([pl.col(c).cast(t) for c, t in SCHEMA.items()])
+    ts = df["timestamp_s"].to_numpy()
+    if ts.size and np.any(np.diff(ts) < 0):
+        n_back = int(np.sum(np.diff(ts) < 0))
+        warnings.warn(f"{source}: timestamps out of order at {n_back} places; sorted by time "
+                      "(stable; request_id keeps the file order)", stacklevel=3)
+        df = df.sort("timestamp_s", maintain_order=True)
+    return validate_frame(df, source=source)
+
