@@ -89,19 +89,24 @@ def test_figure_08_draws_coinciding_shared_pool_lines_once_and_says_so():
     assert {"shared pool, random", "shared pool, cache-aware"} <= set(apart["series"])
 
 
-def _stroke_legends(source: str) -> None:
-    """Line-style legends are drawn as dashed strokes (they were identical black dots)."""
-    assert 'symbolType="stroke"' in source and "symbolStrokeColor" in source
-
-
-def test_figures_08_and_10_draw_line_style_legends_as_lines():
+def test_line_style_legends_are_drawn_as_dashed_strokes():
+    """08 and 10 showed identical black dots as their line-style legend (the points of
+    mark_line(point=True) take over the legend); 01's attention-mass chart showed none."""
     import inspect
 
-    for name in ("08_shared_pool", "10_p99_admission"):
-        _stroke_legends(inspect.getsource(_figure(name)))
-    from tiered_kv.viz import replay
+    import vl_convert as vlc
 
-    _stroke_legends(inspect.getsource(replay.ReplayDashboard.refresh))
+    from tiered_kv.viz import replay
+    from tiered_kv.viz.style import dashed_lines
+
+    frame = pl.DataFrame({"x": [1, 2, 3] * 2, "y": [1, 2, 3, 2, 3, 4], "s": ["p50"] * 3 + ["p99"] * 3})
+    svg = vlc.vegalite_to_svg(dashed_lines(frame, x="x:Q", y="y:Q", dash="s:N", dash_title="pct").to_dict())
+    legend = svg[svg.index("role-legend"):]
+    assert legend.count("stroke-dasharray") >= 1 and "p50" in legend and "p99" in legend
+    assert "<circle" not in legend
+    for source in (inspect.getsource(_figure("08_shared_pool")), inspect.getsource(_figure("10_p99_admission")),
+                   inspect.getsource(replay.ReplayDashboard.refresh)):
+        assert "dashed_lines(" in source and "StrokeDash(" not in source  # dashes only through the helper
 
 
 @pytest.mark.slow
@@ -112,7 +117,7 @@ def test_figure_10_names_what_it_draws():
     assert "ttft_p50_s" not in text and "ttft_p99_s" not in text  # raw column names
     assert "median (p50)" in text and '"p99"' in text
     dash = _encodings(spec, "strokeDash")[0]
-    assert dash["title"] == "TTFT percentile" and dash["legend"]["symbolType"] == "stroke"
+    assert dash["legend"]["title"] == "TTFT percentile" and dash["legend"]["symbolType"] == "stroke"
 
 
 def test_figure_06_labels_its_dashed_50x_line():

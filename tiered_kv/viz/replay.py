@@ -19,6 +19,7 @@ import altair as alt
 import ipywidgets as widgets
 import polars as pl
 
+from tiered_kv.viz.style import dashed_lines
 from tiered_kv.viz.widgets import ChartView, control, error_box, html_table, log_slider, watch
 
 #: (windows, replays, sequences, prefix tokens, decoded steps) at each notebook size.
@@ -138,12 +139,10 @@ class ReplayDashboard:
         long = loc.unpivot(index=["distance_tokens"], on=["attention_share", "uniform_share"],
                            variable_name="attention", value_name="share").with_columns(
             pl.col("attention").replace({"attention_share": "model", "uniform_share": "uniform over W"}))
-        mass = alt.Chart(long).mark_line(point=True).encode(
-            alt.X("distance_tokens:Q", title="most recent positions (tokens)"),
-            alt.Y("share:Q", title="share of attention mass", scale=alt.Scale(domain=[0, 1])),
-            alt.StrokeDash("attention:N", title="attention", legend=alt.Legend(
-                orient="bottom", symbolType="stroke", symbolStrokeColor="#4c78a8", symbolStrokeWidth=2,
-                symbolSize=500)),
+        mass = dashed_lines(
+            long, x=alt.X("distance_tokens:Q", title="most recent positions (tokens)"),
+            y=alt.Y("share:Q", title="share of attention mass", scale=alt.Scale(domain=[0, 1])),
+            dash="attention:N", dash_title="attention", dash_legend_kwargs={"orient": "bottom"},
         ).properties(width=260, height=200, title=["attention mass within distance", title])
         comp = alt.Chart(compute).mark_bar().encode(
             alt.X("layer_tokens:Q", title="layer-tokens of one prefill"), alt.Y("prefill:N", title=None),

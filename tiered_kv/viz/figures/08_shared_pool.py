@@ -14,6 +14,7 @@ from __future__ import annotations
 import polars as pl
 
 from tiered_kv.viz.report import FigureResult
+from tiered_kv.viz.style import dashed_lines
 
 NAME = "08_shared_pool"
 TITLE = "Shared SSD pool vs per-machine caches (10 machines, real trace), by routing"
@@ -60,15 +61,16 @@ def build(quick: bool) -> FigureResult:
                              "token_hit_rate": s["token_hit_rate"], "machine_load_imbalance": s["machine_load_imbalance"]})
     data = pl.DataFrame(rows)
     drawn = series_frame(data)
-    chart = alt.Chart(drawn).mark_line(point=True).encode(
+    chart = dashed_lines(
+        drawn,
         x=alt.X("total_ssd_tokens:Q", scale=alt.Scale(type="log"), title="total SSD capacity (tokens, log)",
                 axis=alt.Axis(format="~s")),
         y=alt.Y("token_hit_rate:Q", title="token hit rate (fraction)", axis=alt.Axis(format="%")),
         color=alt.Color("series:N", title="SSD tier, routing", legend=alt.Legend(labelLimit=400)),
-        strokeDash=alt.StrokeDash("ssd:N", title="SSD tier", legend=alt.Legend(
-            symbolType="stroke", symbolStrokeColor="#444", symbolStrokeWidth=2, symbolSize=500)),
-        tooltip=["total_ssd_tokens", "routing", "ssd", alt.Tooltip("token_hit_rate:Q", format=".2%"),
-                 alt.Tooltip("machine_load_imbalance:Q", format=".2f")],
+        dash="ssd:N", dash_title="SSD tier",
+        tooltip=[alt.Tooltip("total_ssd_tokens:Q", title="total SSD tokens", format=","), "routing", "ssd",
+                 alt.Tooltip("token_hit_rate:Q", format=".2%", title="token hit rate"),
+                 alt.Tooltip("machine_load_imbalance:Q", format=".2f", title="load imbalance (max/mean)")],
     ).properties(width=520, height=320, title=TITLE)
     big = data.filter(pl.col("total_ssd_tokens") == max(totals))
     get = lambda r, s: big.filter((pl.col("routing") == r) & (pl.col("ssd") == s))["token_hit_rate"][0]

@@ -14,9 +14,14 @@ from __future__ import annotations
 import polars as pl
 
 from tiered_kv.viz.report import FigureResult
+from tiered_kv.viz.style import dashed_lines
 
 NAME = "10_p99_admission"
 TITLE = "p99 TTFT vs load, with and without admission control (shared read queue)"
+
+#: Names on the chart for the columns of :func:`tiered_kv.sim.latency.admission_table`.
+PERCENTILE_NAMES = {"ttft_p50_s": "median (p50)", "ttft_p99_s": "p99"}
+CLASS_NAMES = {"restore": "restores (prefix cached)", "miss": "misses"}
 
 
 def build(quick: bool) -> FigureResult:
@@ -32,16 +37,18 @@ def build(quick: bool) -> FigureResult:
         pl.when(pl.col("admission")).then(pl.lit("admission: recompute when sooner"))
         .otherwise(pl.lit("always load")).alias("policy"))
     long = data.unpivot(index=["rate_per_machine_s", "policy", "class", "recomputed_fraction"],
-                        on=["ttft_p50_s", "ttft_p99_s"], variable_name="percentile", value_name="ttft_s")
-    chart = alt.Chart(long.filter(pl.col("class") != "all")).mark_line(point=True).encode(
+                        on=["ttft_p50_s", "ttft_p99_s"], variable_name="percentile", value_name="ttft_s").with_columns(
+        pl.col("percentile").replace(PERCENTILE_NAMES), pl.col("class").replace(CLASS_NAMES))
+    chart = dashed_lines(
+        long.filter(pl.col("class") != "all"),
         x=alt.X("rate_per_machine_s:Q", title="offered load (requests per second per machine)"),
         y=alt.Y("ttft_s:Q", scale=alt.Scale(type="log"), title="TTFT (seconds, log)"),
-        color=alt.Color("policy:N", legend=alt.Legend(orient="bottom")),
-        strokeDash=alt.StrokeDash("percentile:N"),
-        column=alt.Column("class:N", title="requests"),
-        tooltip=["rate_per_machine_s", "policy", "class", "percentile", alt.Tooltip("ttft_s:Q", format=".2f"),
+        color=alt.Color("policy:N", title="policy", legend=alt.Legend(orient="bottom", labelLimit=400)),
+        dash="percentile:N", dash_title="TTFT percentile", dash_legend_kwargs={"orient": "bottom"},
+        tooltip=[alt.Tooltip("rate_per_machine_s:Q", title="requests/s per machine"), "policy", "class", "percentile",
+                 alt.Tooltip("ttft_s:Q", format=".2f", title="TTFT (s)"),
                  alt.Tooltip("recomputed_fraction:Q", format=".1%")],
-    ).properties(width=260, height=280, title=TITLE)
+    ).properties(width=260, height=280).facet(column=alt.Column("class:N", title="requests")).properties(title=TITLE)
     allc = data.filter(pl.col("class") == "all")
     worst = allc.group_by("rate_per_machine_s").agg(
         pl.col("ttft_p99_s").filter(pl.col("admission")).first().alias("with"),

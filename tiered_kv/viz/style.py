@@ -1,0 +1,41 @@
+"""Chart conventions shared by figures and dashboards.
+
+:func:`dashed_lines`: lines whose dash pattern carries a field, with points on them. vega-lite
+merges the legend of a line mark's overlaid points into the dash legend and draws it as filled
+circles, one identical black dot per dash pattern (or, with ``symbolType="stroke"``, nothing
+at all). Drawing the points as a separate layer without a dash encoding keeps the legend a
+row of dashed strokes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def dash_legend(title: str, **kwargs: Any):
+    """The legend of a dash pattern: a short stroke in each pattern, in a neutral grey."""
+    import altair as alt
+
+    return alt.Legend(title=title, symbolType="stroke", symbolStrokeColor="#444", symbolStrokeWidth=2,
+                      symbolSize=500, **kwargs)
+
+
+def dashed_lines(data: Any, *, x: Any, y: Any, dash: str, dash_title: str, color: Any = None,
+                 tooltip: list | None = None, dash_legend_kwargs: dict | None = None,
+                 point_size: float = 30) -> Any:
+    """A layer of lines dashed by the field ``dash`` (legend: strokes) and their points.
+
+    ``x``, ``y`` and ``color`` are altair channel objects or shorthands; the result is an
+    ``alt.LayerChart`` over ``data`` (so it can be faceted with ``.facet(...)``).
+    """
+    import altair as alt
+
+    enc = {"x": x, "y": y}
+    if color is not None:
+        enc["color"] = color
+    if tooltip is not None:
+        enc["tooltip"] = tooltip
+    lines = alt.Chart().mark_line().encode(
+        strokeDash=alt.StrokeDash(dash, legend=dash_legend(dash_title, **(dash_legend_kwargs or {}))), **enc)
+    points = alt.Chart().mark_point(filled=True, size=point_size).encode(**enc)
+    return alt.layer(lines, points, data=data)
