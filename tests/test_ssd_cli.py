@@ -57,9 +57,10 @@ def test_verify_reports_and_repairs(filled, capsys):
     assert main(["store", "verify", str(filled), "--no-repair", "--json"]) == 1
     r = json.loads(capsys.readouterr().out)
     assert r["chunks_ok"] == 5 and len(r["corrupt"]) == 1
-    r = _json(capsys, "store", "verify", str(filled), "--json")
-    assert r["removed_objects"] == 1 and not path.exists()
-    assert _json(capsys, "store", "verify", str(filled), "--json")["corrupt"] == []
+    assert main(["store", "verify", str(filled), "--json"]) == 1  # found (and repaired) a problem
+    r = json.loads(capsys.readouterr().out)
+    assert r["removed_objects"] == 1 and r["repaired"] and not path.exists()
+    assert _json(capsys, "store", "verify", str(filled), "--json")["corrupt"] == []  # clean: exit 0
 
 
 def test_errors_are_one_line(tmp_path, capsys):
@@ -68,4 +69,30 @@ def test_errors_are_one_line(tmp_path, capsys):
     assert main(["store", "gc", str(tmp_path), "--ttl", "agent=soon"]) == 2
     assert "--ttl agent" in capsys.readouterr().err
     assert main(["store", "gc", str(tmp_path), "--high", "0.5", "--low", "0.7"]) == 2
-    assert "low_watermark" in capsys.readouterr().err
+    assert "--low: must be in [0, --high=0.5]" in capsys.readouterr().err
+    assert main(["store", "gc", str(tmp_path), "--high", "1.5"]) == 2
+    assert "--high: must be in (0, 1], got 1.5" in capsys.readouterr().err
+    assert main(["store", "gc", str(tmp_path), "--part", "3/2"]) == 2
+    assert "part: must be i/n with 1 <= i <= n <= 16" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("action", ["stats", "verify", "gc"])
+def test_a_directory_that_is_not_a_store(tmp_path, capsys, action):
+    (tmp_path / "notes.txt").write_text("my files")
+    assert main(["store", action, str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"{tmp_path} is not an SSD-tier store" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]  # nothing created or removed
+
+
+def test_a_store_with_a_damaged_root_is_still_a_store(filled, capsys):
+    (filled / "zarr.json").unlink()
+    assert _json(capsys, "store", "stats", str(filled), "--json")["chunks"] == 6
+
+
+def test_gc_parts_split_the_work(filled, capsys):
+    args = ["--ttl", "agent=3d", "--ttl", "chatbot=7d", "--json"]
+    one = _json(capsys, "store", "gc", str(filled), "--part", "1/2", *args)
+    two = _json(capsys, "store", "gc", str(filled), "--part", "2/2", *args)
+    assert one["part"] == "1/2" and one["removed_chunks"] + two["removed_chunks"] == 4
+    assert _json(capsys, "store", "stats", str(filled), "--json")["chunks"] == 2

@@ -7,7 +7,10 @@ them), to run LMCache's own cache simulator on it:
 
 import: read a live LMCache server's logs (files or folders of lookup_hashes_*.jsonl) into a
 Parquet trace every tiered-kv command reads; replay it with --semantics lmcache to count as
-LMCache does:
+LMCache does. Logs whose events list one more hash than seq_len // chunk_size (a hash for the
+partial last chunk, as LMCache's converter writes in its "all" mode) are accepted: LMCache
+stores complete chunks only, so that hash can never hit; it is dropped (the tail's tokens stay
+in input_length, as misses) and the number dropped is reported:
   tiered-kv lmcache import /var/log/lmcache/ --out lmcache_trace.parquet
   tiered-kv curves --trace lmcache_trace.parquet --semantics lmcache --json
 
@@ -17,6 +20,12 @@ Format and rules: tiered_kv/sim/peers/lmcache_io.py and docs/peers.md.
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import re
+import sys
+import tempfile
+from pathlib import Path
 
 NAME = "lmcache"
 HELP = "export a trace as LMCache lookup-hash JSONL, or import LMCache logs as a trace"
@@ -41,23 +50,100 @@ def register(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
     from tiered_kv.sim.peers import lmcache_io
 
     if args.action == "export":
         from tiered_kv.sim.traces import load_trace, resolve_trace_path
 
+        if args.bytes_per_token < 1:
+            raise ValueError(f"--bytes-per-token: must be an integer >= 1, got {args.bytes_per_token}")
         df = load_trace(resolve_trace_path(args.trace), format=args.format)
-        out = lmcache_io.write_lookup_jsonl(df, args.out, model_name=args.model_name,
-                                            bytes_per_token=args.bytes_per_token, epoch_s=args.epoch)
+        out = _atomic(Path(args.out), lambda tmp: lmcache_io.write_lookup_jsonl(
+            df, tmp, model_name=args.model_name, bytes_per_token=args.bytes_per_token, epoch_s=args.epoch))
         print(f"wrote {df.height:,} lookup events to {out}")
         return 0
-    df = lmcache_io.read_lookup_logs(args.logs, model=args.model, traffic_class=args.traffic_class)
     out = Path(args.out)
     if out.suffix.lower() not in (".parquet", ".pq"):
         raise ValueError(f"--out: must end in .parquet, got {out.name}")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    df.write_parquet(out)
+    df, dropped = _read_logs(args.logs, model=args.model, traffic_class=args.traffic_class)
+    _atomic(out, df.write_parquet)
+    if dropped:
+        print(f"dropped {dropped:,} partial-last-chunk hashes (LMCache stores complete chunks only; "
+              "those tokens count as misses)", file=sys.stderr)
     print(f"wrote {df.height:,} requests ({int(df['block_ids'].list.len().sum()):,} chunks) to {out}")
     return 0
+
+
+def _atomic(out: Path, write) -> Path:
+    """Run ``write(tmp)`` on a temporary name next to ``out``, then rename it to ``out``: a
+    failure leaves no (empty or half-written) output file."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".partial", dir=out.parent)
+    os.close(fd)
+    try:
+        write(tmp)
+        os.replace(tmp, out)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return out
+
+
+_PARTIAL = re.compile(r"field 'chunk_hashes' has (\d+) hashes; seq_len (\d+) // chunk_size (\d+) = (\d+)$")
+
+
+def _read_logs(logs: list[str], **kw):
+    """``read_lookup_logs``; logs with a hash for the partial last chunk are read again with
+    that hash dropped from every such event (see the module docstring). Returns (frame, dropped)."""
+    from tiered_kv.sim.peers import lmcache_io
+
+    try:
+        return lmcache_io.read_lookup_logs(logs, **kw), 0
+    except ValueError as exc:
+        m = _PARTIAL.search(str(exc))
+        if not m:
+            raise
+        n, seq_len, cs, full = (int(g) for g in m.groups())
+        if n != full + 1 or seq_len % cs == 0:
+            raise ValueError(f"{exc} (only one extra hash, for a partial last chunk, is accepted)") from None
+    with tempfile.TemporaryDirectory(prefix="tiered-kv-lmcache-") as tmp:
+        copies, dropped = _without_partial_hashes(lmcache_io._log_files(logs), Path(tmp))
+        try:
+            df = lmcache_io.read_lookup_logs(list(copies), **kw)
+        except ValueError as exc:  # name the user's files, not the temporary copies
+            msg = str(exc)
+            for copy, orig in copies.items():
+                msg = msg.replace(copy, orig)
+            raise ValueError(msg) from None
+    return df, dropped
+
+
+def _without_partial_hashes(files: list[Path], tmp: Path) -> tuple[dict[str, str], int]:
+    """Copies of the log files (same order, same line numbers) where an event with
+    ``ceil(seq_len / chunk_size)`` hashes loses the last one. Returns ({copy: original}, dropped)."""
+    copies: dict[str, str] = {}
+    dropped = 0
+    for k, src in enumerate(files):
+        dst = tmp / f"{k:06d}" / src.name
+        dst.parent.mkdir()
+        with src.open(encoding="utf-8") as fin, dst.open("w", encoding="utf-8") as fout:
+            for line in fin:
+                try:
+                    ev = json.loads(line) if line.strip() else None
+                except json.JSONDecodeError:
+                    ev = None  # left as it is: the reader reports it with its line number
+                if _has_partial_hash(ev):
+                    ev["chunk_hashes"] = ev["chunk_hashes"][:-1]
+                    dropped += 1
+                    line = json.dumps(ev) + "\n"
+                fout.write(line)
+        copies[str(dst)] = str(src)
+    return copies, dropped
+
+
+def _has_partial_hash(ev) -> bool:
+    if not isinstance(ev, dict):
+        return False
+    hashes, seq_len, cs = ev.get("chunk_hashes"), ev.get("seq_len"), ev.get("chunk_size")
+    return (isinstance(hashes, list) and isinstance(seq_len, int) and isinstance(cs, int) and cs >= 1
+            and seq_len % cs != 0 and len(hashes) == seq_len // cs + 1)

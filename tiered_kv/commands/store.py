@@ -1,12 +1,18 @@
-"""Inspect and maintain an SSD-tier store (a directory filled by SSDTier.put).
+"""Inspect and maintain an SSD-tier store (a directory or bucket filled by SSDTier.put).
 
   tiered-kv store stats PATH             chunks, bytes, tokens, by class and namespace, ages
   tiered-kv store verify PATH            read every chunk, check its CRC32C; remove broken ones
   tiered-kv store gc PATH --dry-run      what TTLs and the watermarks would remove now
   tiered-kv store gc PATH --ttl agent=3d --ttl chatbot=7d --capacity 100GiB
+  tiered-kv store gc s3://bucket/kv --part 1/2   GC instance 1 of 2 (each owns half the keys)
 
+PATH is a store directory or an object-store URL (s3://bucket/prefix; endpoint and credentials
+from the environment: AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_REGION).
 Chunks carry their own headers, so no namespace or model is needed. Times are the wall clock;
 ``--now`` evaluates retention at another moment (a Unix timestamp, or +DURATION from now).
+
+Exit status: 0 done (verify: nothing wrong); 1 verify found problems (repaired unless
+--no-repair); 2 bad input, or PATH is not an SSD-tier store.
 """
 
 from __future__ import annotations
@@ -26,7 +32,7 @@ def register(parser: argparse.ArgumentParser) -> None:
                         ("verify", "check every chunk's checksum and remove broken ones"),
                         ("gc", "apply TTLs and the capacity watermarks")):
         p = sub.add_parser(name, help=help_, description=help_)
-        p.add_argument("path", metavar="PATH", help="store directory")
+        p.add_argument("path", metavar="PATH", help="store directory or URL (s3://bucket/prefix)")
         p.add_argument("--json", action="store_true", help="print one JSON object")
         p.add_argument("--no-progress", action="store_true", help="no progress bar")
         if name == "verify":
@@ -42,6 +48,8 @@ def register(parser: argparse.ArgumentParser) -> None:
             p.add_argument("--now", default=None, help="evaluate at this Unix time, or +DURATION from now")
             p.add_argument("--partial-grace", default="5m",
                            help="remove .partial writes older than this (default 5m)")
+            p.add_argument("--part", default=None, metavar="I/N",
+                           help="act as GC instance I of N: delete only in that share of the 16 key shards")
 
 
 def _ttl(values: list[str]):
@@ -98,23 +106,65 @@ def _print(report: dict, as_json: bool) -> None:
             print(f"{key:<36} {value}")
 
 
+_FLAGS = {"capacity_bytes": "--capacity", "high_watermark": "--high", "low_watermark": "--low"}
+
+
+def _policy(*args):
+    """RetentionPolicy.make, with errors naming the flags the user typed."""
+    import re
+
+    from tiered_kv.tiers.ssd_gc import RetentionPolicy
+
+    try:
+        return RetentionPolicy.make(*args)
+    except ValueError as exc:
+        msg = re.sub(r"\b(capacity_bytes|high_watermark|low_watermark)\b", lambda m: _FLAGS[m.group(1)], str(exc))
+        raise ValueError(msg) from None
+
+
+def _open(path_arg: str):
+    """The store at PATH (a directory or URL), or a one-line error if it is not an SSD-tier store."""
+    from tiered_kv.tiers import ssd_layout as layout
+    from tiered_kv.tiers import ssd_object
+
+    if "://" in path_arg and not path_arg.startswith("file://"):
+        store = layout.open_store(path_arg)
+        if ssd_object.is_object_store(store):
+            ssd_object.check_access(store)
+        where = path_arg
+    else:
+        path = Path(path_arg.removeprefix("file://")).expanduser()
+        if not path.is_dir():
+            raise FileNotFoundError(f"PATH: no store directory at {path}")
+        store = layout.open_store(path)
+        where = str(path)
+    if not layout.is_store(store):
+        raise ValueError(f"PATH: {where} is not an SSD-tier store (no zarr.json with tiered_kv layout "
+                         "attributes and no chunks/); nothing to do")
+    return store
+
+
 def run(args: argparse.Namespace) -> int:
     from tiered_kv.tiers.ssd import store_gc, store_stats, store_verify
-    from tiered_kv.tiers.ssd_gc import RetentionPolicy
+    from tiered_kv.tiers.ssd_gc import parse_part
     from tiered_kv.units import parse_duration
 
-    path = Path(args.path).expanduser()
-    if not path.is_dir():
-        raise FileNotFoundError(f"PATH: no store directory at {path}")
     progress = not args.no_progress and not args.json
+    policy = None
+    if args.action == "stats" and args.capacity:
+        policy = _policy(args.capacity)
+    elif args.action == "gc":  # check every flag before touching the store
+        policy = _policy(args.capacity, args.high, args.low, _ttl(args.ttl))
+        grace = parse_duration(args.partial_grace, name="--partial-grace")
+        now = _now(args.now)
+        part = parse_part(args.part)
+    store = _open(args.path)
     if args.action == "stats":
-        policy = RetentionPolicy.make(args.capacity) if args.capacity else None
-        report = store_stats(path, now=time.time(), policy=policy, progress=progress)
+        report = store_stats(store, now=time.time(), policy=policy, progress=progress)
     elif args.action == "verify":
-        report = store_verify(path, repair=not args.no_repair, progress=progress)
+        report = store_verify(store, repair=not args.no_repair, progress=progress)
     else:
-        policy = RetentionPolicy.make(args.capacity, args.high, args.low, _ttl(args.ttl))
-        report = store_gc(path, policy, now=_now(args.now), dry_run=args.dry_run, progress=progress,
-                          partial_grace=parse_duration(args.partial_grace, name="--partial-grace"))
+        report = store_gc(store, policy, now=now, dry_run=args.dry_run, progress=progress,
+                          partial_grace=grace, part=part)
     _print(report, args.json)
-    return 1 if args.action == "verify" and report["corrupt"] and args.no_repair else 0
+    return 1 if args.action == "verify" and report["problems"] else 0

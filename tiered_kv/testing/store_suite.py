@@ -51,6 +51,10 @@ class FullDiskStore(WrapperStore):
         self.budget -= len(value)
         await self._store.set(key, value)
 
+    async def set_if_not_exists(self, key, value) -> None:
+        if not await self._store.exists(key):
+            await self.set(key, value)
+
 
 class VanishingStore(WrapperStore):
     """Deletes an object right before it is read, as a concurrent GC would."""
@@ -332,6 +336,30 @@ class SSDTierSuite:
         assert t.stats()["chunks"] == 2 + written  # nothing unreachable left behind
         assert torch.equal(t.get_prefix(torch.arange(16)).kv(), reference_kv(make_kv(16), "mxfp4"))
 
+    @pytest.mark.parametrize("wrapper", [FullDiskStore, SyncFullDiskStore])
+    def test_full_disk_never_fails_a_read(self, make_store, wrapper):
+        base = make_store()
+        self.tier(base).put(torch.arange(24), make_kv(24), "c")
+        t = self.tier(wrapper(base, budget=0))  # background_touch=False: the record is written inline
+        with pytest.warns(StoreFullWarning, match="access record"):
+            hit = t.get_prefix(torch.arange(24), "c")
+        assert hit.blocks == 3 and torch.equal(hit.kv(), reference_kv(make_kv(24), "mxfp4"))
+        assert t.counters["touch_errors"] == 1
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            assert t.get_prefix(torch.arange(100, 108)).blocks == 0  # a miss writes nothing
+
+    @pytest.mark.parametrize("wrapper", [FullDiskStore, SyncFullDiskStore])
+    def test_new_namespace_on_a_full_disk_warns(self, make_store, wrapper):
+        base = make_store()
+        self.tier(base).put(torch.arange(16), make_kv(16), "c")
+        with pytest.warns(StoreFullWarning, match="metadata of namespace"):
+            t = self.tier(wrapper(base, budget=0), fmt="nvfp4")
+        assert t.get_prefix(torch.arange(16)).blocks == 0
+        with pytest.warns(StoreFullWarning, match="full"):
+            assert t.put(torch.arange(16), make_kv(16), "c") == 0
+        assert self.tier(base).get_prefix(torch.arange(16)).blocks == 2  # the other namespace is intact
+
     def test_paths_are_hashes_only(self, make_store):
         store = make_store()
         ns = Namespace(model="../../etc/passwd", fmt="mxfp4", block_size=BS, kv_heads=2, head_dim=32)
@@ -344,7 +372,7 @@ class SSDTierSuite:
             return [k async for k in store.list()]
 
         ok = re.compile(r"zarr\.json|namespaces/[0-9a-f]{32}/zarr\.json|chunks/[0-9a-f]/[0-9a-f]{32}"
-                        r"|access/[0-9a-f]/[0-9a-f]{32}\.[0-9a-f]{16}")
+                        r"|access/[0-9a-f]/[0-9a-f]{32}\.[0-9a-f]{16}|usage/(w-[0-9a-f]{16}|s-[0-9a-f])")
         keys = zs.sync(listing())
         assert keys and all(ok.fullmatch(k) for k in keys), keys
 
@@ -377,6 +405,14 @@ class SSDTierSuite:
             t.put(toks, make_kv(13), "agent", kv_offset=3)
         with pytest.raises(ValueError, match="tokens"):
             t.get_prefix(torch.zeros(2, 8, dtype=torch.long))
+        with pytest.raises(ValueError, match=r"kv: requires grad.*detach"):
+            t.put(toks, make_kv(16).requires_grad_(), "agent")
+        with pytest.raises(ValueError, match="kv: is on the meta device"):
+            t.put(toks, torch.empty(16, 2, 2, 32, device="meta"), "agent")
+        with pytest.raises(ValueError, match=r"chunks\[0\]: must be a tiered_kv.kernels.fp4.FP4Tensor"):
+            t.put_quantized(toks, [make_kv(8), make_kv(8)], "agent")
+        with pytest.raises(ValueError, match="chunks: must be a list"):
+            t.put_quantized(toks, make_kv(16), "agent")
         assert t.stats()["chunks"] == 0
 
     # ---------------------------------------------------------------- zarr and maintenance
@@ -391,6 +427,39 @@ class SSDTierSuite:
         assert g.attrs["tiered_kv"]["layout"] == layout.LAYOUT
         ns = zarr.open_group(store, path=f"namespaces/{t.namespace.digest.hex()}", mode="r")
         assert ns.attrs["tiered_kv_namespace"]["block_size"] == BS
+
+    @pytest.mark.parametrize("garbage", [b"\x00garbage{", b'{"zarr_format": 2}', b"[]"])
+    def test_garbage_root_zarr_json_is_detected_and_rewritten(self, make_store, garbage):
+        import zarr
+
+        from tiered_kv.tiers.ssd import store_verify
+
+        store = make_store()
+        self.tier(store).put(torch.arange(16), make_kv(16), "c")
+        sync(store.set("zarr.json", layout.buffer(garbage)))
+        report = store_verify(store, repair=False)
+        assert report["problems"] == 1 and report["metadata"][0][0] == "zarr.json"
+        report = store_verify(store)
+        assert report["problems"] == 1 and store_verify(store)["problems"] == 0
+        assert zarr.open_group(store, mode="r").attrs["tiered_kv"]["layout"] == layout.LAYOUT
+        sync(store.set("zarr.json", layout.buffer(garbage)))
+        with pytest.warns(RuntimeWarning, match="repaired zarr.json"):
+            t = self.tier(store)  # a tier opening the store repairs it too
+        assert t.counters["repaired"] == 1 and t.get_prefix(torch.arange(16)).blocks == 2
+        assert zarr.open_group(store, mode="r").attrs["tiered_kv"]["layout"] == layout.LAYOUT
+
+    def test_usage_estimate_sees_every_writer(self, make_store):
+        store = make_store()
+        a = self.tier(store, capacity_bytes="10MiB")
+        b = self.tier(store, capacity_bytes="10MiB")
+        a.put(torch.arange(32), make_kv(32), "c")
+        stored = a.stats()["bytes"]
+        assert b.usage.estimate() >= stored  # b wrote nothing but sees a's chunks
+        b.put(torch.arange(100, 132), make_kv(32), "c")
+        both = a.stats()["bytes"]
+        assert a.usage.estimate() >= both > stored
+        b.gc()  # measures the store: the estimate becomes exact
+        assert a.usage.estimate() == both == a.stats()["usage_estimate_bytes"]
 
     def test_stats_counts_classes_and_ages(self, make_store):
         clock = Clock()
@@ -454,16 +523,17 @@ def stress_references() -> dict[int, torch.Tensor]:
     return out
 
 
-def stress_worker(role: str, root: str, seconds: float, seed: int, barrier, results, refs) -> None:
-    """One process of the concurrency test: 'writer', 'reader' or 'gc'. Reports counts."""
+def stress_worker(role: str, root, seconds: float, seed: int, barrier, results, refs) -> None:
+    """One process of the concurrency test: 'writer', 'reader' or 'gc' ('gc1/2': GC instance 1
+    of 2, owning half the key space). ``root``: a store spec (:func:`open_spec`). Reports counts."""
     import random
     import time as _time
 
-    from zarr.storage import LocalStore
-
     torch.set_num_threads(1)
     rng = random.Random(seed)
-    tier = SSDTier(LocalStore(root), namespace=namespace(), capacity_bytes=12_000, high_watermark=0.9,
+    part = role[2:] or None if role.startswith("gc") else None
+    role = "gc" if role.startswith("gc") else role
+    tier = SSDTier(open_spec(root), namespace=namespace(), capacity_bytes=12_000, high_watermark=0.9,
                    low_watermark=0.5, orphan_grace=0.0, auto_gc=(role == "writer"), background_touch=False)
     out = {"role": role, "ops": 0, "checked_blocks": 0, "wrong": 0, "hits": 0, "errors": ""}
     from tiered_kv import codec
@@ -487,7 +557,7 @@ def stress_worker(role: str, root: str, seconds: float, seed: int, barrier, resu
                         if not torch.equal(hit.kv(), refs[i][:hit.hit_tokens]):
                             out["wrong"] += 1
                 else:
-                    tier.gc()
+                    tier.gc(part=part)
                     _time.sleep(0.02)
                 out["ops"] += 1
     except Exception as exc:  # noqa: BLE001 - reported to the parent, which fails the test
@@ -498,15 +568,13 @@ def stress_worker(role: str, root: str, seconds: float, seed: int, barrier, resu
     results.put(out)
 
 
-def kill_target(root: str, ready_path: str) -> None:
-    """Puts large chunks forever (killed with SIGKILL by the test mid-write)."""
+def kill_target(root, ready_path: str) -> None:
+    """Puts large chunks forever (killed with SIGKILL by the test mid-write); ``root``: a spec."""
     from pathlib import Path
-
-    from zarr.storage import LocalStore
 
     torch.set_num_threads(1)
     ns = Namespace(model="kill", fmt="mxfp4", block_size=64, kv_heads=8, head_dim=256)
-    tier = SSDTier(LocalStore(root), namespace=ns, background_touch=False, io_threads=4)
+    tier = SSDTier(open_spec(root), namespace=ns, background_touch=False, io_threads=4)
     kv = torch.randn(64 * 16, 2, 8, 256)
     i = 0
     while True:
@@ -514,3 +582,61 @@ def kill_target(root: str, ready_path: str) -> None:
         if i == 0:
             Path(ready_path).write_text("ready")
         i += 1
+
+
+# ---------------------------------------------------------------------- capacity bound under writers
+
+def capacity_namespace() -> Namespace:
+    """Mid-size chunks (32 tokens x 2 x 4 x 64, MXFP4: about 8.9 KB) for the capacity test."""
+    return Namespace(model="capacity", fmt="mxfp4", block_size=32, kv_heads=4, head_dim=64)
+
+
+CAPACITY_BLOCKS = 4  # blocks per put: one writer's batch
+
+
+def capacity_writer(store_spec, capacity: int, seconds: float, seed: int, barrier, results) -> None:
+    """Puts new prefixes (never seen before) as fast as it can into a store of ``capacity``
+    bytes; reports its puts, the largest bytes one put wrote and its auto-GC count."""
+    import time as _time
+
+    torch.set_num_threads(1)
+    ns = capacity_namespace()
+    tier = SSDTier(open_spec(store_spec), namespace=ns, capacity_bytes=capacity, high_watermark=0.9,
+                   low_watermark=0.5, orphan_grace=0.0, background_touch=False)
+    from tiered_kv import codec
+
+    g = torch.Generator().manual_seed(seed)
+    kv = torch.randn(CAPACITY_BLOCKS * ns.block_size, 2, ns.kv_heads, ns.head_dim, generator=g)
+    chunks = codec.quantize_blocks(kv, ns)  # once: the test is about bytes, not quantization
+    out = {"puts": 0, "max_put_bytes": 0, "auto_gc": 0, "errors": ""}
+    barrier.wait()
+    stop = _time.time() + seconds
+    try:
+        i = 0
+        while _time.time() < stop:
+            toks = torch.arange(CAPACITY_BLOCKS * ns.block_size) + 1_000_000 * (seed + 1) + 1000 * i
+            before = tier.usage.written
+            tier.put_quantized(toks, chunks, "c")
+            out["max_put_bytes"] = max(out["max_put_bytes"], tier.usage.written - before)
+            out["puts"] += 1
+            i += 1
+    except Exception as exc:  # noqa: BLE001 - reported to the parent
+        import traceback
+
+        out["errors"] = traceback.format_exc() + repr(exc)
+    out["auto_gc"] = tier.counters["auto_gc"]
+    tier.close()
+    results.put(out)
+
+
+def open_spec(spec):
+    """A store from a picklable spec: a path, or ("s3", bucket, prefix, endpoint) for tests."""
+    if isinstance(spec, tuple) and spec[0] == "s3":
+        from obstore.store import S3Store
+
+        _, bucket, prefix, endpoint = spec
+        return S3Store(bucket, prefix=prefix, endpoint=endpoint, access_key_id="testing",
+                       secret_access_key="testing", region="us-east-1", client_options={"allow_http": True})
+    from zarr.storage import LocalStore
+
+    return LocalStore(spec)

@@ -8,16 +8,27 @@ get and gc one store at once, with no central index. Layout: :mod:`tiered_kv.tie
 
 I/O is batched per call (:mod:`tiered_kv.tiers.ssd_io`): stores with zarr's sync API
 (LocalStore, MemoryStore) are driven synchronously, because hand-offs to zarr's event loop cost
-more than a warm chunk read; other stores (fsspec, object stores) go through zarr's async API
-with ``asyncio.gather`` under a concurrency bound. A ``get_prefix`` reads chunks in order and
-stops at the first miss; its access record is written by a background thread.
+more than a warm chunk read; fsspec stores go through zarr's async API with ``asyncio.gather``
+under a concurrency bound; object stores (``s3://...`` or an obstore store) talk to obstore
+directly, one PUT per chunk with put-if-absent (:mod:`tiered_kv.tiers.ssd_object`). A
+``get_prefix`` reads chunks in order and stops at the first miss; its access record is written
+by a background thread. ``read_bandwidth``/``write_bandwidth`` pace the I/O through a token
+bucket shared by every tier of the process on that store (:mod:`tiered_kv.tiers.ssd_bandwidth`).
 
-Failure behaviour, each covered by ``tests/test_ssd_reliability.py``:
+Failure behaviour, each covered by ``tests/test_ssd_reliability.py``, ``tests/test_ssd_faults.py``
+and, on an S3 server, ``tests/test_ssd_s3.py``:
 * a chunk that fails its checksum, length or header check is a miss, counted, and deleted;
+  so is a directory where a chunk file should be;
 * a chunk deleted (by another process's GC) while a reader looks it up is a miss;
 * ENOSPC/EDQUOT during a put emits :class:`StoreFullWarning`; the chunks already stored stay
-  readable, and chunks written past the first failure (unreachable) are removed;
-* a writer killed mid-put leaves at most ``.partial`` files, which never read as chunks.
+  readable, and chunks written past the first failure (unreachable) are removed; a recency
+  record that cannot be written never fails a read, and a namespace opened on a full disk
+  warns instead of failing;
+* a writer killed mid-put leaves at most ``.partial`` files, which never read as chunks;
+* a file where a shard directory should be, and a ``zarr.json`` that is not a Zarr group, are
+  repaired by the next writer (and reported by ``verify``);
+* with a finite capacity, usage is bounded under any number of writers
+  (:mod:`tiered_kv.tiers.ssd_usage` states the bound).
 """
 
 from __future__ import annotations
@@ -37,9 +48,14 @@ from zarr.core.sync import sync
 from tiered_kv import codec
 from tiered_kv.keys import KEY_BYTES, Namespace, as_token_array, block_keys
 from tiered_kv.tiers import ssd_layout as layout
-from tiered_kv.tiers.ssd_gc import RetentionPolicy, check_class, plan_gc
-from tiered_kv.tiers.ssd_io import ChunkIO
+from tiered_kv.tiers import ssd_usage as usage
+from tiered_kv.tiers.ssd_bandwidth import parse_rate, shared_bucket
+from tiered_kv.tiers.ssd_gc import RetentionPolicy, check_class
+from tiered_kv.tiers.ssd_io import ALREADY_PRESENT, make_io
+from tiered_kv.tiers.ssd_maintenance import store_gc, store_stats, store_verify
 from tiered_kv.units import parse_duration
+
+__all__ = ["Hit", "SSDTier", "StoreFullWarning", "store_gc", "store_stats", "store_verify"]
 
 _FULL_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
 
@@ -94,15 +110,19 @@ class Hit:
 class SSDTier:
     """Global KV chunks in a Zarr v3 store (see the module docstring).
 
-    ``store``: a path, a zarr v3 Store, or None for ``~/.cache/tiered-kv/ssd``.
+    ``store``: a path, a URL (``s3://bucket/prefix``: obstore, configured from the environment;
+    ``memory://``: fsspec), a zarr v3 Store, an obstore store, or None for ``~/.cache/tiered-kv/ssd``.
     ``capacity_bytes`` (int or "100GiB"), ``high_watermark``/``low_watermark`` (fractions),
     ``ttl`` (a duration for all classes or ``{"agent": "3d", "chatbot": "7d"}``),
     ``traffic_classes`` (if given, ``put`` rejects others), ``io_threads`` (stores with zarr's
     sync API: threads per batch, 1 = the caller's; 0 forces zarr's async API), ``clock`` (seconds; injected so
     tests and simulations drive days in milliseconds), ``gc_interval`` (a duration: run ``gc``
-    in a background thread that often), ``auto_gc`` (run ``gc`` when this process's estimate of
-    used bytes crosses the high watermark), ``precreate_shards`` (LocalStore: create the 16
-    shard directories now rather than on first use).
+    in a background thread that often), ``auto_gc`` (with a finite capacity: run ``gc`` when the
+    store's shared usage estimate is above the high watermark, before and after each put; the
+    bound this gives under concurrent writers is in :mod:`tiered_kv.tiers.ssd_usage`),
+    ``precreate_shards`` (LocalStore: create the 16 shard directories now rather than on first
+    use), ``read_bandwidth``/``write_bandwidth`` (bytes/s or "2GiB/s": an experiment knob that
+    emulates a client's link, shared by every tier of this process on the same store).
     """
 
     def __init__(self, store=None, *, namespace: Namespace, capacity_bytes=math.inf,
@@ -111,7 +131,8 @@ class SSDTier:
                  gc_interval=None, auto_gc: bool = True, io_threads: int = 1,
                  io_concurrency: int = layout.IO_CONCURRENCY,
                  orphan_grace: float = 60.0, partial_grace: float = 300.0,
-                 background_touch: bool = True, precreate_shards: bool = False) -> None:
+                 background_touch: bool = True, precreate_shards: bool = False,
+                 read_bandwidth=None, write_bandwidth=None) -> None:
         if not isinstance(namespace, Namespace):
             raise ValueError(f"namespace: must be a tiered_kv.keys.Namespace, got {type(namespace).__name__}")
         if not callable(clock):
@@ -120,27 +141,60 @@ class SSDTier:
             raise ValueError(f"io_concurrency: must be an integer >= 1, got {io_concurrency!r}")
         self.namespace = namespace
         self.policy = RetentionPolicy.make(capacity_bytes, high_watermark, low_watermark, ttl, traffic_classes)
+        read_rate = parse_rate(read_bandwidth, name="read_bandwidth")
+        write_rate = parse_rate(write_bandwidth, name="write_bandwidth")
         self.store = layout.open_store(store)
-        self.io = ChunkIO(self.store, io_threads=io_threads, concurrency=io_concurrency)
+        from tiered_kv.tiers import ssd_object
+
+        if ssd_object.is_object_store(self.store):
+            ssd_object.check_access(self.store)
+        where = layout.describe(self.store)
+        self.read_limit = shared_bucket(where, "read", read_rate, name="read_bandwidth")
+        self.write_limit = shared_bucket(where, "write", write_rate, name="write_bandwidth")
+        self.io = make_io(self.store, io_threads=io_threads, concurrency=io_concurrency,
+                          read_limit=self.read_limit, write_limit=self.write_limit, on_repair=self._repaired)
+        self.usage = usage.Usage(self.store, self.io)
         self.clock = clock
         self.auto_gc = auto_gc
         self.io_concurrency = io_concurrency
         self.orphan_grace = parse_duration(orphan_grace, name="orphan_grace")
         self.partial_grace = parse_duration(partial_grace, name="partial_grace")
         self.counters: Counter = Counter()
-        self._used_estimate: float | None = None
         self._lock = threading.Lock()
+        self._gc_lock = threading.Lock()
         self._touches = ThreadPoolExecutor(1, thread_name_prefix="ssd-touch") if background_touch else None
         self._pending: set[Future] = set()
         self._gc_stop = threading.Event()
         self._gc_thread: threading.Thread | None = None
-        sync(layout.ensure_layout(self.store, namespace))
+        self._open_layout()
         if precreate_shards:
             layout.precreate_shards(self.store)
         if gc_interval is not None:
             self.start_gc_thread(parse_duration(gc_interval, name="gc_interval"))
 
     # ------------------------------------------------------------------ helpers
+
+    def _open_layout(self) -> None:
+        """Root and namespace groups; garbage ``zarr.json`` is rewritten (and reported)."""
+        try:
+            fixed = sync(layout.ensure_layout(self.store, self.namespace))
+        except OSError as exc:
+            if exc.errno not in _FULL_ERRNOS:
+                raise
+            self.counters["store_full"] += 1
+            warnings.warn(StoreFullWarning(
+                f"SSD tier store {layout.describe(self.store)} is full "
+                f"({errno.errorcode.get(exc.errno, exc.errno)}): could not write the metadata of namespace "
+                f"{self.namespace.model!r}; stored chunks are readable, puts will fail until space is freed "
+                "(free space, lower capacity_bytes, or run gc)"), stacklevel=3)
+            return
+        for path, why in fixed:
+            self._repaired(path, why)
+
+    def _repaired(self, path: str, reason: str) -> None:
+        self.counters["repaired"] += 1
+        warnings.warn(f"SSD tier: repaired {path} in {layout.describe(self.store)}: {reason}",
+                      RuntimeWarning, stacklevel=3)
 
     def _keys(self, tokens_or_key) -> list[bytes]:
         if isinstance(tokens_or_key, (bytes, bytearray)):
@@ -170,6 +224,7 @@ class SSDTier:
         if not isinstance(kv_offset, int) or kv_offset < 0 or kv_offset % bs:
             raise ValueError(f"kv_offset: must be a multiple of block_size={bs} and >= 0, got {kv_offset!r}")
         codec.check_kv(kv, self.namespace)
+        _check_tensor_data(kv, "kv")
         if kv.shape[0] + kv_offset not in (len(arr), len(keys) * bs):
             raise ValueError(f"kv: covers tokens [{kv_offset}, {kv_offset + kv.shape[0]}) but tokens has "
                              f"{len(arr)} (kv must cover every token from kv_offset, or every full block)")
@@ -193,13 +248,24 @@ class SSDTier:
         ``chunks[j]`` is block ``first_block + j`` of ``tokens``; blocks already present are
         skipped. Returns how many chunks were written.
         """
+        from tiered_kv.kernels.fp4 import FP4Tensor
+
         cls = self._class(traffic_class, allow_none=False)
+        if not isinstance(chunks, (list, tuple)):
+            raise ValueError(f"chunks: must be a list of FP4Tensor (one per block), got {type(chunks).__name__}")
         keys = block_keys(tokens, self.namespace)
         if not isinstance(first_block, int) or first_block < 0 or first_block + len(chunks) > len(keys):
             raise ValueError(f"chunks: blocks [{first_block}, {first_block}+{len(chunks)}) do not fit the "
                              f"{len(keys)} full blocks of tokens")
         want = (self.namespace.block_size, *self.namespace.kv_shape)
-        for q in chunks:
+        for j, q in enumerate(chunks):
+            if not isinstance(q, FP4Tensor):
+                raise ValueError(f"chunks[{j}]: must be a tiered_kv.kernels.fp4.FP4Tensor (from fp4.quantize or "
+                                 f"codec.quantize_blocks), got {type(q).__name__}; to store a plain tensor use put()")
+            for name in ("data", "scales"):
+                t = getattr(q, name, None)
+                if t is not None:
+                    _check_tensor_data(t, f"chunks[{j}].{name}")
             if tuple(q.shape) != want or q.fmt != self.namespace.fmt:
                 raise ValueError(f"chunks: each must be a {self.namespace.fmt} FP4Tensor of shape {list(want)}, "
                                  f"got {q.fmt} {list(q.shape)}")
@@ -207,68 +273,69 @@ class SSDTier:
                          lambda missing: [chunks[m - first_block] for m in missing], cls)
 
     def _put(self, keys: list[bytes], first: int, quantize, cls: str) -> int:
+        bounded = self.auto_gc and not math.isinf(self.policy.capacity_bytes)
+        if bounded and self.usage.estimate() > usage.high_mark(self.policy):
+            self._gc_for_room()  # other writers filled it: make room before adding more
         written, nbytes = self._write_missing(keys, first, quantize, cls)
         self.counters["puts"] += 1
         self.counters["blocks_written"] += written
-        self._after_put(nbytes)
+        if bounded and nbytes:
+            self.usage.add(nbytes)
+            if self.usage.estimate() > usage.high_mark(self.policy):
+                self._gc_for_room()
         return written
 
+    def _gc_for_room(self) -> None:
+        if self._gc_lock.acquire(blocking=False):  # one GC per process at a time; others go on
+            try:
+                self.counters["auto_gc"] += 1
+                self.gc()
+            finally:
+                self._gc_lock.release()
+
+    def _valid_existing(self, path: str, raw: bytes) -> bool:
+        """Verify-on-exists for put-if-absent: is the object already at ``path`` a valid chunk?"""
+        try:
+            codec.check_chunk(raw, key=bytes.fromhex(path.rsplit("/", 1)[1]), ns_digest=self.namespace.digest)
+            return True
+        except codec.CorruptChunk:
+            return False
+
     def _write_missing(self, keys: list[bytes], first: int, quantize, cls: str) -> tuple[int, int]:
-        present = self.io.exists([layout.chunk_path(k) for k in keys[first:]])
+        present = self.io.present_for_put([layout.chunk_path(k) for k in keys[first:]])
         missing = [first + i for i, p in enumerate(present) if not p]
         if not missing:
             return 0, 0
         qs = quantize(missing)
         now = float(self.clock())
-        sizes: list[int] = []
-        results: list[Exception | None] = []
-        # Pack and write in small batches: the same few buffers are reused instead of holding
-        # every packed chunk at once (fresh memory for 100+ MB costs page faults, not I/O).
-        step = max(8, 2 * self.io.threads)
-        for lo in range(0, len(missing), step):
-            items = []
-            for i, q in zip(missing[lo:lo + step], qs[lo:lo + step], strict=True):
-                obj = codec.pack_chunk(q, namespace=self.namespace, key=keys[i],
-                                       parent=keys[i - 1] if i else bytes(KEY_BYTES), index=i,
-                                       traffic_class=cls, created=now)
-                items.append((layout.chunk_path(keys[i]), obj))
-                sizes.append(len(obj))
-            results += self.io.write(items)
-            del items
-            if any(r is not None for r in results[-step:]):
-                results += [OSError("not attempted after an earlier failure")] * (len(missing) - len(results))
-                break
-        failed = [(i, r) for i, r in zip(missing, results, strict=True) if r is not None]
+
+        def make(j: int) -> tuple[str, bytes]:
+            i = missing[j]
+            obj = codec.pack_chunk(qs[j], namespace=self.namespace, key=keys[i],
+                                   parent=keys[i - 1] if i else bytes(KEY_BYTES), index=i,
+                                   traffic_class=cls, created=now)
+            return layout.chunk_path(keys[i]), obj
+
+        results, sizes = self.io.write_stream(len(missing), make, create=True, verify=self._valid_existing)
+        self.counters["already_present"] += sum(1 for r in results if r is ALREADY_PRESENT)
+        failed = [(i, r) for i, r in zip(missing, results, strict=True) if r is not None and r is not ALREADY_PRESENT]
         if not failed:
-            return len(missing), sum(sizes)
+            return (sum(1 for r in results if r is None),
+                    sum(n for n, r in zip(sizes, results, strict=True) if r is None))
         first_bad = min(i for i, _ in failed)
         # Chunks past the first failure cannot be reached by a lookup: do not leave them behind.
-        self.io.delete([layout.chunk_path(keys[i]) for i, r in zip(missing, results, strict=True) if i > first_bad and r is None])
-        ok = [n for i, n, r in zip(missing, sizes, results, strict=False) if i < first_bad and r is None]
+        self.io.delete([layout.chunk_path(keys[i]) for i, r in zip(missing, results, strict=True)
+                        if i > first_bad and r is None])
+        ok = [n for i, n, r in zip(missing, sizes, results, strict=True) if i < first_bad and r is None]
         exc = dict(failed)[first_bad]
         if isinstance(exc, OSError) and exc.errno in _FULL_ERRNOS:
             self.counters["store_full"] += 1
             warnings.warn(StoreFullWarning(
-                f"SSD tier store {self.store} is full ({errno.errorcode.get(exc.errno, exc.errno)}): stored "
-                f"{len(ok)} of {len(missing)} new blocks of this put; chunks already in the store are "
+                f"SSD tier store {layout.describe(self.store)} is full ({errno.errorcode.get(exc.errno, exc.errno)}): "
+                f"stored {len(ok)} of {len(missing)} new blocks of this put; chunks already in the store are "
                 "intact. Free space, lower capacity_bytes, or run gc."), stacklevel=4)
             return len(ok), sum(ok)
         raise exc
-
-    def _after_put(self, nbytes: int) -> None:
-        if not self.auto_gc or math.isinf(self.policy.capacity_bytes) or nbytes == 0:
-            return
-        if self._used_estimate is None:
-            scanned = float(store_stats(self.store, now=0.0, quick=True)["bytes"])  # includes this put
-            with self._lock:
-                self._used_estimate = scanned if self._used_estimate is None else self._used_estimate + nbytes
-        else:
-            with self._lock:
-                self._used_estimate += nbytes
-        with self._lock:
-            over = self._used_estimate > self.policy.high_watermark * self.policy.capacity_bytes
-        if over:
-            self.gc()
 
     # ------------------------------------------------------------------ get
 
@@ -293,6 +360,8 @@ class SSDTier:
         digest = self.namespace.digest
         for i, (key, raw) in enumerate(zip(keys, raws, strict=False)):
             try:
+                if raw is layout.NOT_A_FILE:
+                    raise codec.CorruptChunk("a directory where the chunk file should be")
                 codec.check_chunk(raw, key=key, ns_digest=digest)
             except codec.CorruptChunk as exc:
                 self._remove_corrupt(layout.chunk_path(key), str(exc))
@@ -316,7 +385,10 @@ class SSDTier:
                 raise err
 
         if self._touches is None:
-            write_record()
+            try:
+                write_record()
+            except Exception as exc:  # noqa: BLE001 - recency is best effort; the hit stands
+                self._touch_failed(exc)
             return
         fut = self._touches.submit(write_record)
         with self._lock:
@@ -327,7 +399,19 @@ class SSDTier:
         with self._lock:
             self._pending.discard(fut)
         if fut.exception() is not None:
-            self.counters["touch_errors"] += 1
+            self._touch_failed(fut.exception())
+
+    def _touch_failed(self, exc: BaseException) -> None:
+        """A recency record could not be written: count it, warn, never fail the read."""
+        self.counters["touch_errors"] += 1
+        if isinstance(exc, OSError) and exc.errno in _FULL_ERRNOS:
+            self.counters["store_full"] += 1
+            warnings.warn(StoreFullWarning(
+                f"SSD tier store {layout.describe(self.store)} is full: an access record was not written "
+                "(the read succeeded; this prefix may look older to LRU)"), stacklevel=4)
+        else:
+            warnings.warn(f"SSD tier: access record not written ({exc!r}); the read succeeded",
+                          RuntimeWarning, stacklevel=4)
 
     def flush(self) -> None:
         """Wait until background access records are written."""
@@ -371,15 +455,17 @@ class SSDTier:
         self.flush()
         return store_verify(self.store, repair=repair, partial_grace=self.partial_grace, progress=progress)
 
-    def gc(self, now: float | None = None, dry_run: bool = False, *, progress: bool = False) -> dict:
-        """Apply TTLs, orphan cleanup and the watermarks at ``now`` (default: the injected clock)."""
+    def gc(self, now: float | None = None, dry_run: bool = False, *, progress: bool = False, part=None) -> dict:
+        """Apply TTLs, orphan cleanup and the watermarks at ``now`` (default: the injected clock).
+
+        ``part=(i, n)`` (or ``"i/n"``): act as GC instance ``i`` of ``n``, deleting only in its
+        share of the key space (see :mod:`tiered_kv.tiers.ssd_object`).
+        """
         self.flush()
         now = float(self.clock()) if now is None else float(now)
         report = store_gc(self.store, self.policy, now=now, dry_run=dry_run, orphan_grace=self.orphan_grace,
-                          partial_grace=self.partial_grace, progress=progress)
+                          partial_grace=self.partial_grace, progress=progress, part=part, io=self.io)
         if not dry_run:
-            with self._lock:
-                self._used_estimate = float(report["bytes_after"])
             self.counters["gc_removed"] += report["removed_chunks"]
         return report
 
@@ -419,113 +505,10 @@ class SSDTier:
         self.close()
 
 
-# ---------------------------------------------------------------------- whole-store operations
-# (used by SSDTier and by `tiered-kv store`, which knows no namespace)
-
-AGE_BUCKETS = ((3600.0, "<1h"), (86400.0, "1h-1d"), (3 * 86400.0, "1d-3d"), (7 * 86400.0, "3d-7d"),
-               (math.inf, ">=7d"))
-
-
-def _scan(store, *, full: bool, progress: bool, desc: str) -> layout.Scan:
-    if not progress:
-        return layout.scan(store, full=full)
-    from tqdm import tqdm
-
-    bar = tqdm(desc=desc, unit="obj", leave=False, delay=1.0)
-    try:
-        return layout.scan(store, full=full, progress=bar.update, on_total=lambda n: setattr(bar, "total", n))
-    finally:
-        bar.close()
-
-
-def store_stats(store, *, now: float, policy: RetentionPolicy | None = None, progress: bool = False,
-                counters: dict | None = None, quick: bool = False) -> dict:
-    """Summary of a store: chunks, bytes, per class and namespace, age since last access."""
-    store = layout.open_store(store)
-    s = _scan(store, full=False, progress=progress, desc="scanning chunk headers")
-    total = sum(h.nbytes for h in s.chunks.values())
-    out: dict = {"chunks": len(s.chunks), "bytes": total}
-    if quick:
-        return out
-    from tiered_kv.tiers.ssd_gc import class_times
-
-    times, anyt = class_times(s.chunks, s.records)
-    by_class: dict[str, dict] = {}
-    by_ns: dict[str, dict] = {}
-    ages = dict.fromkeys((name for _, name in AGE_BUCKETS), 0)
-    for key, h in s.chunks.items():
-        c = by_class.setdefault(h.traffic_class, {"chunks": 0, "bytes": 0, "tokens": 0})
-        c["chunks"] += 1
-        c["bytes"] += h.nbytes
-        c["tokens"] += h.tokens
-        n = by_ns.setdefault(h.ns_digest.hex(), {"fmt": h.fmt, "chunks": 0, "bytes": 0})
-        n["chunks"] += 1
-        n["bytes"] += h.nbytes
-        age = now - max(max(times[key].values()), anyt[key])
-        ages[next(name for limit, name in AGE_BUCKETS if age < limit)] += 1
-    out.update({
-        "tokens": sum(h.tokens for h in s.chunks.values()),
-        "by_class": by_class, "by_namespace": by_ns, "age_since_last_access": ages,
-        "access_records": len(s.records), "corrupt_objects": len(s.corrupt), "stray_objects": len(s.strays),
-        "payload_bytes": sum(h.payload_len for h in s.chunks.values()),
-    })
-    if policy is not None:
-        cap = policy.capacity_bytes
-        out["capacity_bytes"] = None if math.isinf(cap) else int(cap)
-        out["used_fraction"] = None if math.isinf(cap) else total / cap
-    if counters:
-        out["process_counters"] = counters
-    return out
-
-
-def store_verify(store, *, repair: bool = True, partial_grace: float = 300.0, progress: bool = False) -> dict:
-    """Read and CRC-check every chunk; report (and with ``repair`` remove) what is broken."""
-    store = layout.open_store(store)
-    s = _scan(store, full=True, progress=progress, desc="verifying chunks")
-    strays = layout.removable_strays(store, s.strays, partial_grace)
-    report = {"chunks_ok": len(s.chunks), "bytes_ok": sum(h.nbytes for h in s.chunks.values()),
-              "corrupt": sorted(s.corrupt.items()), "strays": sorted(s.strays),
-              "unreachable_chunks": len(s.chunks) - len(_reachable(s)), "repaired": False}
-    if repair:
-        sync(layout.delete_all(store, list(s.corrupt) + strays))
-        report["repaired"] = True
-        report["removed_objects"] = len(s.corrupt) + len(strays)
-    return report
-
-
-def _reachable(s: layout.Scan) -> set[bytes]:
-    from tiered_kv.tiers.ssd_gc import reachable
-
-    return reachable(s.chunks)
-
-
-def store_gc(store, policy: RetentionPolicy, *, now: float, dry_run: bool = False, orphan_grace: float = 60.0,
-             partial_grace: float = 300.0, progress: bool = False) -> dict:
-    """One GC pass: TTL, orphans, watermark LRU, plus corrupt objects and stale partial writes."""
-    store = layout.open_store(store)
-    s = _scan(store, full=False, progress=progress, desc="scanning chunk headers")
-    plan = plan_gc(s.chunks, s.records, policy, now, orphan_grace=orphan_grace)
-    strays = layout.removable_strays(store, s.strays, partial_grace)
-    removed_bytes = sum(s.chunks[k].nbytes for k in plan.removed)
-    report = {
-        "now": now, "dry_run": dry_run, "chunks_before": len(s.chunks), "bytes_before": plan.bytes_before,
-        "expired_chunks": len(plan.expired), "evicted_chunks": len(plan.evicted),
-        "orphan_chunks": len(plan.orphans), "removed_chunks": len(plan.removed), "freed_bytes": removed_bytes,
-        "bytes_after": plan.bytes_after, "corrupt_objects": len(s.corrupt), "stray_objects": len(strays),
-        "access_records_dropped": len(plan.drop_records), "access_records_moved": len(plan.write_records),
-        "capacity_bytes": None if math.isinf(policy.capacity_bytes) else int(policy.capacity_bytes),
-        "expired_by_class": dict(Counter(s.chunks[k].traffic_class for k in plan.expired)),
-    }
-    if dry_run:
-        return report
-
-    async def apply() -> None:
-        # Children before parents: a reader never sees a parent vanish under a surviving child.
-        order = sorted(plan.removed, key=lambda k: -s.chunks[k].index)
-        await layout.delete_all(store, [s.paths[k] for k in order])
-        await layout.bounded(store.set(layout.access_path(r.key, r.traffic_class), layout.buffer(r.encode()))
-                             for r in plan.write_records)
-        await layout.delete_all(store, plan.drop_records + list(s.corrupt) + strays)
-
-    sync(apply())
-    return report
+def _check_tensor_data(t, name: str) -> None:
+    """A tensor the tier can read bytes from: no autograd graph attached, not on the meta device."""
+    if getattr(t, "requires_grad", False):
+        raise ValueError(f"{name}: requires grad; store the values with {name}.detach() "
+                         "(the SSD tier keeps bytes, not autograd graphs)")
+    if getattr(t, "is_meta", False):
+        raise ValueError(f"{name}: is on the meta device (shape only, no data); pass a tensor that holds values")

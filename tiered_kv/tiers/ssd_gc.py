@@ -113,6 +113,7 @@ class GCPlan:
     orphans: list[bytes] = field(default_factory=list)
     drop_records: list[str] = field(default_factory=list)
     write_records: list[AccessRecord] = field(default_factory=list)
+    record_sources: dict[str, str] = field(default_factory=dict)  # moved record's path -> path it replaces
     last_access: dict[bytes, float] = field(default_factory=dict)
     bytes_before: int = 0
     bytes_after: int = 0
@@ -186,17 +187,21 @@ def plan_gc(chunks: Mapping[bytes, ChunkHeader], records: Mapping[str, AccessRec
             gone.add(key)
             used -= chunks[key].nbytes
     plan.bytes_after = used
-    _rehome_records(chunks, records, gone, plan)
+    plan.drop_records, plan.write_records, plan.record_sources = rehome_records(chunks, records, gone)
     return plan
 
 
-def _rehome_records(chunks, records, gone, plan: GCPlan) -> None:
-    """Records on removed tails move to the nearest surviving ancestor, so it keeps its age."""
+def rehome_records(chunks, records, gone: set[bytes]) -> tuple[list[str], list[AccessRecord], dict[str, str]]:
+    """Records on removed tails move to the nearest surviving ancestor, so it keeps its age.
+
+    Returns (paths of records to delete, records to write, {written path: path it replaces})."""
+    drop: list[str] = []
     best: dict[str, AccessRecord] = {}
+    source: dict[str, str] = {}
     for path, rec in records.items():
         if rec.key in chunks and rec.key not in gone:
             continue
-        plan.drop_records.append(path)
+        drop.append(path)
         key = rec.key
         while key in chunks and key in gone:
             key = chunks[key].parent
@@ -209,4 +214,30 @@ def _rehome_records(chunks, records, gone, plan: GCPlan) -> None:
             continue
         if p not in best or best[p].time < rec.time:
             best[p] = new
-    plan.write_records = list(best.values())
+            source[p] = path
+    return drop, list(best.values()), source
+
+
+# ---------------------------------------------------------------------- GC instances by key range
+
+def parse_part(part) -> tuple[int, int] | None:
+    """``None``, ``(i, n)`` or ``"i/n"``: GC instance ``i`` of ``n`` (1 <= i <= n <= 16)."""
+    if part is None:
+        return None
+    try:
+        i, n = (int(x) for x in part.split("/")) if isinstance(part, str) else (int(part[0]), int(part[1]))
+    except (ValueError, TypeError, IndexError):
+        raise ValueError(f"part: must be 'i/n' (GC instance i of n), got {part!r}") from None
+    if not (1 <= n <= 16 and 1 <= i <= n):
+        raise ValueError(f"part: must be i/n with 1 <= i <= n <= 16 (16 shards), got {i}/{n}")
+    return i, n
+
+
+def owned_shards(part: tuple[int, int] | None) -> str:
+    """The shards (hex digits) GC instance ``part`` owns: ``n`` contiguous ranges of the 16."""
+    from tiered_kv.tiers.ssd_layout import SHARDS
+
+    if part is None:
+        return SHARDS
+    i, n = part
+    return "".join(h for k, h in enumerate(SHARDS) if k * n // len(SHARDS) == i - 1)

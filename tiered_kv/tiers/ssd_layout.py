@@ -18,9 +18,16 @@ key, so GC propagates a tail's access time to all its ancestors. A parent is the
 older than its children and LRU evicts prefixes from their tails, as a radix-tree cache would.
 
 Publishing is atomic per object: ``LocalStore`` writes a ``<name>.<uuid>.partial`` file and
-renames it into place (zarr >= 3.0), ``MemoryStore`` assigns a dict entry. A writer killed
-mid-put can leave only ``.partial`` files, which never parse as chunks and which ``gc`` and
-``verify`` remove once they are older than a grace period (a live writer may still own them).
+renames it into place (zarr >= 3.0), ``MemoryStore`` assigns a dict entry, an object store
+takes one PUT (:mod:`tiered_kv.tiers.ssd_object`). A writer killed mid-put can leave only
+``.partial`` files, which never parse as chunks and which ``gc`` and ``verify`` remove once
+they are older than a grace period (a live writer may still own them).
+
+What can never be valid is repaired at once, by whoever finds it: a directory where an object
+belongs, a file where a shard directory belongs (both only on a local directory; see
+:func:`local_listing`), a ``zarr.json`` that is not a Zarr v3 group (rewritten by
+:func:`ensure_layout`, so other zarr clients can open the store again), foreign names under
+``chunks/`` and ``access/``.
 """
 
 from __future__ import annotations
@@ -45,6 +52,7 @@ from tiered_kv.keys import KEY_BYTES
 LAYOUT = "tiered-kv-chunks/1"
 CHUNKS = "chunks/"
 ACCESS = "access/"
+SHARDS = "0123456789abcdef"
 _CHUNK_RE = re.compile(r"chunks/([0-9a-f])/([0-9a-f]{32})")
 _ACCESS_RE = re.compile(r"access/([0-9a-f])/([0-9a-f]{32})\.([0-9a-f]{16}|any)")
 #: Concurrent store operations per batch (the store's own thread pool bounds real parallelism).
@@ -60,13 +68,21 @@ def default_store_path() -> Path:
 
 
 def open_store(store: Store | str | os.PathLike | None) -> Store:
-    """A zarr v3 Store from a Store, a local path, an fsspec URL, or None (the default cache dir)."""
+    """A zarr v3 Store from a Store, a local path, a URL, an obstore store, or None (the default dir).
+
+    ``s3://``, ``gs://`` and ``az://`` URLs (and obstore store objects) open through obstore
+    (:func:`tiered_kv.tiers.ssd_object.open_object_store`); other URLs through fsspec.
+    """
     from zarr.storage import LocalStore
 
     if store is None:
         store = default_store_path()
     if isinstance(store, str) and "://" in store and not store.startswith("file://"):
-        from zarr.storage import FsspecStore  # s3://, gs://, memory://, ... (needs the fsspec backend)
+        from tiered_kv.tiers import ssd_object
+
+        if ssd_object.is_object_url(store):
+            return ssd_object.open_object_store(store)
+        from zarr.storage import FsspecStore  # memory://, ... (needs the fsspec backend)
 
         return FsspecStore.from_url(store)
     if isinstance(store, str) and store.startswith("file://"):
@@ -79,13 +95,40 @@ def open_store(store: Store | str | os.PathLike | None) -> Store:
         return LocalStore(path)
     if isinstance(store, Store):
         return store
-    raise ValueError(f"store: must be a path or a zarr v3 Store, got {type(store).__name__}")
+    from tiered_kv.tiers import ssd_object
+
+    if ssd_object.is_obstore_store(store):
+        return ssd_object.open_object_store(store)
+    raise ValueError(f"store: must be a path, a URL, a zarr v3 Store or an obstore store, got {type(store).__name__}")
+
+
+def describe(store: Store) -> str:
+    """The store as a user would name it (a path or a URL), for messages."""
+    root = local_root(store)
+    if root is not None:
+        return str(root)
+    from tiered_kv.tiers import ssd_object
+
+    return ssd_object.store_url(store) or str(store)
 
 
 def local_root(store: Store) -> Path | None:
     """The directory behind a LocalStore (used only for mtimes of partial files)."""
     root = getattr(store, "root", None)
     return Path(root) if isinstance(root, (str, Path)) else None
+
+
+class NotAFile(bytes):
+    """What a read returns where a chunk file should be but a directory is (never a valid chunk)."""
+
+
+NOT_A_FILE = NotAFile()
+
+
+def shard_of(path: str) -> str | None:
+    """The shard (first hex digit of the key) of a ``chunks/`` or ``access/`` path."""
+    parts = path.split("/", 2)
+    return parts[1] if len(parts) >= 2 and parts[0] + "/" in (CHUNKS, ACCESS) and parts[1] in SHARDS and len(parts[1]) == 1 else None
 
 
 def buffer(data: bytes):
@@ -144,25 +187,119 @@ def _group_json(attributes: dict) -> bytes:
     return json.dumps({"zarr_format": 3, "node_type": "group", "attributes": attributes}, indent=2).encode()
 
 
-async def ensure_layout(store: Store, namespace=None) -> None:
-    """Write the root group (and the namespace's group) unless they exist; never overwrite."""
-    root = {"tiered_kv": {
-        "layout": LAYOUT,
-        "chunk_key": "chunks/<first hex digit of key>/<32-hex chained blake2b-128 block key>",
-        "access_key": "access/<h>/<key>.<blake2b-64 of traffic class | any>",
-        "chunk_format": "b'TKVC' prefix (version, header_len, payload_len, crc32c) + JSON header + FP4 payload",
-        "docs": "tiered_kv/tiers/ssd_layout.py, tiered_kv/codec.py",
-    }}
-    if not await store.exists("zarr.json"):
-        await store.set_if_not_exists("zarr.json", buffer(_group_json(root)))
+ROOT_ATTRIBUTES = {"tiered_kv": {
+    "layout": LAYOUT,
+    "chunk_key": "chunks/<first hex digit of key>/<32-hex chained blake2b-128 block key>",
+    "access_key": "access/<h>/<key>.<blake2b-64 of traffic class | any>",
+    "usage_key": "usage/w-<writer id> (bytes written), usage/s-<h> (shard baseline); tiers/ssd_usage.py",
+    "chunk_format": "b'TKVC' prefix (version, header_len, payload_len, crc32c) + JSON header + FP4 payload",
+    "docs": "tiered_kv/tiers/ssd_layout.py, tiered_kv/codec.py",
+}}
+
+
+def namespace_attributes(namespace) -> dict:
+    return {"tiered_kv_namespace": {
+        "model": namespace.model, "fmt": namespace.fmt, "block_size": namespace.block_size,
+        "kv_heads": namespace.kv_heads, "head_dim": namespace.head_dim, "digest": namespace.digest.hex()}}
+
+
+def group_problem(data: bytes | None) -> str | None:
+    """Why ``data`` is not a Zarr v3 group document (None: it is one)."""
+    if data is None:
+        return "missing"
+    if isinstance(data, NotAFile):
+        return "a directory, not a file"
+    try:
+        doc = json.loads(data)
+    except (ValueError, UnicodeDecodeError):
+        return "not valid JSON"
+    if not isinstance(doc, dict) or doc.get("zarr_format") != 3 or doc.get("node_type") != "group":
+        return "not a Zarr v3 group document"
+    if not isinstance(doc.get("attributes", {}), dict):
+        return "attributes are not an object"
+    return None
+
+
+async def _get_whole(store: Store, path: str) -> bytes | None:
+    try:
+        buf = await store.get(path, prototype=default_buffer_prototype())
+    except IsADirectoryError:
+        return NOT_A_FILE
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    return None if buf is None else buf.to_bytes()
+
+
+async def _fix_group(store: Store, path: str, doc: bytes, problems: list[tuple[str, str]]) -> None:
+    data = await _get_whole(store, path)
+    why = group_problem(data)
+    if why is None:
+        return
+    if why == "missing":
+        await store.set_if_not_exists(path, buffer(doc))
+        return
+    problems.append((path, f"{why}; rewritten"))
+    root = local_root(store)
+    if root is not None and (root / path).is_dir():
+        await store.delete(path)
+    await store.set(path, buffer(doc))
+
+
+async def ensure_layout(store: Store, namespace=None) -> list[tuple[str, str]]:
+    """Write the root group (and the namespace's group) unless they are there; repair garbage.
+
+    A ``zarr.json`` that exists but is not a Zarr v3 group (a torn or foreign write) breaks
+    every zarr client that opens the store, so it is rewritten; a valid group is never
+    overwritten. Returns ``[(path, what was wrong)]`` for what was rewritten.
+    """
+    problems: list[tuple[str, str]] = []
+    await _fix_group(store, "zarr.json", _group_json(ROOT_ATTRIBUTES), problems)
     if namespace is not None:
         path = f"namespaces/{namespace.digest.hex()}/zarr.json"
-        if not await store.exists(path):
-            attrs = {"tiered_kv_namespace": {
-                "model": namespace.model, "fmt": namespace.fmt, "block_size": namespace.block_size,
-                "kv_heads": namespace.kv_heads, "head_dim": namespace.head_dim,
-                "digest": namespace.digest.hex()}}
-            await store.set_if_not_exists(path, buffer(_group_json(attrs)))
+        await _fix_group(store, path, _group_json(namespace_attributes(namespace)), problems)
+    return problems
+
+
+async def check_metadata(store: Store, *, repair: bool) -> list[tuple[str, str]]:
+    """Problems of the root and namespace ``zarr.json`` documents (``verify``); with ``repair``
+    the root is rewritten and a garbage namespace document removed (its tier rewrites it)."""
+    problems: list[tuple[str, str]] = []
+    why = group_problem(await _get_whole(store, "zarr.json"))
+    if why is not None:
+        problems.append(("zarr.json", why))
+        if repair:
+            await _fix_group(store, "zarr.json", _group_json(ROOT_ATTRIBUTES), [])
+    for path in await list_keys(store, "namespaces/"):
+        if not path.endswith("/zarr.json"):
+            continue
+        why = group_problem(await _get_whole(store, path))
+        if why is not None:
+            problems.append((path, why))
+            if repair:
+                await store.delete(path)
+    return problems
+
+
+def is_store(store: Store) -> bool:
+    """True if ``store`` holds an SSD-tier layout: our root group, or any chunk (a damaged root)."""
+    data = sync(_get_whole(store, "zarr.json"))
+    if group_problem(data) is None:
+        attrs = json.loads(data).get("attributes", {})
+        if isinstance(attrs.get("tiered_kv"), dict) and attrs["tiered_kv"].get("layout") == LAYOUT:
+            return True
+    root = local_root(store)
+    if root is not None:
+        return any((root / CHUNKS / h).is_dir() for h in SHARDS)
+
+    async def any_chunk() -> bool:
+        try:
+            async for _ in store.list_prefix(CHUNKS):
+                return True
+        except FileNotFoundError:
+            return False
+        return False
+
+    return sync(any_chunk())
 
 
 def precreate_shards(store: Store) -> None:
@@ -216,6 +353,51 @@ async def list_keys(store: Store, prefix: str) -> list[str]:
         return []
 
 
+def local_listing(root: Path, prefix: str) -> tuple[list[str], dict[str, str]]:
+    """Keys of the files under ``root/prefix`` and the obstacles found there (path -> reason).
+
+    An obstacle can never be valid and blocks every write to its place: a directory where an
+    object file belongs (``chunks/3/<key>/``) or a file where a shard directory belongs
+    (``chunks/3``, or ``chunks`` itself). One ``os.scandir`` per directory (faster than zarr's
+    ``rglob`` listing, which also cannot see an empty directory).
+    """
+    name = prefix.rstrip("/")
+    top = root / name
+    files: list[str] = []
+    obstacles: dict[str, str] = {}
+    try:
+        entries = list(os.scandir(top))
+    except FileNotFoundError:
+        return files, obstacles
+    except NotADirectoryError:
+        return files, {name: f"a file where directory {name}/ should be"}
+    for e in entries:
+        key = f"{prefix}{e.name}"
+        is_shard = len(e.name) == 1 and e.name in SHARDS
+        if not e.is_dir(follow_symlinks=False):
+            if is_shard:
+                obstacles[key] = f"a file where shard directory {key}/ should be"
+            else:
+                files.append(key)
+            continue
+        if not is_shard:  # a foreign directory: its files are strays
+            files += [p.relative_to(root).as_posix() for p in Path(e.path).rglob("*") if p.is_file()]
+            continue
+        for f in os.scandir(e.path):
+            if f.is_dir(follow_symlinks=False):
+                obstacles[f"{key}/{f.name}"] = "a directory where an object file should be"
+            else:
+                files.append(f"{key}/{f.name}")
+    return files, obstacles
+
+
+def _listing(store: Store, prefix: str) -> tuple[list[str], dict[str, str]]:
+    root = local_root(store)
+    if root is not None:
+        return local_listing(root, prefix)
+    return sync(list_keys(store, prefix)), {}
+
+
 def _parse_header(data: bytes, path: str, store: Store, *, full: bool) -> ChunkHeader | None:
     if full:
         return verify_chunk(data)
@@ -241,7 +423,9 @@ def get_many(store: Store, paths: list[str], byte_range, on_done: Callable[[int]
             try:
                 buf = store.get_sync(p, prototype=proto, byte_range=byte_range)
                 out.append(None if buf is None else as_bytes(buf))
-            except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+            except IsADirectoryError:
+                out.append(NOT_A_FILE)
+            except (FileNotFoundError, NotADirectoryError):
                 out.append(None)
             except Exception as exc:  # noqa: BLE001 - returned like the async path does
                 out.append(exc)
@@ -255,12 +439,17 @@ def get_many(store: Store, paths: list[str], byte_range, on_done: Callable[[int]
 
 def scan(store: Store, *, full: bool = False, progress: Callable[[int], None] | None = None,
          on_total: Callable[[int], None] | None = None) -> Scan:
-    """Read every chunk header (``full``: every chunk, CRC-checked) and every access record."""
-    chunk_keys = sync(list_keys(store, CHUNKS))
-    access_keys = sync(list_keys(store, ACCESS))
+    """Read every chunk header (``full``: every chunk, CRC-checked) and every access record.
+
+    Obstacles (:func:`local_listing`) are reported in ``corrupt``; deleting one removes it.
+    """
+    chunk_keys, obstacles = _listing(store, CHUNKS)
+    access_keys, more = _listing(store, ACCESS)
     if on_total is not None:
         on_total(len(chunk_keys) + len(access_keys))
     out = Scan()
+    out.corrupt.update(obstacles)
+    out.corrupt.update(more)
     chunk_paths = []
     for path in chunk_keys:
         m = _CHUNK_RE.fullmatch(path)
@@ -287,6 +476,11 @@ def scan(store: Store, *, full: bool = False, progress: Callable[[int], None] | 
         else:
             out.chunks[key] = res
             out.paths[key] = path
+    _read_records(store, access_keys, out, progress)
+    return out
+
+
+def _read_records(store: Store, access_keys: list[str], out: Scan, progress=None) -> None:
     rec_paths = []
     for path in access_keys:
         if _ACCESS_RE.fullmatch(path):
@@ -307,17 +501,27 @@ def scan(store: Store, *, full: bool = False, progress: Callable[[int], None] | 
             out.corrupt[path] = "access record does not match its path"
             continue
         out.records[path] = rec
-    return out
+
+
+def scan_records(store: Store) -> dict[str, AccessRecord]:
+    """Every valid access record, read now (GC re-reads them just before deleting)."""
+    keys, _ = _listing(store, ACCESS)
+    out = Scan()
+    _read_records(store, keys, out)
+    return out.records
 
 
 def removable_strays(store: Store, strays: list[str], grace: float) -> list[str]:
-    """Strays old enough to remove: ``.partial`` files of a live writer are left alone."""
+    """Strays to remove now. Only a ``.partial`` file may belong to a live writer (zarr's
+    LocalStore writes ``<key>.<uuid>.partial`` then renames it): it stays until it is
+    ``grace`` seconds old. Any other stray name can never become valid and goes at once."""
     root = local_root(store)
-    if root is None or grace <= 0:
-        return list(strays)
     now = time.time()
     out = []
     for path in strays:
+        if root is None or grace <= 0 or not path.endswith(".partial"):
+            out.append(path)
+            continue
         try:
             age = now - (root / path).stat().st_mtime
         except FileNotFoundError:

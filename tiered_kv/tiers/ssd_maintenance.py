@@ -1,0 +1,206 @@
+"""Whole-store operations of the SSD tier: stats, verify, gc (used by SSDTier and `tiered-kv store`).
+
+They need no namespace: every chunk carries its own header. They work on any store the tier
+works on (a local directory, zarr's MemoryStore, fsspec, object stores), because they see it
+only through :func:`tiered_kv.tiers.ssd_layout.scan`.
+
+``store_gc`` with ``part=(i, n)`` is one of ``n`` collectors that each own a range of shards
+(see :mod:`tiered_kv.tiers.ssd_object` for why every instance scans everything and deletes
+only its own). Before deleting it re-reads the access records and spares chunks whose access
+became newer than its scan; a corrupt object is read again and removed only if it still fails.
+After a pass it writes the usage baselines of its shards (:mod:`tiered_kv.tiers.ssd_usage`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+
+from zarr.core.sync import sync
+
+from tiered_kv.codec import CorruptChunk, verify_chunk
+from tiered_kv.tiers import ssd_layout as layout
+from tiered_kv.tiers import ssd_usage as usage
+from tiered_kv.tiers.ssd_gc import (
+    RetentionPolicy,
+    class_times,
+    owned_shards,
+    parse_part,
+    plan_gc,
+    reachable,
+    rehome_records,
+)
+
+AGE_BUCKETS = ((3600.0, "<1h"), (86400.0, "1h-1d"), (3 * 86400.0, "1d-3d"), (7 * 86400.0, "3d-7d"),
+               (math.inf, ">=7d"))
+
+
+def _scan(store, *, full: bool, progress: bool, desc: str) -> layout.Scan:
+    if not progress:
+        return layout.scan(store, full=full)
+    from tqdm import tqdm
+
+    bar = tqdm(desc=desc, unit="obj", leave=False, delay=1.0)
+    try:
+        return layout.scan(store, full=full, progress=bar.update, on_total=lambda n: setattr(bar, "total", n))
+    finally:
+        bar.close()
+
+
+def store_stats(store, *, now: float, policy: RetentionPolicy | None = None, progress: bool = False,
+                counters: dict | None = None, quick: bool = False) -> dict:
+    """Summary of a store: chunks, bytes, per class and namespace, age since last access."""
+    store = layout.open_store(store)
+    s = _scan(store, full=False, progress=progress, desc="scanning chunk headers")
+    total = sum(h.nbytes for h in s.chunks.values())
+    out: dict = {"chunks": len(s.chunks), "bytes": total}
+    if quick:
+        return out
+    times, anyt = class_times(s.chunks, s.records)
+    by_class: dict[str, dict] = {}
+    by_ns: dict[str, dict] = {}
+    ages = dict.fromkeys((name for _, name in AGE_BUCKETS), 0)
+    for key, h in s.chunks.items():
+        c = by_class.setdefault(h.traffic_class, {"chunks": 0, "bytes": 0, "tokens": 0})
+        c["chunks"] += 1
+        c["bytes"] += h.nbytes
+        c["tokens"] += h.tokens
+        n = by_ns.setdefault(h.ns_digest.hex(), {"fmt": h.fmt, "chunks": 0, "bytes": 0})
+        n["chunks"] += 1
+        n["bytes"] += h.nbytes
+        age = now - max(max(times[key].values()), anyt[key])
+        ages[next(name for limit, name in AGE_BUCKETS if age < limit)] += 1
+    out.update({
+        "tokens": sum(h.tokens for h in s.chunks.values()),
+        "by_class": by_class, "by_namespace": by_ns, "age_since_last_access": ages,
+        "access_records": len(s.records), "corrupt_objects": len(s.corrupt), "stray_objects": len(s.strays),
+        "payload_bytes": sum(h.payload_len for h in s.chunks.values()),
+        "usage_estimate_bytes": usage.read_view(store).estimate(),
+    })
+    if policy is not None:
+        cap = policy.capacity_bytes
+        out["capacity_bytes"] = None if math.isinf(cap) else int(cap)
+        out["used_fraction"] = None if math.isinf(cap) else total / cap
+    if counters:
+        out["process_counters"] = counters
+    return out
+
+
+def store_verify(store, *, repair: bool = True, partial_grace: float = 300.0, progress: bool = False) -> dict:
+    """Read and CRC-check every chunk; report (and with ``repair`` remove) what is broken.
+
+    ``problems`` counts what was wrong (corrupt objects, obstacles, garbage metadata, strays
+    that can be removed); a live writer's recent ``.partial`` files are not problems.
+    """
+    store = layout.open_store(store)
+    metadata = sync(layout.check_metadata(store, repair=repair))
+    s = _scan(store, full=True, progress=progress, desc="verifying chunks")
+    strays = layout.removable_strays(store, s.strays, partial_grace)
+    report = {"chunks_ok": len(s.chunks), "bytes_ok": sum(h.nbytes for h in s.chunks.values()),
+              "corrupt": sorted(s.corrupt.items()), "strays": sorted(s.strays),
+              "metadata": sorted(metadata),
+              "unreachable_chunks": len(s.chunks) - len(reachable(s.chunks)), "repaired": False,
+              "problems": len(s.corrupt) + len(strays) + len(metadata)}
+    if repair:
+        sync(layout.delete_all(store, list(s.corrupt) + strays))
+        report["repaired"] = True
+        report["removed_objects"] = len(s.corrupt) + len(strays)
+    return report
+
+
+def _still_corrupt(store, paths: list[str]) -> list[str]:
+    """The corrupt chunk objects that fail again on a fresh read (another writer may have
+    replaced one since the scan); obstacles and other objects are returned as they are."""
+    out = []
+    chunk_paths = [p for p in paths if layout._CHUNK_RE.fullmatch(p)]
+    fresh = dict(zip(chunk_paths, layout.get_many(store, chunk_paths, None), strict=True))
+    for p in paths:
+        if p not in fresh:
+            out.append(p)
+            continue
+        data = fresh[p]
+        if data is None:
+            continue  # gone already
+        if isinstance(data, Exception):
+            raise data
+        try:
+            verify_chunk(data, key=bytes.fromhex(p.rsplit("/", 1)[1]))
+        except CorruptChunk:
+            out.append(p)
+    return out
+
+
+def store_gc(store, policy: RetentionPolicy, *, now: float, dry_run: bool = False, orphan_grace: float = 60.0,
+             partial_grace: float = 300.0, progress: bool = False, part=None, io=None) -> dict:
+    """One GC pass: TTL, orphans, watermark LRU, plus corrupt objects and stale partial writes.
+
+    ``part``: ``(i, n)`` or ``"i/n"``; this pass deletes only in its share of the shards.
+    """
+    from tiered_kv.tiers.ssd_io import make_io
+
+    part = parse_part(part)
+    owned = set(owned_shards(part))
+    store = layout.open_store(store)
+    snapshot = {} if dry_run else usage.read_view(store, ledgers_only=True).ledgers  # before the scan
+    s = _scan(store, full=False, progress=progress, desc="scanning chunk headers")
+    plan = plan_gc(s.chunks, s.records, policy, now, orphan_grace=orphan_grace)
+
+    def mine(path: str) -> bool:
+        h = layout.shard_of(path)
+        return h in owned if h is not None else (part is None or part[0] == 1)
+
+    gone = set(plan.removed)
+    spared = 0
+    drop, write, sources = plan.drop_records, plan.write_records, plan.record_sources
+    if gone and not dry_run:  # readers may have touched chunks since the scan: re-read records
+        fresh = layout.scan_records(store)
+        again = plan_gc(s.chunks, fresh, policy, now, orphan_grace=orphan_grace)
+        kept = gone - set(again.removed)
+        spared = sum(1 for k in kept if mine(s.paths[k]))
+        gone &= set(again.removed)
+        drop, write, sources = rehome_records(s.chunks, fresh, gone)
+    ours = [k for k in plan.removed if k in gone and mine(s.paths[k])]
+    strays = [p for p in layout.removable_strays(store, s.strays, partial_grace) if mine(p)]
+    corrupt = [p for p in s.corrupt if mine(p)]
+    removed_bytes = sum(s.chunks[k].nbytes for k in ours)
+    ours_set = set(ours)
+    report = {
+        "now": now, "dry_run": dry_run, "part": None if part is None else f"{part[0]}/{part[1]}",
+        "chunks_before": len(s.chunks), "bytes_before": plan.bytes_before,
+        "expired_chunks": sum(1 for k in plan.expired if k in ours_set),
+        "evicted_chunks": sum(1 for k in plan.evicted if k in ours_set),
+        "orphan_chunks": sum(1 for k in plan.orphans if k in ours_set),
+        "removed_chunks": len(ours), "freed_bytes": removed_bytes, "spared_by_fresh_access": spared,
+        "bytes_after": plan.bytes_after, "corrupt_objects": len(corrupt), "stray_objects": len(strays),
+        "access_records_dropped": sum(1 for p in drop if mine(p)),
+        "access_records_moved": sum(1 for r in write if mine(sources[layout.access_path(r.key, r.traffic_class)])),
+        "capacity_bytes": None if math.isinf(policy.capacity_bytes) else int(policy.capacity_bytes),
+        "expired_by_class": dict(Counter(s.chunks[k].traffic_class for k in plan.expired if k in ours_set)),
+    }
+    if dry_run:
+        return report
+    corrupt = _still_corrupt(store, corrupt)
+
+    async def apply() -> None:
+        # Children before parents: a reader never sees a parent vanish under a surviving child.
+        order = sorted(ours, key=lambda k: -s.chunks[k].index)
+        await layout.delete_all(store, [s.paths[k] for k in order])
+        # a moved record is written by the owner of the record it replaces (the removed tail's)
+        moved = [(layout.access_path(r.key, r.traffic_class), r) for r in write]
+        await layout.bounded(store.set(p, layout.buffer(r.encode())) for p, r in moved if mine(sources[p]))
+        await layout.delete_all(store, [p for p in drop if mine(p)] + corrupt + strays)
+
+    sync(apply())
+    shard_bytes = dict.fromkeys(owned, 0)
+    for key, h in s.chunks.items():
+        shard = layout.shard_of(s.paths[key])
+        if shard in shard_bytes and key not in gone:
+            shard_bytes[shard] += h.nbytes
+    own_io = io is None
+    io = make_io(store) if own_io else io
+    try:
+        usage.after_gc(store, io, snapshot, shard_bytes)
+    finally:
+        if own_io:
+            io.close()
+    return report

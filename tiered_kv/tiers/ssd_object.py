@@ -1,0 +1,359 @@
+"""The SSD tier on object storage (S3 and S3-compatible services, GCS, Azure) through obstore.
+
+``SSDTier("s3://bucket/prefix", ...)`` or ``SSDTier(obstore.store.S3Store(...), ...)``: the
+store is wrapped in zarr's ``ObjectStore``, so the layout, the scans of ``stats``/``verify``/
+``gc`` and ``tiered-kv store`` run on it unchanged, byte for byte the same objects as on a
+local directory (:mod:`tiered_kv.tiers.ssd_layout`). The hot path talks to obstore directly
+(:class:`ObjectChunkIO`), where zarr adds nothing but an event-loop hop and a copy.
+
+Crash safety without rename: a chunk is one object written by one PUT, which S3 makes visible
+whole or not at all, so a writer killed mid-put leaves nothing (no ``.partial`` files either).
+Concurrent writers of one key use put-if-absent (``mode="create"``, ``If-None-Match: *``); the
+loser reads the existing object and takes "already exists" as success only if it passes the
+same CRC32C, length, key and namespace checks a reader applies; otherwise it overwrites it
+(the object was damaged). A service that ignores ``If-None-Match`` turns this into last writer
+wins, which is still safe: both wrote the KV of the same prefix.
+
+Recency without a central index. The choices were (a) object metadata: S3 metadata is
+immutable, so a touch is a server-side copy of the whole chunk, racing GC, and LIST does not
+return metadata, so GC would need a HEAD per chunk; (b) per-writer access logs: cheap appends
+on a file system, but S3 has no append, so a writer would batch records into segment objects
+that GC must read, fold and compact, and a dead writer's unflushed segment is lost; (c) what
+the local layout already does: one tiny record per ``get_prefix`` on the prefix's *tail* key
+(``access/<h>/<key>.<class>``), overwritten in place. Chosen: (c). A hit of a 512-chunk
+prefix costs one small PUT, written off the read path by a background thread; GC lists the
+records with the chunks and propagates each tail's time to its ancestors through the parent
+keys in the chunk headers. Two readers of one tail racing can leave the earlier time (last
+writer wins): the prefix then looks older by at most the gap between them.
+
+GC as several instances: ``gc(part=(i, n))`` (``tiered-kv store gc URL --part i/n``) owns
+shards ``i`` of ``n`` (the 16 first hex digits of the keys, split into ``n`` contiguous ranges),
+as 3FS runs one collector per storage node. Each instance scans the whole store (a prefix's
+chunks are spread over all shards, and LRU needs the whole tree), computes the same global
+plan, and deletes only objects in its own shards, children before parents; so instances never
+delete the same object and their union is the global plan. Before deleting, an instance
+re-reads the access records and spares every chunk whose record has become newer than its
+scan (a reader has just returned it). Deleting is the only thing GC does to a chunk, and a
+reader checks every chunk it returns and stops at the first gap, so a reader racing any
+number of collectors returns a shorter valid prefix, never a wrong one.
+
+Errors: an unreachable endpoint, a missing bucket or rejected credentials raise
+:class:`StoreAccessError` (a ValueError: the ``tiered-kv`` CLI prints it as one line) naming
+the URL and what failed, within ``ACCESS_TIMEOUT_S`` seconds; URL-opened stores get short
+connect timeouts and few retries (obstore's defaults retry for 3 minutes).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Callable, Sequence
+from datetime import timedelta
+
+from zarr.core.sync import sync
+
+from tiered_kv.tiers import ssd_layout as layout
+
+OBJECT_SCHEMES = ("s3", "s3a", "gs", "gcs", "az", "azure", "abfs", "abfss")
+ACCESS_TIMEOUT_S = 20.0
+CLIENT_OPTIONS = {"connect_timeout": "5s", "timeout": "60s"}
+RETRY_CONFIG = {"max_retries": 3, "retry_timeout": timedelta(seconds=15)}
+
+
+class StoreAccessError(ValueError):
+    """The store cannot be used: unreachable, no such bucket, or credentials rejected."""
+
+
+def is_object_url(url: str) -> bool:
+    return url.split("://", 1)[0].lower() in OBJECT_SCHEMES
+
+
+def is_obstore_store(obj) -> bool:
+    return type(obj).__module__.startswith("obstore")
+
+
+def is_object_store(store) -> bool:
+    from zarr.storage import ObjectStore
+
+    return isinstance(store, ObjectStore)
+
+
+def _require_obstore():
+    try:
+        import obstore  # noqa: F401
+    except ImportError:  # pragma: no cover - obstore is in the dev extra
+        raise ValueError("store: object-store URLs need obstore (pip install obstore)") from None
+
+
+def open_object_store(store):
+    """zarr ``ObjectStore`` over an obstore store or URL (``s3://bucket/prefix``).
+
+    URLs take their configuration from the environment as obstore reads it (``AWS_ENDPOINT_URL``,
+    ``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_REGION``, ...); an ``http://``
+    endpoint is allowed when ``AWS_ENDPOINT_URL`` is one (a local MinIO or moto).
+    """
+    _require_obstore()
+    from zarr.storage import ObjectStore
+
+    if isinstance(store, str):
+        from obstore.store import from_url
+
+        options = dict(CLIENT_OPTIONS)
+        endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL") or ""
+        if endpoint.startswith("http://"):
+            options["allow_http"] = True
+        scheme, rest = store.split("://", 1)
+        url = f"s3://{rest}" if scheme.lower() == "s3a" else store
+        try:
+            store = from_url(url, client_options=options, retry_config=RETRY_CONFIG)
+        except Exception as exc:  # noqa: BLE001 - obstore raises several types for bad URLs
+            raise ValueError(f"store: cannot open {url}: {_first_line(exc)}") from None
+    return ObjectStore(store)
+
+
+def store_url(store) -> str | None:
+    """``s3://bucket/prefix`` (and the endpoint, when one is set) of an object store."""
+    if not is_object_store(store):
+        return None
+    inner = store.store
+    cfg = getattr(inner, "config", {}) or {}
+    prefix = (getattr(inner, "prefix", None) or "").strip("/")
+    name = type(inner).__name__
+    if "bucket" in cfg:
+        scheme = {"S3Store": "s3", "GCSStore": "gs"}.get(name, "s3")
+        url = f"{scheme}://{cfg['bucket']}/{prefix}".rstrip("/")
+    elif "container_name" in cfg:
+        url = f"az://{cfg['container_name']}/{prefix}".rstrip("/")
+    else:
+        return f"obstore {name}" + (f" {prefix}" if prefix else "")
+    endpoint = cfg.get("endpoint") or cfg.get("aws_endpoint")
+    return f"{url} (endpoint {endpoint})" if endpoint else url
+
+
+def _first_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return text[:300]
+
+
+def _endpoint(store) -> str:
+    cfg = getattr(store.store, "config", {}) or {}
+    return str(cfg.get("endpoint") or cfg.get("aws_endpoint") or "the service's default endpoint")
+
+
+def access_error(store, exc: BaseException, timeout: float) -> StoreAccessError:
+    """One line naming the store and what failed, from an obstore (or timeout) exception."""
+    url = store_url(store) or str(store)
+    cfg = getattr(store.store, "config", {}) or {}
+    text = str(exc)
+    if isinstance(exc, (asyncio.TimeoutError, TimeoutError)):
+        return StoreAccessError(f"store {url}: no answer from {_endpoint(store)} within {timeout:g} s")
+    if "NoSuchBucket" in text:
+        return StoreAccessError(f"store {url}: bucket {cfg.get('bucket', '?')!r} does not exist at {_endpoint(store)}")
+    for code in ("InvalidAccessKeyId", "SignatureDoesNotMatch", "AccessDenied", "ExpiredToken",
+                 "InvalidToken", "403 Forbidden", "401 Unauthorized"):
+        if code in text or type(exc).__name__ in ("PermissionDeniedError", "UnauthenticatedError"):
+            code = code if code in text else type(exc).__name__
+            return StoreAccessError(f"store {url}: credentials rejected by {_endpoint(store)} ({code}); "
+                                    "check AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY or the store's credentials")
+    if "error sending request" in text or "onnection refused" in text or "dns error" in text:
+        return StoreAccessError(f"store {url}: cannot connect to {_endpoint(store)} (connection failed)")
+    return StoreAccessError(f"store {url}: {type(exc).__name__}: {_first_line(exc)}")
+
+
+def check_access(store, timeout: float = ACCESS_TIMEOUT_S) -> None:
+    """List the store's prefix once; raise :class:`StoreAccessError` if that fails or hangs."""
+    import obstore as obs
+
+    async def probe() -> None:
+        await asyncio.wait_for(obs.list_with_delimiter_async(store.store), timeout)
+
+    try:
+        sync(probe())
+    except StoreAccessError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - classified into one line
+        raise access_error(store, exc, timeout) from None
+
+
+def size_of_prefix(store, prefix: str) -> int:
+    """Total bytes of the objects under ``prefix`` (one LIST, pages of 1000)."""
+    import obstore as obs
+
+    async def total() -> int:
+        n = 0
+        async for batch in obs.list(store.store, prefix=prefix):
+            n += sum(m["size"] for m in batch)
+        return n
+
+    return sync(total())
+
+
+class ObjectChunkIO:
+    """:class:`~tiered_kv.tiers.ssd_io.ChunkIO` for obstore: concurrent requests, put-if-absent."""
+
+    def __init__(self, store, *, concurrency: int = layout.IO_CONCURRENCY, read_limit=None,
+                 write_limit=None, on_repair: Callable[[str, str], None] | None = None) -> None:
+        self.store = store
+        self.obs_store = store.store
+        self.concurrency = concurrency
+        self.batch = concurrency
+        self.threads = 1
+        self.root = None
+        self.sync_path = False
+        self.read_limit = read_limit
+        self.write_limit = write_limit
+        self.on_repair = on_repair
+
+    def close(self) -> None:
+        pass
+
+    # ------------------------------------------------------------------ reads
+
+    def read_prefix(self, paths: Sequence[str]) -> list[bytes]:
+        """Objects at ``paths`` in order up to the first missing one: a sliding window of
+        ``concurrency`` GETs; nothing past a miss is requested once the miss is known."""
+        return sync(self._read_prefix(list(paths)))
+
+    async def _read_prefix(self, paths: list[str]) -> list[bytes]:
+        import obstore as obs
+
+        n = len(paths)
+        out: list = [None] * n
+        stop = [n]
+        sem = asyncio.Semaphore(self.concurrency)
+
+        async def one(i: int) -> None:
+            async with sem:
+                if i >= stop[0]:
+                    return
+                try:
+                    resp = await obs.get_async(self.obs_store, paths[i])
+                    data = bytes(await resp.bytes_async())
+                except FileNotFoundError:
+                    stop[0] = min(stop[0], i)
+                    return
+                if self.read_limit is not None:
+                    await self.read_limit.wait_async(len(data))
+                out[i] = data
+
+        await asyncio.gather(*(one(i) for i in range(n)))
+        k = next((i for i, d in enumerate(out) if d is None), n)
+        return out[:k]
+
+    def exists(self, paths: Sequence[str]) -> list[bool]:
+        import obstore as obs
+
+        async def head(p: str) -> bool:
+            try:
+                await obs.head_async(self.obs_store, p)
+                return True
+            except FileNotFoundError:
+                return False
+
+        res = sync(layout.bounded((head(p) for p in paths), self.concurrency))
+        for r in res:
+            if isinstance(r, Exception):
+                raise r
+        return res
+
+    def present_for_put(self, paths: Sequence[str]) -> list[bool]:
+        """Which chunks a put can skip. One HEAD of the last chunk first: if it is missing, the
+        put writes every chunk with put-if-absent (a present one costs its upload and one GET),
+        instead of a HEAD per chunk (a whole extra round of requests for the usual new suffix)."""
+        if not paths:
+            return []
+        if not self.exists([paths[-1]])[0]:
+            return [False] * len(paths)
+        return self.exists(paths)
+
+    # ------------------------------------------------------------------ writes
+
+    def write(self, items: Sequence[tuple[str, bytes]], *, create: bool = False, verify=None) -> list:
+        """PUT every object; per item None, :data:`~tiered_kv.tiers.ssd_io.ALREADY_PRESENT` or the
+        exception. ``create``: put-if-absent; an existing object is kept if ``verify(path, data)``."""
+        items = list(items)
+        res, _ = self.write_stream(len(items), items.__getitem__, create=create, verify=verify)
+        return res
+
+    def write_stream(self, n: int, make: Callable[[int], tuple[str, bytes]], *, create: bool = False,
+                     verify=None) -> tuple[list, list[int]]:
+        """Build item ``j`` with ``make(j)`` just before its PUT (at most ``concurrency`` built
+        and in flight); after a failure nothing further is started. Returns (results, sizes)."""
+        return sync(self._write_stream(n, make, create, verify))
+
+    async def _write_stream(self, n, make, create, verify) -> tuple[list, list[int]]:
+        from tiered_kv.tiers.ssd_io import ALREADY_PRESENT
+
+        res: list = [OSError("not attempted after an earlier failure")] * n
+        sizes = [0] * n
+        sem = asyncio.Semaphore(self.concurrency)
+        failed = [False]
+        tasks = []
+
+        async def one(j: int, path: str, data: bytes) -> None:
+            try:
+                res[j] = await self._put(path, data, create, verify)
+                if res[j] is not None and res[j] is not ALREADY_PRESENT:
+                    failed[0] = True
+            finally:
+                sem.release()
+
+        try:
+            for j in range(n):
+                await sem.acquire()
+                if failed[0]:
+                    sem.release()
+                    break
+                try:
+                    path, data = make(j)
+                except BaseException:
+                    sem.release()
+                    raise
+                sizes[j] = len(data)
+                if self.write_limit is not None:
+                    await self.write_limit.wait_async(len(data))
+                tasks.append(asyncio.ensure_future(one(j, path, data)))
+        finally:
+            await asyncio.gather(*tasks)
+        return res, sizes
+
+    async def _put(self, path: str, data: bytes, create: bool, verify):
+        import obstore as obs
+        from obstore.exceptions import AlreadyExistsError, PreconditionError
+
+        from tiered_kv.tiers.ssd_io import ALREADY_PRESENT
+
+        try:
+            if not create:
+                await obs.put_async(self.obs_store, path, data, use_multipart=False)
+                return None
+            try:
+                await obs.put_async(self.obs_store, path, data, mode="create", use_multipart=False)
+                return None
+            except (AlreadyExistsError, PreconditionError):
+                pass
+            try:
+                existing = bytes(await (await obs.get_async(self.obs_store, path)).bytes_async())
+            except FileNotFoundError:  # deleted (by GC) since: try once more
+                existing = None
+            if existing is not None and (verify is None or verify(path, existing)):
+                return ALREADY_PRESENT
+            await obs.put_async(self.obs_store, path, data, use_multipart=False)
+            if existing is not None and self.on_repair is not None:
+                self.on_repair(path, "existing object failed its checks; replaced")
+            return None
+        except Exception as exc:  # noqa: BLE001 - the caller decides
+            return exc
+
+    def delete(self, paths: Sequence[str]) -> None:
+        import obstore as obs
+
+        async def rm(p: str) -> None:
+            try:
+                await obs.delete_async(self.obs_store, p)
+            except FileNotFoundError:
+                pass
+
+        for r in sync(layout.bounded((rm(p) for p in paths), self.concurrency)):
+            if isinstance(r, Exception):
+                raise r
