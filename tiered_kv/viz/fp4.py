@@ -120,6 +120,26 @@ def bytes_frame() -> pl.DataFrame:
                                            "source", "note")
 
 
+def bytes_table(frame: pl.DataFrame, arch: str | None = None):
+    """Every row of ``frame`` (:func:`bytes_frame`), or those of one ``arch``, as an HTML table.
+
+    A polars frame shows its first and last five rows only: the DeepSeek-V3 rows of the
+    19-row table were hidden where workshop question 4 sends people to read them.
+    """
+    from IPython.display import HTML
+
+    rows = frame if arch is None else frame.filter(pl.col("arch") == arch)
+    if arch is not None and rows.is_empty():
+        raise ValueError(f"arch: must be one of {sorted(set(frame['arch']))}, got {arch!r}")
+    table = [{"architecture": r["arch"], "KV kind": r["kind"], "precision": r["precision"],
+              "bits/element": "" if r["bits_per_element"] is None else f"{r['bits_per_element']:g}",
+              "bytes/token": f"{r['bytes_per_token']:,.0f}", "source": r["source"], "note": r["note"] or ""}
+             for r in rows.iter_rows(named=True)]
+    css = ("<style>.tkv-bytes td, .tkv-bytes th {padding: 2px 10px; text-align: left}"
+           " .tkv-bytes td:nth-child(4), .tkv-bytes td:nth-child(5) {text-align: right}</style>")
+    return HTML(css + html_table(table, css_class="tkv-bytes"))
+
+
 def bytes_chart(frame: pl.DataFrame) -> alt.Chart:
     return alt.Chart(frame.with_columns((pl.col("arch") + " · " + pl.col("precision")).alias("label"))).mark_bar().encode(
         alt.Y("label:N", sort="-x", title=None),

@@ -55,7 +55,8 @@ EXERCISES: tuple[Exercise, ...] = (
     Exercise(
         "fp4-v3-bytes",
         "How many bytes per token does DeepSeek-V3's MLA KV cache take in MXFP4?",
-        "notebook 02: the bytes-per-token table (61 layers x (512 + 64) elements x 4.25 bits).",
+        "the DeepSeek-V3 rows of the bytes-per-token table (all rows in notebook 02): "
+        "61 layers x (512 + 64) elements x 4.25 bits.",
         "bytes/token", 0.01,
         "MXFP4 stores 4 bits per element plus one 8-bit scale per 32 elements: 4.25 bits.",
     ),

@@ -19,6 +19,29 @@ from tiered_kv.viz.report import Claim, FigureResult
 NAME = "02_ttft"
 TITLE = "TTFT vs prompt length: hit vs miss (model) and measured on this machine"
 
+#: One colour per case in both panels: a miss is red wherever it is drawn.
+MISS = "miss (recompute)"
+CASE_COLORS = {
+    MISS: "#d62728",
+    "hit, BF16 MLA KV (70,272 B/token)": "#1f77b4",
+    "hit, FP4 KV (890 B/token)": "#17becf",
+    "SSD hit, page cache dropped (replay)": "#2ca02c",
+    "SSD hit, page cache warm (replay)": "#98df8a",
+    "SSD + host hit (no replay)": "#9467bd",
+}
+#: The measured cases of :func:`tiered_kv.bench.ttft.measure_ttft`, named as in the model panel.
+MEASURED_CASES = {"miss": MISS, "ssd_cold_hit": "SSD hit, page cache dropped (replay)",
+                  "ssd_warm_hit": "SSD hit, page cache warm (replay)", "ssd_hit": "SSD hit, page cache warm (replay)",
+                  "ssd_host_hit": "SSD + host hit (no replay)"}
+_SPARE = ("#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#ff7f0e")
+
+
+def case_scale(cases) -> dict:
+    """Domain and range of the colour scale both panels share: one colour per case."""
+    domain = list(dict.fromkeys(cases))
+    spare = iter(_SPARE * 4)
+    return {"domain": domain, "range": [CASE_COLORS.get(c) or next(spare) for c in domain]}
+
 
 def _model_frame() -> pl.DataFrame:
     from tiered_kv.sim.cluster import latency as L
@@ -59,16 +82,24 @@ def build(quick: bool) -> FigureResult:
     left = alt.Chart(model).mark_line(point=True).encode(
         x=alt.X("prompt_tokens:Q", scale=alt.Scale(type="log", base=2), title="prompt length (tokens, log)"),
         y=alt.Y("ttft_s:Q", scale=alt.Scale(type="log"), title="TTFT (seconds, log)"),
-        color=alt.Color("case:N", title=None, legend=alt.Legend(orient="bottom", columns=1)),
+        color=alt.Color("case:N", title=None, scale=alt.Scale(**case_scale(model["case"])),
+                        legend=alt.Legend(orient="bottom", columns=1, labelLimit=400)),
         tooltip=["prompt_tokens", alt.Tooltip("ttft_s:Q", format=".3f"), "case"],
     ).properties(width=380, height=300, title="latency model (DeepSeek-V3, one machine, idle)")
     measured, how = _measured(quick)
     if measured is not None:
+        measured = measured.with_columns(pl.col("case").replace(MEASURED_CASES))
+        scale = alt.Scale(**case_scale([*model["case"], *measured["case"]]))
+        left = left.encode(color=alt.Color("case:N", title=None, scale=scale,
+                                           legend=alt.Legend(orient="bottom", columns=1, labelLimit=400)))
         right = alt.Chart(measured).mark_bar().encode(
-            x=alt.X("case:N", title=None), y=alt.Y("ttft_ms:Q", title="TTFT (milliseconds)"),
-            color=alt.Color("case:N", legend=None), column=alt.Column("length_tokens:O", title="prompt tokens"),
-        ).properties(width=80, height=300, title="measured: trained small model, CPU")
-        chart = alt.hconcat(left, right).resolve_scale(color="independent").properties(title=TITLE)
+            x=alt.X("case:N", title=None, sort=list(scale.domain), axis=alt.Axis(labels=False, ticks=False)),
+            y=alt.Y("ttft_ms:Q", title="TTFT (milliseconds)"),
+            color=alt.Color("case:N", scale=scale, legend=None),
+            column=alt.Column("length_tokens:O", title="prompt tokens"),
+            tooltip=["case", "length_tokens", alt.Tooltip("ttft_ms:Q", format=".1f")],
+        ).properties(width=80, height=300, title="measured: trained small model, CPU (colours as on the left)")
+        chart = alt.hconcat(left, right).resolve_scale(color="shared").properties(title=TITLE)
         data = pl.concat([model.with_columns(pl.lit("model").alias("source")),
                           measured.rename({"length_tokens": "prompt_tokens"})
                           .with_columns((pl.col("ttft_ms") / 1e3).alias("ttft_s"), pl.lit("measured").alias("source"))
@@ -90,7 +121,7 @@ def build(quick: bool) -> FigureResult:
     notes = (f"Model: TTFT = load + prefill of the uncached suffix + replay of R tokens (no queueing here). "
              f"With FP4 KV (890 B/token) the 128K hit falls to {hit_fp4:.3f} s: the load "
              f"({float(L.load_seconds(cfg, k128 - 512)):.3f} s in BF16) nearly vanishes; what remains is the suffix prefill and the replay. "
-             f"Right panel: {how}; case ssd_hit replays R tokens, ssd_host_hit finds the window state; one "
+             f"Right panel: {how}; an SSD hit replays R tokens, an SSD + host hit finds the window state; one "
              "repeat on a CPU shared with other jobs, so single bars can be off by a large factor "
              "(`tiered-kv bench ttft --repeats 5` for medians).")
     return FigureResult(chart=chart, claims=claims, data=data, notes=notes)

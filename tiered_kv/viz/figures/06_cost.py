@@ -20,6 +20,8 @@ from tiered_kv.viz.report import Claim, FigureResult
 
 NAME = "06_cost"
 TITLE = "Price per million input tokens vs hit rate (hit = 1/50 of a miss), and the machine-time gap"
+#: The label of the dashed line at 50 on the right panel.
+PRICE_GAP_LABEL = "50x: DeepSeek's price gap (miss / hit)"
 
 
 def build(quick: bool) -> FigureResult:
@@ -62,6 +64,8 @@ def build(quick: bool) -> FigureResult:
         x=alt.X("prompt_tokens:Q", scale=alt.Scale(type="log", base=2), title="prompt length (tokens, log)"),
         y=alt.Y("miss_over_hit_machine_time:Q", title="miss / hit machine time (x)"))
         + alt.Chart(pl.DataFrame({"y": [50.0]})).mark_rule(strokeDash=[6, 4]).encode(y="y:Q")
+        + alt.Chart(pl.DataFrame({"y": [50.0], "x": [float(n[0])], "label": [PRICE_GAP_LABEL]})).mark_text(
+            align="left", baseline="bottom", dx=4, dy=-3, fontSize=11).encode(x="x:Q", y="y:Q", text="label:N")
     ).properties(width=340, height=280, title="machine-time gap, DeepSeek-V3 latency model")
     chart = alt.hconcat(left, right).properties(title=TITLE)
     k128 = L.CALIBRATION_TOKENS
