@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import ast
 import json
+import subprocess
+import sys
 
 import pytest
 
@@ -65,3 +68,22 @@ def test_bad_arguments_give_one_clear_line(capsys, argv, match):
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert match in err and "Traceback" not in err
+
+
+def test_simulator_commands_import_only_what_they_need():
+    """`curves` and `simulate` import their own command modules and no torch, altair, zarr or widgets."""
+    code = """
+import contextlib, io, sys
+from tiered_kv.cli import main
+with contextlib.redirect_stdout(io.StringIO()):
+    main(["curves", "--trace", "conversation", "--points", "4", "--ttl-points", "4", "--belady-points", "2", "--json"])
+    main(["simulate", "--trace", "conversation", "--policy", "lru", "--capacity", "100000", "--json"])
+print(sorted(m for m in ("torch", "altair", "zarr", "ipywidgets", "tiered_kv.viz", "tiered_kv.tiers") if m in sys.modules))
+print(sorted(m for m in sys.modules if m.startswith("tiered_kv.commands.")))
+"""
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    heavy, commands = (ast.literal_eval(line) for line in proc.stdout.splitlines()[-2:])
+    assert heavy == []
+    assert set(commands) <= {"tiered_kv.commands.curves", "tiered_kv.commands.simulate",
+                             "tiered_kv.commands._common", "tiered_kv.commands._cluster"}

@@ -3,6 +3,10 @@
 Subcommands are discovered from :mod:`tiered_kv.commands` (and benchmarks from
 :mod:`tiered_kv.bench`), so each feature owns its command in its own module. Every
 subcommand has ``--help``; heavy libraries are imported only when a command runs.
+
+Start-up: ``tiered-kv curves ...`` imports only ``tiered_kv.commands.curves`` (a module whose
+file name is its ``NAME``); the full list of commands is imported only for ``--help``, a bare
+``tiered-kv`` or a name that is not a command module, so that argparse can list them all.
 """
 
 from __future__ import annotations
@@ -18,19 +22,27 @@ import tiered_kv
 import tiered_kv.commands
 
 
-def discover(package: ModuleType) -> list[ModuleType]:
-    """Modules of ``package`` that define ``NAME``, ``register`` and ``run``, sorted by name."""
-    found = []
-    for info in pkgutil.iter_modules(package.__path__):
-        if info.name.startswith("_"):
-            continue
-        module = importlib.import_module(f"{package.__name__}.{info.name}")
-        if all(hasattr(module, attr) for attr in ("NAME", "register", "run")):
-            found.append(module)
+def _is_command(module: ModuleType) -> bool:
+    return all(hasattr(module, attr) for attr in ("NAME", "register", "run"))
+
+
+def discover(package: ModuleType, only: str | None = None) -> list[ModuleType]:
+    """Modules of ``package`` that define ``NAME``, ``register`` and ``run``, sorted by name.
+
+    With ``only``, just the module of that file name when it is such a command and its ``NAME``
+    is ``only`` (nothing else is imported); otherwise every command module.
+    """
+    names = [info.name for info in pkgutil.iter_modules(package.__path__) if not info.name.startswith("_")]
+    if only in names:
+        module = importlib.import_module(f"{package.__name__}.{only}")
+        if _is_command(module) and module.NAME == only:
+            return [module]
+    found = [m for m in (importlib.import_module(f"{package.__name__}.{n}") for n in names) if _is_command(m)]
     return sorted(found, key=lambda m: m.NAME)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The parser; given ``argv``, only the subcommand it names is imported and registered."""
     parser = argparse.ArgumentParser(
         prog="tiered-kv",
         description="Research workbench for tiered LLM KV-cache storage "
@@ -38,7 +50,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"tiered-kv {tiered_kv.__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for module in discover(tiered_kv.commands):
+    wanted = next((a for a in argv if not a.startswith("-")), None) if argv is not None else None
+    for module in discover(tiered_kv.commands, only=wanted):
         p = sub.add_parser(module.NAME, help=module.HELP, description=module.__doc__,
                            formatter_class=argparse.RawDescriptionHelpFormatter)
         module.register(p)
@@ -47,7 +60,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(argv)
     args = parser.parse_args(argv)
     if not getattr(args, "_run", None):
         parser.print_help()
