@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import polars as pl
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -12,7 +13,7 @@ from hypothesis import strategies as st
 from tiered_kv.sim import curves as C
 from tiered_kv.sim.policies import get_policy
 from tiered_kv.sim.replay import ReplayOptions, compile_trace, replay
-from tiered_kv.sim.traces import load_trace, random_trace, shipped_trace
+from tiered_kv.sim.traces import SCHEMA, load_trace, random_trace, shipped_trace
 
 
 @settings(max_examples=40, deadline=None)
@@ -69,6 +70,42 @@ def test_belady_curve_equals_policy_replays():
     caps = np.array([0, 8, 40, math.inf])
     curve = C.belady_curve(tr, caps)
     for c, h in zip(caps, curve.hit_tokens, strict=True):
+        assert h == replay(tr, get_policy("belady", capacity_tokens=None if math.isinf(c) else int(c))).hit_tokens
+
+
+OPTIONS = [ReplayOptions(), ReplayOptions(warmup_fraction=0.3, clamp_to_input=False),
+           ReplayOptions(full_blocks_only=True, order="file")]
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 10**6), opts=st.sampled_from(OPTIONS), n=st.integers(1, 60))
+def test_belady_one_pass_equals_one_replay_per_capacity(seed, opts, n):
+    """The stack pass gives every capacity what a Belady replay at that capacity gives, per class."""
+    tr = compile_trace(random_trace(seed, n_requests=n, max_blocks=7, alphabet=3), opts)
+    caps = np.array([0, 4, 8, 12, 20, 40, 64, 100, 400, math.inf])
+    curve = C.belady_curve(tr, caps)
+    for j, c in enumerate(caps):
+        r = replay(tr, get_policy("belady", capacity_tokens=None if math.isinf(c) else int(c)))
+        assert curve.hit_tokens[j] == r.hit_tokens
+        assert {k: int(v[j]) for k, v in curve.by_class_hit_tokens.items()} == \
+            {k: v["hit_tokens"] for k, v in r.by_class.items()}
+
+
+def test_belady_curve_replays_each_capacity_when_ids_are_not_chained():
+    from tiered_kv.sim.policies.belady import belady_hit_tokens
+
+    rng = np.random.default_rng(0)
+    ids = [[int(x) for x in rng.integers(0, 6, int(rng.integers(1, 5)))] for _ in range(40)]
+    ids = [list(dict.fromkeys(r)) for r in ids]  # per-block content ids: one id behind many parents
+    n = len(ids)
+    df = pl.DataFrame({"request_id": range(n), "timestamp_s": [float(i) for i in range(n)],
+                       "input_length": [4 * len(r) for r in ids], "output_length": [0] * n, "block_ids": ids,
+                       "block_size": [4] * n, "traffic_class": ["chatbot"] * n, "session_id": [None] * n,
+                       "turn": [None] * n}, schema=SCHEMA)
+    tr = compile_trace(df)
+    assert belady_hit_tokens(tr, [4]) is None
+    caps = np.array([0, 8, 40, math.inf])
+    for c, h in zip(caps, C.belady_curve(tr, caps).hit_tokens, strict=True):
         assert h == replay(tr, get_policy("belady", capacity_tokens=None if math.isinf(c) else int(c))).hit_tokens
 
 

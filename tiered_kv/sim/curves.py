@@ -58,7 +58,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from numba import njit
 
-from tiered_kv.sim.policies.belady import Belady, next_use
+from tiered_kv.sim.policies.belady import Belady, belady_hit_tokens, next_use
 from tiered_kv.sim.replay import CompiledTrace
 
 #: Key of an access that can never hit (first touch of its block): above every capacity.
@@ -215,27 +215,43 @@ def infinite_bound(trace: CompiledTrace, keys: np.ndarray | None = None) -> Curv
 
 
 def belady_curve(trace: CompiledTrace, capacities_tokens, progress: bool = False) -> Curve:
-    """Belady (MIN with bypass) hit tokens at each capacity: one O(n log n) replay per point."""
+    """Belady (MIN with bypass) hit tokens at each capacity, all in one stack pass.
+
+    :func:`~tiered_kv.sim.policies.belady.belady_hit_tokens` gives every capacity at once; a
+    trace whose ids are not chained falls back to one O(n log n) replay per capacity
+    (``progress`` shows a bar for those).
+    """
     caps = np.asarray(capacities_tokens, dtype=np.float64)
+    if np.any(caps < 0) or np.any(np.isnan(caps)):
+        raise ValueError("capacities: must be >= 0 tokens")
+    inp = int(trace.input_length[trace.counted].sum())
+    by_inp = {name: int(trace.input_length[trace.counted & (trace.class_codes == code)].sum())
+              for code, name in enumerate(trace.class_names)}
     nxt = next_use(trace)
-    hit_blocks = []
+    finite = np.where(np.isinf(caps), 0.0, caps)
+    blocks = np.where(np.isinf(caps), trace.n_unique + 1, finite // trace.uniform_block_size).astype(np.int64)
+    per_class = belady_hit_tokens(trace, blocks, nxt)
+    if per_class is None:
+        per_class = _belady_replays(trace, caps, nxt, progress)
+    return Curve(x=caps, hit_tokens=per_class.sum(axis=0), input_tokens=inp,
+                 by_class_hit_tokens={name: per_class[code] for code, name in enumerate(trace.class_names)},
+                 by_class_input_tokens=by_inp)
+
+
+def _belady_replays(trace: CompiledTrace, caps: np.ndarray, nxt: np.ndarray, progress: bool) -> np.ndarray:
+    """Hit tokens [class, capacity] from one :class:`Belady` replay per capacity."""
     it = caps
     if progress:
         from tqdm import tqdm
 
         it = tqdm(caps, desc="belady", unit="capacity", leave=False, delay=2)
-    for c in it:
-        pol = Belady(capacity_tokens=None if math.isinf(c) else int(c))
-        hit_blocks.append(pol.run(trace, nxt=nxt).hit_blocks)
-    hit_tokens = [trace.hit_tokens_from_blocks(h) for h in hit_blocks]
-    by_hit, by_inp = {}, {}
-    for code, name in enumerate(trace.class_names):
-        sel = trace.counted & (trace.class_codes == code)
-        by_hit[name] = np.array([int(h[sel].sum()) for h in hit_tokens], dtype=np.int64)
-        by_inp[name] = int(trace.input_length[sel].sum())
-    total = np.array([int(h[trace.counted].sum()) for h in hit_tokens], dtype=np.int64)
-    return Curve(x=caps, hit_tokens=total, input_tokens=int(trace.input_length[trace.counted].sum()),
-                 by_class_hit_tokens=by_hit, by_class_input_tokens=by_inp)
+    out = np.zeros((len(trace.class_names), len(caps)), dtype=np.int64)
+    for j, c in enumerate(it):
+        run = Belady(capacity_tokens=None if math.isinf(c) else int(c)).run(trace, nxt=nxt)
+        hit = trace.hit_tokens_from_blocks(run.hit_blocks)
+        for code in range(len(trace.class_names)):
+            out[code, j] = int(hit[trace.counted & (trace.class_codes == code)].sum())
+    return out
 
 
 def default_capacities(trace: CompiledTrace, n: int = 100) -> np.ndarray:

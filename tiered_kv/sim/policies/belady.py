@@ -138,3 +138,160 @@ class Belady:
         hit, any_present = _belady_kernel(trace.offsets, trace.blocks, trace.depth.astype(np.int64), nxt,
                                           trace.n_unique, cap_i)
         return PolicyRun(hit, {"prefix_closed": bool(np.array_equal(hit, any_present))})
+
+
+# --------------------------------------------------------------------------------------------
+# every capacity in one pass: MIN with bypass is a priority stack algorithm
+
+
+def belady_hit_tokens(trace: CompiledTrace, capacities_blocks, nxt: np.ndarray | None = None) -> np.ndarray | None:
+    """Counted hit tokens ``[class, capacity]`` of :class:`Belady` at every capacity (blocks), one pass.
+
+    MIN with bypass keeps, at each step, the best ``C`` of its cache plus the accessed block
+    under one order shared by every capacity (next use, sooner first), so the caches of all
+    capacities are the tops of one stack (Mattson et al. 1970) and inclusion holds: an access
+    pushes its block down the stack, swapping with whatever it beats. Only the asked
+    capacities matter, so the stack is kept as one segment per capacity, each a max-heap of its
+    members (worst on top); an access visits the segments above its own, for every capacity
+    together. This counts *block* hits of the accesses replayed one by one, which equal the
+    replay's prefix hits because Belady's cache is prefix-closed at every lookup
+    (:mod:`tiered_kv.sim.curves`); that needs chained ids (each block id always behind the same
+    parent), so for any other trace this returns None and the caller replays each capacity.
+    """
+    caps = np.asarray(capacities_blocks, dtype=np.int64).reshape(-1)
+    n_cls = len(trace.class_names)
+    out = np.zeros((n_cls, caps.shape[0]), dtype=np.int64)
+    if not _chained(trace.offsets, trace.blocks, trace.n_unique):
+        return None
+    caps = np.minimum(caps, trace.n_unique + 1)
+    live = caps > 0
+    if not live.any() or trace.n_accesses == 0:
+        return out
+    bounds = np.unique(caps[live])
+    nxt = next_use(trace) if nxt is None else nxt
+    counted = trace.counted[trace.access_request]
+    weight = np.where(counted, trace.tokens, 0).astype(np.int64)
+    cls = trace.class_codes[trace.access_request].astype(np.int64)
+    hist = _belady_stack_hist(trace.blocks, nxt, weight, cls, n_cls, trace.n_unique, bounds)
+    cum = np.cumsum(hist, axis=1)
+    out[:, live] = cum[:, np.searchsorted(bounds, caps[live])]
+    return out
+
+
+@njit(cache=True)
+def _chained(offsets, blocks, n_unique):  # pragma: no cover - compiled
+    """True when every block id always follows the same parent (or always opens its request)."""
+    parent = np.full(n_unique, -2, np.int64)  # -2: not seen; -1: first block of a request
+    for r in range(offsets.shape[0] - 1):
+        prev = -1
+        for i in range(offsets[r], offsets[r + 1]):
+            b = blocks[i]
+            if parent[b] == -2:
+                parent[b] = prev
+            elif parent[b] != prev:
+                return False
+            prev = b
+    return True
+
+
+@njit(cache=True, inline="always")
+def _swap(prio, member, pos, base, i, j):
+    """Swap heap slots ``i`` and ``j`` of the segment starting at ``base``."""
+    prio[base + i], prio[base + j] = prio[base + j], prio[base + i]
+    member[base + i], member[base + j] = member[base + j], member[base + i]
+    pos[member[base + i]] = i
+    pos[member[base + j]] = j
+
+
+@njit(cache=True)
+def _sift_up(prio, member, pos, base, i):  # pragma: no cover - compiled
+    while i > 0:
+        p = (i - 1) >> 1
+        if prio[base + p] >= prio[base + i]:
+            break
+        _swap(prio, member, pos, base, p, i)
+        i = p
+
+
+@njit(cache=True)
+def _sift_down(prio, member, pos, base, size, i):  # pragma: no cover - compiled
+    while True:
+        best = i
+        for c in (2 * i + 1, 2 * i + 2):
+            if c < size and prio[base + c] > prio[base + best]:
+                best = c
+        if best == i:
+            break
+        _swap(prio, member, pos, base, best, i)
+        i = best
+
+
+@njit(cache=True)
+def _belady_stack_hist(blocks, nxt, weight, cls, n_cls, n_unique, bounds):  # pragma: no cover - compiled
+    """hist[c, q]: hit tokens of class c whose block sat in segment q (a hit at capacities >= bounds[q])."""
+    m = blocks.shape[0]
+    nq = bounds.shape[0]
+    base = np.zeros(nq + 1, np.int64)
+    for q in range(nq):
+        base[q + 1] = bounds[q]
+    prio = np.empty(bounds[nq - 1], np.int64)  # next use of each member (m: never again)
+    member = np.empty(bounds[nq - 1], np.int64)
+    fill = np.zeros(nq, np.int64)
+    seg = np.full(n_unique, -1, np.int64)  # -1: unseen; nq: below every capacity
+    pos = np.zeros(n_unique, np.int64)
+    hist = np.zeros((n_cls, nq + 1), np.int64)
+    for a in range(m):
+        x = blocks[a]
+        sx = seg[x]
+        inside = 0 <= sx < nq
+        if inside:  # a hit from capacity bounds[sx] up; take x out (its slot is refilled below)
+            hist[cls[a], sx] += weight[a]
+            b = base[sx]
+            i = pos[x]
+            last = fill[sx] - 1
+            fill[sx] = last
+            if i != last:
+                prio[b + i] = prio[b + last]
+                member[b + i] = member[b + last]
+                moved = member[b + i]
+                pos[moved] = i
+                _sift_up(prio, member, pos, b, i)
+                _sift_down(prio, member, pos, b, last, pos[moved])
+        y = x
+        py = nxt[a]
+        placed = False
+        for q in range(sx if inside else nq):
+            b = base[q]
+            if fill[q] < base[q + 1] - b:  # room (the stack is shallower than this capacity)
+                prio[b + fill[q]] = py
+                member[b + fill[q]] = y
+                pos[y] = fill[q]
+                seg[y] = q
+                fill[q] += 1
+                _sift_up(prio, member, pos, b, fill[q] - 1)
+                placed = True
+                break
+            if py >= m:  # never used again: below here it only trades places with its likes
+                break
+            if py < prio[b]:  # y is needed sooner than the segment's worst: swap them
+                w = member[b]
+                pw = prio[b]
+                prio[b] = py
+                member[b] = y
+                pos[y] = 0
+                seg[y] = q
+                _sift_down(prio, member, pos, b, fill[q], 0)
+                y = w
+                py = pw
+        if not placed:
+            if inside:
+                b = base[sx]
+                prio[b + fill[sx]] = py
+                member[b + fill[sx]] = y
+                pos[y] = fill[sx]
+                seg[y] = sx
+                fill[sx] += 1
+                _sift_up(prio, member, pos, b, fill[sx] - 1)
+            else:
+                seg[y] = nq
+    return hist[:, :nq]
