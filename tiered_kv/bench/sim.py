@@ -6,7 +6,10 @@
 - Belady (MIN with bypass) at one capacity, next-use computation included;
 - event replay throughput of one policy (LRU) in block accesses per second;
 - scaling: the same measurements on 1x, 4x and 16x the trace, built by concatenating copies
-  shifted in time (by the trace's span) and in block ids (so copies share nothing).
+  shifted in time (by the trace's span) and in block ids (so copies share nothing);
+- the Belady curve at the same 100 capacities, one stack pass (``belady_curve_s``);
+- CLI start-up: whole ``tiered-kv curves`` / ``simulate`` processes, warm and with an empty numba
+  cache (``cli_warm_s``, ``cli_cold_s``; :mod:`tiered_kv.bench._cli_startup`).
 
 Times are the best of ``--repeat`` runs after a warm-up call; the numba JIT warm-up (compile or
 load from the on-disk cache) is measured separately and reported, never inside a timing.
@@ -29,9 +32,11 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--repeat", type=int, default=3, help="timed runs per measurement (best is kept)")
     parser.add_argument("--scales", default="1,4,16", help="trace multiples for the scaling table (default 1,4,16)")
     parser.add_argument("--capacity", type=int, default=1_000_000, help="capacity in tokens for Belady and replay")
-    from tiered_kv.bench._cluster import add_arguments as add_cluster_arguments  # cluster model (issue 6)
+    from tiered_kv.bench._cli_startup import add_arguments as add_cli_arguments  # start-up (issue 13)
+    from tiered_kv.bench._cluster import add_arguments as add_cluster_arguments  # cluster model
 
     add_cluster_arguments(parser)
+    add_cli_arguments(parser)
 
 
 def best_of(fn, repeat: int) -> float:
@@ -94,6 +99,7 @@ def measure(trace, capacity: int, repeat: int, baseline: bool) -> dict[str, Any]
         out["per_point_replay_s"] = best_of(per_point, 1)
         out["curves_speedup_vs_per_point"] = out["per_point_replay_s"] / out["curves_s"]
     out["belady_one_capacity_s"] = best_of(lambda: Belady(capacity_tokens=capacity).run(trace), repeat)
+    out["belady_curve_s"] = best_of(lambda: C.belady_curve(trace, caps), repeat)
     lru_s = best_of(lambda: LRU(capacity_tokens=capacity).run(trace), repeat)
     out["lru_replay_s"] = lru_s
     out["lru_replay_accesses_per_s"] = trace.n_accesses / lru_s
@@ -124,6 +130,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     LRU(capacity_tokens=512).run(trace)
     TTL(default_ttl_seconds=1.0).run(trace)
     Belady(capacity_tokens=512).run(trace)
+    C.belady_curve(trace, [512])
     jit_s = time.perf_counter() - t0
     result: dict[str, Any] = {
         "trace": str(args.trace), "load_trace_s": load_s, "compile_trace_s": compile_s,
@@ -134,14 +141,21 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     for s in tqdm(scales, desc="scales", unit="x", delay=2):
         scaling[f"{s}x"] = measure(concat_shifted(trace, s), args.capacity, args.repeat, baseline=(s == 1))
     result["conversation"] = scaling.get("1x") or next(iter(scaling.values()))
-    result["scaling"] = {k: {f: v[f] for f in ("block_accesses", "curves_s", "belady_one_capacity_s", "lru_replay_s",
-                                               "lru_replay_accesses_per_s")} for k, v in scaling.items()}
+    result["scaling"] = {k: {f: v[f] for f in ("block_accesses", "curves_s", "belady_one_capacity_s", "belady_curve_s",
+                                               "lru_replay_s", "lru_replay_accesses_per_s")}
+                         for k, v in scaling.items()}
     base = result["conversation"]
     result["meets_targets"] = {
         "curves_s": base["curves_s"] <= 1.0,
         "belady_one_capacity_s": base["belady_one_capacity_s"] <= 2.0,
         "lru_replay_accesses_per_s": base["lru_replay_accesses_per_s"] >= 2e6,
     }
+    if args.cli_repeat > 0:  # whole-process start-up of curves and simulate (tiered_kv/bench/_cli_startup.py)
+        from tiered_kv.bench._cli_startup import TARGETS, run_cli_bench
+
+        result.update(run_cli_bench(args.trace, args.cli_repeat))
+        result["targets"].update(TARGETS)
+        result["meets_targets"].update(result["cli"]["meets_targets"])
     if not args.no_cluster:  # the cluster model's 14-day run (tiered_kv/bench/_cluster.py)
         from tiered_kv.bench._cluster import run_cluster_bench
 

@@ -1,0 +1,95 @@
+"""Whole-process start-up of the simulator commands, warm and cold (issue 13).
+
+Not a subcommand on its own (the leading underscore keeps it out of discovery): `tiered-kv bench
+sim` calls :func:`run_cli_bench` and reports ``cli_warm_s`` and ``cli_cold_s`` (targets: 0.5 s
+and 2 s) with the per-command figures under ``"cli"``.
+
+Each figure is the wall time of one ``tiered-kv curves|simulate --trace conversation ... --json``
+process, output discarded, median of ``--cli-repeat`` runs: *warm* with a numba cache that
+already holds every kernel (a private folder filled by one unmeasured run of each command),
+*cold* with a fresh empty ``NUMBA_CACHE_DIR`` for every run, so every kernel the command needs is
+compiled. Runs are interleaved (warm and cold, command by command, round after round) so that a
+burst of load on a shared machine hits all of them alike. ``cli_warm_s`` and ``cli_cold_s`` are
+the slower command's medians. The baseline, measured the same way in the same rounds, is a
+process that only imports numpy, polars and numba (``imports_s``): the floor any simulator
+command starts from.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+#: The two commands the start-up goal is about, as run on the trace named by ``--trace``.
+COMMANDS = {
+    "curves": ["curves", "--json"],
+    "simulate": ["simulate", "--policy", "lru", "--capacity", "10000000", "--json"],
+}
+TARGETS = {"cli_warm_s": 0.5, "cli_cold_s": 2.0}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--cli-repeat", type=int, default=3,
+                        help="whole-process runs per CLI start-up figure, median kept (0: skip them)")
+
+
+def _cli() -> list[str]:
+    """The ``tiered-kv`` console script beside this interpreter, else ``python -m tiered_kv.cli``."""
+    script = Path(sys.executable).with_name("tiered-kv")
+    return [str(script)] if script.exists() else [sys.executable, "-m", "tiered_kv.cli"]
+
+
+def _wall(argv: list[str], cache_dir: str) -> float:
+    env = {**os.environ, "NUMBA_CACHE_DIR": cache_dir}
+    t0 = time.perf_counter()
+    subprocess.run(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True, timeout=600)
+    return time.perf_counter() - t0
+
+
+def run_cli_bench(trace: str, repeat: int) -> dict[str, Any]:
+    """Median whole-process seconds per command, warm and cold, and the import-only baseline."""
+    cli = _cli()
+    argv = {name: [*cli, cmd[0], "--trace", trace, *cmd[1:]] for name, cmd in COMMANDS.items()}
+    imports = [sys.executable, "-c", "import numpy, polars, numba"]
+    warm_dir = tempfile.mkdtemp(prefix="tiered-kv-numba-warm-")
+    times: dict[str, list[float]] = {f"{n}_{k}": [] for n in argv for k in ("warm", "cold")}
+    times["imports"] = []
+    try:
+        for a in argv.values():  # fill the warm cache (compiles every kernel once)
+            _wall(a, warm_dir)
+        for _ in range(max(repeat, 1)):
+            times["imports"].append(_wall(imports, warm_dir))
+            for name, a in argv.items():
+                times[f"{name}_warm"].append(_wall(a, warm_dir))
+                cold_dir = tempfile.mkdtemp(prefix="tiered-kv-numba-cold-")
+                try:
+                    times[f"{name}_cold"].append(_wall(a, cold_dir))
+                finally:
+                    shutil.rmtree(cold_dir, ignore_errors=True)
+    finally:
+        shutil.rmtree(warm_dir, ignore_errors=True)
+    med = {k: statistics.median(v) for k, v in times.items()}
+    out: dict[str, Any] = {
+        "cli_warm_s": max(med[f"{n}_warm"] for n in argv),
+        "cli_cold_s": max(med[f"{n}_cold"] for n in argv),
+    }
+    out["cli"] = {
+        "commands": {n: " ".join(["tiered-kv", *a[len(cli):]]) for n, a in argv.items()},
+        **{n: {"warm_s": med[f"{n}_warm"], "cold_s": med[f"{n}_cold"],
+               "warm_runs_s": times[f"{n}_warm"], "cold_runs_s": times[f"{n}_cold"]} for n in argv},
+        "imports_s": med["imports"],
+        "imports_runs_s": times["imports"],
+        "repeat": max(repeat, 1),
+        "load_average_1m": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
+        "targets": dict(TARGETS),
+        "meets_targets": {k: out[k] <= v for k, v in TARGETS.items()},
+    }
+    return out
