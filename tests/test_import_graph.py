@@ -142,6 +142,27 @@ def test_no_import_cycles():
     assert not gone, f"no longer circles, remove them from KNOWN_CYCLES: {gone}"
 
 
+#: The simulator's layers in the order the README draws them: each imports only earlier ones.
+SIM_LAYERS = ["_moved", "traces", "workload", "replay", "policies", "curves", "peers", "cluster", "retention"]
+
+
+def test_sim_layers_import_only_the_layers_drawn_before_them():
+    graph = import_graph()
+
+    def layer(module: str) -> int | None:
+        parts = module.split(".")
+        name = parts[2] if len(parts) > 2 and parts[:2] == ["tiered_kv", "sim"] else None
+        return SIM_LAYERS.index(name) if name in SIM_LAYERS else None
+
+    for name, deps in graph.items():
+        own = layer(name)
+        if own is None:  # tiered_kv.sim itself and the deprecated aliases
+            continue
+        for dep in deps:
+            other = layer(dep)
+            assert other is None or other <= own, f"{name} ({SIM_LAYERS[own]}) imports {dep} ({SIM_LAYERS[other]})"
+
+
 def test_policy_registry_imports_no_policy():
     graph = import_graph()
     below = graph["tiered_kv.sim.policies.registry"]

@@ -12,7 +12,8 @@ compiled. Runs are interleaved (warm and cold, command by command, round after r
 burst of load on a shared machine hits all of them alike. ``cli_warm_s`` and ``cli_cold_s`` are
 the slower command's medians. The baseline, measured the same way in the same rounds, is a
 process that only imports numpy, polars and numba (``imports_s``): the floor any simulator
-command starts from.
+command starts from. Python's bytecode cache is on in these processes, as in a normal install
+(``PYTHONDONTWRITEBYTECODE`` is dropped from their environment): only numba's cache is varied.
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ def _cli() -> list[str]:
 
 def _wall(argv: list[str], cache_dir: str) -> float:
     env = {**os.environ, "NUMBA_CACHE_DIR": cache_dir}
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
     t0 = time.perf_counter()
     subprocess.run(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True, timeout=600)
     return time.perf_counter() - t0

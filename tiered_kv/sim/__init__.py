@@ -1,1 +1,12 @@
-"""Trace-driven simulation: traces, one-pass curves, policies, cluster and latency models."""
+"""Trace-driven simulation of the tiered KV cache, one subpackage per idea.
+
+In import order, each part using only those before it (``tests/test_import_graph.py``):
+:mod:`.traces` (read and validate a trace once), :mod:`.workload` (synthetic multi-day traffic
+and its calibration), :mod:`.replay` (the compiled trace and the one replay engine),
+:mod:`.policies` (the registry and the policy families), :mod:`.curves` (every capacity or TTL
+in one pass), :mod:`.peers` (the public simulators' rules, policies and files),
+:mod:`.cluster` (machines, tiers, routing, latency and cost) and :mod:`.retention` (byte-days,
+the oracle frontier, the best TTLs). The simulator imports nothing of the model, the tiers or
+the widgets. The old flat module names (``synth``, ``latency``, ``trie_lru``, ...) are
+deprecated aliases for one release (:mod:`._moved`).
+"""
