@@ -26,7 +26,22 @@ import torch.nn.functional as F
 from tiered_kv.model import EncoderDecoder
 
 WINDOWS = (128, 256, 512)
-REPLAYS = (16, 32, 64, 128, 256)
+REPLAYS = (16, 32, 64, 128, 256, 512, 1024)
+#: A replay is called near-exact when the upper 95% bound of its KL is below this (nats/step).
+NEAR_EXACT_KL = 1e-3
+
+
+def mean_ci95(values) -> tuple[float, float, float]:
+    """Mean and a normal-approximation 95% interval over per-sample values."""
+    import math
+
+    v = [float(x) for x in values]
+    m = sum(v) / len(v)
+    if len(v) < 2:
+        return m, float("nan"), float("nan")
+    sd = math.sqrt(sum((x - m) ** 2 for x in v) / (len(v) - 1))
+    half = 1.96 * sd / math.sqrt(len(v))
+    return m, m - half, m + half
 
 
 def _kl_agree(exact: torch.Tensor, other: torch.Tensor) -> tuple[float, float]:
@@ -78,19 +93,32 @@ def sample_sequences(stream: torch.Tensor, n: int, length: int, seed: int = 0) -
 
 def replay_error(model: EncoderDecoder, sequences: list[torch.Tensor], *, windows=WINDOWS, replays=REPLAYS,
                  steps: int = 32, prefix: int = 1024, fmt: str | None = "mxfp4", block_size: int = 64,
-                 progress: bool = False):
-    """Polars frame: window W, replay R, exact_bound, kl_nats, agreement (means over samples x steps)."""
+                 progress: bool = False, include_exact_bound: bool = True, flops_length: int | None = None):
+    """Polars frame: window W, replay R, exact_bound, kl_nats, agreement with 95% intervals.
+
+    Means are over samples (each sample's value is its mean over ``steps`` decode steps); the
+    interval is over samples. R runs up to each W's exact bound L*(W-1)+1 (added to the grid
+    when ``include_exact_bound``; larger R are the same as the bound and dropped). With
+    ``flops_length``, each row also carries the prefill-FLOPs ratio (bounded replay over the
+    decoder-only baseline, :func:`tiered_kv.bench.ttft.prefill_flops`) at that prompt length:
+    what that R costs beside the error it leaves.
+    """
     import polars as pl
 
     rows = []
     rt = _roundtrip(fmt, block_size, model)
-    combos = [(w, r) for w in windows for r in replays]
+    combos = []
+    for w in windows:
+        bound = max(model.cfg.enc_layers, model.cfg.dec_layers) * (w - 1) + 1
+        rs = sorted({r for r in replays if r < bound} | ({bound} if include_exact_bound else set()))
+        combos += [(w, r) for r in rs]
     it = combos
     if progress:
-        from tqdm.auto import tqdm  # a widget in notebooks (not stderr in a red box), text elsewhere
+        from tqdm.auto import tqdm
 
         it = tqdm(combos, desc="replay quality", unit="(W,R)")
     cache: dict[int, list] = {}
+    flops_cache: dict[int, dict] = {}
     for w, r in it:
         m = model.with_settings(window=w)
         if w not in cache:
@@ -102,15 +130,36 @@ def replay_error(model: EncoderDecoder, sequences: list[torch.Tensor], *, window
             kls.append(kl)
             agrees.append(ag)
         bound = max(m.cfg.enc_layers, m.cfg.dec_layers) * (w - 1) + 1
-        rows.append({"window_tokens": w, "replay_tokens": r, "exact_bound_tokens": bound,
-                     "kl_nats": sum(kls) / len(kls), "agreement": sum(agrees) / len(agrees),
-                     "samples": len(sequences), "steps": steps, "prefix_tokens": prefix})
+        kl_m, kl_lo, kl_hi = mean_ci95(kls)
+        ag_m, ag_lo, ag_hi = mean_ci95(agrees)
+        row = {"window_tokens": w, "replay_tokens": r, "exact_bound_tokens": bound,
+               "kl_nats": kl_m, "kl_ci95_low": kl_lo, "kl_ci95_high": kl_hi,
+               "agreement": ag_m, "agreement_ci95_low": ag_lo, "agreement_ci95_high": ag_hi,
+               "samples": len(sequences), "steps": steps, "prefix_tokens": prefix}
+        if flops_length:
+            from tiered_kv.bench.ttft import prefill_flops
+
+            if w not in flops_cache:
+                rs = [rr for ww, rr in combos if ww == w]
+                flops_cache[w] = prefill_flops(flops_length, m.cfg, replays=rs)["ratios_by_replay"]
+            row["prefill_flops_ratio"] = flops_cache[w][r]
+            row["flops_length_tokens"] = flops_length
+        rows.append(row)
     return pl.DataFrame(rows)
+
+
+def near_exact_replay(frame, window: int, threshold: float = NEAR_EXACT_KL) -> dict | None:
+    """The shortest R at ``window`` whose KL's upper 95% bound is below ``threshold`` (a row)."""
+    import polars as pl
+
+    sub = frame.filter((pl.col("window_tokens") == window) & (pl.col("kl_ci95_high").fill_nan(pl.col("kl_nats"))
+                                                              < threshold)).sort("replay_tokens")
+    return sub.row(0, named=True) if sub.height else None
 
 
 def fp4_error(model: EncoderDecoder, sequences: list[torch.Tensor], *, formats=("mxfp4", "nvfp4"),
               steps: int = 32, prefix: int = 1024, block_size: int = 64):
-    """Polars frame: format, kl_nats, agreement of FP4 global KV vs fp32, exact windows."""
+    """Polars frame: format, kl_nats, agreement (with 95% intervals) of FP4 global KV vs fp32."""
     import polars as pl
 
     rows = []
@@ -123,7 +172,10 @@ def fp4_error(model: EncoderDecoder, sequences: list[torch.Tensor], *, formats=(
             kl, ag = _kl_agree(exact, got)
             kls.append(kl)
             ags.append(ag)
-        rows.append({"format": fmt, "kl_nats": sum(kls) / len(kls), "agreement": sum(ags) / len(ags),
+        kl_m, kl_lo, kl_hi = mean_ci95(kls)
+        ag_m, ag_lo, ag_hi = mean_ci95(ags)
+        rows.append({"format": fmt, "kl_nats": kl_m, "kl_ci95_low": kl_lo, "kl_ci95_high": kl_hi,
+                     "agreement": ag_m, "agreement_ci95_low": ag_lo, "agreement_ci95_high": ag_hi,
                      "samples": len(sequences), "steps": steps})
     return pl.DataFrame(rows)
 

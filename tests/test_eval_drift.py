@@ -1,0 +1,111 @@
+"""Checkpoint evaluation (held-out loss, long-context gain, context curve), checkpoint errors,
+replay error with intervals, and the exact-prefix drift experiment (tiny preset, seconds)."""
+
+import json
+
+import pytest
+import torch
+
+from tiered_kv.cli import main
+from tiered_kv.drift import drift_summary, prefix_drift
+from tiered_kv.evaluate import context_curve, heldout_loss, long_context_gain, read_text_files
+from tiered_kv.model import EncoderDecoder, load_checkpoint, preset, save_checkpoint
+from tiered_kv.replay_quality import near_exact_replay, replay_error
+
+
+@pytest.fixture(scope="module")
+def model():
+    torch.manual_seed(0)
+    m = EncoderDecoder(preset("tiny")).eval()
+    with torch.no_grad():
+        for p in m.parameters():
+            if p.ndim > 1:
+                p.mul_(8)
+    return m
+
+
+@pytest.fixture(scope="module")
+def stream():
+    g = torch.Generator().manual_seed(0)
+    return torch.randint(0, 256, (6000,), generator=g, dtype=torch.int16)
+
+
+def test_long_context_gain_is_short_minus_full_on_the_same_targets(model, stream):
+    r = long_context_gain(model, stream, window=1024, short=128, target=64, n=4)
+    assert r["full_context_bytes"] == 960 and r["short_context_bytes"] == 128
+    assert r["long_context_gain_nats"] == pytest.approx(r["short_context_nats_per_byte"] - r["full_context_nats_per_byte"],
+                                                        abs=1e-5)
+    lo, hi = r["long_context_gain_ci95"]
+    assert lo <= r["long_context_gain_nats"] <= hi
+
+
+def test_context_curve_and_heldout_loss(model, stream):
+    rows = context_curve(model, stream, (16, 64, 256), target=32, n=3)
+    assert [r["context_bytes"] for r in rows] == [16, 64, 256]
+    assert all(0 < r["nats_per_byte"] < 20 for r in rows)
+    assert 0 < heldout_loss(model, stream, n=4, seq_len=64) < 20
+    with pytest.raises(ValueError, match="contexts"):
+        context_curve(model, stream, (4096,), target=32, n=2)
+
+
+def test_eval_command_json_and_bad_inputs(model, tmp_path, capsys):
+    ck = tmp_path / "tiny.pt"
+    save_checkpoint(model, ck, meta={})
+    text = tmp_path / "a.py"
+    text.write_text("def f(x):\n    return x + 1\n" * 400)
+    assert main(["eval", "--checkpoint", str(ck), "--text", str(text), "--samples", "2", "--curve-samples", "2",
+                 "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert {"heldout_nats_per_byte", "long_context_gain_nats", "context_curve"} <= set(out)
+    assert all({"context_bytes", "nats_per_byte"} <= set(r) for r in out["context_curve"])
+    binary = tmp_path / "blob.bin"
+    binary.write_bytes(b"\x00\xff" * 100)
+    assert main(["eval", "--checkpoint", str(ck), "--text", str(binary)]) == 2
+    assert "blob.bin" in capsys.readouterr().err
+    assert main(["eval", "--checkpoint", str(ck), "--preset", "small", "--text", str(text)]) == 2
+    assert "expected 'small'" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="not a text file"):
+        read_text_files([binary])
+
+
+def test_checkpoint_errors_name_the_file(model, tmp_path):
+    with pytest.raises(FileNotFoundError, match="nope.pt"):
+        load_checkpoint(tmp_path / "nope.pt")
+    ck = tmp_path / "tiny.pt"
+    save_checkpoint(model, ck)
+    cut = tmp_path / "cut.pt"
+    cut.write_bytes(ck.read_bytes()[:5000])
+    with pytest.raises(ValueError, match="cut.pt.*truncated or corrupt"):
+        load_checkpoint(cut)
+    blob = torch.load(ck, weights_only=True)
+    blob["config"]["d_model"] = 96
+    bad = tmp_path / "bad.pt"
+    torch.save(blob, bad)
+    with pytest.raises(ValueError, match="bad.pt: weights do not match"):
+        load_checkpoint(bad)
+
+
+def test_replay_error_has_intervals_and_is_zero_at_the_exact_bound(model):
+    g = torch.Generator().manual_seed(1)
+    seqs = [torch.randint(0, 256, (72,), generator=g) for _ in range(3)]
+    df = replay_error(model, seqs, windows=(8,), replays=(4, 8), steps=4, prefix=64)
+    bound = max(model.cfg.enc_layers, model.cfg.dec_layers) * 7 + 1
+    assert df["replay_tokens"].to_list() == [4, 8, bound]
+    assert (df["kl_ci95_low"] <= df["kl_nats"]).all() and (df["kl_nats"] <= df["kl_ci95_high"]).all()
+    exact = df.filter(df["replay_tokens"] == bound).row(0, named=True)
+    assert exact["kl_nats"] < 1e-9 and exact["agreement"] == 1.0
+    assert near_exact_replay(df, 8)["replay_tokens"] <= bound
+
+
+def test_drift_exact_writes_stay_exact_approximate_ones_do_not(model):
+    g = torch.Generator().manual_seed(0)
+    convs = [torch.randint(0, 256, (300,), generator=g) for _ in range(2)]
+    df = prefix_drift(model, convs, turns=4, first=48, step=40, block_size=16)
+    exact = df.filter(df["mode"] == "exact")
+    approx = df.filter(df["mode"] == "approximate")
+    assert exact["kv_max_abs_error"].max() == 0.0
+    assert approx.filter(approx["turn"] >= 2)["kv_max_abs_error"].min() > 0
+    s = drift_summary(df)
+    assert s.height == 8 and set(s["conversations"]) == {2}
+    with pytest.raises(ValueError, match="needs"):
+        prefix_drift(model, [convs[0][:50]], turns=4, first=48, step=40)

@@ -1,0 +1,98 @@
+"""Drift of an exact-prefix cache: what writing approximate KV under exact keys does over turns.
+
+The SSD tier is keyed by exact token prefix, so a hit hands its blocks to any machine as *the*
+KV of that prefix. When a machine lacks its host-tier windows it rebuilds them by bounded
+replay (R tokens), and the global KV it computes for the new blocks is then approximate. If
+those blocks are written (``ssd_writes="approximate"``), the next turn, on another machine,
+starts from approximate KV, replays again, and adds its own error on top: the error can only
+accumulate along the conversation. The engine's default (``"exact"``) recomputes the new
+blocks from exact windows off the critical path, so each turn carries only its own replay
+error.
+
+The experiment: one conversation of ``turns`` turns (each prompt extends the previous one by
+``step`` tokens of held-out text), every turn on a fresh machine sharing one SSD tier, and for
+each turn the first-token distribution compared with an uncached, all-exact forward pass of
+the same prompt (same FP4 round trip): KL(exact || served) in nats, plus the largest absolute
+error of the KV the SSD tier holds for that prompt's blocks.
+"""
+
+from __future__ import annotations
+
+import tempfile
+
+import torch
+import torch.nn.functional as F
+
+from tiered_kv.engine import Engine, fp4_roundtrip, namespace_for
+from tiered_kv.model import EncoderDecoder
+from tiered_kv.tiers.host import HostTier
+from tiered_kv.tiers.ssd import SSDTier
+
+
+def _kl(exact: torch.Tensor, other: torch.Tensor) -> float:
+    lp, lq = F.log_softmax(exact.double(), -1), F.log_softmax(other.double(), -1)
+    return float((lp.exp() * (lp - lq)).sum())
+
+
+@torch.no_grad()
+def prefix_drift(model: EncoderDecoder, conversations: list[torch.Tensor], *, turns: int = 20, first: int = 512,
+                 step: int = 192, block_size: int = 64, replay: int | None = None, fmt: str = "mxfp4",
+                 modes=("exact", "approximate"), progress: bool = False):
+    """Polars frame: conversation, mode, turn, prompt_tokens, kl_nats, kv_max_abs_error, stored_blocks."""
+    import polars as pl
+
+    for name, value, lo in (("turns", turns, 1), ("first", first, 1), ("step", step, 1)):
+        if not isinstance(value, int) or value < lo:
+            raise ValueError(f"prefix_drift {name}: must be an integer >= {lo}, got {value!r}")
+    need = first + (turns - 1) * step
+    for i, conv in enumerate(conversations):
+        if conv.numel() < need:
+            raise ValueError(f"prefix_drift: conversation {i} has {conv.numel()} tokens, needs {need}")
+    ns = namespace_for(model, fmt=fmt, block_size=block_size)
+    jobs = [(c, mode) for c in range(len(conversations)) for mode in modes]
+    it = jobs
+    if progress:
+        from tqdm.auto import tqdm
+
+        it = tqdm(jobs, desc="prefix drift", unit="conversation")
+    exact_cache: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor]] = {}
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="tkv-drift-") as root:
+        for c, mode in it:
+            conv = conversations[c].long()
+            ssd = SSDTier(f"{root}/{c}-{mode}", namespace=ns, background_touch=False)
+            for k in range(turns):
+                n = first + k * step
+                prompt = conv[:n]
+                if (c, k) not in exact_cache:
+                    kv, _ = model.encode(prompt, 0)
+                    kv_rt = fp4_roundtrip(kv, ns)
+                    logits, _ = model.decode(prompt, 0, kv_rt)
+                    exact_cache[(c, k)] = (logits[-1], kv_rt)
+                ref_logits, ref_kv = exact_cache[(c, k)]
+                engine = Engine(model, ssd, HostTier("1GiB"), replay=replay, ssd_writes=mode, name=f"turn{k}")
+                res = engine.prefill(prompt)
+                stored = ssd.get_prefix(prompt)
+                err = 0.0
+                if stored.hit_tokens:
+                    err = float((stored.kv(torch.float32) - ref_kv[: stored.hit_tokens]).abs().max())
+                rows.append({"conversation": c, "mode": mode, "turn": k + 1, "prompt_tokens": n,
+                             "ssd_hit_tokens": res.hit_tokens["ssd"], "stored_tokens": stored.hit_tokens,
+                             "kl_nats": _kl(ref_logits, res.logits), "kv_max_abs_error": err,
+                             "store_catch_up_tokens": res.computed_tokens["store_catch_up"]})
+    return pl.DataFrame(rows)
+
+
+def drift_summary(frame):
+    """Per mode and turn (a polars frame): mean KL over conversations with a 95% interval, worst KV error."""
+    import polars as pl
+
+    from tiered_kv.replay_quality import mean_ci95
+
+    rows = []
+    for (mode, turn), sub in sorted(frame.group_by("mode", "turn"), key=lambda g: (g[0][0], g[0][1])):
+        m, lo, hi = mean_ci95(sub["kl_nats"].to_list())
+        rows.append({"mode": mode, "turn": turn, "kl_nats": m, "kl_ci95_low": lo, "kl_ci95_high": hi,
+                     "kv_max_abs_error": float(sub["kv_max_abs_error"].max()),
+                     "conversations": sub.height})
+    return pl.DataFrame(rows)

@@ -1,0 +1,143 @@
+"""Does the model use its context? Held-out loss, the long-context gain, and loss against context.
+
+Why these three numbers: the workbench's replay and FP4 experiments only mean something on a
+model that needs its window and looks beyond it. A model at the level of a byte bigram model
+(about 2.4 nats/byte on Python source) would make any replay look exact.
+
+- ``heldout_nats_per_byte``: mean next-byte loss over random held-out windows (full context
+  inside each window).
+- ``long_context_gain_nats``: for 4,096-byte held-out windows, the loss of the last 256 bytes
+  given the 3,840 bytes before them, against the *same* bytes given only the 512 before them
+  (so the difference is what the extra 3,328 bytes of context bought, never what the targets
+  are). Per-sample differences give a 95% interval.
+- ``context_curve``: the same 256 target bytes scored after 64 .. 16,384 bytes of context:
+  where the model stops gaining.
+
+Everything is computed with the batched training path (:meth:`EncoderDecoder.forward_batched`,
+banded window attention), which tests check equals the inference path.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from tiered_kv.model import BOS, EOS, EncoderDecoder
+
+CONTEXTS = (64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
+TARGET_BYTES = 256
+
+
+def read_text_files(paths) -> torch.Tensor:
+    """BOS/EOS-delimited byte stream of text files; a file that is not text is refused by name."""
+    parts = []
+    for path in map(Path, paths):
+        if not path.is_file():
+            raise FileNotFoundError(f"{path}: no such file")
+        data = path.read_bytes()
+        if b"\0" in data[:65536]:
+            raise ValueError(f"{path}: not a text file (contains NUL bytes); eval scores text only")
+        try:
+            data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise ValueError(f"{path}: not a UTF-8 text file (byte {exc.start}); eval scores text only") from None
+        t = torch.empty(len(data) + 2, dtype=torch.int16)
+        t[0], t[-1] = BOS, EOS
+        if data:
+            t[1:-1] = torch.frombuffer(bytearray(data), dtype=torch.uint8).to(torch.int16)
+        parts.append(t)
+    if not parts:
+        raise ValueError("eval: no text files given")
+    return torch.cat(parts)
+
+
+def _starts(stream: torch.Tensor, n: int, before: int, after: int, seed: int) -> list[int]:
+    """``n`` evenly spread positions s with ``before`` tokens before and ``after`` from s."""
+    lo, hi = before, stream.numel() - after
+    if hi <= lo:
+        raise ValueError(f"held-out text has {stream.numel()} tokens; need more than {before + after} "
+                         "for this measurement")
+    g = torch.Generator().manual_seed(seed)
+    span = (hi - lo) / n
+    return [lo + int(i * span + float(torch.rand(1, generator=g)) * max(1.0, span - 1)) for i in range(n)]
+
+
+@torch.no_grad()
+def target_losses(model: EncoderDecoder, stream: torch.Tensor, starts: list[int], context: int,
+                  target: int = TARGET_BYTES, batch: int = 8) -> torch.Tensor:
+    """Per-sample mean loss (nats/byte) of ``stream[s:s+target]`` given ``context`` bytes before s."""
+    out = []
+    for i in range(0, len(starts), batch):
+        seqs = torch.stack([stream[s - context: s + target].long() for s in starts[i:i + batch]])
+        # inputs seqs[:, :-1] predict seqs[:, 1:]; the last ``target`` predictions are the targets
+        logits = model.forward_batched(seqs[:, :-1])[:, -target:]
+        loss = F.cross_entropy(logits.flatten(0, 1).float(), seqs[:, -target:].flatten(), reduction="none")
+        out.append(loss.view(-1, target).mean(1))
+    return torch.cat(out)
+
+
+@torch.no_grad()
+def heldout_loss(model: EncoderDecoder, stream: torch.Tensor, n: int = 32, seq_len: int = 512,
+                 seed: int = 1, batch: int = 8) -> float:
+    """Mean next-byte loss over ``n`` held-out windows of ``seq_len`` bytes."""
+    starts = _starts(stream, n, 0, seq_len + 1, seed)
+    losses = []
+    for i in range(0, n, batch):
+        w = torch.stack([stream[s:s + seq_len + 1].long() for s in starts[i:i + batch]])
+        logits = model.forward_batched(w[:, :-1])
+        losses.append(F.cross_entropy(logits.flatten(0, 1).float(), w[:, 1:].flatten()).item() * w.shape[0])
+    return sum(losses) / n
+
+
+def _mean_ci(x: torch.Tensor) -> tuple[float, float, float]:
+    m = float(x.double().mean())
+    half = 1.96 * float(x.double().std()) / math.sqrt(x.numel()) if x.numel() > 1 else float("nan")
+    return m, m - half, m + half
+
+
+def long_context_gain(model: EncoderDecoder, stream: torch.Tensor, *, window: int = 4096, short: int = 512,
+                      target: int = TARGET_BYTES, n: int = 64, seed: int = 2) -> dict:
+    """Loss of the last ``target`` bytes of ``window``-byte windows: short context minus full context."""
+    full = window - target
+    starts = _starts(stream, n, full, target, seed)
+    lf = target_losses(model, stream, starts, full, target)
+    ls = target_losses(model, stream, starts, short, target)
+    gain, lo, hi = _mean_ci(ls - lf)
+    return {"long_context_gain_nats": gain, "long_context_gain_ci95": [lo, hi],
+            "full_context_bytes": full, "short_context_bytes": short, "target_bytes": target,
+            "window_bytes": window, "samples": n,
+            "full_context_nats_per_byte": float(lf.mean()), "short_context_nats_per_byte": float(ls.mean())}
+
+
+def context_curve(model: EncoderDecoder, stream: torch.Tensor, contexts=CONTEXTS, *, target: int = TARGET_BYTES,
+                  n: int = 16, seed: int = 3, progress: bool = False) -> list[dict]:
+    """The same targets after each context length: ``[{context_bytes, nats_per_byte, ci95}]``."""
+    contexts = sorted(int(c) for c in contexts)
+    limit = model.cfg.max_seq_len - target
+    if contexts[-1] > limit:
+        raise ValueError(f"contexts: each must be <= max_seq_len - target = {limit} bytes, got {contexts[-1]}")
+    starts = _starts(stream, n, contexts[-1], target, seed)
+    it = contexts
+    if progress:
+        from tqdm.auto import tqdm
+
+        it = tqdm(contexts, desc="context curve", unit="length")
+    rows = []
+    for c in it:
+        m, lo, hi = _mean_ci(target_losses(model, stream, starts, c, target, batch=max(1, 32768 // (c + target))))
+        rows.append({"context_bytes": c, "nats_per_byte": m, "ci95": [lo, hi], "samples": n})
+    return rows
+
+
+def evaluate_checkpoint(model: EncoderDecoder, stream: torch.Tensor, *, samples: int = 64,
+                        curve_samples: int = 16, contexts=CONTEXTS, progress: bool = False) -> dict:
+    """Everything ``tiered-kv eval --json`` reports."""
+    contexts = [c for c in contexts if c + TARGET_BYTES <= min(model.cfg.max_seq_len, stream.numel() - 1)]
+    return {
+        "heldout_nats_per_byte": heldout_loss(model, stream),
+        **long_context_gain(model, stream, n=samples),
+        "context_curve": context_curve(model, stream, contexts, n=curve_samples, progress=progress),
+    }
