@@ -218,13 +218,14 @@ def _partial_path(path: Path | None) -> Path | None:
 
 
 def train(cfg: ModelConfig, tc: TrainConfig, corpus: Corpus | None = None, log=print, progress: bool = True,
-          resume_from: Path | None = None) -> tuple[EncoderDecoder, dict]:
+          resume_from: Path | None = None, stop_after: int | None = None) -> tuple[EncoderDecoder, dict]:
     """Train ``cfg`` on the stdlib corpus; returns the model and a record of the run.
 
     With ``resume_from`` (the final checkpoint path), the full training state (weights,
     optimizer, data generator, loss history) is saved to ``<name>.partial.pt`` every
     ``save_every`` steps, and a run with the same settings continues from it: an interrupted
-    run resumed gives the same weights as one never interrupted.
+    run resumed gives the same weights as one never interrupted. ``stop_after`` ends this call
+    after that many steps (the run is then resumable, as if interrupted; record is None).
     """
     torch.set_num_threads(tc.threads)
     corpus = corpus or load_corpus(tc.heldout_every)
@@ -261,6 +262,8 @@ def train(cfg: ModelConfig, tc: TrainConfig, corpus: Corpus | None = None, log=p
         iterator = tqdm(iterator, desc=f"train {cfg.name}", unit="step", initial=first, total=tc.steps)
     model.train()
     for step in iterator:
+        if stop_after is not None and step >= first + stop_after:
+            return model, None
         for g in opt.param_groups:
             g["lr"] = lr_at(step, tc)
         batch, seq_len = tc.shape_at(step)

@@ -40,7 +40,13 @@ def run(args: argparse.Namespace) -> int:
     partial = out.with_suffix(".partial.pt")
     if args.no_resume and partial.exists():
         partial.unlink()
-    model, record = train_preset(args.preset, resume_from=out, **overrides)
+    try:
+        model, record = train_preset(args.preset, resume_from=out, **overrides)
+    except ValueError as exc:  # name the flag the user typed, not the config field
+        msg = str(exc)
+        for field in ("steps", "seed", "threads"):
+            msg = msg.replace(f"TrainConfig.{field}:", f"--{field}:")
+        raise ValueError(msg) from None
     record["command"] = "tiered-kv train " + " ".join(_argv_of(args))
     save_checkpoint(model, out, meta=record)
     partial.unlink(missing_ok=True)
