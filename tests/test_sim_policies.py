@@ -1,6 +1,6 @@
 """Every policy against a brute-force replay written plainly here (dicts, lists, no numba).
 
-The brute-force replays follow DESIGN.md word for word: requests in timestamp order; hit
+The brute-force replays follow docs/semantics.md word for word: requests in timestamp order; hit
 tokens = min(p * block_size, input_length) with p the leading blocks present; then every block
 is touched or inserted in order.
 """
@@ -177,7 +177,7 @@ def test_watermark_on_real_trace_equals_brute_force(conversation):
 def test_real_trace_infinite_bound_is_the_published_scale(conversation):
     r = replay(compile_trace(conversation), get_policy("lru"))
     assert r.requests == 12031 and r.input_tokens == int(conversation["input_length"].sum())
-    # every block ever seen again is a hit: the reuse of the trace, about 0.37 (issue 6)
+    # every block ever seen again is a hit: the reuse of the trace, about 0.37 (docs/semantics.md)
     assert 0.3 < r.token_hit_rate < 0.45
     assert r.by_class["chatbot"]["hit_tokens"] == r.hit_tokens
 

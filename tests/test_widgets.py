@@ -39,7 +39,7 @@ def _trace(rng: np.random.Generator, n: int, classes=("chatbot", "api")) -> pl.D
 
 
 def _replay(frame: pl.DataFrame, ttl: dict[str, float], cap_blocks: float) -> dict[str, int]:
-    """Brute force per DESIGN.md: in time order (stable), purge expired, look up, touch in order."""
+    """Brute force per docs/semantics.md: in time order (stable), purge expired, look up, touch in order."""
     store: OrderedDict[int, tuple[float, str]] = OrderedDict()  # block -> (last touch s, class)
     hits: dict[str, int] = {}
     for row in frame.with_row_index("i").sort(["timestamp_s", "i"]).iter_rows(named=True):

@@ -1,7 +1,7 @@
 """Cluster-model throughput: a 14-day two-class synthetic run through 10 machines with 3 tiers.
 
 Not a subcommand on its own (the leading underscore keeps it out of discovery): `tiered-kv bench
-sim` calls :func:`run_cluster_bench` and reports it under ``"cluster"``. Target (issue 6): at
+sim` calls :func:`run_cluster_bench` and reports it under ``"cluster"``. Target: at
 least 10 million block accesses in 60 s or less. The baseline measured in the same run is the
 part-1 single-policy LRU replay over the same compiled trace (one cache, no routing), so
 ``slowdown_vs_single_lru`` says what routing and the GPU and host tiers cost on top.

@@ -22,7 +22,7 @@ def add_trace_arguments(parser: argparse.ArgumentParser, *, required: bool = Tru
                         help="traffic class for every request of the trace (default: from the file; "
                              "the Mooncake conversation trace is 'chatbot')")
     parser.add_argument("--semantics", default="tiered-kv", choices=["tiered-kv", "kvcache-ai", "lmcache"],
-                        help="counting rules: tiered-kv (DESIGN.md), kvcache-ai (file order, last 50%% "
+                        help="counting rules: tiered-kv (docs/semantics.md), kvcache-ai (file order, last 50%% "
                              "counted, trie-leaf LRU), lmcache (complete chunks, no clamp)")
     parser.add_argument("--bytes-per-token", type=float, default=None, metavar="B",
                         help="KV bytes per token, to read capacities given in bytes (default: "

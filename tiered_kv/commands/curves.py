@@ -45,7 +45,7 @@ def _pick(n: int, k: int | None) -> list[int]:
 
 
 def compute_curves(trace, sem, capacities, ttls, belady_idx: list[int], progress: bool = True) -> dict[str, Any]:
-    """Every curve of the JSON output for a compiled trace (see DESIGN.md field names)."""
+    """Every curve of the JSON output for a compiled trace (field names: docs/semantics.md)."""
     import numpy as np
 
     from tiered_kv.sim import curves as C

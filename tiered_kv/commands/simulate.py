@@ -1,6 +1,6 @@
 """Replay a request trace through one retention policy and report token hit rates.
 
-Replay semantics (DESIGN.md): requests in timestamp order (stable for ties); a request's hit
+Replay semantics (docs/semantics.md): requests in timestamp order (stable for ties); a request's hit
 tokens are min(p * block_size, input_length), p its leading blocks present at lookup; then every
 block of the request is touched or inserted in order. --semantics switches to the counting rules
 of kvcache.ai's or LMCache's simulators (see tiered_kv/sim/peers/semantics.py).
@@ -45,7 +45,7 @@ def register(parser: argparse.ArgumentParser) -> None:
 
 
 def simulate_single(args: argparse.Namespace) -> dict[str, Any]:
-    """The single-cache replay: trace + policy -> the JSON fields of DESIGN.md."""
+    """The single-cache replay: trace + policy -> the JSON fields of docs/semantics.md."""
     from tiered_kv.commands._common import build_policy, load_compiled
     from tiered_kv.sim.policies import DEFAULT_BYTES_PER_TOKEN
     from tiered_kv.sim.replay import replay

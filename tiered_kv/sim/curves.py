@@ -3,7 +3,7 @@ and Belady (the offline optimum) at chosen capacities.
 
 Why one pass works
 ------------------
-Replay a request as DESIGN.md says: look up, then touch its blocks in order. Within a request
+Replay a request as docs/semantics.md says: look up, then touch its blocks in order. Within a request
 the chained ids are distinct, and a block that is present at lookup is only touched (never
 inserted), so touching the leading hits evicts nothing. Hence "block k is among the request's
 leading present blocks at lookup" equals "blocks 0..k all hit when the request's accesses are

@@ -5,7 +5,7 @@ flat numpy arrays (block ids remapped to dense ints, per-request offsets, timest
 codes, per-access token weights). Policies, the one-pass curves and the cluster model all read
 those arrays, so a trace is parsed and hashed once however many capacities are asked for.
 
-Replay semantics (DESIGN.md): requests in timestamp order, stable for ties; a request's hit
+Replay semantics (docs/semantics.md): requests in timestamp order, stable for ties; a request's hit
 tokens are ``min(p * block_size, input_length)`` where ``p`` is its number of *leading* blocks
 present at lookup; after the lookup every block of the request is touched or inserted, in order.
 
@@ -220,7 +220,7 @@ class ReplayResult:
         return self.hit_tokens / self.input_tokens if self.input_tokens else 0.0
 
     def to_dict(self) -> dict[str, Any]:
-        """The JSON fields of ``tiered-kv simulate --json`` (DESIGN.md)."""
+        """The JSON fields of ``tiered-kv simulate --json`` (docs/semantics.md)."""
         return {"policy": self.policy, "requests": self.requests, "input_tokens": self.input_tokens,
                 "hit_tokens": self.hit_tokens, "token_hit_rate": self.token_hit_rate,
                 "by_class": self.by_class, **self.extra}

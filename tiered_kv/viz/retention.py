@@ -12,7 +12,7 @@ A request hits its first ``p`` blocks where ``p`` counts leading blocks that are
 scan keeps per-request prefix maxima; a lookup of block ``i`` then hits at a setting exactly
 when every prefix maximum is under its threshold. Evaluating a setting is one masked sum.
 
-Exactness, per the replay semantics in DESIGN.md (lookup, then touch every block in order):
+Exactness, per the replay semantics of docs/semantics.md (lookup, then touch every block in order):
 TTL alone (any per-class TTLs) and capacity alone are exact. Together they are exact when all
 classes share one TTL (a live block's more recent neighbours are all live, so LRU sees the same
 stack); with differing per-class TTLs the combined value is a lower bound (blocks expiring early

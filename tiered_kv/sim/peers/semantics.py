@@ -4,7 +4,7 @@ Each preset is :class:`~tiered_kv.sim.replay.ReplayOptions` plus the LRU variant
 implements, so ``--semantics kvcache-ai`` reproduces kvcache.ai's numbers with this engine
 instead of a copy of theirs:
 
-- ``tiered-kv`` (DESIGN.md): timestamp order, hit tokens ``min(p*bs, L)``, every request
+- ``tiered-kv`` (docs/semantics.md): timestamp order, hit tokens ``min(p*bs, L)``, every request
   counted, plain LRU over blocks.
 - ``kvcache-ai`` (``kvcache-simulator``): file order, the last 50% of requests counted, block
   weights ``min(bs, L - bs*k)`` (the same clamp), LRU restricted to prefix-trie leaves

@@ -11,7 +11,7 @@ imported; this module imports no policy. ``tiered_kv.sim.policies`` imports the 
 live there; plug-ins elsewhere (kvcache.ai's prefix-trie policies in :mod:`tiered_kv.sim.peers`)
 register when their package is imported.
 
-Capacities: ``capacity_tokens`` means ``floor(capacity / block_size)`` block slots (DESIGN.md);
+Capacities: ``capacity_tokens`` means ``floor(capacity / block_size)`` block slots (docs/semantics.md);
 a capacity in bytes is turned into tokens with the KV format's bytes per token
 (:func:`capacity_tokens_from`).
 """

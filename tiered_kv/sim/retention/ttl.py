@@ -2,7 +2,7 @@
 
 The TTL of a chunk is that of the class whose request touched it last (as in
 :mod:`tiered_kv.sim.policies`); its cost goes to that class and its hits to the class of the
-reading request. Hits follow DESIGN.md: a lookup hits its leading present blocks, so block ``k``
+reading request. Hits follow docs/semantics.md: a lookup hits its leading present blocks, so block ``k``
 of a request hits under TTL ``T`` iff the reuse times of blocks ``0..k`` are all ``<= T``:
 :func:`tiered_kv.sim.curves.ttl_keys` gives that prefix maximum for every access, and a sorted
 array answers every ``T``. When two classes share blocks a lookup can depend on another

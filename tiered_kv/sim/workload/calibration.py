@@ -5,7 +5,7 @@ Definitions (the same code measures the real trace and the synthetic one):
 * reuse time of a block access: time since the previous access of the same block id (chained
   ids, so "same block" means "same whole prefix"); first accesses have none. Quantiles are over
   all accesses that have one, block 0 included.
-* TTL token hit rate (DESIGN.md replay semantics with unlimited capacity): a block is present
+* TTL token hit rate (docs/semantics.md replay semantics with unlimited capacity): a block is present
   when its reuse time is <= TTL; a request's hit tokens are min(p * block_size, input_length)
   with p its number of leading present blocks. The infinite-cache hit rate is TTL = infinity.
   All TTLs are computed in one pass: the leading run of a request at TTL T has every block with

@@ -74,7 +74,7 @@ def build(quick: bool) -> FigureResult:
         published=0.75, reproduced=chat_loss, unit="points",
         inputs=f"tiered_kv.sim.workload.synth {size}; unlimited capacity, TTL replay", calibrated=True)]
     notes = (f"Synthetic workload ({size}). Hit rate with unlimited capacity and a per-class TTL "
-             f"(DESIGN.md replay semantics), cold cache at day 0. 7 d -> 3 d loss: chatbot "
+             f"(replay semantics of docs/semantics.md), cold cache at day 0. 7 d -> 3 d loss: chatbot "
              f"{chat_loss:.2f} points, agent {agent_loss:.2f} points. The chatbot return-gap tail "
              "was tuned on DeepSeek's 0.5-1 point range (a calibration); the agent curve is not "
              "tuned on any multi-day number." + (" Quick mode: 1/200 of the Mooncake rates, so the "
