@@ -32,10 +32,15 @@ MOVED = {
     "tiered_kv.sim.retention_report": "tiered_kv.sim.retention.report",
 }
 SIM_PACKAGES = ["traces", "workload", "policies", "peers", "cluster", "retention"]
-#: Circles known to exist outside the simulator, left to their owners (the SSD tier's store
-#: factory: ssd_layout and ssd_io open ssd_object lazily, which imports them back). The test
-#: fails on any other circle, and on these once they are gone, so the list can only shrink.
-KNOWN_CYCLES = [["tiered_kv.tiers.ssd_io", "tiered_kv.tiers.ssd_layout", "tiered_kv.tiers.ssd_object"]]
+#: Circles known to exist outside the simulator, left to their owners: the SSD tier's store
+#: factory (ssd_layout and ssd_io open ssd_object lazily, which imports them back; b6182f5) and
+#: the TTFT benchmark and replay_quality importing each other lazily (prefill_flops and
+#: load_heldout; e03035c). The test fails on any other circle, and on these once they are gone,
+#: so the list can only shrink.
+KNOWN_CYCLES = [
+    ["tiered_kv.tiers.ssd_io", "tiered_kv.tiers.ssd_layout", "tiered_kv.tiers.ssd_object"],
+    ["tiered_kv.bench.ttft", "tiered_kv.replay_quality"],
+]
 
 
 def package_modules() -> dict[str, tuple[Path, bool]]:
@@ -143,7 +148,7 @@ def test_no_import_cycles():
 
 
 #: The simulator's layers in the order the README draws them: each imports only earlier ones.
-SIM_LAYERS = ["_moved", "traces", "workload", "replay", "policies", "curves", "peers", "cluster", "retention"]
+SIM_LAYERS = ["_moved", "traces", "workload", "replay", "trace_cache", "policies", "curves", "peers", "cluster", "retention"]
 
 
 def test_sim_layers_import_only_the_layers_drawn_before_them():

@@ -6,14 +6,16 @@ and 2 s) with the per-command figures under ``"cli"``.
 
 Each figure is the wall time of one ``tiered-kv curves|simulate --trace conversation ... --json``
 process, output discarded, median of ``--cli-repeat`` runs: *warm* with a numba cache that
-already holds every kernel (a private folder filled by one unmeasured run of each command),
-*cold* with a fresh empty ``NUMBA_CACHE_DIR`` for every run, so every kernel the command needs is
-compiled. Runs are interleaved (warm and cold, command by command, round after round) so that a
-burst of load on a shared machine hits all of them alike. ``cli_warm_s`` and ``cli_cold_s`` are
-the slower command's medians. The baseline, measured the same way in the same rounds, is a
-process that only imports numpy, polars and numba (``imports_s``): the floor any simulator
-command starts from. Python's bytecode cache is on in these processes, as in a normal install
-(``PYTHONDONTWRITEBYTECODE`` is dropped from their environment): only numba's cache is varied.
+already holds every kernel and a compiled-trace cache that holds the trace (private folders
+filled by one unmeasured run of each command), *cold* with a fresh empty ``NUMBA_CACHE_DIR`` (and
+``TIERED_KV_TRACE_CACHE``) for every run, so every kernel the command needs is compiled and the
+trace is read from its file. Runs are interleaved (warm and cold, command by command, round after
+round) so that a burst of load on a shared machine hits all of them alike. ``cli_warm_s`` and
+``cli_cold_s`` are the slower command's medians. The baseline, measured the same way in the
+same rounds, is a process that only imports numpy and numba (``imports_s``): the floor a warm
+simulator command starts from (it imports polars only when it reads a trace file). Python's
+bytecode cache is on in these processes, as in a normal install (``PYTHONDONTWRITEBYTECODE`` is
+dropped from their environment).
 """
 
 from __future__ import annotations
@@ -49,7 +51,8 @@ def _cli() -> list[str]:
 
 
 def _wall(argv: list[str], cache_dir: str) -> float:
-    env = {**os.environ, "NUMBA_CACHE_DIR": cache_dir}
+    """Seconds of one process with numba's and the compiled-trace cache in ``cache_dir``."""
+    env = {**os.environ, "NUMBA_CACHE_DIR": cache_dir, "TIERED_KV_TRACE_CACHE": os.path.join(cache_dir, "traces")}
     env.pop("PYTHONDONTWRITEBYTECODE", None)
     t0 = time.perf_counter()
     subprocess.run(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True, timeout=600)
@@ -60,7 +63,7 @@ def run_cli_bench(trace: str, repeat: int) -> dict[str, Any]:
     """Median whole-process seconds per command, warm and cold, and the import-only baseline."""
     cli = _cli()
     argv = {name: [*cli, cmd[0], "--trace", trace, *cmd[1:]] for name, cmd in COMMANDS.items()}
-    imports = [sys.executable, "-c", "import numpy, polars, numba"]
+    imports = [sys.executable, "-c", "import numpy, numba"]
     warm_dir = tempfile.mkdtemp(prefix="tiered-kv-numba-warm-")
     times: dict[str, list[float]] = {f"{n}_{k}": [] for n in argv for k in ("warm", "cold")}
     times["imports"] = []

@@ -59,7 +59,7 @@ def _trace(args: argparse.Namespace):
     if not args.synth:
         if not args.trace:
             raise ValueError("--trace PATH (or --synth PRESET --days D) is required")
-        _, trace, sem = load_compiled(args)
+        trace, sem = load_compiled(args)
         return trace, str(args.trace), sem
     from tiered_kv.sim.workload.synth import generate
 

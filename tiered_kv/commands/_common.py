@@ -30,19 +30,24 @@ def add_trace_arguments(parser: argparse.ArgumentParser, *, required: bool = Tru
 
 
 def load_compiled(args: argparse.Namespace):
-    """(frame, compiled trace, semantics) for the trace options of ``args``."""
+    """(compiled trace, semantics) for the trace options of ``args``.
+
+    The compiled trace comes from :mod:`tiered_kv.sim.trace_cache` when an earlier run stored
+    it (the same file, arguments and code), so a second run does not read the file again.
+    """
     from dataclasses import replace
 
     from tiered_kv.sim.peers.semantics import get_semantics
-    from tiered_kv.sim.replay import compile_trace
-    from tiered_kv.sim.traces import load_trace, resolve_trace_path
+    from tiered_kv.sim.trace_cache import load_compiled_trace
+    from tiered_kv.sim.traces import resolve_trace_path
 
     sem = get_semantics(args.semantics)
     options = sem.options
     if getattr(args, "warmup", None) is not None:
         options = replace(options, warmup_fraction=float(args.warmup))
-    df = load_trace(resolve_trace_path(args.trace), format=args.format, traffic_class=args.traffic_class)
-    return df, compile_trace(df, options), sem
+    trace = load_compiled_trace(resolve_trace_path(args.trace), format=args.format,
+                                traffic_class=args.traffic_class, options=options)
+    return trace, sem
 
 
 def parse_ttls(values: list[str]) -> tuple[dict[str, float], float]:

@@ -108,7 +108,7 @@ def run(args: argparse.Namespace) -> int:
 
     if args.points < 2 or args.ttl_points < 2:
         raise ValueError("--points/--ttl-points: must be >= 2")
-    _, trace, sem = load_compiled(args)
+    trace, sem = load_compiled(args)
     bpt = args.bytes_per_token or DEFAULT_BYTES_PER_TOKEN
     if args.capacity:
         caps = np.array(sorted(capacity_tokens_from(c, bytes_per_token=bpt, name="--capacity")

@@ -50,7 +50,7 @@ def simulate_single(args: argparse.Namespace) -> dict[str, Any]:
     from tiered_kv.sim.policies import DEFAULT_BYTES_PER_TOKEN
     from tiered_kv.sim.replay import replay
 
-    _, trace, sem = load_compiled(args)
+    trace, sem = load_compiled(args)
     policy = build_policy(args, sem)
     result = replay(trace, policy).to_dict()
     bpt = args.bytes_per_token or DEFAULT_BYTES_PER_TOKEN

@@ -27,10 +27,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
-import polars as pl
+
+if TYPE_CHECKING:  # polars is imported where a frame is compiled: a cached trace needs only numpy
+    import polars as pl
 
 
 @dataclass(frozen=True)
@@ -123,6 +125,8 @@ class CompiledTrace:
 
 def compile_trace(df: pl.DataFrame, options: ReplayOptions | None = None) -> CompiledTrace:
     """Flatten a validated trace frame into a :class:`CompiledTrace` for ``options``."""
+    import polars as pl
+
     options = options or ReplayOptions()
     n = df.height
     lengths = df["block_ids"].list.len().cast(pl.Int64).to_numpy()
@@ -245,7 +249,7 @@ def replay(trace: CompiledTrace | pl.DataFrame, policy: Any, options: ReplayOpti
     ``trace`` may be a frame (compiled here for ``options``) or an already compiled trace (then
     ``options``, if given, re-applies ordering/trimming/weights/warm-up to it).
     """
-    if isinstance(trace, pl.DataFrame):
+    if not isinstance(trace, CompiledTrace):  # a trace frame
         trace = compile_trace(trace, options)
     elif options is not None:
         trace = trace.with_options(options)

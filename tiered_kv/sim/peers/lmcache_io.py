@@ -26,11 +26,12 @@ import json
 import math
 from collections.abc import Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import polars as pl
 
-from tiered_kv.sim.traces import SCHEMA, validate_frame
+if TYPE_CHECKING:  # polars is imported by the functions that build or read frames
+    import polars as pl
 
 #: Bytes per element of the dtypes LMCache logs (the same table as its simulator).
 DTYPE_BYTES: dict[str, int] = {"float32": 4, "float16": 2, "bfloat16": 2, "float8_e4m3fn": 1,
@@ -117,6 +118,10 @@ def read_lookup_logs(paths: str | Path | Iterable[str | Path], *, model: str | N
     or the model name. Events without hashes and with ``seq_len == 0`` are skipped, as LMCache
     does. A malformed line is an error naming file, line and field.
     """
+    import polars as pl
+
+    from tiered_kv.sim.traces import SCHEMA, validate_frame
+
     paths = [paths] if isinstance(paths, (str, Path)) else list(paths)
     rows: list[tuple] = []
     for f in _log_files(paths):

@@ -31,9 +31,12 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
+from typing import TYPE_CHECKING
 
 import numpy as np
-import polars as pl
+
+if TYPE_CHECKING:  # only annotations here: the frames come from the callers
+    import polars as pl
 
 from tiered_kv import REPO_ROOT
 

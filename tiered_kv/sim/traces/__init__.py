@@ -7,19 +7,34 @@ Bailian JSONL), :mod:`.generic` (JSONL, CSV or Parquet with token or block ids);
 detects the format (:func:`load_trace`), :mod:`.shipped` names the traces in ``data/traces``,
 :mod:`.examples` draws small random traces for tests. This package may import
 :mod:`tiered_kv.keys` and :data:`tiered_kv.DATA_DIR`, nothing else of ``tiered_kv``: it is the
-bottom of :mod:`tiered_kv.sim`.
+bottom of :mod:`tiered_kv.sim`. Its names load on first use (polars only with the first frame),
+so resolving a shipped trace's path costs no polars import.
 """
 
-from tiered_kv.sim.traces.bailian import BAILIAN_BLOCK_SIZE, load_bailian
-from tiered_kv.sim.traces.examples import random_trace
-from tiered_kv.sim.traces.generic import load_generic
-from tiered_kv.sim.traces.load import FORMATS, detect_format, load_trace
-from tiered_kv.sim.traces.mooncake import MOONCAKE_BLOCK_SIZE, load_mooncake
-from tiered_kv.sim.traces.schema import SCHEMA, validate_frame
-from tiered_kv.sim.traces.shipped import SHIPPED, default_class_for, resolve_trace_path, shipped_trace
+from __future__ import annotations
 
-__all__ = [
-    "BAILIAN_BLOCK_SIZE", "FORMATS", "MOONCAKE_BLOCK_SIZE", "SCHEMA", "SHIPPED", "default_class_for",
-    "detect_format", "load_bailian", "load_generic", "load_mooncake", "load_trace", "random_trace",
-    "resolve_trace_path", "shipped_trace", "validate_frame",
-]
+import importlib
+
+#: Public name -> the module of this package that defines it.
+_EXPORTS = {
+    "BAILIAN_BLOCK_SIZE": "bailian", "load_bailian": "bailian",
+    "random_trace": "examples",
+    "load_generic": "generic",
+    "FORMATS": "load", "detect_format": "load", "load_trace": "load",
+    "MOONCAKE_BLOCK_SIZE": "mooncake", "load_mooncake": "mooncake",
+    "SCHEMA": "schema", "validate_frame": "schema",
+    "SHIPPED": "shipped", "default_class_for": "shipped", "resolve_trace_path": "shipped", "shipped_trace": "shipped",
+}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))
