@@ -134,7 +134,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     jit_s = time.perf_counter() - t0
     result: dict[str, Any] = {
         "trace": str(args.trace), "load_trace_s": load_s, "compile_trace_s": compile_s,
-        "jit_warmup_s": jit_s, "capacity_tokens": args.capacity,
+        "jit_warmup_s": jit_s, "capacity_tokens": args.capacity, "repeat": args.repeat,
         "targets": {"curves_s": 1.0, "belady_one_capacity_s": 2.0, "lru_replay_accesses_per_s": 2e6},
     }
     scaling = {}

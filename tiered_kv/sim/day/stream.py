@@ -1,0 +1,285 @@
+"""Replay a sharded day (:mod:`.shards`) hour by hour through LRU capacities and per-class TTLs at once.
+
+Why not the LRU/TTL kernel of :mod:`tiered_kv.sim.policies.lru`: it compiles the whole trace into
+memory and keeps five 8-byte arrays per block; a DeepSeek-scale day has about 1.2 billion accesses
+and 0.6 billion blocks. Here the hours are read one at a time (polars lazy scan of that hour's
+shards, sorted by time, streaming engine) and the cache state is 9 bytes per block plus one bit
+per access, shared by every policy of the run:
+
+* ``last_seq`` (uint32; uint64 past 4 G accesses): the access number of the block's last touch.
+  LRU at capacity C keeps exactly the C blocks touched most recently, so a block is present iff
+  its last touch is at or after that capacity's *frontier*, the oldest access number still
+  cached. ``latest`` has one bit per access, set while that access is its block's last touch;
+  inserting a block past the capacity advances the frontier over the bits until one set bit (one
+  block) has left. Every capacity is one frontier and one counter over the same arrays, so any
+  number of capacities cost one pass.
+* ``last_t`` (float32 seconds; the multi-day span keeps it exact to a few ms) and ``bclass``
+  (uint8): a per-class TTL keeps a block while ``now - last_t <= ttl[class of its last toucher]``,
+  which needs no more state, so any number of TTL settings ride along too (TTLs without a capacity,
+  as DeepSeek states its per-class retention).
+
+Counting is DESIGN.md's: requests in time order (ties: part order, then file order), hit tokens
+``min(p * block, L)`` with ``p`` leading blocks present before the request touches its blocks.
+Requests before ``warmup_days`` warm the cache and are not counted.
+
+A shard that does not parse or holds impossible values (time outside its hour, a block count
+that does not match its length, an id outside its part's range) stops the run with its file and
+row named.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from numba import njit
+
+from tiered_kv.sim.day.shards import peak_rss_bytes, read_manifest
+
+
+@njit(cache=True)
+def _set_bit(bits, j):  # pragma: no cover - compiled
+    bits[j >> 3] |= np.uint8(1 << (j & 7))
+
+
+@njit(cache=True)
+def _day_kernel(offsets, ids, base, times, lengths, classes, counted, bs,
+                last_seq, last_t, bclass, latest, seq,
+                caps, frontier, count, ttl, hit_out, input_out, req_out):  # pragma: no cover - compiled
+    """Advance the shared state over one hour; add hit tokens per (policy, class) to ``hit_out``.
+
+    Policies are the capacities ``caps`` (rows 0..len(caps)-1) then the TTL rows of ``ttl``
+    (``ttl[t, class]`` seconds). Returns the access number of the last access.
+    """
+    n = offsets.shape[0] - 1
+    n_cap = caps.shape[0]
+    n_ttl = ttl.shape[0]
+    for r in range(n):
+        lo = offsets[r]
+        hi = offsets[r + 1]
+        b0 = base[r]
+        now = times[r]
+        c = classes[r]
+        if counted[r]:
+            L = lengths[r]
+            input_out[c] += L
+            req_out[c] += 1
+            for k in range(n_cap):
+                f = frontier[k]
+                p = 0
+                for i in range(lo, hi):
+                    s = last_seq[b0 + ids[i]]
+                    if s == 0 or s < f:
+                        break
+                    p += 1
+                hit_out[k, c] += min(p * bs, L)
+            for t in range(n_ttl):
+                p = 0
+                for i in range(lo, hi):
+                    b = b0 + ids[i]
+                    if last_seq[b] == 0 or now - last_t[b] > ttl[t, bclass[b]]:
+                        break
+                    p += 1
+                hit_out[n_cap + t, c] += min(p * bs, L)
+        for i in range(lo, hi):
+            b = b0 + ids[i]
+            prev = last_seq[b]
+            seq += 1
+            if prev != 0:
+                latest[prev >> 3] &= np.uint8(~(1 << (prev & 7)) & 0xFF)
+            _set_bit(latest, seq)
+            last_seq[b] = seq
+            last_t[b] = now
+            bclass[b] = c
+            for k in range(n_cap):
+                if prev == 0 or prev < frontier[k]:
+                    count[k] += 1
+                    f = frontier[k]
+                    while count[k] > caps[k]:
+                        if latest[f >> 3] & (1 << (f & 7)):
+                            count[k] -= 1
+                        f += 1
+                    frontier[k] = f
+    return seq
+
+
+def _hour_files(root: Path, hour: int) -> list[Path]:
+    return sorted((root / f"hour={hour:04d}").glob("part-*.parquet"))
+
+
+def _read_hour(files: list[Path]):
+    """One hour of every part, sorted by time (stable: part order breaks ties), via a lazy scan."""
+    import polars as pl
+
+    lf = pl.scan_parquet(files).select("timestamp_s", "input_length", "class_code", "part", "block_ids")
+    try:
+        return lf.sort("timestamp_s", maintain_order=True).collect(engine="streaming")
+    except Exception as exc:  # name the shard that does not parse
+        for f in files:
+            _check_file_parses(f)
+        raise ValueError(f"{files[0].parent}: the hour's shards do not read together ({exc})") from None
+
+
+def _check_file_parses(path: Path) -> None:
+    """Raise a ValueError naming ``path`` and the first rows that fail to decode."""
+    import polars as pl
+
+    try:
+        n = pl.scan_parquet(path).select(pl.len()).collect().item()
+    except Exception as exc:
+        raise ValueError(f"{path}: not a readable Parquet shard (row: none readable; {_short(exc)})") from None
+    step = 65_536
+    for lo in range(0, max(n, 1), step):
+        try:
+            pl.scan_parquet(path).slice(lo, step).collect()
+        except Exception as exc:
+            raise ValueError(f"{path}: rows {lo}..{min(lo + step, n) - 1} fail to parse ({_short(exc)})") from None
+
+
+def _short(exc: Exception) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0][:200] if text else type(exc).__name__
+
+
+def _validate_hour(df, hour: int, files: list[Path], n_ids_by_part: np.ndarray, bs: int, n_classes: int):
+    """Vectorised checks of one hour; on a failure, the file and row (within that file) are named."""
+    import polars as pl
+
+    lens = df["block_ids"].list.len().to_numpy()
+    t = df["timestamp_s"].to_numpy()
+    L = df["input_length"].to_numpy()
+    part = df["part"].to_numpy()
+    cls = df["class_code"].to_numpy()
+    ok = (t >= hour * 3600.0) & (t < (hour + 1) * 3600.0) & (L >= 1) & (lens == -(-L // bs)) & (cls < n_classes)
+    ok &= part < len(n_ids_by_part)
+    max_id = df["block_ids"].list.max().fill_null(0).to_numpy()
+    ok &= max_id < n_ids_by_part[np.minimum(part, len(n_ids_by_part) - 1)]
+    if ok.all():
+        return
+    # slow path: which file, which row
+    for f in files:
+        one = pl.read_parquet(f).with_row_index("_row")
+        fl = one["block_ids"].list.len().to_numpy()
+        ft, fL, fp = one["timestamp_s"].to_numpy(), one["input_length"].to_numpy(), one["part"].to_numpy()
+        fmax = one["block_ids"].list.max().fill_null(0).to_numpy()
+        checks = [
+            ("timestamp_s outside the file's hour", (ft < hour * 3600.0) | (ft >= (hour + 1) * 3600.0)),
+            ("input_length < 1", fL < 1),
+            (f"block count != ceil(input_length / {bs})", fl != -(-fL // bs)),
+            ("class_code unknown", one["class_code"].to_numpy() >= n_classes),
+            ("part unknown", fp >= len(n_ids_by_part)),
+            ("block id beyond the part's id range",
+             fmax >= n_ids_by_part[np.minimum(fp, len(n_ids_by_part) - 1)]),
+        ]
+        for what, bad in checks:
+            if bad.any():
+                row = int(np.flatnonzero(bad)[0])
+                raise ValueError(f"{f}: row {row}: {what}")
+    raise ValueError(f"hour {hour}: invalid rows, but no single shard shows them")
+
+
+def replay_day(root: str | Path, *, capacities: dict[str, float] | None = None,
+               ttls: dict[str, dict[str, float]] | None = None, progress: bool = True) -> dict[str, Any]:
+    """Replay the day under ``root`` once for every policy; hit rates per policy, class and hour.
+
+    ``capacities``: name -> LRU capacity in blocks (``math.inf``: unlimited). ``ttls``: name ->
+    {class: seconds} (classes not named never expire). Returns a JSON-ready dict.
+    """
+    from tqdm.auto import tqdm
+
+    root = Path(root)
+    m = read_manifest(root)
+    capacities = {"lru unlimited": math.inf} if capacities is None else dict(capacities)
+    ttls = {} if ttls is None else dict(ttls)
+    classes = m["classes"]
+    bs = int(m["block_size"])
+    n_ids = int(m["n_ids"])
+    seq_dtype = np.uint32 if m["accesses"] < 2**32 - 2 else np.uint64
+    t0 = time.perf_counter()
+    last_seq = np.zeros(n_ids, seq_dtype)
+    last_t = np.zeros(n_ids, np.float32)
+    bclass = np.zeros(n_ids, np.uint8)
+    latest = np.zeros(m["accesses"] // 8 + 2, np.uint8)
+    caps = np.array([min(c, 2**62) for c in capacities.values()], dtype=np.int64)
+    frontier = np.ones(len(caps), np.int64)
+    count = np.zeros(len(caps), np.int64)
+    ttl = np.full((len(ttls), len(classes)), np.inf)
+    for i, per_class in enumerate(ttls.values()):
+        for cls, seconds in per_class.items():
+            if cls not in classes:
+                raise ValueError(f"ttl {cls!r}: unknown class; allowed: {classes}")
+            ttl[i, classes.index(cls)] = float(seconds)
+    names = list(capacities) + list(ttls)
+    hours = int(m["hours"])
+    warm_s = float(m["config"]["warmup_days"]) * 86_400.0
+    id_base = np.array([p["id_base"] for p in m["parts"]], dtype=np.int64)
+    n_ids_by_part = np.array([p["n_ids"] for p in m["parts"]], dtype=np.int64)
+    hit = np.zeros((len(names), len(classes), hours), np.int64)
+    inp = np.zeros((len(classes), hours), np.int64)
+    req = np.zeros((len(classes), hours), np.int64)
+    seq = 0
+    read_s = kernel_s = 0.0
+    for h in tqdm(range(hours), unit="hour", desc="replay day", disable=not progress):
+        files = _hour_files(root, h)
+        if not files:
+            continue
+        ta = time.perf_counter()
+        df = _read_hour(files)
+        _validate_hour(df, h, files, n_ids_by_part, bs, len(classes))
+        lens = df["block_ids"].list.len().to_numpy().astype(np.int64)
+        offsets = np.concatenate([[0], np.cumsum(lens)])
+        ids = df["block_ids"].explode().to_numpy().astype(np.uint32, copy=False)
+        times = df["timestamp_s"].to_numpy()
+        base = id_base[df["part"].to_numpy()]
+        lengths = df["input_length"].to_numpy().astype(np.int64)
+        cls = df["class_code"].to_numpy().astype(np.int64)
+        counted = times >= warm_s
+        del df
+        tb = time.perf_counter()
+        hit_h = np.zeros((len(names), len(classes)), np.int64)
+        inp_h = np.zeros(len(classes), np.int64)
+        req_h = np.zeros(len(classes), np.int64)
+        seq = _day_kernel(offsets, ids, base, times, lengths, cls, counted, bs, last_seq, last_t, bclass, latest,
+                          seq_dtype(seq) if seq_dtype is np.uint32 else np.uint64(seq), caps, frontier, count, ttl,
+                          hit_h, inp_h, req_h)
+        seq = int(seq)
+        hit[:, :, h], inp[:, h], req[:, h] = hit_h, inp_h, req_h
+        read_s += tb - ta
+        kernel_s += time.perf_counter() - tb
+    return _result(m, names, classes, hit, inp, req, capacities, ttls, bs,
+                   {"replay_s": time.perf_counter() - t0, "read_s": read_s, "kernel_s": kernel_s,
+                    "replay_peak_rss_bytes": peak_rss_bytes(), "state_bytes":
+                        last_seq.nbytes + last_t.nbytes + bclass.nbytes + latest.nbytes})
+
+
+def _result(m, names, classes, hit, inp, req, capacities, ttls, bs, timing) -> dict[str, Any]:
+    total_in = int(inp.sum())
+    policies = {}
+    for i, name in enumerate(names):
+        kind = "lru" if name in capacities else "ttl"
+        policies[name] = {
+            "kind": kind,
+            "capacity_blocks": (None if math.isinf(capacities[name]) else int(capacities[name])) if kind == "lru"
+            else None,
+            "ttl_seconds": ttls.get(name) if kind == "ttl" else None,
+            "hit_tokens": int(hit[i].sum()),
+            "disk_token_fraction": hit[i].sum() / total_in if total_in else math.nan,
+            "by_class": {c: (hit[i, k].sum() / inp[k].sum() if inp[k].sum() else math.nan)
+                         for k, c in enumerate(classes)},
+            "hourly": [(hit[i, :, h].sum() / inp[:, h].sum()) if inp[:, h].sum() else None
+                       for h in range(hit.shape[2])],
+        }
+    counted_hours = [h for h in range(inp.shape[1]) if inp[:, h].sum()]
+    return {
+        "requests": int(req.sum()), "input_tokens": total_in, "block_size": bs,
+        "counted_hours": [counted_hours[0], counted_hours[-1]] if counted_hours else None,
+        "input_tokens_by_class": {c: int(inp[k].sum()) for k, c in enumerate(classes)},
+        "policies": policies, **timing,
+        "generated": {k: m[k] for k in ("requests", "accesses", "input_tokens", "n_ids", "hours", "config",
+                                        "generation_s", "generation_workers", "generation_peak_rss_bytes",
+                                        "generation_part_s_sum")},
+        "parts": len(m["parts"]),
+    }

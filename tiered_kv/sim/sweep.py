@@ -1,0 +1,427 @@
+"""Parameter sweeps of the cluster model: a grid or a list of points, one task each, as Parquet.
+
+A sweep is a TOML file (``tiered-kv sweep CONFIG.toml``) or a :class:`SweepConfig`. Its points
+vary seven axes: ``policy`` (``lru``: capacity LRU; ``ttl``: per-class TTL, under the capacity
+when one is given), ``capacity`` (the shared SSD pool, tokens or bytes, ``"inf"``), ``ttl``
+(``"agent=3d,chatbot=7d"`` or a table), ``nodes``, ``routing``, ``preset`` (a synthetic
+workload of :mod:`tiered_kv.sim.workload.synth`) and ``seed``; settings that do not vary
+(``days``, ``bytes_per_token``, ``host_capacity``) sit at the top of the file::
+
+    days = 14
+    [grid]                       # every combination (``ttl`` only multiplies ttl points)
+    policy = ["lru", "ttl"]
+    capacity = ["2TiB", "8TiB"]
+    ttl = ["agent=3d,chatbot=7d"]
+    nodes = [1, 10]
+    [[point]]                    # and/or single points; missing axes take the defaults
+    policy = "lru"
+    capacity = "inf"
+
+Why one file per point: a point is the unit of work and of failure. Each result is one row
+(its axes, the metrics of :func:`tiered_kv.sim.cluster.simulate_cluster` and the latency model,
+the exact point as JSON and the package version) written to ``<out>/point-<id>.parquet`` by the
+driver, under a name that is a hash of the point, so a re-run skips what is there (resume) and a
+changed point never reuses an old answer. Workers only compute; nothing needs a shared disk.
+
+Where points run: on Ray when it is installed (``pip install tiered-kv[cluster]``): ``ray.init()``
+starts a local one, ``address=`` joins a cluster, one remote task per point. Without Ray (or
+``backend="pool"``) a local process pool runs the same function and the driver writes the same
+rows; only ``elapsed_s`` differs. Each worker process keeps the last generated workloads
+(points are submitted grouped by workload, so a worker rarely generates one twice).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass, field, replace
+from functools import lru_cache
+from itertools import product
+from pathlib import Path
+from typing import Any
+
+AXES = ("policy", "capacity", "ttl", "nodes", "routing", "preset", "seed")
+SETTINGS = ("days", "bytes_per_token", "host_capacity", "out", "name")
+POLICIES = ("lru", "ttl")
+_MAX_NODES = 64
+#: Result columns besides the axes: totals, then rates, then the latency model.
+METRICS = ("requests", "input_tokens", "hit_tokens", "token_hit_rate", "disk_token_fraction",
+           "window_hit_rate", "evictions_ssd", "ttft_p50_s", "ttft_p90_s", "ttft_p99_s", "cost_per_mtok")
+
+
+def _fail(key: str, value: Any, allowed: str) -> None:
+    raise ValueError(f"{key}: {value!r} is out of range; allowed: {allowed}")
+
+
+def _int_in(key: str, value: Any, lo: int, hi: int | None = None) -> int:
+    ok = isinstance(value, int) and not isinstance(value, bool) and value >= lo and (hi is None or value <= hi)
+    if not ok:
+        _fail(key, value, f"an integer in [{lo}, {hi}]" if hi is not None else f"an integer >= {lo}")
+    return int(value)
+
+
+def _capacity(key: str, value: Any, bytes_per_token: float) -> float:
+    """Tokens (math.inf for unlimited) from a token count, a byte size with a unit or "inf"."""
+    from tiered_kv.sim.policies import capacity_tokens_from
+
+    allowed = "a token count >= 1, a size with a unit (e.g. '8TiB', up to '100PiB' and beyond) or 'inf'"
+    if isinstance(value, str) and value.strip().lower() in ("inf", "unlimited", "none"):
+        return math.inf
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        _fail(key, value, allowed)
+    try:
+        tokens = capacity_tokens_from(value, bytes_per_token=bytes_per_token, name=key)
+    except ValueError:
+        _fail(key, value, allowed)
+    if tokens is None or tokens < 1:
+        _fail(key, value, allowed)
+    return float(tokens)
+
+
+def _ttl(key: str, value: Any) -> tuple[tuple[str, float], ...]:
+    """``"agent=3d,chatbot=7d"``, ``"7d"`` (every class) or ``{agent = "3d"}`` -> sorted pairs.
+
+    A bare duration is stored under the class name ``"*"`` (the default TTL)."""
+    from tiered_kv.units import parse_duration
+
+    allowed = "a duration > 0 ('7d', '10m'), 'CLASS=DURATION,...' or a table {CLASS = DURATION}"
+    if isinstance(value, Mapping):
+        items = list(value.items())
+    elif isinstance(value, str) and value.strip():
+        items = [(p.split("=", 1) if "=" in p else ("*", p)) for p in value.split(",")]
+    else:
+        _fail(key, value, allowed)
+    out = {}
+    for cls, dur in items:
+        cls = str(cls).strip()
+        try:
+            seconds = parse_duration(dur.strip() if isinstance(dur, str) else dur, name=f"{key} {cls}")
+        except (ValueError, TypeError):
+            _fail(f"{key} {cls}", dur, allowed)
+        if not cls or not seconds > 0:
+            _fail(key, value, allowed)
+        out[cls] = float(seconds)
+    return tuple(sorted(out.items()))
+
+
+@dataclass(frozen=True)
+class SweepPoint:
+    """One run of the cluster model: the seven axes plus the sweep's fixed settings."""
+
+    policy: str = "lru"
+    capacity: Any = "inf"  # as given: tokens, "8TiB" or "inf"
+    ttl: Any = None  # as given; only for policy "ttl"
+    nodes: int = 10
+    routing: str = "cache-aware"
+    preset: str = "mixed"
+    seed: int = 0
+    days: float = 14.0
+    bytes_per_token: float = 70_272.0
+    host_capacity: Any = "64GiB"  # per machine (window states)
+    capacity_tokens: float = field(init=False)
+    ttl_seconds: tuple[tuple[str, float], ...] | None = field(init=False)
+
+    def __post_init__(self) -> None:
+        from tiered_kv.sim.cluster import ROUTINGS
+        from tiered_kv.sim.workload.synth import PRESETS
+        from tiered_kv.units import parse_bytes
+
+        if self.policy not in POLICIES:
+            _fail("policy", self.policy, f"one of {list(POLICIES)}")
+        if not (isinstance(self.bytes_per_token, (int, float)) and not isinstance(self.bytes_per_token, bool)
+                and 1 <= self.bytes_per_token <= 10**8):
+            _fail("bytes_per_token", self.bytes_per_token, "a number in [1, 1e8]")
+        object.__setattr__(self, "capacity_tokens", _capacity("capacity", self.capacity, float(self.bytes_per_token)))
+        if self.policy == "ttl":
+            if self.ttl is None:
+                _fail("ttl", None, "a TTL for every policy 'ttl' point, e.g. 'agent=3d,chatbot=7d'")
+            object.__setattr__(self, "ttl_seconds", _ttl("ttl", self.ttl))
+        else:
+            object.__setattr__(self, "ttl", None)  # a TTL means nothing to capacity LRU
+            object.__setattr__(self, "ttl_seconds", None)
+        _int_in("nodes", self.nodes, 1, _MAX_NODES)
+        if self.routing not in ROUTINGS:
+            _fail("routing", self.routing, f"one of {list(ROUTINGS)}")
+        if self.preset not in PRESETS:
+            _fail("preset", self.preset, f"one of {sorted(PRESETS)}")
+        _int_in("seed", self.seed, 0)
+        if not (isinstance(self.days, (int, float)) and not isinstance(self.days, bool) and 0 < self.days <= 365):
+            _fail("days", self.days, "a number of days in (0, 365]")
+        try:
+            parse_bytes(self.host_capacity, name="host_capacity")
+        except (ValueError, TypeError):
+            _fail("host_capacity", self.host_capacity, "bytes >= 0, e.g. '64GiB' or 0")
+
+    def as_dict(self) -> dict[str, Any]:
+        """The point as plain JSON values (what the Parquet file's ``config`` column holds)."""
+        d = asdict(self)
+        d["ttl_seconds"] = None if self.ttl_seconds is None else dict(self.ttl_seconds)
+        d["ttl"] = None if self.ttl is None else (dict(self.ttl) if isinstance(self.ttl, Mapping) else self.ttl)
+        d["capacity_tokens"] = None if math.isinf(self.capacity_tokens) else self.capacity_tokens
+        return d
+
+    @property
+    def point_id(self) -> str:
+        """Hash of everything that decides the result (not of how it was spelled)."""
+        d = self.as_dict()
+        key = {k: d[k] for k in ("policy", "capacity_tokens", "ttl_seconds", "nodes", "routing", "preset", "seed",
+                                 "days", "bytes_per_token")}
+        from tiered_kv.units import parse_bytes
+
+        key["host_capacity_bytes"] = parse_bytes(self.host_capacity, name="host_capacity")
+        return hashlib.blake2b(json.dumps(key, sort_keys=True).encode(), digest_size=8).hexdigest()
+
+    @property
+    def label(self) -> str:
+        """Policy and TTLs in words, e.g. ``ttl agent=3d chatbot=7d`` (the chart's colour)."""
+        if self.ttl_seconds is None:
+            return self.policy
+        from tiered_kv.units import format_duration
+
+        return "ttl " + " ".join(f"{c}={format_duration(s)}".replace(" ", "") for c, s in self.ttl_seconds)
+
+
+@dataclass(frozen=True)
+class SweepConfig:
+    """The points of one sweep and where their results go."""
+
+    points: tuple[SweepPoint, ...]
+    out: Path | None = None
+    name: str = "sweep"
+
+    def __post_init__(self) -> None:
+        if not self.points:
+            raise ValueError("sweep: no points; give a [grid] table or [[point]] tables")
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], *, base_dir: Path | None = None) -> SweepConfig:
+        allowed_top = set(SETTINGS) | {"grid", "point"}
+        for key in data:
+            if key not in allowed_top:
+                raise ValueError(f"sweep config: unknown key {key!r}; allowed: {sorted(allowed_top)}")
+        settings = {k: data[k] for k in ("days", "bytes_per_token", "host_capacity") if k in data}
+        points: list[SweepPoint] = []
+        grid = data.get("grid")
+        if grid is not None:
+            if not isinstance(grid, Mapping):
+                raise ValueError("grid: must be a table of lists, e.g. [grid] policy = [\"lru\", \"ttl\"]")
+            for key, values in grid.items():
+                if key not in AXES:
+                    raise ValueError(f"grid: unknown key {key!r}; allowed: {list(AXES)}")
+                if not isinstance(values, list) or not values:
+                    raise ValueError(f"grid.{key}: must be a non-empty list, got {values!r}")
+            keys = list(grid)
+            for combo in product(*(grid[k] for k in keys)):
+                points.append(SweepPoint(**dict(zip(keys, combo, strict=True)), **settings))
+        raw_points = data.get("point", [])
+        if not isinstance(raw_points, list):
+            raise ValueError("point: must be an array of tables ([[point]])")
+        for i, p in enumerate(raw_points):
+            for key in p:
+                if key not in AXES:
+                    raise ValueError(f"point[{i}]: unknown key {key!r}; allowed: {list(AXES)}")
+            points.append(SweepPoint(**{**settings, **p}))
+        unique = list({p.point_id: p for p in points}.values())  # ttl is dropped for lru: dedupe
+        out = data.get("out")
+        if out is not None:
+            out = Path(out)
+            if base_dir is not None and not out.is_absolute():
+                out = base_dir / out
+        return cls(points=tuple(unique), out=out, name=str(data.get("name", "sweep")))
+
+    @classmethod
+    def from_toml(cls, path: str | Path) -> SweepConfig:
+        import tomllib  # Python 3.11+
+
+        path = Path(path)
+        if not path.is_file():
+            raise FileNotFoundError(f"sweep config {path}: no such file")
+        try:
+            data = tomllib.loads(path.read_text(encoding="utf-8"))
+        except tomllib.TOMLDecodeError as exc:
+            raise ValueError(f"sweep config {path}: not valid TOML ({exc})") from None
+        cfg = cls.from_dict(data, base_dir=path.parent)
+        name = str(data.get("name", path.stem))
+        return replace(cfg, out=cfg.out or path.parent / path.stem, name=name)
+
+
+# --- one point -------------------------------------------------------------------------------
+
+@lru_cache(maxsize=2)
+def _workload(preset: str, days: float, seed: int):
+    from tiered_kv.sim.replay import compile_trace
+    from tiered_kv.sim.workload.synth import generate
+
+    return compile_trace(generate(preset, days, seed))
+
+
+def run_point(point: SweepPoint) -> dict[str, Any]:
+    """The result row of one point (its axes, metrics, config JSON and the package version)."""
+    import tiered_kv
+    from tiered_kv.sim.cluster import ClusterConfig, latency_of, simulate_cluster
+    from tiered_kv.sim.cluster import latency as L
+    from tiered_kv.sim.policies import get_policy
+    from tiered_kv.units import parse_bytes
+
+    t0 = time.perf_counter()
+    trace = _workload(point.preset, float(point.days), point.seed)
+    policy = None
+    if point.policy == "ttl":
+        ttl = dict(point.ttl_seconds)
+        default = ttl.pop("*", math.inf)
+        cap = None if math.isinf(point.capacity_tokens) else int(point.capacity_tokens)
+        policy = get_policy("ttl", ttl_seconds=ttl, default_ttl_seconds=default, capacity_tokens=cap)
+    cfg = ClusterConfig(nodes=point.nodes, routing=point.routing, ssd="shared",
+                        ssd_capacity_tokens=point.capacity_tokens,
+                        host_capacity_bytes=parse_bytes(point.host_capacity, name="host_capacity"),
+                        kv_bytes_per_token=float(point.bytes_per_token), seed=point.seed)
+    res = simulate_cluster(trace, cfg, ssd_policy=policy, progress=False)
+    summary = res.summary()
+    lat_cfg = L.preset().with_(kv_bytes_per_token=float(point.bytes_per_token), replay_tokens=cfg.replay_tokens)
+    summary.update(latency_of(res, lat_cfg, admission=False))
+    d = point.as_dict()
+    row: dict[str, Any] = {
+        "point_id": point.point_id, "policy": point.policy, "label": point.label,
+        "capacity_tokens": d["capacity_tokens"],
+        "capacity_bytes": None if d["capacity_tokens"] is None else d["capacity_tokens"] * float(point.bytes_per_token),
+        "ttl": None if point.ttl_seconds is None else ",".join(f"{c}={s:g}s" for c, s in point.ttl_seconds),
+        "nodes": point.nodes, "routing": point.routing, "preset": point.preset, "seed": point.seed,
+        "days": float(point.days),
+    }
+    row.update({m: summary.get(m) for m in METRICS})
+    for cls, s in sorted(summary["by_class"].items()):
+        row[f"disk_token_fraction_{cls}"] = s["disk_token_fraction"]
+    row["config"] = json.dumps(d, sort_keys=True)
+    row["tiered_kv_version"] = tiered_kv.__version__
+    row["elapsed_s"] = time.perf_counter() - t0
+    return row
+
+
+# --- the results on disk -----------------------------------------------------------------------
+
+def point_path(out: Path, point: SweepPoint) -> Path:
+    return Path(out) / f"point-{point.point_id}.parquet"
+
+
+def write_row(out: Path, point: SweepPoint, row: dict[str, Any]) -> Path:
+    """One point's row as its own Parquet file, written to a temporary name and renamed in place."""
+    import polars as pl
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    path = point_path(out, point)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    pl.DataFrame([row], infer_schema_length=None).write_parquet(tmp)
+    os.replace(tmp, path)
+    return path
+
+
+def load_results(out: str | Path, points: Iterable[SweepPoint] | None = None):
+    """Every result row under ``out`` (or those of ``points``, in their order) as one frame."""
+    import polars as pl
+
+    out = Path(out)
+    files = sorted(out.glob("point-*.parquet"))
+    if points is not None:
+        wanted = [point_path(out, p) for p in points]
+        files = [f for f in wanted if f.exists()]
+    if not files:
+        raise FileNotFoundError(f"sweep results {out}: no point-*.parquet files (run the sweep first)")
+    return pl.concat([pl.read_parquet(f) for f in files], how="diagonal_relaxed")
+
+
+# --- running many --------------------------------------------------------------------------------
+
+def ray_available() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("ray") is not None
+
+
+def run_sweep(config: SweepConfig | str | Path, *, out: str | Path | None = None, workers: int | None = None,
+              backend: str = "auto", address: str | None = None, progress: bool = True):
+    """Run every point of ``config`` not already under ``out``; return all its rows (a polars frame).
+
+    ``backend``: ``"ray"``, ``"pool"`` (local processes) or ``"auto"`` (Ray when installed).
+    ``workers``: processes (pool) or local Ray CPUs (default: every core); with ``address`` the
+    cluster decides. Points already in ``out`` are skipped (resume).
+    """
+    if not isinstance(config, SweepConfig):
+        config = SweepConfig.from_toml(config)
+    out = Path(out) if out is not None else config.out
+    if out is None:
+        raise ValueError("out: give the results directory (out = ... in the config, or --out)")
+    if backend not in ("auto", "ray", "pool"):
+        _fail("backend", backend, "'auto', 'ray' or 'pool'")
+    if workers is not None:
+        _int_in("workers", workers, 1, 1024)
+    if backend == "auto":
+        backend = "ray" if ray_available() or address else "pool"
+    if backend == "ray" and not ray_available():
+        raise ValueError("backend 'ray': Ray is not installed; pip install 'tiered-kv[cluster]' (or use the pool)")
+    todo = [p for p in config.points if not point_path(out, p).exists()]
+    todo.sort(key=lambda p: (p.preset, p.days, p.seed))  # one workload per worker, mostly
+    bar = _progress_bar(len(config.points), len(config.points) - len(todo), progress, backend)
+    try:
+        if todo:
+            runner = _run_ray if backend == "ray" else _run_pool
+            for point, row in runner(todo, workers, address):
+                write_row(out, point, row)
+                bar.update(1)
+    finally:
+        bar.close()
+    return load_results(out, config.points)
+
+
+def _progress_bar(total: int, done: int, enabled: bool, backend: str):
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, initial=done, unit="point", desc=f"sweep ({backend})", disable=not enabled,
+                smoothing=0.1, bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt} points [{elapsed}<{remaining}]")
+
+
+def _run_pool(points: list[SweepPoint], workers: int | None, address: str | None):
+    import multiprocessing as mp
+    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+
+    if address:
+        raise ValueError("address: only for backend 'ray' (the pool runs on this machine)")
+    n = workers or os.cpu_count() or 1
+    # spawn, not fork: polars and numba hold threads a fork would copy mid-flight
+    with ProcessPoolExecutor(max_workers=min(n, len(points)), mp_context=mp.get_context("spawn")) as pool:
+        futures = {pool.submit(run_point, p): p for p in points}
+        pending = set(futures)
+        while pending:
+            finished, pending = wait(pending, return_when=FIRST_COMPLETED)
+            for f in finished:
+                yield futures[f], f.result()
+
+
+def _run_ray(points: list[SweepPoint], workers: int | None, address: str | None):
+    import ray
+
+    started = False
+    if not ray.is_initialized():
+        kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False,
+                                  "configure_logging": False}
+        if address:
+            kwargs["address"] = address
+        else:
+            kwargs["num_cpus"] = workers or os.cpu_count() or 1
+        ray.init(**kwargs)
+        started = True
+    try:
+        task = ray.remote(num_cpus=1)(run_point)
+        refs = {task.remote(p): p for p in points}
+        pending = list(refs)
+        while pending:
+            ready, pending = ray.wait(pending, num_returns=1)
+            for ref in ready:
+                yield refs[ref], ray.get(ref)
+    finally:
+        if started:
+            ray.shutdown()
