@@ -43,7 +43,9 @@ def discover(package: ModuleType, only: str | None = None) -> list[ModuleType]:
 
 def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     """The parser; given ``argv``, only the subcommand it names is imported and registered."""
-    parser = argparse.ArgumentParser(
+    from tiered_kv.commands._args import Parser  # errors as one line naming the flag
+
+    parser = Parser(
         prog="tiered-kv",
         description="Research workbench for tiered LLM KV-cache storage "
         "(GPU -> host window tier -> SSD global KV).",
@@ -60,9 +62,16 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
+    from tiered_kv.commands._args import join_negative_values
+
+    argv = join_negative_values(sys.argv[1:] if argv is None else argv)  # --capacity -5GiB reaches its check
     parser = build_parser(argv)
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # a bad flag: argparse has printed the one-line error
+        if exc.code == 2:
+            return 2
+        raise
     if not getattr(args, "_run", None):
         parser.print_help()
         return 0

@@ -26,15 +26,18 @@ CLUSTER_FLAGS = ("nodes", "routing", "shared_capacity", "gpu_capacity", "host_ca
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from tiered_kv.commands import _args
+
     g = parser.add_argument_group("cluster model (any of these switches to it)")
-    g.add_argument("--nodes", type=int, default=None, metavar="N", help="machines (default 1 in cluster mode)")
+    g.add_argument("--nodes", type=_args.int_at_least(1, "machines"), default=None, metavar="N",
+                   help="machines, >= 1 (default 1 in cluster mode)")
     g.add_argument("--routing", default=None, choices=["random", "round-robin", "cache-aware"],
                    help="request routing (default random)")
-    g.add_argument("--shared-capacity", default=None, metavar="TOKENS|BYTES",
+    g.add_argument("--shared-capacity", default=None, metavar="TOKENS|BYTES", type=_args.capacity(),
                    help="one SSD pool shared by all machines (default: unlimited when --capacity is not given); "
                         "with --capacity instead, each machine has its own SSD cache of that size")
-    g.add_argument("--gpu-capacity", default=None, metavar="TOKENS|BYTES", help="per-machine GPU prefix tier (default 0)")
-    g.add_argument("--host-capacity", default=None, metavar="BYTES",
+    g.add_argument("--gpu-capacity", default=None, metavar="TOKENS|BYTES", type=_args.capacity(), help="per-machine GPU prefix tier (default 0)")
+    g.add_argument("--host-capacity", default=None, metavar="BYTES", type=_args.size_bytes(),
                    help="per-machine host window tier (default 0: every hit replays R tokens)")
     g.add_argument("--synth", default=None, metavar="PRESET", help="synthetic workload preset instead of --trace "
                    "(chatbot, agent, mixed, ci)")

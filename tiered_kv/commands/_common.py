@@ -24,7 +24,9 @@ def add_trace_arguments(parser: argparse.ArgumentParser, *, required: bool = Tru
     parser.add_argument("--semantics", default="tiered-kv", choices=["tiered-kv", "kvcache-ai", "lmcache"],
                         help="counting rules: tiered-kv (docs/semantics.md), kvcache-ai (file order, last 50%% "
                              "counted, trie-leaf LRU), lmcache (complete chunks, no clamp)")
-    parser.add_argument("--bytes-per-token", type=float, default=None, metavar="B",
+    from tiered_kv.commands._args import positive_float
+
+    parser.add_argument("--bytes-per-token", type=positive_float("KV bytes per token"), default=None, metavar="B",
                         help="KV bytes per token, to read capacities given in bytes (default: "
                              "DeepSeek-V3 MLA bf16, 70,272 B)")
 
@@ -86,6 +88,9 @@ def build_policy(args: argparse.Namespace, sem) -> Any:
     if name == "watermark":
         if cap is None:
             raise ValueError("--policy watermark: needs --capacity (tokens or bytes)")
+        from tiered_kv.commands._args import check_watermarks
+
+        check_watermarks(args.high, args.low)
         return get_policy("watermark", capacity_bytes=int(cap * bpt), high=args.high, low=args.low,
                           bytes_per_token=bpt)
     return get_policy(name, capacity_tokens=cap)

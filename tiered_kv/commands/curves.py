@@ -24,15 +24,21 @@ HELP = "LRU, TTL, Belady and infinite-cache hit-rate curves of a trace (one pass
 
 
 def register(parser: argparse.ArgumentParser) -> None:
+    from tiered_kv.commands import _args
     from tiered_kv.commands._common import add_trace_arguments
 
     add_trace_arguments(parser)
-    parser.add_argument("--points", type=int, default=100, help="number of capacities (default 100)")
-    parser.add_argument("--ttl-points", type=int, default=100, help="number of TTLs (default 100)")
-    parser.add_argument("--capacity", action="append", default=None, metavar="TOKENS|BYTES",
+    parser.add_argument("--points", type=_args.int_at_least(2, "capacities"), default=100,
+                        help="number of capacities, >= 2 (default 100)")
+    parser.add_argument("--ttl-points", type=_args.int_at_least(2, "TTLs"), default=100,
+                        help="number of TTLs, >= 2 (default 100)")
+    parser.add_argument("--capacity", action="append", default=None, metavar="TOKENS|BYTES", type=_args.capacity(),
                         help="explicit capacities instead of the log grid (repeatable; tokens or bytes)")
-    parser.add_argument("--belady-points", type=int, default=None, metavar="K",
+    parser.add_argument("--belady-points", type=_args.int_at_least(0, "capacities"), default=None, metavar="K",
                         help="replay Belady at K of the capacities, evenly spread (default: all; 0: none)")
+    parser.add_argument("--fifo-trie", action="store_true",
+                        help="also kvcache.ai's FIFO over prefix-trie nodes at every capacity (always on "
+                             "with --semantics kvcache-ai, as `tiered-kv bench peers` runs it)")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
 
 
@@ -44,8 +50,13 @@ def _pick(n: int, k: int | None) -> list[int]:
     return sorted({round(i * (n - 1) / max(k - 1, 1)) for i in range(k)})
 
 
-def compute_curves(trace, sem, capacities, ttls, belady_idx: list[int], progress: bool = True) -> dict[str, Any]:
-    """Every curve of the JSON output for a compiled trace (field names: docs/semantics.md)."""
+def compute_curves(trace, sem, capacities, ttls, belady_idx: list[int], progress: bool = True,
+                   fifo_trie: bool = False) -> dict[str, Any]:
+    """Every curve of the JSON output for a compiled trace (field names: docs/semantics.md).
+
+    Belady comes as hit tokens and token hit rates (None where not computed); with
+    ``fifo_trie`` (or kvcache.ai's semantics) the FIFO-trie curve of ``bench peers`` too.
+    """
     import numpy as np
 
     from tiered_kv.sim import curves as C
@@ -57,6 +68,7 @@ def compute_curves(trace, sem, capacities, ttls, belady_idx: list[int], progress
     infinite = C.infinite_bound(trace, keys)
     ttl = C.ttl_curve(trace, ttls)
     belady: list[float | None] = [None] * len(caps)
+    belady_hits: list[int | None] = [None] * len(caps)
     by_class: dict[str, dict[str, list]] = {}
     if sem.lru_policy == "lru-trie":
         # kvcache.ai: trie-leaf LRU and trie Belady (tiered_kv.sim.peers), totals only
@@ -70,6 +82,7 @@ def compute_curves(trace, sem, capacities, ttls, belady_idx: list[int], progress
         if belady_idx:
             opt = optimal_trie_curve(t, blocks[belady_idx])
             for j, i in enumerate(belady_idx):
+                belady_hits[i] = int(opt[j])
                 belady[i] = int(opt[j]) / inp if inp else 0.0
     else:
         lru = C.lru_curve(trace, caps, keys)
@@ -77,12 +90,21 @@ def compute_curves(trace, sem, capacities, ttls, belady_idx: list[int], progress
         if belady_idx:
             bel = C.belady_curve(trace, caps[belady_idx], progress=progress)
             for j, i in enumerate(belady_idx):
+                belady_hits[i] = int(bel.hit_tokens[j])
                 belady[i] = float(bel.token_hit_rate[j])
         for name in trace.class_names:
             by_class[name] = {"input_tokens": lru.by_class_input_tokens[name],
                               "lru_token_hit_rate": lru.class_rate(name).tolist(),
                               "ttl_token_hit_rate": ttl.class_rate(name).tolist(),
                               "infinite_token_hit_rate": float(infinite.class_rate(name)[0])}
+    fifo = {}
+    if fifo_trie or sem.lru_policy == "lru-trie":
+        from tiered_kv.sim.peers.trie import from_compiled
+        from tiered_kv.sim.peers.trie_fifo import fifo_trie_curve
+
+        hits = fifo_trie_curve(from_compiled(trace), (caps // bs).astype(np.int64))
+        fifo = {"fifo_trie_hit_tokens": [int(h) for h in hits],
+                "fifo_trie_token_hit_rate": [int(h) / inp if inp else 0.0 for h in hits]}
     return {
         "requests": int(trace.counted.sum()),
         "input_tokens": inp,
@@ -90,7 +112,9 @@ def compute_curves(trace, sem, capacities, ttls, belady_idx: list[int], progress
         "capacity_tokens": [int(c) for c in caps],
         "lru_hit_tokens": [int(h) for h in lru_hit],
         "lru_token_hit_rate": [int(h) / inp if inp else 0.0 for h in lru_hit],
+        "belady_hit_tokens": belady_hits,
         "belady_token_hit_rate": belady,
+        **fifo,
         "ttl_seconds": [float(t) for t in ttls],
         "ttl_token_hit_rate": ttl.token_hit_rate.tolist(),
         "infinite_token_hit_rate": float(infinite.token_hit_rate[0]),
@@ -104,10 +128,8 @@ def run(args: argparse.Namespace) -> int:
     from tiered_kv.commands._common import jsonable, load_compiled
     from tiered_kv.sim import curves as C
     from tiered_kv.sim.policies import DEFAULT_BYTES_PER_TOKEN, capacity_tokens_from
-    from tiered_kv.units import format_bytes
+    from tiered_kv.units import format_bytes, format_duration
 
-    if args.points < 2 or args.ttl_points < 2:
-        raise ValueError("--points/--ttl-points: must be >= 2")
     trace, sem = load_compiled(args)
     bpt = args.bytes_per_token or DEFAULT_BYTES_PER_TOKEN
     if args.capacity:
@@ -116,21 +138,24 @@ def run(args: argparse.Namespace) -> int:
     else:
         caps = C.default_capacities(trace, args.points)
     ttls = C.default_ttls(trace, args.ttl_points)
-    out = compute_curves(trace, sem, caps, ttls, _pick(len(caps), args.belady_points), progress=not args.json)
+    out = compute_curves(trace, sem, caps, ttls, _pick(len(caps), args.belady_points), progress=not args.json,
+                         fifo_trie=args.fifo_trie)
     out.update({"trace": str(args.trace), "semantics": sem.name, "bytes_per_token": bpt})
     if args.json:
         print(json.dumps(jsonable(out), indent=2, allow_nan=False))
         return 0
     print(f"trace {args.trace} (semantics {sem.name}): {out['requests']:,} requests, "
           f"{out['input_tokens']:,} input tokens; infinite-cache hit rate {out['infinite_token_hit_rate']:.2%}")
-    print(f"\n{'capacity (tokens)':>18} {'bytes':>10} {'LRU':>8} {'Belady':>8}")
+    fifo = out.get("fifo_trie_token_hit_rate")
+    print(f"\n{'capacity (tokens)':>18} {'bytes':>10} {'LRU':>8} {'Belady':>8}" + (f" {'FIFO-trie':>9}" if fifo else ""))
     for i in _pick(len(caps), 12):
         b = out["belady_token_hit_rate"][i]
         print(f"{out['capacity_tokens'][i]:>18,} {format_bytes(caps[i] * bpt):>10} "
-              f"{out['lru_token_hit_rate'][i]:>8.2%} {'-' if b is None else f'{b:.2%}':>8}")
+              f"{out['lru_token_hit_rate'][i]:>8.2%} {'-' if b is None else f'{b:.2%}':>8}"
+              + (f" {fifo[i]:>9.2%}" if fifo else ""))
     print(f"\n{'TTL':>10} {'hit rate':>9}")  # unlimited capacity
     for i in _pick(len(ttls), 10):
-        print(f"{ttls[i]:>8,.0f} s {out['ttl_token_hit_rate'][i]:>9.2%}")
+        print(f"{format_duration(ttls[i]):>10} {out['ttl_token_hit_rate'][i]:>9.2%}")
     if not math.isfinite(out["infinite_token_hit_rate"]):
         return 1
     return 0

@@ -25,6 +25,8 @@ HELP = "hit rate vs stored byte-days per class, oracle frontier, best per-class 
 
 
 def register(parser: argparse.ArgumentParser) -> None:
+    from tiered_kv.commands import _args
+
     src = parser.add_mutually_exclusive_group(required=True)
     src.add_argument("--trace", metavar="PATH", help="trace file, or a shipped trace name (conversation)")
     src.add_argument("--synth", metavar="PRESET", help="synthetic workload preset (tiered_kv.sim.workload.synth: "
@@ -36,12 +38,13 @@ def register(parser: argparse.ArgumentParser) -> None:
                         help="trace format (default: detected from the file)")
     parser.add_argument("--class", dest="traffic_class", default=None, metavar="CLASS",
                         help="traffic class for every request of --trace (default: from the file)")
-    parser.add_argument("--capacity", default=None, metavar="BYTES",
+    parser.add_argument("--capacity", default=None, metavar="BYTES", type=_args.size_bytes(zero=False),
                         help="SSD capacity as average stored bytes, e.g. 100PiB or 2TiB "
                              "(default: what the 3d/7d pair stores)")
-    parser.add_argument("--bytes-per-token", type=float, default=None, metavar="B",
+    parser.add_argument("--bytes-per-token", type=_args.positive_float("KV bytes per token"), default=None,
+                        metavar="B",
                         help="KV bytes per token (default: DeepSeek-V3 MLA in MXFP4, 18,666 B)")
-    parser.add_argument("--ttl-points", type=int, default=64, help="TTLs per class curve (default 64)")
+    parser.add_argument("--ttl-points", type=_args.int_at_least(2, "TTLs"), default=64, help="TTLs per class curve (default 64)")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
 
 

@@ -22,20 +22,24 @@ HELP = "replay a trace through a retention policy (lru, ttl, watermark, belady) 
 
 
 def register(parser: argparse.ArgumentParser) -> None:
+    from tiered_kv.commands import _args
     from tiered_kv.commands._common import add_trace_arguments
 
     add_trace_arguments(parser, required=False)  # --synth may replace --trace (cluster model)
     parser.add_argument("--policy", default="lru", metavar="POLICY",
                         help="lru, ttl, watermark or belady (default: lru); kvcache.ai's trie variants "
                              "lru-trie, belady-trie, fifo-trie (tiered_kv.sim.peers)")
-    parser.add_argument("--capacity", default=None, metavar="TOKENS|BYTES",
+    parser.add_argument("--capacity", default=None, metavar="TOKENS|BYTES", type=_args.capacity(),
                         help="cache size: tokens (2000000) or bytes with a unit (64GiB); "
                              "default unlimited (watermark needs one)")
     parser.add_argument("--ttl", action="append", default=[], metavar="[CLASS=]DURATION",
                         help="TTL for the ttl policy, e.g. chatbot=7d or 10m for every class; repeatable")
-    parser.add_argument("--high", type=float, default=0.95, help="watermark: evict when usage passes this fraction")
-    parser.add_argument("--low", type=float, default=0.85, help="watermark: evict down to this fraction")
-    parser.add_argument("--warmup", type=float, default=None, metavar="FRACTION",
+    parser.add_argument("--high", type=_args.fraction(), default=0.95,
+                        help="watermark: evict when usage passes this fraction, in (0, 1] (default 0.95)")
+    parser.add_argument("--low", type=_args.fraction(), default=0.85,
+                        help="watermark: evict down to this fraction, in (0, --high] (default 0.85)")
+    parser.add_argument("--warmup", type=_args.fraction(low_open=False, high_open=True), default=None,
+                        metavar="FRACTION",
                         help="override the semantics' warm-up fraction (requests replayed, not counted)")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     # Cluster options (--nodes, --routing, --synth, ...): their run path branches off in run().
@@ -52,6 +56,11 @@ def simulate_single(args: argparse.Namespace) -> dict[str, Any]:
 
     trace, sem = load_compiled(args)
     policy = build_policy(args, sem)
+    if args.ttl:  # a trace without classes is all 'default': say how to name it
+        from tiered_kv.commands._args import check_ttl_classes
+        from tiered_kv.commands._common import parse_ttls
+
+        check_ttl_classes(parse_ttls(args.ttl)[0], trace.class_names)
     result = replay(trace, policy).to_dict()
     bpt = args.bytes_per_token or DEFAULT_BYTES_PER_TOKEN
     cap = getattr(policy, "capacity_tokens", None)

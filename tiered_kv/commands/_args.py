@@ -1,0 +1,174 @@
+"""Flag values checked where they are read: every error names the flag typed and its range.
+
+argparse calls a flag's ``type`` with the text the user typed; the functions here return such
+types. A value out of range fails there, as ``tiered-kv simulate: error: argument --nodes:
+must be an integer >= 1 (machines), got '0'`` with exit status 2, instead of surfacing later
+under an internal name (``high_watermark``), being replaced by a default (``--bytes-per-token
+0`` read as 70,272), or switching models silently (``--nodes 0`` ran the single-cache model).
+
+Two argparse habits are handled here as well:
+
+* a value that starts with ``-`` and is not a plain number (``--capacity -5GiB``) is taken for an
+  option (``expected one argument``): :func:`join_negative_values` glues such a value to its
+  flag (``--capacity=-5GiB``) before parsing, so the type sees it and names the range;
+* :class:`Parser` prints an error as one line plus where to look, not the whole usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import re
+import sys
+from collections.abc import Callable, Sequence
+
+#: A value that looks like a negative number, with or without a unit (-5, -5GiB, -.5, -1e3).
+_NEGATIVE = re.compile(r"-(\d|\.\d)")
+
+
+class Parser(argparse.ArgumentParser):
+    """An ArgumentParser whose errors are one line and a pointer to ``--help`` (exit status 2)."""
+
+    def error(self, message: str):  # noqa: D102 - argparse's hook
+        sys.stderr.write(f"{self.prog}: error: {message}\n({self.prog} --help lists every flag and its range)\n")
+        sys.exit(2)
+
+
+def join_negative_values(argv: Sequence[str]) -> list[str]:
+    """``["--capacity", "-5GiB"]`` -> ``["--capacity=-5GiB"]`` (a long flag followed by a negative value)."""
+    out: list[str] = []
+    i = 0
+    argv = list(argv)
+    while i < len(argv):
+        tok = argv[i]
+        if (tok.startswith("--") and "=" not in tok and len(tok) > 2 and i + 1 < len(argv)
+                and _NEGATIVE.match(argv[i + 1])):
+            out.append(f"{tok}={argv[i + 1]}")
+            i += 2
+            continue
+        out.append(tok)
+        i += 1
+    return out
+
+
+def _fail(what: str, text: str) -> argparse.ArgumentTypeError:
+    return argparse.ArgumentTypeError(f"must be {what}, got {text!r}")
+
+
+def capacity(*, zero: bool = True) -> Callable[[str], str]:
+    """A cache size: tokens (``2000000``) or bytes with a unit (``64GiB``), or ``unlimited``.
+
+    Returns the text unchanged (the commands turn it into tokens with their bytes per token).
+    """
+    low = ">= 0" if zero else "> 0"
+    what = (f"a size {low}: tokens (e.g. 2000000) or bytes with a unit (e.g. 64GiB, 1.5TB), "
+            "or 'unlimited'")
+
+    def parse(text: str) -> str:
+        from tiered_kv.units import parse_bytes
+
+        t = text.strip()
+        if t.lower() in ("inf", "none", "unlimited"):
+            return t
+        if t.startswith("-"):
+            raise _fail(what, text)
+        try:
+            value = float(t.replace("_", "")) if re.fullmatch(r"[0-9_]*\.?[0-9]+(?:[eE]\+?[0-9]+)?", t) \
+                else float(parse_bytes(t))
+        except ValueError:
+            raise _fail(what, text) from None
+        if not math.isfinite(value) or value < 0 or (not zero and value == 0):
+            raise _fail(what, text)
+        return t
+
+    return parse
+
+
+def size_bytes(*, zero: bool = True) -> Callable[[str], str]:
+    """A size in bytes (``890``, ``64MiB``, ``100PiB``); the text, unchanged."""
+    what = f"a size in bytes {'>= 0' if zero else '> 0'} (e.g. 890, 64MiB, 2TiB)"
+
+    def parse(text: str) -> str:
+        from tiered_kv.units import parse_bytes
+
+        if text.strip().startswith("-"):
+            raise _fail(what, text)
+        try:
+            value = parse_bytes(text)
+        except ValueError:
+            raise _fail(what, text) from None
+        if not zero and value == 0:
+            raise _fail(what, text)
+        return text
+
+    return parse
+
+
+def positive_float(what: str) -> Callable[[str], float]:
+    """A finite number > 0 (``what`` names it: "KV bytes per token")."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise _fail(f"a number > 0 ({what})", text) from None
+        if not (value > 0 and math.isfinite(value)):
+            raise _fail(f"a number > 0 ({what})", text)
+        return value
+
+    return parse
+
+
+def int_at_least(low: int, what: str) -> Callable[[str], int]:
+    """An integer >= ``low`` (``what`` names it: "machines")."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise _fail(f"an integer >= {low} ({what})", text) from None
+        if value < low:
+            raise _fail(f"an integer >= {low} ({what})", text)
+        return value
+
+    return parse
+
+
+def fraction(*, low: float = 0.0, high: float = 1.0, low_open: bool = True, high_open: bool = False,
+             what: str = "a fraction") -> Callable[[str], float]:
+    """A number in the interval written in the message, e.g. ``(0, 1]``."""
+    interval = f"{'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise _fail(f"{what} in {interval}", text) from None
+        below = value <= low if low_open else value < low
+        above = value >= high if high_open else value > high
+        if math.isnan(value) or below or above:
+            raise _fail(f"{what} in {interval}", text)
+        return value
+
+    return parse
+
+
+def check_watermarks(high: float, low: float) -> None:
+    """``--low`` must not exceed ``--high`` (each is checked on its own by :func:`fraction`)."""
+    if low > high:
+        raise ValueError(f"--low {low:g} is above --high {high:g}: give 0 < --low <= --high <= 1")
+
+
+def check_ttl_classes(per_class: dict[str, float], classes: Sequence[str]) -> None:
+    """Every ``--ttl CLASS=...`` must name a class of the trace; say how to give one if it does not.
+
+    A trace whose name says nothing of its traffic (a generic JSONL, a Mooncake file renamed)
+    gets the class ``default``; then ``--class NAME`` labels all of it.
+    """
+    unknown = sorted(set(per_class) - set(classes))
+    if not unknown:
+        return
+    hint = (f"; to treat every request of this trace as {unknown[0]!r}, add --class {unknown[0]}"
+            if len(unknown) == 1 else "; --class NAME labels every request of the trace with one class")
+    raise ValueError(f"--ttl: classes {unknown} are not in the trace (its classes: {list(classes)})"
+                     f"{hint}, or give --ttl DURATION for every class")
