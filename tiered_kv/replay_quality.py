@@ -20,6 +20,8 @@ Random weights say nothing about where attention looks; use the trained checkpoi
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 import torch.nn.functional as F
 
@@ -29,6 +31,49 @@ WINDOWS = (128, 256, 512)
 REPLAYS = (16, 32, 64, 128, 256, 512, 1024)
 #: A replay is called near-exact when the upper 95% bound of its KL is below this (nats/step).
 NEAR_EXACT_KL = 1e-3
+
+
+@dataclass(frozen=True)
+class ReplaySettings:
+    """One replay-error measurement: the grid, how many held-out sequences, and their shape.
+
+    Figure 09, notebook 01 and ``bench ttft --replay-quality`` all take their numbers from
+    one of :data:`SETTINGS`, so the same setting gives the same number everywhere.
+    """
+
+    windows: tuple[int, ...] = WINDOWS
+    replays: tuple[int, ...] = REPLAYS
+    samples: int = 64
+    prefix: int = 1600  # > the exact bound 1,534 at W=512, so every R up to it is a real replay
+    steps: int = 32
+    block_size: int = 64
+    heldout_bytes: int | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("samples", "prefix", "steps", "block_size"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or v < 1:
+                raise ValueError(f"ReplaySettings.{name}: must be an integer >= 1, got {v!r}")
+        if not self.windows or min(self.windows) < 2 or not self.replays or min(self.replays) < 1:
+            raise ValueError("ReplaySettings.windows must be >= 2 tokens and replays >= 1 token")
+
+
+SETTINGS = {
+    "full": ReplaySettings(),
+    "quick": ReplaySettings(windows=(128, 512), replays=(16, 128), samples=4, prefix=576, steps=8,
+                            heldout_bytes=400_000),
+}
+
+
+def measure(model: EncoderDecoder, settings: ReplaySettings, *, progress: bool = False, flops_length=None):
+    """Replay error (W x R) and FP4 error on held-out text under ``settings``: two polars frames."""
+    seqs = sample_sequences(load_heldout(settings.heldout_bytes), settings.samples,
+                            settings.prefix + settings.steps, seed=0)
+    rep = replay_error(model, seqs, windows=settings.windows, replays=settings.replays, steps=settings.steps,
+                       prefix=settings.prefix, block_size=settings.block_size, progress=progress,
+                       flops_length=flops_length)
+    fp4 = fp4_error(model, seqs, steps=settings.steps, prefix=settings.prefix, block_size=settings.block_size)
+    return rep, fp4, seqs
 
 
 def mean_ci95(values) -> tuple[float, float, float]:
@@ -100,7 +145,7 @@ def replay_error(model: EncoderDecoder, sequences: list[torch.Tensor], *, window
     interval is over samples. R runs up to each W's exact bound L*(W-1)+1 (added to the grid
     when ``include_exact_bound``; larger R are the same as the bound and dropped). With
     ``flops_length``, each row also carries the prefill-FLOPs ratio (bounded replay over the
-    decoder-only baseline, :func:`tiered_kv.bench.ttft.prefill_flops`) at that prompt length:
+    decoder-only baseline, :func:`tiered_kv.flops.prefill_flops`) at that prompt length:
     what that R costs beside the error it leaves.
     """
     import polars as pl
@@ -137,7 +182,7 @@ def replay_error(model: EncoderDecoder, sequences: list[torch.Tensor], *, window
                "agreement": ag_m, "agreement_ci95_low": ag_lo, "agreement_ci95_high": ag_hi,
                "samples": len(sequences), "steps": steps, "prefix_tokens": prefix}
         if flops_length:
-            from tiered_kv.bench.ttft import prefill_flops
+            from tiered_kv.flops import prefill_flops
 
             if w not in flops_cache:
                 rs = [rr for ww, rr in combos if ww == w]

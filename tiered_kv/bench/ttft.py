@@ -34,6 +34,8 @@ import os
 import statistics
 import tempfile
 
+from tiered_kv.flops import prefill_flops  # noqa: F401 - re-exported: the benchmark reports it
+
 NAME = "ttft"
 HELP = "measured TTFT (miss / cold and warm SSD hit / SSD+host hit, medians + IQR) and prefill FLOPs"
 
@@ -239,57 +241,6 @@ def summarize(df) -> tuple[dict, list[str]]:
             anomalies.append(f"miss at {longer} tokens ({per[longer]['miss_ms']:.0f} ms) is faster than at "
                              f"{shorter} ({per[shorter]['miss_ms']:.0f} ms): the run was disturbed")
     return per, anomalies
-
-
-def prefill_flops(n: int, cfg=None, replay: int | None = None, replays=None) -> dict:
-    """FLOPs of prefilling N tokens, counted by FlopCounterMode on meta tensors.
-
-    ``replays`` (a list of R) adds ``ratios_by_replay``: the bounded-replay ratio for each R,
-    counting the encoder and the baseline once (the decoder over R tokens is all that varies).
-    """
-    import torch
-    from torch.utils.flop_counter import FlopCounterMode
-
-    from tiered_kv.model import DecoderOnly, EncoderDecoder, preset
-
-    cfg = cfg or preset("small")
-    r = cfg.replay if replay is None else replay
-    if n > cfg.max_seq_len:
-        cfg = type(cfg)(**{**cfg.to_dict(), "max_seq_len": n})
-    with torch.device("meta"):
-        base, encdec = DecoderOnly(cfg), EncoderDecoder(cfg)
-        tokens = torch.zeros(n, dtype=torch.long)
-
-    def count(fn) -> int:
-        with torch.no_grad(), FlopCounterMode(display=False) as fc:
-            fn()
-        return int(fc.get_total_flops())
-
-    held = {}
-
-    def encode():
-        held["kv"], _ = encdec.encode(tokens, 0)
-
-    enc = count(encode)
-    kv = held["kv"]
-
-    def decoder_over(rr: int) -> int:
-        return count(lambda: encdec.first_token_logits(tokens, kv, rr))
-
-    baseline = count(lambda: base(tokens))
-    full_dec = count(lambda: encdec.decode(tokens, 0, kv))
-    out = {"tokens": n, "replay_tokens": r,
-           "baseline_decoder_only": baseline,
-           "encdec_full_decoder": enc + full_dec,
-           "encdec_bounded_replay": enc + decoder_over(r)}
-    out["prefill_flops_ratio"] = out["encdec_bounded_replay"] / out["baseline_decoder_only"]
-    out["full_decoder_ratio"] = out["encdec_full_decoder"] / out["baseline_decoder_only"]
-    # Layer-token model: (L_e*N + L_d*R) / ((L_e+L_d)*N)
-    out["layer_token_ratio"] = (cfg.enc_layers * n + cfg.dec_layers * min(r, n)) / (
-        (cfg.enc_layers + cfg.dec_layers) * n)
-    if replays:
-        out["ratios_by_replay"] = {int(rr): (enc + decoder_over(int(rr))) / baseline for rr in replays}
-    return out
 
 
 def run(args: argparse.Namespace) -> dict:

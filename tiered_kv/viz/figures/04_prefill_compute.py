@@ -26,7 +26,7 @@ _VARIANTS = {"baseline_decoder_only": "decoder-only, same depth (baseline)",
 
 
 def flops_table(lengths) -> pl.DataFrame:
-    from tiered_kv.bench.ttft import prefill_flops
+    from tiered_kv.flops import prefill_flops
 
     rows = []
     for n in lengths:
