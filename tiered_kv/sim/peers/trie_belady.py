@@ -19,6 +19,8 @@ cache of size C is the top C of one stack, and an access pushes the candidate do
 swapping with whatever it beats. Only the requested capacities matter, so the stack is kept as
 one segment per capacity (a max-heap of each segment's members, worst on top): an access
 visits the segments above its own, O(segments x log) at most, for every capacity together.
+The pass is :func:`tiered_kv.sim.policies.belady.stack_hist`, the one plain Belady uses too,
+given this policy's priorities (next use in requests, then node id).
 
 :func:`replay_optimal_trie` is the plain per-capacity replay (heap of leaves, versioned
 entries), kept as an independent reference for the tests and for per-request answers.
@@ -30,6 +32,7 @@ import numba as nb
 import numpy as np
 
 from tiered_kv.sim.peers.trie import TrieTrace, check_capacities, lookup, replay_at, underfilled_mask
+from tiered_kv.sim.policies.belady import stack_hist
 
 
 def replay_optimal_trie(t: TrieTrace, capacity: int) -> tuple[np.ndarray, bool]:
@@ -55,134 +58,16 @@ def optimal_trie_curve(t: TrieTrace, capacities) -> np.ndarray:
     if live.size == 0 or t.n_requests == 0:
         return out
     bounds = np.unique(live)
-    hist = _optimal_stack_hist(t.node, t.offsets, t.tokens, t.next_use, t.warmup,
-                               t.n_nodes, bounds)
-    cum = np.cumsum(hist)
+    big = np.int64(t.n_nodes + 2)  # priority = next use * big + node id; a candidate ties last
+    counted = np.arange(t.node.shape[0]) >= t.offsets[t.warmup]
+    hist = stack_hist(t.node, t.next_use * big + (big - 1), t.next_use * big + t.node,
+                      np.int64(t.n_requests + 1) * big, np.where(counted, t.tokens, 0), np.zeros_like(t.node), 1,
+                      t.n_nodes + 1, bounds)
+    cum = np.cumsum(hist[0])
     idx = np.searchsorted(bounds, caps)
     ok = ~underfilled_mask(t, caps)
     out[ok] = cum[idx[ok]]
     return out
-
-
-@nb.njit(cache=True, inline="always")
-def _swap(prio, hnode, pos, base, i, j):
-    """Swap heap slots ``i`` and ``j`` of the segment at ``base``, keeping ``pos`` in step."""
-    prio[base + i], prio[base + j] = prio[base + j], prio[base + i]
-    hnode[base + i], hnode[base + j] = hnode[base + j], hnode[base + i]
-    pos[hnode[base + i]] = i
-    pos[hnode[base + j]] = j
-
-
-@nb.njit(cache=True)
-def _sift_up(prio, hnode, pos, base, i):
-    while i > 0:
-        p = (i - 1) >> 1
-        if prio[base + p] >= prio[base + i]:
-            break
-        _swap(prio, hnode, pos, base, p, i)
-        i = p
-
-
-@nb.njit(cache=True)
-def _sift_down(prio, hnode, pos, base, size, i):
-    while True:
-        lft = 2 * i + 1
-        best = i
-        if lft < size and prio[base + lft] > prio[base + best]:
-            best = lft
-        if lft + 1 < size and prio[base + lft + 1] > prio[base + best]:
-            best = lft + 1
-        if best == i:
-            break
-        _swap(prio, hnode, pos, base, best, i)
-        i = best
-
-
-@nb.njit(cache=True)
-def _deposit(prio, hnode, pos, seg, fill, base, q, y, y_res):
-    """Put node ``y`` (priority ``y_res``) into segment ``q``, which has room."""
-    b = base[q]
-    i = fill[q]
-    prio[b + i] = y_res
-    hnode[b + i] = y
-    pos[y] = i
-    seg[y] = q
-    fill[q] = i + 1
-    _sift_up(prio, hnode, pos, b, i)
-
-
-@nb.njit(cache=True)
-def _optimal_stack_hist(node, offsets, tokens, next_use, warmup, n_nodes, bounds):
-    """hist[q] = counted hit tokens whose node sat in segment q (hit at every capacity >= bounds[q])."""
-    nq = bounds.shape[0]
-    big = np.int64(n_nodes + 2)  # priority = next_use * big + id; a candidate ties last
-    never_prio = np.int64(offsets.shape[0]) * big  # next use "never" is request n + 1
-    base = np.zeros(nq + 1, dtype=np.int64)
-    for q in range(nq):
-        base[q + 1] = bounds[q]
-    limit = np.diff(base)
-    prio = np.empty(bounds[nq - 1], dtype=np.int64)
-    hnode = np.empty(bounds[nq - 1], dtype=np.int64)
-    fill = np.zeros(nq, dtype=np.int64)
-    seg = np.full(n_nodes + 1, -1, dtype=np.int64)  # -1 unseen, nq = below every capacity
-    pos = np.zeros(n_nodes + 1, dtype=np.int64)
-    hist = np.zeros(nq + 1, dtype=np.int64)
-    for r in range(offsets.shape[0] - 1):
-        for a in range(offsets[r], offsets[r + 1]):
-            x = node[a]
-            sx = seg[x]
-            if r >= warmup and 0 <= sx < nq:
-                hist[sx] += tokens[a]
-            if 0 <= sx < nq:  # take x out of its segment (its slot is refilled below)
-                b = base[sx]
-                i = pos[x]
-                last = fill[sx] - 1
-                fill[sx] = last
-                if i != last:
-                    prio[b + i] = prio[b + last]
-                    hnode[b + i] = hnode[b + last]
-                    moved = hnode[b + i]
-                    pos[moved] = i
-                    _sift_up(prio, hnode, pos, b, i)
-                    _sift_down(prio, hnode, pos, b, last, pos[moved])
-            y = x
-            py = next_use[a] * big + (big - 1)  # x competes as a candidate
-            y_res = next_use[a] * big + x  # ...and is stored with its resident priority
-            top = sx if 0 <= sx < nq else nq
-            placed = False
-            for q in range(top):
-                b = base[q]
-                if fill[q] < limit[q]:
-                    _deposit(prio, hnode, pos, seg, fill, base, q, y, y_res)
-                    placed = True
-                    break
-                if py >= never_prio:
-                    # y is never used again: below here it could only trade places with other
-                    # such nodes, which changes no segment's count of them and no future hit.
-                    if not 0 <= sx < nq:
-                        for q2 in range(q + 1, nq):
-                            if fill[q2] < limit[q2]:
-                                _deposit(prio, hnode, pos, seg, fill, base, q2, y, y_res)
-                                placed = True
-                                break
-                    break
-                if py < prio[b]:  # y beats the segment's worst: swap them
-                    w = hnode[b]
-                    pw = prio[b]
-                    prio[b] = y_res
-                    hnode[b] = y
-                    pos[y] = 0
-                    seg[y] = q
-                    _sift_down(prio, hnode, pos, b, fill[q], 0)
-                    y = w
-                    py = pw
-                    y_res = pw
-            if not placed:
-                if 0 <= sx < nq:
-                    _deposit(prio, hnode, pos, seg, fill, base, sx, y, y_res)
-                else:
-                    seg[y] = nq
-    return hist
 
 
 @nb.njit(cache=True)

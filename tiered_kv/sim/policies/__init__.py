@@ -1,17 +1,33 @@
-"""Retention policies, registered by name: ``lru``, ``ttl``, ``watermark``, ``belady``.
+"""Retention policies, registered by name: ``lru``, ``ttl``, ``watermark``, ``belady`` and the zoo.
 
 :mod:`.registry` sits at the bottom: the :class:`Policy` protocol, :class:`PolicyRun`, the
 registry (:func:`register_policy`, :func:`get_policy`, :func:`policy_names`) and capacity
 parsing; it imports no policy. Above it, one module per policy family, each with the numba
 kernel it runs: :mod:`.lru` (``lru``, ``ttl``, ``watermark``: one kernel) and :mod:`.belady`
-(MIN with bypass). Importing this package registers both families; plug-ins defined elsewhere
+(MIN with bypass; ``belady-nobypass``, libCacheSim's MIN). The zoo (:mod:`.blockwise`: one access
+at a time, an admission mask, SSD wear): :mod:`.fifo` (``fifo``, ``sieve``, ``s3fifo``),
+:mod:`.frequency` (``lfu`` with aging, ``gdsf`` cost-aware), :mod:`.segmented` (``arc``,
+``slru``, ``2q``), :mod:`.weighted` (``class-lru``); :mod:`.admission` holds the filters any of
+them takes, :mod:`.plugin` the small-class API for user policies (docs/policies.md).
+Importing this package registers every family; plug-ins defined elsewhere
 (kvcache.ai's prefix-trie policies in :mod:`tiered_kv.sim.peers`) register themselves into the
 same registry. This package may import :mod:`tiered_kv.sim.replay` and :mod:`tiered_kv.units`,
 nothing else of the simulator.
 """
 
-from tiered_kv.sim.policies.belady import Belady, next_use
+from tiered_kv.sim.policies.admission import AdmitAll, AllOf, SecondSighting, WritePoints, get_admission
+from tiered_kv.sim.policies.belady import Belady, BeladyNoBypass, next_use
+from tiered_kv.sim.policies.blockwise import BlockPolicy, leading_runs, wear
+from tiered_kv.sim.policies.fifo import FIFO, S3FIFO, Sieve
+from tiered_kv.sim.policies.frequency import GDSF, LFU
 from tiered_kv.sim.policies.lru import LRU, TTL, Watermark, retention_quantiles, run_cache_kernel, ttl_vector
+from tiered_kv.sim.policies.plugin import (
+    PluginPolicy,
+    load_policy_file,
+    make_policy,
+    parse_policy_spec,
+    resolve_policy_name,
+)
 from tiered_kv.sim.policies.registry import (
     DEFAULT_BYTES_PER_TOKEN,
     Policy,
@@ -23,9 +39,16 @@ from tiered_kv.sim.policies.registry import (
     policy_names,
     register_policy,
 )
+from tiered_kv.sim.policies.segmented import ARC, SLRU, TwoQ
+from tiered_kv.sim.policies.weighted import ClassLRU
+
+#: The zoo's registered names, in the order tables and charts list them.
+ZOO = ("fifo", "lfu", "arc", "slru", "2q", "s3fifo", "sieve", "gdsf", "class-lru")
 
 __all__ = [
-    "DEFAULT_BYTES_PER_TOKEN", "LRU", "TTL", "Belady", "Policy", "PolicyRun", "Watermark", "capacity_blocks",
-    "capacity_tokens_from", "check_capacity", "get_policy", "next_use", "policy_names", "register_policy",
-    "retention_quantiles", "run_cache_kernel", "ttl_vector",
+    "ARC", "DEFAULT_BYTES_PER_TOKEN", "FIFO", "GDSF", "LFU", "LRU", "S3FIFO", "SLRU", "TTL", "ZOO", "AdmitAll",
+    "AllOf", "Belady", "BeladyNoBypass", "BlockPolicy", "ClassLRU", "Policy", "PolicyRun", "SecondSighting",
+    "PluginPolicy", "Sieve", "TwoQ", "Watermark", "WritePoints", "capacity_blocks", "capacity_tokens_from", "check_capacity",
+    "get_admission", "get_policy", "leading_runs", "load_policy_file", "make_policy", "next_use", "parse_policy_spec", "policy_names", "register_policy",
+    "resolve_policy_name", "retention_quantiles", "run_cache_kernel", "ttl_vector", "wear",
 ]

@@ -13,6 +13,8 @@ from typing import ClassVar
 import numpy as np
 from numba import njit
 
+from tiered_kv.sim.policies.blockwise import BlockPolicy
+from tiered_kv.sim.policies.frequency import heap_pop, heap_push
 from tiered_kv.sim.policies.registry import PolicyRun, capacity_blocks, check_capacity, register_policy
 from tiered_kv.sim.replay import CompiledTrace
 
@@ -172,7 +174,8 @@ def belady_hit_tokens(trace: CompiledTrace, capacities_blocks, nxt: np.ndarray |
     counted = trace.counted[trace.access_request]
     weight = np.where(counted, trace.tokens, 0).astype(np.int64)
     cls = trace.class_codes[trace.access_request].astype(np.int64)
-    hist = _belady_stack_hist(trace.blocks, nxt, weight, cls, n_cls, trace.n_unique, bounds)
+    blocks = trace.blocks.astype(np.int64)
+    hist = stack_hist(blocks, nxt, nxt, np.int64(trace.n_accesses), weight, cls, n_cls, trace.n_unique, bounds)
     cum = np.cumsum(hist, axis=1)
     out[:, live] = cum[:, np.searchsorted(bounds, caps[live])]
     return out
@@ -226,22 +229,43 @@ def _sift_down(prio, member, pos, base, size, i):  # pragma: no cover - compiled
         i = best
 
 
+@njit(cache=True, inline="always")
+def _deposit(prio, member, pos, seg, fill, base, q, y, py):
+    """Put item ``y`` (priority ``py``) into segment ``q``, which has room."""
+    b = base[q]
+    i = fill[q]
+    prio[b + i] = py
+    member[b + i] = y
+    pos[y] = i
+    seg[y] = q
+    fill[q] = i + 1
+    _sift_up(prio, member, pos, b, i)
+
+
 @njit(cache=True)
-def _belady_stack_hist(blocks, nxt, weight, cls, n_cls, n_unique, bounds):  # pragma: no cover - compiled
-    """hist[c, q]: hit tokens of class c whose block sat in segment q (a hit at capacities >= bounds[q])."""
-    m = blocks.shape[0]
+def stack_hist(items, cand, res, never, weight, cls, n_cls, n_items, bounds):  # pragma: no cover - compiled
+    """One pass of a priority stack algorithm over accesses, for the capacities ``bounds`` (sorted, > 0).
+
+    Access ``a`` touches item ``items[a]`` (``0 <= item < n_items``), which then competes with
+    priority ``cand[a]`` and, once kept, stays with ``res[a]`` (smaller is better; the two differ
+    only to break ties the way a policy does); ``never`` or more means never used again. The
+    stack is one segment per capacity, each a max-heap of its members (worst on top). Returns
+    ``hist[c, q]``: the ``weight`` of class-``c`` accesses whose item sat in segment ``q`` at
+    the access, that is, hits at every capacity ``>= bounds[q]``. Serves :class:`Belady`
+    (:func:`belady_hit_tokens`) and kvcache.ai's trie-Belady (:mod:`tiered_kv.sim.peers.trie_belady`).
+    """
     nq = bounds.shape[0]
     base = np.zeros(nq + 1, np.int64)
     for q in range(nq):
         base[q + 1] = bounds[q]
-    prio = np.empty(bounds[nq - 1], np.int64)  # next use of each member (m: never again)
+    prio = np.empty(bounds[nq - 1], np.int64)
     member = np.empty(bounds[nq - 1], np.int64)
     fill = np.zeros(nq, np.int64)
-    seg = np.full(n_unique, -1, np.int64)  # -1: unseen; nq: below every capacity
-    pos = np.zeros(n_unique, np.int64)
-    hist = np.zeros((n_cls, nq + 1), np.int64)
-    for a in range(m):
-        x = blocks[a]
+    seg = np.full(n_items, -1, np.int64)  # -1: unseen; nq: below every capacity
+    pos = np.zeros(n_items, np.int64)
+    hist = np.zeros((n_cls, nq), np.int64)
+    for a in range(items.shape[0]):
+        x = items[a]
         sx = seg[x]
         inside = 0 <= sx < nq
         if inside:  # a hit from capacity bounds[sx] up; take x out (its slot is refilled below)
@@ -258,40 +282,95 @@ def _belady_stack_hist(blocks, nxt, weight, cls, n_cls, n_unique, bounds):  # pr
                 _sift_up(prio, member, pos, b, i)
                 _sift_down(prio, member, pos, b, last, pos[moved])
         y = x
-        py = nxt[a]
+        py = cand[a]  # x competes as a candidate...
+        y_res = res[a]  # ...and is stored with its resident priority
         placed = False
         for q in range(sx if inside else nq):
-            b = base[q]
-            if fill[q] < base[q + 1] - b:  # room (the stack is shallower than this capacity)
-                prio[b + fill[q]] = py
-                member[b + fill[q]] = y
-                pos[y] = fill[q]
-                seg[y] = q
-                fill[q] += 1
-                _sift_up(prio, member, pos, b, fill[q] - 1)
+            if fill[q] < base[q + 1] - base[q]:  # room: the stack is shallower than this capacity
+                _deposit(prio, member, pos, seg, fill, base, q, y, y_res)
                 placed = True
                 break
-            if py >= m:  # never used again: below here it only trades places with its likes
+            if py >= never:
+                # y is never used again: below here it could only trade places with other such
+                # items, which changes no segment's count of them and no future hit.
+                if not inside:
+                    for q2 in range(q + 1, nq):
+                        if fill[q2] < base[q2 + 1] - base[q2]:
+                            _deposit(prio, member, pos, seg, fill, base, q2, y, y_res)
+                            placed = True
+                            break
                 break
-            if py < prio[b]:  # y is needed sooner than the segment's worst: swap them
+            b = base[q]
+            if py < prio[b]:  # y beats the segment's worst: swap them
                 w = member[b]
                 pw = prio[b]
-                prio[b] = py
+                prio[b] = y_res
                 member[b] = y
                 pos[y] = 0
                 seg[y] = q
                 _sift_down(prio, member, pos, b, fill[q], 0)
                 y = w
                 py = pw
+                y_res = pw
         if not placed:
             if inside:
-                b = base[sx]
-                prio[b + fill[sx]] = py
-                member[b + fill[sx]] = y
-                pos[y] = fill[sx]
-                seg[y] = sx
-                fill[sx] += 1
-                _sift_up(prio, member, pos, b, fill[sx] - 1)
+                _deposit(prio, member, pos, seg, fill, base, sx, y, y_res)
             else:
                 seg[y] = nq
-    return hist[:, :nq]
+    return hist
+
+
+# --------------------------------------------------------------------------------------------
+# MIN without bypass, at block level: libCacheSim's Belady
+
+
+@njit(cache=True)
+def _belady_nobypass_kernel(blocks, n_unique, cap, admit, nxt):  # pragma: no cover - compiled
+    m = blocks.shape[0]
+    k1 = np.empty(m + 1, np.float64)  # min-heap of -next use
+    k2 = np.empty(m + 1, np.int64)
+    hv = np.empty(m + 1, np.int64)
+    hn = 0
+    present = np.zeros(n_unique, np.bool_)
+    cur = np.zeros(n_unique, np.int64)
+    hit = np.zeros(m, np.bool_)
+    ins = np.zeros(m, np.bool_)
+    used = 0
+    peak = 0
+    for i in range(m):
+        b = blocks[i]
+        if present[b]:
+            hit[i] = True
+        else:
+            if not admit[i] or cap < 1:
+                continue
+            while used + 1 > cap:
+                x = hv[0]
+                key = k1[0]
+                hn = heap_pop(k1, k2, hv, hn)
+                if present[x] and -key == cur[x]:
+                    present[x] = False
+                    used -= 1
+            present[b] = True
+            used += 1
+            ins[i] = True
+            if used > peak:
+                peak = used
+        cur[b] = nxt[i]
+        hn = heap_push(k1, k2, hv, hn, -float(nxt[i]), i, b)
+    return hit, ins, peak
+
+
+@register_policy
+@dataclass(frozen=True)
+class BeladyNoBypass(BlockPolicy):
+    """MIN without bypass (libCacheSim's Belady): a miss is always inserted, evicting the farthest.
+
+    Not a bound on prefix hits (``belady`` with bypass is); kept to cross-check libCacheSim at
+    block level, where it is the optimum among policies that must insert every miss.
+    """
+
+    name: ClassVar[str] = "belady-nobypass"
+
+    def kernel_run(self, trace, capacity_blocks, admit):
+        return _belady_nobypass_kernel(trace.blocks, trace.n_unique, capacity_blocks, admit, next_use(trace))

@@ -110,3 +110,14 @@ def capacity_blocks(trace: CompiledTrace, capacity_tokens: int | None) -> float:
     if capacity_tokens is None:
         return math.inf
     return float(capacity_tokens // trace.uniform_block_size)
+
+
+def check_range(name: str, value: Any, lo: float, hi: float = math.inf, *, integer: bool = False,
+                lo_open: bool = False) -> None:
+    """``name`` must lie in [lo, hi] (or (lo, hi]); the error names the parameter and the range."""
+    ok_type = isinstance(value, (int, np.integer)) if integer else isinstance(value, (int, float, np.number))
+    if isinstance(value, bool) or not ok_type or (isinstance(value, float) and math.isnan(value)) \
+            or value > hi or value < lo or (lo_open and value == lo):
+        kind = "an integer" if integer else "a number"
+        left = "(" if lo_open else "["
+        raise ValueError(f"{name}: must be {kind} in {left}{lo}, {hi}], got {value!r}")
