@@ -93,3 +93,22 @@ def test_decoder_windows_reused_with_block_256_and_replay_128(model, tmp_path):
     assert not other.decoder_from_host
     assert float((other.logits - ref).abs().max()) > 1e-4
     assert np.isfinite(other.logits.numpy()).all()
+
+
+@pytest.mark.parametrize("fmt", ["fp32", "bf16"])
+def test_unquantized_global_kv_ablation(model, tmp_path, fmt):
+    """Raw chunks: the SSD tier returns the KV cast to the format, and a cached prefill equals
+    the uncached forward with that cast (no FP4 anywhere)."""
+    ns = namespace_for(model, fmt=fmt, block_size=16)
+    ssd = SSDTier(str(tmp_path / fmt), namespace=ns, background_touch=False)
+    t = _tokens(100, seed=9)
+    e = Engine(model, ssd, HostTier("16MiB"), replay=model.cfg.exact_replay_tokens)
+    e.prefill(t[:70])
+    kv, _ = model.encode(t[:64], 0)
+    dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[fmt]
+    hit = ssd.get_prefix(t)
+    assert hit.hit_tokens == 64
+    assert torch.equal(hit.kv(torch.float32), kv.detach().to(dtype).float())
+    res = e.prefill(t)
+    ref = model.forward(t, lambda x: x.detach().to(dtype).to(x.dtype))[-1].detach()
+    torch.testing.assert_close(res.logits, ref, rtol=0, atol=1e-5)

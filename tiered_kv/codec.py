@@ -52,6 +52,32 @@ HEADER_PROBE = 2048
 KV_DTYPES = ("float32", "bfloat16", "float16")
 
 
+@dataclass(frozen=True)
+class RawBlock:
+    """One unquantized block (``bf16``/``fp32`` namespaces: an ablation without FP4).
+
+    The same fields the chunk writer reads from an ``FP4Tensor`` (``data``, ``scales``,
+    ``global_scale``, ``fmt``, ``shape``, ``dtype``, ``block``), so raw chunks use the same
+    header, checksum and crash-safety as FP4 ones.
+    """
+
+    data: Any  # torch.Tensor [bs, 2, H, D] in the raw dtype
+    fmt: str
+    dtype: Any  # dtype the KV had before storage
+    scales: Any = None
+    global_scale: None = None
+    block: int = 1
+
+    @property
+    def shape(self):
+        return self.data.shape
+
+
+def _raw_dtype(fmt: str):
+    torch = _torch()
+    return {"bf16": torch.bfloat16, "fp32": torch.float32}[fmt]
+
+
 class CorruptChunk(ValueError):
     """A chunk object that does not decode: truncated, flipped bytes, bad header, wrong key."""
 
@@ -128,6 +154,10 @@ def quantize_blocks(kv: torch.Tensor, namespace: Namespace) -> list:
     if n == 0:
         return []
     shape = torch.Size((bs, 2, H, D))
+    if namespace.fmt in ("bf16", "fp32"):
+        raw = kv.detach().to(_raw_dtype(namespace.fmt)).contiguous()
+        empty = torch.zeros(0, dtype=torch.uint8)
+        return [RawBlock(raw[i * bs:(i + 1) * bs], namespace.fmt, kv.dtype, empty) for i in range(n)]
     if namespace.fmt == "nvfp4":
         folded = kv.reshape(n, bs, 2, H, D).permute(1, 2, 0, 3, 4).reshape(bs, 2, n * H, D)
         q = fp4.quantize(folded.contiguous(), "nvfp4")
@@ -260,11 +290,17 @@ def unpack_chunk(buf: bytes | memoryview, header: ChunkHeader, *, device: str = 
     torch = _torch()
     fp4 = _fp4()
     arrs = payload_arrays(buf, header)
+    in_dtype = getattr(torch, header.extra.get("fp4", {}).get("input_dtype", "float32"), torch.float32)
+    if header.fmt in ("bf16", "fp32"):
+        data = torch.from_numpy(arrs["data"].copy())
+        if header.fmt == "bf16":
+            data = data.view(torch.bfloat16)
+        return RawBlock(data.reshape(header.tokens, 2, header.kv_heads, header.head_dim).to(device), header.fmt,
+                        in_dtype, torch.zeros(0, dtype=torch.uint8))
     data = torch.from_numpy(arrs["data"].copy()).to(device)
     scales = torch.from_numpy(arrs["scales"].copy()).to(device)
     gs = arrs.get("global_scale")
     gs = None if gs is None else torch.from_numpy(gs.astype(np.float32)).to(device)
-    in_dtype = getattr(torch, header.extra.get("fp4", {}).get("input_dtype", "float32"), torch.float32)
     return fp4.FP4Tensor(data, scales, gs, header.fmt,
                          torch.Size((header.tokens, 2, header.kv_heads, header.head_dim)), in_dtype)
 
@@ -282,6 +318,8 @@ def dequantize_chunks(chunks: list, dtype: torch.dtype) -> torch.Tensor:
     n = len(chunks)
     bs, two, H, D = chunks[0].shape
     fmt = chunks[0].fmt
+    if fmt in ("bf16", "fp32"):
+        return torch.cat([q.data for q in chunks]).to(dtype)
     if fmt == "nvfp4":
         data = torch.stack([q.data for q in chunks]).permute(1, 2, 0, 3, 4).reshape(bs, two, n * H, D // 2)
         scales = torch.stack([q.scales for q in chunks]).permute(1, 2, 0, 3, 4).reshape(bs, two, n * H, -1)

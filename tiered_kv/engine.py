@@ -95,6 +95,8 @@ class PrefillResult:
 def fp4_roundtrip(kv: torch.Tensor, namespace: Namespace) -> torch.Tensor:
     """The global KV as the SSD tier would return it: full blocks chunk by chunk, the tail alone."""
     kv = kv.detach()  # FP4 storage is not differentiable
+    if namespace.fmt in ("bf16", "fp32"):  # unquantized ablation: only the cast the store applies
+        return kv.to(codec._raw_dtype(namespace.fmt)).to(kv.dtype)
     bs = namespace.block_size
     full = (kv.shape[0] // bs) * bs
     parts = []

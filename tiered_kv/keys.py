@@ -28,17 +28,23 @@ _FALLBACK_FORMATS = ("mxfp4", "nvfp4")
 _MASK63 = (1 << 63) - 1
 
 
+#: Unquantized chunk formats, for ablations (the global KV stored as it was computed).
+RAW_FORMATS = ("bf16", "fp32")
+
+
 def _known_formats() -> tuple[str, ...]:
-    """KV formats the FP4 kernels implement (falls back to the two OCP/NVIDIA names)."""
+    """KV formats the FP4 kernels implement (falls back to the two OCP/NVIDIA names), plus raw."""
     try:
         from tiered_kv.kernels.fp4 import FORMATS
     except ImportError:  # kernels not importable (e.g. a partial checkout)
-        return _FALLBACK_FORMATS
-    return tuple(FORMATS)
+        return _FALLBACK_FORMATS + RAW_FORMATS
+    return tuple(FORMATS) + RAW_FORMATS
 
 
 def _scale_block(fmt: str) -> int:
-    """Elements per FP4 scale along head_dim (MXFP4 32, NVFP4 16)."""
+    """Elements per FP4 scale along head_dim (MXFP4 32, NVFP4 16; 1 for raw formats)."""
+    if fmt in RAW_FORMATS:
+        return 1
     try:
         from tiered_kv.kernels.fp4 import BLOCK
     except ImportError:

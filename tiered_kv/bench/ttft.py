@@ -49,7 +49,8 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--repeats", type=int, default=5, help="timed, interleaved repeats per case (>= 1; median + IQR)")
     parser.add_argument("--suffix", type=int, default=64, help="new tokens after the cached previous turn")
     parser.add_argument("--block-size", type=int, default=256, help="SSD chunk size in tokens")
-    parser.add_argument("--fmt", default="mxfp4", help="FP4 format of the global KV (mxfp4 or nvfp4)")
+    parser.add_argument("--fmt", default="mxfp4",
+                        help="format of the global KV: mxfp4 or nvfp4, or bf16 / fp32 (unquantized ablation)")
     parser.add_argument("--threads", type=int, default=1,
                         help="torch CPU threads (1: on shared, oversubscribed cores 2 threads is slower)")
     parser.add_argument("--store-dir", default=None,
