@@ -100,3 +100,36 @@ def test_day_config_names_the_key_and_range():
         DayConfig(days=2, warmup_days=2)
     with pytest.raises(ValueError, match="input_tokens_per_day"):
         DayConfig(input_tokens_per_day=0)
+
+
+def test_day_command_generate_replay_markdown(tmp_path, capsys):
+    from tiered_kv.cli import main
+
+    root = tmp_path / "d"
+    assert main(["day", "generate", str(root), "--tokens", "2e7", "--tokens-per-part", "1e7", "--workers", "1",
+                 "--no-progress"]) == 0
+    rec = tmp_path / "r.json"
+    assert main(["day", "replay", str(root), "--capacity", "1TiB", "--capacity", "inf", "--ttl", "agent=3d,chatbot=7d",
+                 "--record", str(rec), "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert "lru 1 TiB" in out and "ttl agent=3d chatbot=7d" in out and "peak RSS" in out
+    r = json.loads(rec.read_text())
+    assert r["parts"] == 2 and r["replay_peak_rss_bytes"] > 0 and r["generated"]["generation_s"] > 0
+    assert main(["day", "markdown", str(rec)]) == 0
+    md = capsys.readouterr().out
+    assert "| lru 1 TiB |" in md and "peak RSS" in md and "empty cache" in md
+    assert main(["day", "replay", str(root), "--capacity", "-1TiB", "--no-progress"]) == 2
+    assert "--capacity" in capsys.readouterr().err
+
+
+def test_figure_15_sets_a_steady_state_day_beside_the_published_share(monkeypatch):
+    import importlib
+
+    fig = importlib.import_module("tiered_kv.viz.figures.15_deepseek_day")
+    monkeypatch.setattr(fig, "QUICK_SCALE", 1 / 100_000)
+    monkeypatch.setattr(fig, "RECORDED", fig.RECORDED.with_name("absent.json"))
+    r = fig.build(quick=True)
+    (claim,) = r.claims
+    assert claim.published == 0.56 and 0.2 < claim.reproduced < 0.95
+    assert "1/100,000" in claim.inputs and set(r.data["policy"]) >= {fig.TTL_NAME, "lru unlimited"}
+    assert r.chart.to_dict()

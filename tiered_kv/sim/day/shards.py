@@ -160,7 +160,8 @@ def generate_day(root: str | Path, config: DayConfig = DayConfig(), *, workers: 
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    unit = tokens_per_day_at_unit_rate(config.seed)
+    # the pilot is at most 1/32 of the unit rate, and no larger than the day itself
+    unit = tokens_per_day_at_unit_rate(config.seed, min(1 / 32, max(1 / 4000, config.input_tokens_per_day / 8e9)))
     factor = config.input_tokens_per_day / unit / config.parts  # per part
     done = {int(p.stem.split("-")[1]) for p in (root / "parts").glob("part-*.json")}
     todo = [k for k in range(config.parts) if k not in done]
