@@ -8,7 +8,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(EXTRAS)
 
-.PHONY: run quick test lab shell lint clean-venv
+.PHONY: run quick test lab html shell lint clean-venv
 
 $(STAMP): pyproject.toml scripts/setup_env.sh
 	PYTHON=$(PYTHON) EXTRAS=$(EXTRAS) scripts/setup_env.sh
@@ -27,6 +27,11 @@ test: $(STAMP)
 lab: $(STAMP)
 	JUPYTER_CONFIG_PATH=$(CURDIR)/scripts/jupyter$${JUPYTER_CONFIG_PATH:+:$$JUPYTER_CONFIG_PATH} \
 	  $(BIN)/jupyter lab notebooks/ $(if $(filter 0,$(shell id -u)),--allow-root)
+
+# Every notebook executed and exported to figures/notebooks/*.html, pages that open offline
+# (TIERED_KV_QUICK=1 make html for the small sizes).
+html: $(STAMP)
+	$(BIN)/python -m tiered_kv.viz.notebooks
 
 # A shell with .venv active, so `tiered-kv` is on the PATH (exit to leave it).
 shell: $(STAMP)

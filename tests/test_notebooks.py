@@ -7,6 +7,7 @@ Notebooks hold no logic; this test is what keeps them in step with the package. 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -84,3 +85,42 @@ def test_notebook_executes_at_small_size(path: Path, executed):
         checks = [o["data"]["text/html"] for c in book.cells if c.cell_type == "code"
                   for o in c.get("outputs", []) if "tkv-check" in o.get("data", {}).get("text/html", "")]
         assert len(checks) == 6 and all("correct:" in h and "not quite" not in h for h in checks), checks
+
+
+#: A cell that draws a chart (as in tests/test_browser.py).
+CHART_CELL = re.compile(r"_chart\(|[Dd]ashboard\(|Gallery\(")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", ALL, ids=[p.stem for p in ALL])
+def test_notebook_shows_no_stderr(path: Path, executed):
+    """A stream on stderr is a red box in JupyterLab (a progress bar, a DeprecationWarning)."""
+    book, error = executed[path]
+    if error is not None:
+        pytest.skip(f"{path.stem} did not execute (reported by its own test)")
+    stderr = [(i, "".join(o.get("text", ""))[:200]) for i, c in enumerate(book.cells) if c.cell_type == "code"
+              for o in c.get("outputs", []) if o.get("output_type") == "stream" and o.get("name") == "stderr"]
+    assert not stderr
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", ALL, ids=[p.stem for p in ALL])
+def test_exported_html_draws_every_chart_offline(path: Path, executed):
+    """`make html`: every chart cell is an inline SVG in the page, and the page fetches nothing."""
+    from tiered_kv.viz.notebooks import export_html
+
+    book, error = executed[path]
+    if error is not None:
+        pytest.skip(f"{path.stem} did not execute (reported by its own test)")
+    page = export_html(book)
+    fetched = re.findall(r"""<(?:script|link|img|iframe)[^>]+(?:src|href)=["']((?:https?:)?//[^"']+)""", page)
+    assert not fetched, fetched[:5]
+    assert "cdn.jsdelivr.net" not in page and "unpkg.com" not in page and "cdnjs" not in page
+    for cell in book.cells:
+        if cell.cell_type == "code" and CHART_CELL.search(cell.source):
+            data = [o.get("data", {}) for o in cell.get("outputs", [])]
+            svgs = [d["image/svg+xml"] for d in data if "image/svg+xml" in d]
+            assert svgs, f"{path.stem}: no SVG for {cell.source[:60]!r}"
+            assert all(s.lstrip().startswith("<svg") for s in svgs)
+    assert page.count("data:image/svg+xml") + page.count("<svg") >= sum(
+        1 for c in book.cells if c.cell_type == "code" and CHART_CELL.search(c.source))

@@ -26,7 +26,16 @@ import polars as pl
 from tiered_kv.sim import retention as R
 from tiered_kv.sim.replay import CompiledTrace
 from tiered_kv.units import format_bytes, format_duration
-from tiered_kv.viz.widgets import ChartView, control, error_box, log_slider, records, watch
+from tiered_kv.viz.widgets import (
+    ChartView,
+    DashboardBox,
+    control,
+    dashboard_bundle,
+    error_box,
+    log_slider,
+    records,
+    watch,
+)
 
 DAY_S = R.DAY_S
 #: steps of the capacity slider; the optimum is precomputed at every one of them
@@ -267,8 +276,9 @@ class EconomicsDashboard:
         self.view: dict | None = None
         self.errors = error_box()
         watch([self.capacity_slider, *self.ttl_sliders.values()], self.refresh, self.errors)
-        self.widget = widgets.VBox([control(self.capacity_slider), *(control(s) for s in self.ttl_sliders.values()),
+        self.widget = DashboardBox([control(self.capacity_slider), *(control(s) for s in self.ttl_sliders.values()),
                                     self.errors, self.summary, self.chart_view.output])
+        self.widget.chart_view = self.chart_view
         self.refresh()
 
     def capacity(self) -> float:
@@ -282,10 +292,8 @@ class EconomicsDashboard:
         self.summary.value = f'<div class="tkv-economics">{html.escape(summary_line(self.view))}</div>'
         self.chart_view.show_data(self.template, economics_datasets(self.analysis, self.view))
 
-    def _ipython_display_(self) -> None:
-        from IPython.display import display
-
-        display(self.widget)
+    def _repr_mimebundle_(self, **kwargs) -> dict:
+        return dashboard_bundle(self.widget, self.chart_view, **kwargs)
 
 
 def economics_dashboard(analysis: EconomicsAnalysis, **kwargs) -> widgets.VBox:

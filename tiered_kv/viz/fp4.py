@@ -19,7 +19,7 @@ import ipywidgets as widgets
 import polars as pl
 import torch
 
-from tiered_kv.viz.widgets import ChartView, error_box, html_table, watch
+from tiered_kv.viz.widgets import ChartView, dashboard_bundle, error_box, html_table, watch
 
 FORMATS = ("mxfp4", "nvfp4")
 #: Elements per error sample at each notebook size (multiples of 8 heads x 128 dims).
@@ -191,7 +191,5 @@ class FP4Dashboard:
                                         cell_classes={"typical error, heavy-tailed": "tkv-heavy"})
         self.chart_view.show(error_chart(self.frame, self.sweep))
 
-    def _ipython_display_(self) -> None:
-        from IPython.display import display
-
-        display(self.widget)
+    def _repr_mimebundle_(self, **kwargs) -> dict:
+        return dashboard_bundle(self.widget, self.chart_view, **kwargs)

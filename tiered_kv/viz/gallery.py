@@ -15,7 +15,7 @@ import ipywidgets as widgets
 import polars as pl
 
 from tiered_kv.viz.report import Claim, FigureResult, claims_table
-from tiered_kv.viz.widgets import ChartView, error_box, guard, watch
+from tiered_kv.viz.widgets import ChartView, dashboard_bundle, error_box, guard, watch
 
 
 @dataclass(frozen=True)
@@ -134,7 +134,5 @@ class Gallery:
         self.claims.value = (_markdown_table_html(claims_table(f.result.claims)) if f.result.claims
                              else "<i>no published claim for this figure</i>")
 
-    def _ipython_display_(self) -> None:
-        from IPython.display import display
-
-        display(self.widget)
+    def _repr_mimebundle_(self, **kwargs) -> dict:
+        return dashboard_bundle(self.widget, self.chart_view, **kwargs)

@@ -5,12 +5,20 @@ user who ran the workshop and then ``make test`` used to fail the cleanliness te
 lab`` starts JupyterLab with ``scripts/jupyter/jupyter_server_config.py``, which installs
 :func:`pre_save_hook`: what is written to disk has no outputs, execution counts or saved
 widget state, while the open notebook keeps its outputs on screen. (Reopening it shows the
-clean file; ``jupyter nbconvert --execute`` or *Run All* brings the outputs back.) The test
-(``tests/test_packaging.py``) reads what git tracks, not the working file.
+clean file; *Run All* brings the outputs back.) The test (``tests/test_packaging.py``) reads
+what git tracks, not the working file.
+
+Exported HTML that opens offline: JupyterLab's *Export* reads the saved (clean) file, and
+nbconvert's page loads require.js, MathJax and the widget manager from CDNs. ``make html``
+(:func:`export_html`) executes each notebook and writes a page with nothing to fetch: plain
+charts are inline SVG (:mod:`tiered_kv.viz.render`), each dashboard its chart as it was drawn
+(its display carries an SVG beside the widget, :func:`tiered_kv.viz.widgets.dashboard_bundle`).
 """
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
 from typing import Any
 
 #: Cell metadata JupyterLab adds when it runs a cell (timings, scroll and collapse state).
@@ -53,3 +61,63 @@ def pre_save_hook(model: dict[str, Any], **_kwargs) -> None:
     """jupyter_server's ``ContentsManager.pre_save_hook``: strip a notebook before it is written."""
     if model.get("type") == "notebook" and isinstance(model.get("content"), dict):
         strip_outputs(model["content"])
+
+
+#: nbconvert's lab page without what it loads from CDNs (require.js, MathJax, mermaid, widgets).
+OFFLINE_TEMPLATE = """{%- extends 'index.html.j2' -%}
+{%- block html_head_js_requirejs -%}{%- endblock html_head_js_requirejs -%}
+{%- block html_head_js_mathjax -%}{%- endblock html_head_js_mathjax -%}
+{%- block html_head_js_mermaidjs -%}{%- endblock html_head_js_mermaidjs -%}
+{% block jupyter_widgets %}{% endblock jupyter_widgets %}
+"""
+#: What a page shows of an output, best first: static charts, never a live widget (no kernel).
+EXPORT_PRIORITY = ["text/html", "image/svg+xml", "image/png", "image/jpeg", "text/markdown", "text/latex",
+                   "text/plain"]
+
+
+def export_html(nb: Any) -> str:
+    """A self-contained HTML page of an executed notebook (nbformat node or JSON dict)."""
+    import copy
+
+    import jinja2
+    import nbformat
+    from nbconvert import HTMLExporter
+    from traitlets.config import Config
+
+    book = nbformat.from_dict(copy.deepcopy(dict(nb)))
+    book.metadata.pop("widgets", None)
+    cfg = Config({"NbConvertBase": {"display_data_priority": EXPORT_PRIORITY}})
+    exporter = HTMLExporter(config=cfg, template_name="lab", template_file="offline.html.j2",
+                            extra_loaders=[jinja2.DictLoader({"offline.html.j2": OFFLINE_TEMPLATE})])
+    body, _ = exporter.from_notebook_node(book)
+    return body
+
+
+def execute_and_export(paths: list[Path], out_dir: Path, timeout_s: int = 1800) -> list[Path]:
+    """Run each notebook in a fresh kernel (from its own folder) and write ``out_dir/NAME.html``."""
+    import nbclient
+    import nbformat
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    for path in paths:
+        book = nbformat.read(path, as_version=4)
+        nbclient.NotebookClient(book, timeout=timeout_s, kernel_name="python3",
+                                resources={"metadata": {"path": str(path.parent)}}).execute()
+        target = out_dir / f"{path.stem}.html"
+        target.write_text(export_html(book), encoding="utf-8")
+        written.append(target)
+        print(f"wrote {target}", file=sys.stderr)
+    return written
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m tiered_kv.viz.notebooks [NOTEBOOK ...]``: execute and export (``make html``)."""
+    args = sys.argv[1:] if argv is None else argv
+    paths = [Path(a) for a in args] or sorted(Path("notebooks").glob("*.ipynb"))
+    execute_and_export(paths, Path("figures") / "notebooks")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -19,7 +19,16 @@ import polars as pl
 
 from tiered_kv.units import format_bytes, format_duration, format_tokens
 from tiered_kv.viz import retention as R
-from tiered_kv.viz.widgets import ChartView, control, error_box, html_table, log_slider, records, watch
+from tiered_kv.viz.widgets import (
+    ChartView,
+    control,
+    dashboard_bundle,
+    error_box,
+    html_table,
+    log_slider,
+    records,
+    watch,
+)
 
 
 @dataclass(frozen=True)
@@ -184,10 +193,8 @@ class RetentionDashboard:
         assert self.view is not None
         return float(self.view.rates.filter(pl.col("class") == cls)["token_hit_rate"][0])
 
-    def _ipython_display_(self) -> None:
-        from IPython.display import display
-
-        display(self.widget)
+    def _repr_mimebundle_(self, **kwargs) -> dict:
+        return dashboard_bundle(self.widget, self.chart_view, **kwargs)
 
 
 # --- the two workloads of notebook 03 ------------------------------------------------------

@@ -16,7 +16,7 @@ import ipywidgets as widgets
 import numpy as np
 import polars as pl
 
-from tiered_kv.viz.widgets import ChartView, error_box, html_table, log_slider, watch
+from tiered_kv.viz.widgets import ChartView, dashboard_bundle, error_box, html_table, log_slider, watch
 
 GIB = 2**30
 #: (machines, seconds of traffic) of the queueing run at each notebook size.
@@ -189,10 +189,8 @@ class TTFTDashboard:
         self.summary.value = html_table(rows, css_class="tkv-ttft", cell_classes={"p99 TTFT": "tkv-p99"}) + cost
         self.chart_view.show(ttft_chart(self.view))
 
-    def _ipython_display_(self) -> None:
-        from IPython.display import display
-
-        display(self.widget)
+    def _repr_mimebundle_(self, **kwargs) -> dict:
+        return dashboard_bundle(self.widget, self.chart_view, **kwargs)
 
 
 def _s(seconds: float) -> str:

@@ -139,6 +139,38 @@ class ChartView:
         return self.chart
 
 
+def dashboard_bundle(widget: widgets.Widget, chart_view: ChartView | None = None, **kwargs) -> dict:
+    """A dashboard's display: its widget, and a static SVG of the chart it shows now.
+
+    JupyterLab (and any front end with the widget manager) draws the widget and ignores the
+    SVG. Where widgets cannot run (an exported HTML notebook opened offline, a notebook viewer,
+    a notebook whose outputs are not trusted) the SVG stands in, so the chart is still there.
+    """
+    bundle = dict(widgets.VBox._repr_mimebundle_(widget, **kwargs) if isinstance(widget, DashboardBox)
+                  else widget._repr_mimebundle_(**kwargs) or {})
+    spec = getattr(chart_view, "spec", None)
+    if spec:
+        try:
+            from tiered_kv.viz.render import svg_mimebundle
+
+            bundle["image/svg+xml"] = svg_mimebundle(spec)["image/svg+xml"]
+        except Exception:  # noqa: BLE001 - the widget alone is still the dashboard
+            pass
+    return bundle
+
+
+class DashboardBox(widgets.VBox):
+    """A VBox that displays with a static SVG of ``chart_view``'s chart (:func:`dashboard_bundle`).
+
+    For dashboards whose public object is the box itself (``economics_dashboard``).
+    """
+
+    chart_view: ChartView | None = None
+
+    def _repr_mimebundle_(self, **kwargs) -> dict:
+        return dashboard_bundle(self, self.chart_view, **kwargs)
+
+
 def _from_spec(spec: dict) -> Any:
     import altair as alt
 
