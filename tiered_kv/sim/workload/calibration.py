@@ -205,6 +205,24 @@ def one_hour_slice(config: SynthConfig, name: str, seed: int) -> pl.DataFrame:
     return generate(replace(config, classes=(replace(c, daily_amplitude=0.0),)), 1 / 24, seed)
 
 
+#: Mooncake FAST'25 Fig. 9, Tool&Agent, LRU, 512-token blocks: (capacity tokens, token hit rate),
+#: read off the published plot (about +-0.02).
+FIG9_TOOL_AGENT: tuple[tuple[float, float], ...] = (
+    (1e4, 0.17), (1e5, 0.36), (1e6, 0.39), (3e6, 0.45), (1e7, 0.56), (5e7, 0.595))
+#: The six capacities at which synthetic LRU curves are compared (tokens).
+CURVE_CAPACITIES: tuple[float, ...] = tuple(c for c, _ in FIG9_TOOL_AGENT)
+
+
+def hour_slice(config: SynthConfig | str, name: str, hour: int = 12, seed: int = 0) -> pl.DataFrame:
+    """Hour ``hour`` (of the daily cycle) of one class in a steady-state run: the requests of
+    ``[hour, hour + 1)`` h of ``generate(config.only(name), (hour + 1) / 24, seed)``."""
+    from tiered_kv.sim.workload.synth import get_config
+
+    cfg = get_config(config).only(name)
+    df = generate(cfg, (hour + 1) / 24, seed)
+    return df.filter(pl.col("timestamp_s") >= hour * HOUR_S)
+
+
 def ttl_loss(df: pl.DataFrame, traffic_class: str = "chatbot", long_s: float = 7 * DAY_S,
              short_s: float = 3 * DAY_S) -> float:
     """Token hit rate at TTL ``long_s`` minus at ``short_s`` (fraction, not points)."""

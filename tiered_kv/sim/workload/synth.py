@@ -20,6 +20,13 @@ Model, per traffic class (all parameters in :class:`ClassConfig`):
   session returns with probability ``return_probability`` after a lognormal gap (heavy tail,
   clipped at ``return_max_days``): these returns are what a 3-day vs 7-day TTL decides.
 * A session ends when its prompt would exceed ``max_input_tokens`` (the context window).
+* One-shot calls (``call_fraction`` of the requests, agent class): the class system prompt +
+  a shared prefix (tool definitions, Zipf over the catalogue) + a short unique suffix, one
+  request each, arriving in bursts of ``call_burst_mean`` calls (geometric) at one instant
+  with one prefix (parallel tool calls). The bursts are what let a cache of 20 blocks serve
+  17 % of agent tokens: under independent arrivals two same-prefix calls are rarely adjacent.
+  ``scale_prefixes=False`` keeps such a fixed catalogue (a service's few tool-definition
+  prompts) at its size when the traffic is scaled.
 
 Block ids are chained (equal id <=> equal whole prefix) and dense: full system-prompt blocks
 are shared by the class, full shared-prefix blocks by every session using that prefix, full
@@ -37,7 +44,14 @@ matching them is a calibration, not a reproduction:
   p50 = 114 s, p90 = 519 s; infinite-cache token hit rate 0.374; 12,031 requests per hour.
 * agent, one-hour slice, vs the published Mooncake Tool&Agent statistics: average input
   8,596 tokens, average output 182, cache ratio 59 % (taken as the infinite-cache token hit
-  rate of the slice), 23,608 requests per hour.
+  rate of the slice), 23,608 requests per hour; and its LRU token-hit curve (hour 12 of a
+  steady-state run, seed 0, 512-token blocks, cold cache at the hour's start) against Mooncake
+  FAST'25 Fig. 9 Tool&Agent at 1e4 / 1e5 / 1e6 / 3e6 / 1e7 / 5e7 tokens (0.17 / 0.36 / 0.39 /
+  0.45 / 0.56 / 0.595, read off the plot, about +-0.02): 0.176 / 0.388 / 0.428 / 0.445 / 0.561
+  / 0.600 (figure ``13_agent_curve``). Structure: 40 % of the
+  requests are one-shot calls on six ~6.1K-token shared prefixes (system prompt + tool
+  definitions, Zipf 2); the rest are tool-loop sessions (30 % of them on the same prefixes)
+  whose turns come minutes apart, which is the reuse between 1e6 and 1e7 tokens.
 * chatbot, 14-day run: token hit rate with a 7-day TTL minus with a 3-day TTL between 0.5 and
   1 point (the effect DeepSeek reports for moving chatbot retention).
 
@@ -45,8 +59,8 @@ Achieved at the Mooncake rates, seeds 0/1/2 (``python -m tiered_kv.sim.workload.
 --seeds 0 1 2``): chatbot input quantiles 939-959 / 2,447-2,541 / 6,714-6,912 /
 14,013-14,368 / 25,842-26,252; reuse p50 104-121 s, p90 438-525 s; infinite hit rate
 0.365-0.385; 11,658-11,834 requests/hour (the context-window cut ends a few sessions early).
-Agent: average input 8,591-8,755, output 181-185, cache ratio 0.593-0.600, 23,394-23,951
-requests/hour. 14-day chatbot (``mixed`` preset, 1/16 rate) 7 d -> 3 d loss: 0.66-0.74 points.
+Agent (seeds 0/1/2): average input 8,347-8,893, output 181-184, cache ratio 0.583-0.616,
+23,509-23,689 requests/hour; hour-12 LRU curve within 0.038 of Fig. 9 at every point. 14-day chatbot (``mixed`` preset, 1/16 rate) 7 d -> 3 d loss: 0.66-0.74 points.
 Known bias: chatbot p25 input length runs 6-10 % high, p75 and p90 4-9 % low.
 """
 
@@ -105,6 +119,11 @@ class ClassConfig:
     return_sigma: float = 2.0
     return_max_days: float = 30.0
     max_input_tokens: int = 128_000  # context window: the session ends beyond it
+    scale_prefixes: bool = True  # False: a fixed catalogue (tool definitions) kept by `scaled`
+    call_fraction: float = 0.0  # share of requests that are one-shot calls (see the module notes)
+    call_burst_mean: float = 1.0  # calls per burst (geometric, >= 1): same time, same shared prefix
+    call_suffix_tokens_median: float = 300.0  # a call's own suffix after the shared prefix
+    call_suffix_tokens_sigma: float = 1.0
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -129,35 +148,44 @@ class ClassConfig:
         _check(p + "turns_per_visit_mean", self.turns_per_visit_mean, 1, 10_000)
         _check(p + "return_probability", self.return_probability, 0, 0.99)
         _check(p + "max_input_tokens", self.max_input_tokens, 2, 10**8)
+        _check(p + "call_fraction", self.call_fraction, 0, 1, hi_open=True)
+        _check(p + "call_burst_mean", self.call_burst_mean, 1, 10_000)
+        _check(p + "call_suffix_tokens_median", self.call_suffix_tokens_median, 0, lo_open=True)
+        _check(p + "call_suffix_tokens_sigma", self.call_suffix_tokens_sigma, 0, 5)
+        if not isinstance(self.scale_prefixes, bool):
+            raise ValueError(f"{p}scale_prefixes: must be True or False, got {self.scale_prefixes!r}")
         for name in ("system_prompt_tokens", "n_prefixes", "max_input_tokens"):
             if not isinstance(getattr(self, name), (int, np.integer)):
                 raise ValueError(f"{p}{name}: must be an integer, got {getattr(self, name)!r}")
 
     @property
     def requests_per_session(self) -> float:
-        """Expected requests per session before the context-window cut: visits x turns."""
+        """Expected requests per (multi-turn) session before the context-window cut: visits x turns."""
         return self.turns_per_visit_mean / (1.0 - self.return_probability)
 
     def scaled(self, factor: float) -> ClassConfig:
         """Same behaviour at ``factor`` x the traffic: rate and number of shared prefixes scale
-        together, so each prefix sees the same request rate (its reuse times are unchanged)."""
+        together, so each prefix sees the same request rate (its reuse times are unchanged).
+        A fixed catalogue (``scale_prefixes=False``: a service's few tool-definition prompts)
+        keeps its size, so each prefix sees ``factor`` x the requests."""
         _check(f"{self.name}.scale", factor, 0, lo_open=True)
-        return replace(self, requests_per_hour=self.requests_per_hour * factor,
-                       n_prefixes=max(1, round(self.n_prefixes * factor)))
+        n = max(1, round(self.n_prefixes * factor)) if self.scale_prefixes else self.n_prefixes
+        return replace(self, requests_per_hour=self.requests_per_hour * factor, n_prefixes=n)
 
 
 #: Calibrated chatbot class (Mooncake conversation trace, DeepSeek 7 d -> 3 d loss).
 CHATBOT = ClassConfig(name="chatbot", requests_per_hour=12_031.0)
 
-#: Calibrated agent class (published Mooncake Tool&Agent statistics).
+#: Calibrated agent class: Mooncake Tool&Agent statistics (Table 2) and LRU curve (Fig. 9).
 AGENT = ClassConfig(
     name="agent", requests_per_hour=23_608.0, peak_hour=11.0, daily_amplitude=0.3,
-    system_prompt_tokens=1_000, n_prefixes=5_000, prefix_probability=1.0, prefix_zipf=1.0,
-    prefix_tokens_median=1_200.0, prefix_tokens_sigma=0.4,
-    first_tokens_median=1_200.0, first_tokens_sigma=1.2, short_first_probability=0.0,
-    turn_tokens_median=1_450.0, turn_tokens_sigma=1.2,
+    system_prompt_tokens=512, n_prefixes=6, prefix_zipf=2.0, scale_prefixes=False,
+    prefix_tokens_median=5_600.0, prefix_tokens_sigma=0.1, prefix_probability=0.3,
+    call_fraction=0.4, call_burst_mean=1.4, call_suffix_tokens_median=300.0, call_suffix_tokens_sigma=0.8,
+    first_tokens_median=4_100.0, first_tokens_sigma=0.8, short_first_probability=0.0,
+    turn_tokens_median=1_500.0, turn_tokens_sigma=1.2,
     output_tokens_mean=182.0, output_tokens_shape=1.2,
-    turns_per_visit_mean=2.0, think_median_s=6.0, think_sigma=0.8,
+    turns_per_visit_mean=1.5, think_median_s=150.0, think_sigma=0.6,
     return_probability=0.1, return_median_s=1 * HOUR_S, return_sigma=1.5, return_max_days=10.0,
 )
 
@@ -226,9 +254,10 @@ def _lognormal(rng: np.random.Generator, median: float, sigma: float, n: int) ->
     return median * np.exp(sigma * rng.standard_normal(n))
 
 
-def _session_starts(rng: np.random.Generator, c: ClassConfig, t0: float, t1: float) -> np.ndarray:
-    """Poisson session arrivals on [t0, t1) with the daily cycle, by inverting the rate integral."""
-    mean_rate = c.requests_per_hour / HOUR_S / c.requests_per_session  # sessions per second
+def _session_starts(rng: np.random.Generator, c: ClassConfig, t0: float, t1: float,
+                    mean_rate: float) -> np.ndarray:
+    """Poisson arrivals (``mean_rate`` per second on the daily mean) on [t0, t1) with the
+    class's daily cycle, by inverting the rate integral."""
     grid = np.linspace(t0, t1, max(2, int((t1 - t0) / 300.0) + 2))
     hour = (grid / HOUR_S) % 24.0
     rate = mean_rate * (1.0 + c.daily_amplitude * np.cos(2 * np.pi * (hour - c.peak_hour) / 24.0))
@@ -261,7 +290,8 @@ class _ClassDraw:
 
 def _draw_class(rng: np.random.Generator, c: ClassConfig, horizon_s: float, warmup_s: float,
                 block_size: int) -> _ClassDraw:
-    starts = _session_starts(rng, c, -warmup_s, horizon_s)
+    per_s = c.requests_per_hour * (1.0 - c.call_fraction) / HOUR_S / c.requests_per_session
+    starts = _session_starts(rng, c, -warmup_s, horizon_s, per_s)
     n_s = len(starts)
     # shared prefix per session (Zipf over a finite catalogue) and per-prefix lengths
     weights = np.arange(1, c.n_prefixes + 1, dtype=np.float64) ** -c.prefix_zipf
@@ -305,9 +335,39 @@ def _draw_class(rng: np.random.Generator, c: ClassConfig, horizon_s: float, warm
     keep &= over != session
     session_blocks = np.zeros(n_s, dtype=np.int64)
     np.maximum.at(session_blocks, session[keep], input_length[keep] // block_size)
-    return _ClassDraw(time=time[keep], input_length=input_length[keep], output_length=output[keep],
-                      session=session[keep], turn=turn[keep].astype(np.int32), prefix=prefix[session[keep]],
-                      prefix_tokens=prefix_tokens, session_blocks=session_blocks)
+    d = _ClassDraw(time=time[keep], input_length=input_length[keep], output_length=output[keep],
+                   session=session[keep], turn=turn[keep].astype(np.int32), prefix=prefix[session[keep]],
+                   prefix_tokens=prefix_tokens, session_blocks=session_blocks)
+    if c.call_fraction > 0:  # drawn after the sessions: a class without calls draws as before
+        d = _add_calls(rng, c, d, weights / weights.sum(), horizon_s, block_size)
+    return d
+
+
+def _add_calls(rng: np.random.Generator, c: ClassConfig, d: _ClassDraw, popularity: np.ndarray,
+               horizon_s: float, block_size: int) -> _ClassDraw:
+    """One-shot calls: bursts of geometric size at one instant, every call of a burst the class
+    system prompt + the burst's shared prefix + its own short suffix; each call is a session of
+    one request (its suffix blocks are its own). Arrivals follow the class's daily cycle."""
+    bursts = _session_starts(rng, c, 0.0, horizon_s,
+                             c.requests_per_hour * c.call_fraction / HOUR_S / c.call_burst_mean)
+    size = rng.geometric(1.0 / c.call_burst_mean, len(bursts))
+    burst_prefix = rng.choice(c.n_prefixes, len(bursts), p=popularity)
+    time, prefix = np.repeat(bursts, size), np.repeat(burst_prefix, size)
+    n = len(time)
+    suffix = np.maximum(1.0, _lognormal(rng, c.call_suffix_tokens_median, c.call_suffix_tokens_sigma, n))
+    length = c.system_prompt_tokens + d.prefix_tokens[prefix] + np.rint(suffix).astype(np.int64)
+    output = np.maximum(1, np.rint(rng.gamma(c.output_tokens_shape, c.output_tokens_mean / c.output_tokens_shape,
+                                             n))).astype(np.int64)
+    keep = length <= c.max_input_tokens
+    n_s = len(d.session_blocks)
+    session = n_s + np.cumsum(keep) - 1
+    return _ClassDraw(
+        time=np.concatenate([d.time, time[keep]]), input_length=np.concatenate([d.input_length, length[keep]]),
+        output_length=np.concatenate([d.output_length, output[keep]]),
+        session=np.concatenate([d.session, session[keep]]),
+        turn=np.concatenate([d.turn, np.zeros(int(keep.sum()), dtype=np.int32)]),
+        prefix=np.concatenate([d.prefix, prefix[keep]]), prefix_tokens=d.prefix_tokens,
+        session_blocks=np.concatenate([d.session_blocks, length[keep] // block_size]))
 
 
 # --------------------------------------------------------------------------------------------
