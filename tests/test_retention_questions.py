@@ -47,7 +47,7 @@ def _brute_gc(trace, mech, cap, param, high=0.95, low=0.85):
             while sum(used) > low * cap:
                 heads = [next(x for x in order if cls[x] == j) for j in range(k) if used[j]]
 
-                def score(h):
+                def score(h, now=now):
                     idle = now - last[h]
                     if mech == "lru":
                         return idle
