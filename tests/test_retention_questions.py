@@ -156,3 +156,20 @@ def test_write_points_per_strategy():
         W.write_points(trace, "sometimes")
     rows = W.compare_strategies(trace, every_tokens=8)
     assert rows["token_hit_rate"][0] == rows["token_hit_rate"].max()  # every block hits most
+
+
+def test_recompute_crossover_from_the_latency_model():
+    from tiered_kv.sim.cluster import latency as L
+
+    cfg = L.preset()
+    n = L.recompute_crossover_tokens(cfg)
+    assert cfg.replay_tokens < n < 1024
+    # at the crossover, loading (transfer + bounded replay) costs what recomputing does
+    load = L.load_seconds(cfg, n) + L.replay_seconds(cfg, n)
+    assert float(load) == pytest.approx(float(L.prefill_seconds(cfg, 0.0, n)), rel=1e-6)
+    assert L.recompute_crossover_tokens(L.preset("deepseek-v3-fp4")) < n  # smaller KV loads faster
+    slow = cfg.with_(read_bandwidth_bytes_per_s=cfg.read_bandwidth_bytes_per_s / 20)
+    assert L.recompute_crossover_tokens(slow) > n
+    assert L.measured_crossover_tokens([100, 200, 400], [10, 30, 90], [20, 20, 20]) == pytest.approx(
+        math.exp(math.log(100) + math.log(2) * 0.5))
+    assert L.measured_crossover_tokens([100, 200], [5, 6], [20, 20]) == math.inf

@@ -211,6 +211,44 @@ def hit_miss_compute_ratio(cfg: LatencyConfig, n, new_tokens: int = HIT_SCENARIO
     return prefill_seconds(cfg, 0.0, n) / hit
 
 
+def recompute_crossover_tokens(cfg: LatencyConfig, hi: float = float(1 << 24)) -> float:
+    """Prompt length below which recomputing it is as fast as loading its KV from the SSD tier.
+
+    Loading all ``n`` tokens costs ``load(n) + replay(n)`` (the bounded replay rebuilds the
+    window state); recomputing costs ``prefill(0, n)``. Up to ``R`` tokens the replay *is* the
+    whole prefill, so loading never wins there; above it the gap grows with ``n``, and the
+    crossover is found by bisection (tokens, fractional).
+    """
+    def gain(n: float) -> float:
+        return float(prefill_seconds(cfg, 0.0, n) - load_seconds(cfg, n) - replay_seconds(cfg, n))
+
+    lo = float(cfg.replay_tokens)
+    if gain(hi) <= 0:
+        return math.inf
+    for _ in range(200):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if gain(mid) <= 0 else (lo, mid)
+    return hi
+
+
+def measured_crossover_tokens(lengths, miss_ms, hit_ms) -> float:
+    """Crossover from measurements: where ``miss_ms - hit_ms`` changes sign, interpolated linearly in
+    log length between the measured lengths (the first length when a hit already wins there;
+    ``inf`` when it never does)."""
+    n = np.asarray(lengths, dtype=np.float64)
+    d = np.asarray(miss_ms, dtype=np.float64) - np.asarray(hit_ms, dtype=np.float64)
+    order = np.argsort(n)
+    n, d = n[order], d[order]
+    wins = np.flatnonzero(d > 0)
+    if wins.size == 0:
+        return math.inf
+    i = int(wins[0])
+    if i == 0:
+        return float(n[0])
+    x0, x1 = math.log(n[i - 1]), math.log(n[i])
+    return float(math.exp(x0 + (x1 - x0) * (0 - d[i - 1]) / (d[i] - d[i - 1])))
+
+
 # --- cost -------------------------------------------------------------------------------------
 
 def cost_per_mtok(cfg: LatencyConfig, hit_tokens, input_tokens):
