@@ -55,10 +55,11 @@ def peer_hits(path: str | Path, policy: str, capacities, n_accesses: int) -> np.
     import libcachesim as lcs
 
     cls = getattr(lcs, policy)
+    hashpower = int(min(26, max(16, int(n_accesses).bit_length() + 1)))  # its default (24) is slower here
     hits = []
     for c in capacities:
         reader = lcs.TraceReader(str(path), lcs.TraceType.ORACLE_GENERAL_TRACE)
-        cache = cls(cache_size=int(c))
+        cache = cls(cache_size=int(c), hashpower=hashpower)
         miss_ratio, _ = cache.process_trace(reader)
         hits.append(int(round((1.0 - miss_ratio) * n_accesses)))
     return np.array(hits, dtype=np.int64)

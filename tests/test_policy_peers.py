@@ -1,0 +1,71 @@
+"""The policy zoo against libCacheSim itself: identical block hits (docs/policies.md).
+
+The conversation trace at 20 capacities for the nine policies both implement, and random small
+traces (hypothesis) at every small capacity. Skipped when libcachesim (the ``peers`` extra) is
+not installed; the extra's listing is checked here too.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tomllib
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tiered_kv.sim.replay import compile_trace
+from tiered_kv.sim.traces import random_trace
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_peers_extra_lists_libcachesim_in_pyproject_and_environment_yml():
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    assert any(r.startswith("libcachesim") for r in extras["peers"])
+    env = (ROOT / "environment.yml").read_text()
+    block = env.split("optional extra `peers`", 1)[1].split("\n\n", 1)[0]
+    listed = [m.group(1).strip() for m in re.finditer(r"#\s+- (.+)", block)]
+    assert sorted(listed) == sorted(extras["peers"]), "environment.yml's peers block drifted from pyproject"
+
+
+@pytest.fixture(scope="module")
+def lcs():
+    return pytest.importorskip("libcachesim", reason="libcachesim is the optional 'peers' extra")
+
+
+@pytest.fixture(scope="module")
+def conversation_trace():
+    from tiered_kv.sim.traces import load_trace, resolve_trace_path
+
+    return compile_trace(load_trace(resolve_trace_path("conversation")))
+
+
+@pytest.mark.peers
+@pytest.mark.slow
+def test_identical_hits_on_the_conversation_trace(lcs, conversation_trace):
+    from tiered_kv.sim.peers.libcachesim import PAIRS, cross_check
+
+    t = conversation_trace
+    caps = np.unique(np.geomspace(20, t.n_unique, 20).astype(np.int64))
+    assert caps.size == 20
+    out = cross_check(t, caps)
+    assert set(out) == set(PAIRS)
+    bad = {k: v for k, v in out.items() if not v["identical"]}
+    assert not bad, bad
+    assert out["Belady"]["hits_ours"][-1] == t.n_accesses - t.n_unique  # every reuse hits
+
+
+@pytest.mark.peers
+@settings(max_examples=10, deadline=None)
+@given(seed=st.integers(0, 10_000))
+def test_identical_hits_on_random_traces(lcs, seed):
+    from tiered_kv.sim.peers.libcachesim import cross_check
+
+    # capacities from 20: below that the process crashed inside libCacheSim in one run (its
+    # queues of zero objects); the zoo's small-capacity behaviour is tested in test_policy_zoo.py
+    t = compile_trace(random_trace(seed, 120, alphabet=4))
+    out = cross_check(t, [20, 23, 31, 47, 64])
+    assert all(v["identical"] for v in out.values()), {k: v for k, v in out.items() if not v["identical"]}
