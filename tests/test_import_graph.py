@@ -146,7 +146,8 @@ def test_no_import_cycles():
 
 
 #: The simulator's layers in the order the README draws them: each imports only earlier ones.
-SIM_LAYERS = ["_moved", "traces", "workload", "replay", "trace_cache", "policies", "curves", "peers", "cluster", "retention"]
+SIM_LAYERS = ["_moved", "traces", "workload", "day", "replay", "trace_cache", "policies", "curves", "peers", "cluster",
+              "retention", "sweep"]
 
 
 def test_sim_layers_import_only_the_layers_drawn_before_them():

@@ -3,10 +3,12 @@
 In import order, each part using only those before it (``tests/test_import_graph.py``):
 :mod:`.traces` (read and validate a trace once), :mod:`.workload` (synthetic multi-day traffic
 and its calibration), :mod:`.replay` (the compiled trace and the one replay engine),
-:mod:`.policies` (the registry and the policy families), :mod:`.curves` (every capacity or TTL
+:mod:`.trace_cache` (that compiled trace kept on disk between runs), :mod:`.policies` (the
+registry, the policy families and the zoo), :mod:`.curves` (every capacity or TTL
 in one pass), :mod:`.peers` (the public simulators' rules, policies and files),
 :mod:`.cluster` (machines, tiers, routing, latency and cost) and :mod:`.retention` (byte-days,
-the oracle frontier, the best TTLs). The simulator imports nothing of the model, the tiers or
+the oracle frontier, the best TTLs); beside them :mod:`.sweep` (grids of cluster-model runs)
+and :mod:`.day` (a DeepSeek-scale day drawn in shards and streamed). The simulator imports nothing of the model, the tiers or
 the widgets. The old flat module names (``synth``, ``latency``, ``trie_lru``, ...) are
 deprecated aliases for one release (:mod:`._moved`).
 """
