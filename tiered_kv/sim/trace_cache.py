@@ -7,8 +7,8 @@ numpy alone, without importing polars. The first run stores them under
 ``$XDG_CACHE_HOME/tiered-kv/traces``; later runs load them. The key covers everything the arrays
 depend on: the file (resolved path, size, modification time in ns), the load arguments (format,
 traffic class, block size), the replay options, and the source code of the trace loaders, of the
-chained keys and of the replay engine (editing any of them changes the key). Validation ran when
-the entry was written. A cache file that cannot be read is ignored and written again; only the
+chained keys and of the replay engine (editing any of them changes the key). Validation ran, and
+any loader warning (timestamps out of order) was shown, when the entry was written. A cache file that cannot be read is ignored and written again; only the
 newest :data:`KEEP` entries are kept. ``TIERED_KV_TRACE_CACHE`` names another folder; ``0``
 turns the cache off.
 """

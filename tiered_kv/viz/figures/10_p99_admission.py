@@ -19,7 +19,7 @@ from tiered_kv.viz.style import dashed_lines
 NAME = "10_p99_admission"
 TITLE = "p99 TTFT vs load, with and without admission control (shared read queue)"
 
-#: Names on the chart for the columns of :func:`tiered_kv.sim.latency.admission_table`.
+#: Names on the chart for the columns of :func:`tiered_kv.sim.cluster.latency.admission_table`.
 PERCENTILE_NAMES = {"ttft_p50_s": "median (p50)", "ttft_p99_s": "p99"}
 CLASS_NAMES = {"restore": "restores (prefix cached)", "miss": "misses"}
 
