@@ -23,25 +23,27 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: the preset's, 2 for small)")
     parser.add_argument("--out", type=Path, default=None,
                         help="checkpoint path (default data/checkpoints/PRESET.pt)")
+    parser.add_argument("--init", type=Path, default=None,
+                        help="start from this checkpoint's weights (a second stage, e.g. --preset small-recall)")
     parser.add_argument("--no-resume", action="store_true",
                         help="start from scratch even if OUT.partial.pt (saved every few steps) exists")
 
 
 def run(args: argparse.Namespace) -> int:
-    from tiered_kv.model import PRESETS, default_checkpoint, save_checkpoint
-    from tiered_kv.train import TRAIN_PRESETS, train_preset
+    from tiered_kv.model import default_checkpoint, save_checkpoint
+    from tiered_kv.train import MODEL_OF, TRAIN_PRESETS, train_preset
 
-    if args.preset not in PRESETS or args.preset not in TRAIN_PRESETS:
+    if args.preset not in TRAIN_PRESETS:
         raise ValueError(f"--preset: must be one of {sorted(TRAIN_PRESETS)}, got {args.preset!r}")
     overrides = {k: v for k, v in (("steps", args.steps), ("seed", args.seed), ("threads", args.threads))
                  if v is not None}
-    out = args.out or default_checkpoint(args.preset)
+    out = args.out or default_checkpoint(MODEL_OF[args.preset])
     out.parent.mkdir(parents=True, exist_ok=True)
     partial = out.with_suffix(".partial.pt")
     if args.no_resume and partial.exists():
         partial.unlink()
     try:
-        model, record = train_preset(args.preset, resume_from=out, **overrides)
+        model, record = train_preset(args.preset, resume_from=out, init_from=args.init, **overrides)
     except ValueError as exc:  # name the flag the user typed, not the config field
         msg = str(exc)
         for field in ("steps", "seed", "threads"):
@@ -58,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _argv_of(args: argparse.Namespace) -> list[str]:
-    argv = ["--preset", args.preset]
+    argv = ["--preset", args.preset] + (["--init", str(args.init)] if args.init else [])
     for flag, value in (("--steps", args.steps), ("--seed", args.seed), ("--threads", args.threads)):
         if value is not None:
             argv += [flag, str(value)]
