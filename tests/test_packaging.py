@@ -17,12 +17,13 @@ def _name(req: str) -> str:
 
 
 def test_environment_yml_mirrors_pyproject():
-    deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    deps = project["dependencies"] + project["optional-dependencies"]["dev"]  # e.g. obstore, moto[server]
     env = (ROOT / "environment.yml").read_text()
     pip_section = env.split("- pip:", 1)[1]
     pip_lines = [ln.strip()[2:] for ln in pip_section.splitlines() if ln.strip().startswith("- ")]
     pip_reqs = [ln for ln in pip_lines if not ln.startswith("-e")]
-    assert sorted(pip_reqs) == sorted(deps), "environment.yml drifted from pyproject.toml"
+    assert sorted(pip_reqs) == sorted(deps), "environment.yml drifted from pyproject.toml (dependencies + dev)"
     assert "-e .[dev]" in env
 
 

@@ -110,7 +110,7 @@ def test_capacity_overshoot_is_bounded_under_4_writers(tmp_path):
     ctx.set_forkserver_preload(["tiered_kv.testing.store_suite"])
     barrier = ctx.Barrier(4)
     results = ctx.Queue()
-    procs = [ctx.Process(target=suite.capacity_writer, args=(str(tmp_path), capacity, 5.0, seed, barrier, results))
+    procs = [ctx.Process(target=suite.capacity_writer, args=(str(tmp_path), capacity, 90.0, seed, barrier, results))
              for seed in range(4)]
     for p in procs:
         p.start()
@@ -126,7 +126,7 @@ def test_capacity_overshoot_is_bounded_under_4_writers(tmp_path):
     assert not [o["errors"] for o in outs if o["errors"]], outs
     batch = max(o["max_put_bytes"] for o in outs)
     bound = 0.9 * capacity + 4 * batch
-    assert sum(o["auto_gc"] for o in outs) > 0 and sum(o["puts"] for o in outs) * batch > 2 * capacity, outs
+    assert sum(o["auto_gc"] for o in outs) > 0 and sum(o["puts"] for o in outs) * batch >= 2 * capacity, outs
     assert peak > 0.6 * capacity, (peak, samples)  # the writers did reach the watermark
     # a sample is one scandir pass, not an atomic snapshot: allow one more batch for files that
     # GC deleted and writers created while it ran

@@ -35,7 +35,7 @@ class TestFsspecMemoryStore(SSDTierSuite):
         pytest.importorskip("fsspec")
         import uuid
 
-        from tiered_kv.tiers.ssd_layout import open_store
+        from tiered_kv.tiers.ssd_stores import open_store
 
         return lambda: open_store(f"memory://tkv-{uuid.uuid4().hex}")
 

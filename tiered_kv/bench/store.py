@@ -10,6 +10,10 @@ bytes kept like a prefix is), the same loop on a thread pool (``raw_parallel``),
 ``POSIX_FADV_DONTNEED`` on every file). get_prefix latency p50/p99 is measured warm with 1, 4
 and 16 concurrent reader threads. ``--naive`` also times the layout this replaced: one Zarr
 array per chunk. Medians of ``--repeat`` runs; the machine may be shared, so compare ratios.
+
+``--local-s3`` (a moto S3 server started on 127.0.0.1) or ``--url s3://bucket/prefix`` (a real
+bucket, configured from the environment) benchmark the tier on object storage instead, against
+raw obstore puts and gets of the same bytes at the same concurrency (tiered_kv/bench/_store_object.py).
 """
 
 from __future__ import annotations
@@ -44,6 +48,14 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dir", default=None, help="directory to benchmark in (default: a temp dir)")
     parser.add_argument("--naive", action="store_true", help="also time one Zarr array per chunk")
     parser.add_argument("--quick", action="store_true", help="16K tokens, 2 repeats, short latency runs")
+    obj = parser.add_mutually_exclusive_group()
+    obj.add_argument("--url", default=None, metavar="s3://BUCKET/PREFIX",
+                     help="benchmark on this object store (endpoint and credentials from the environment)")
+    obj.add_argument("--local-s3", action="store_true", help="start a local S3 server (moto) and benchmark on it")
+    parser.add_argument("--concurrency", type=int, default=64,
+                        help="object stores: requests in flight, for the tier and for raw obstore (default 64)")
+    parser.add_argument("--latency-runs", type=int, default=20,
+                        help="object stores: get_prefix runs for p50/p99 (default 20)")
 
 
 def _median(xs: list[float]) -> float:
@@ -271,6 +283,12 @@ def run(args: argparse.Namespace) -> dict:
                                      kv_heads=13, head_dim=64),
     }
     tokens = torch.arange(args.tokens, dtype=torch.int64) * 7 + 1
+    if args.url or args.local_s3:
+        from tiered_kv.bench._store_object import run_object
+
+        if args.quick:
+            args.latency_runs = min(args.latency_runs, 5)
+        return run_object(args, cases, tokens)
     root = Path(tempfile.mkdtemp(prefix="tkv-store-bench-", dir=args.dir))
     try:
         with ThreadPoolExecutor(8) as pool:

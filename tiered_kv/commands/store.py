@@ -126,9 +126,10 @@ def _open(path_arg: str):
     """The store at PATH (a directory or URL), or a one-line error if it is not an SSD-tier store."""
     from tiered_kv.tiers import ssd_layout as layout
     from tiered_kv.tiers import ssd_object
+    from tiered_kv.tiers.ssd_stores import open_store
 
     if "://" in path_arg and not path_arg.startswith("file://"):
-        store = layout.open_store(path_arg)
+        store = open_store(path_arg)
         if ssd_object.is_object_store(store):
             ssd_object.check_access(store)
         where = path_arg
@@ -136,7 +137,7 @@ def _open(path_arg: str):
         path = Path(path_arg.removeprefix("file://")).expanduser()
         if not path.is_dir():
             raise FileNotFoundError(f"PATH: no store directory at {path}")
-        store = layout.open_store(path)
+        store = open_store(path)
         where = str(path)
     if not layout.is_store(store):
         raise ValueError(f"PATH: {where} is not an SSD-tier store (no zarr.json with tiered_kv layout "

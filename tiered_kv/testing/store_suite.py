@@ -265,6 +265,41 @@ class SSDTierSuite:
         clock.advance(3600)
         assert t.gc()["orphan_chunks"] == 2 and t.stats()["chunks"] == 0
 
+    def test_gc_instances_split_the_key_space(self, make_store):
+        clock = Clock()
+        store = make_store()
+        t = self.tier(store, clock, ttl="1h")
+        for i in range(4):
+            t.put(torch.arange(i * 1000, i * 1000 + 24), make_kv(24), "c")
+        clock.advance(7200)
+        first = t.gc(part="1/2")  # shards 0-7
+        left = sync(layout.list_keys(store, layout.CHUNKS))
+        assert first["part"] == "1/2" and all(layout.shard_of(k) in "89abcdef" for k in left)
+        second = t.gc(part=(2, 2))
+        assert first["removed_chunks"] + second["removed_chunks"] == 12 and t.stats()["chunks"] == 0
+        assert len(first["expired_by_class"]) <= 1 and second["bytes_after"] == 0
+
+    def test_gc_spares_chunks_read_after_its_scan(self, make_store, monkeypatch):
+        from tiered_kv.tiers import ssd_maintenance
+
+        clock = Clock()
+        t = self.tier(make_store(), clock, ttl="1h")
+        old, fresh = torch.arange(16), torch.arange(100, 116)
+        t.put(old, make_kv(16), "c")
+        t.put(fresh, make_kv(16), "c")
+        clock.advance(7200)  # both expired when GC scans
+        real = ssd_maintenance.layout.scan_records
+
+        def reader_in_between(store):
+            assert t.get_prefix(fresh, "c").blocks == 2  # a reader returns it between scan and delete
+            return real(store)
+
+        monkeypatch.setattr(ssd_maintenance.layout, "scan_records", reader_in_between)
+        report = t.gc()
+        assert report["removed_chunks"] == 2 and report["spared_by_fresh_access"] == 2
+        monkeypatch.undo()
+        assert t.get_prefix(fresh).blocks == 2 and t.get_prefix(old).blocks == 0
+
     # ---------------------------------------------------------------- reliability
 
     @pytest.mark.parametrize("damage", ["flip_payload", "flip_header", "truncate", "empty", "swap"])
@@ -372,7 +407,7 @@ class SSDTierSuite:
             return [k async for k in store.list()]
 
         ok = re.compile(r"zarr\.json|namespaces/[0-9a-f]{32}/zarr\.json|chunks/[0-9a-f]/[0-9a-f]{32}"
-                        r"|access/[0-9a-f]/[0-9a-f]{32}\.[0-9a-f]{16}|usage/(w-[0-9a-f]{16}|s-[0-9a-f])")
+                        r"|access/[0-9a-f]/[0-9a-f]{32}\.[0-9a-f]{16}|usage/(w-[0-9a-f]{16}-[0-9]+|s-([0-9a-f]|all))")
         keys = zs.sync(listing())
         assert keys and all(ok.fullmatch(k) for k in keys), keys
 
@@ -568,14 +603,18 @@ def stress_worker(role: str, root, seconds: float, seed: int, barrier, results, 
     results.put(out)
 
 
-def kill_target(root, ready_path: str) -> None:
+def kill_namespace(kv_heads: int = 8, head_dim: int = 256) -> Namespace:
+    return Namespace(model="kill", fmt="mxfp4", block_size=64, kv_heads=kv_heads, head_dim=head_dim)
+
+
+def kill_target(root, ready_path: str, kv_heads: int = 8, head_dim: int = 256) -> None:
     """Puts large chunks forever (killed with SIGKILL by the test mid-write); ``root``: a spec."""
     from pathlib import Path
 
     torch.set_num_threads(1)
-    ns = Namespace(model="kill", fmt="mxfp4", block_size=64, kv_heads=8, head_dim=256)
+    ns = kill_namespace(kv_heads, head_dim)
     tier = SSDTier(open_spec(root), namespace=ns, background_touch=False, io_threads=4)
-    kv = torch.randn(64 * 16, 2, 8, 256)
+    kv = torch.randn(64 * 16, 2, kv_heads, head_dim)
     i = 0
     while True:
         tier.put(torch.arange(64 * 16) + 100_000 * i, kv, "agent")
@@ -591,12 +630,13 @@ def capacity_namespace() -> Namespace:
     return Namespace(model="capacity", fmt="mxfp4", block_size=32, kv_heads=4, head_dim=64)
 
 
-CAPACITY_BLOCKS = 4  # blocks per put: one writer's batch
+CAPACITY_BLOCKS = 8  # blocks per put: one writer's batch
 
 
 def capacity_writer(store_spec, capacity: int, seconds: float, seed: int, barrier, results) -> None:
     """Puts new prefixes (never seen before) as fast as it can into a store of ``capacity``
-    bytes; reports its puts, the largest bytes one put wrote and its auto-GC count."""
+    bytes until it has written half of ``capacity`` itself (or ``seconds`` passed); reports its
+    puts, the largest bytes one put wrote and its auto-GC count."""
     import time as _time
 
     torch.set_num_threads(1)
@@ -613,7 +653,7 @@ def capacity_writer(store_spec, capacity: int, seconds: float, seed: int, barrie
     stop = _time.time() + seconds
     try:
         i = 0
-        while _time.time() < stop:
+        while _time.time() < stop and tier.usage.written < capacity / 2:
             toks = torch.arange(CAPACITY_BLOCKS * ns.block_size) + 1_000_000 * (seed + 1) + 1000 * i
             before = tier.usage.written
             tier.put_quantized(toks, chunks, "c")

@@ -48,11 +48,13 @@ from zarr.core.sync import sync
 from tiered_kv import codec
 from tiered_kv.keys import KEY_BYTES, Namespace, as_token_array, block_keys
 from tiered_kv.tiers import ssd_layout as layout
+from tiered_kv.tiers import ssd_object
 from tiered_kv.tiers import ssd_usage as usage
 from tiered_kv.tiers.ssd_bandwidth import parse_rate, shared_bucket
 from tiered_kv.tiers.ssd_gc import RetentionPolicy, check_class
-from tiered_kv.tiers.ssd_io import ALREADY_PRESENT, make_io
+from tiered_kv.tiers.ssd_layout import ALREADY_PRESENT
 from tiered_kv.tiers.ssd_maintenance import store_gc, store_stats, store_verify
+from tiered_kv.tiers.ssd_stores import describe, make_io, open_store
 from tiered_kv.units import parse_duration
 
 __all__ = ["Hit", "SSDTier", "StoreFullWarning", "store_gc", "store_stats", "store_verify"]
@@ -117,9 +119,9 @@ class SSDTier:
     ``traffic_classes`` (if given, ``put`` rejects others), ``io_threads`` (stores with zarr's
     sync API: threads per batch, 1 = the caller's; 0 forces zarr's async API), ``clock`` (seconds; injected so
     tests and simulations drive days in milliseconds), ``gc_interval`` (a duration: run ``gc``
-    in a background thread that often), ``auto_gc`` (with a finite capacity: run ``gc`` when the
-    store's shared usage estimate is above the high watermark, before and after each put; the
-    bound this gives under concurrent writers is in :mod:`tiered_kv.tiers.ssd_usage`),
+    in a background thread that often), ``auto_gc`` (with a finite capacity: after each put, run
+    ``gc`` when the store's shared usage estimate is above the high watermark; the bound this
+    gives under concurrent writers is in :mod:`tiered_kv.tiers.ssd_usage`),
     ``precreate_shards`` (LocalStore: create the 16 shard directories now rather than on first
     use), ``read_bandwidth``/``write_bandwidth`` (bytes/s or "2GiB/s": an experiment knob that
     emulates a client's link, shared by every tier of this process on the same store).
@@ -143,12 +145,10 @@ class SSDTier:
         self.policy = RetentionPolicy.make(capacity_bytes, high_watermark, low_watermark, ttl, traffic_classes)
         read_rate = parse_rate(read_bandwidth, name="read_bandwidth")
         write_rate = parse_rate(write_bandwidth, name="write_bandwidth")
-        self.store = layout.open_store(store)
-        from tiered_kv.tiers import ssd_object
-
+        self.store = open_store(store)
         if ssd_object.is_object_store(self.store):
             ssd_object.check_access(self.store)
-        where = layout.describe(self.store)
+        where = describe(self.store)
         self.read_limit = shared_bucket(where, "read", read_rate, name="read_bandwidth")
         self.write_limit = shared_bucket(where, "write", write_rate, name="write_bandwidth")
         self.io = make_io(self.store, io_threads=io_threads, concurrency=io_concurrency,
@@ -162,6 +162,7 @@ class SSDTier:
         self.counters: Counter = Counter()
         self._lock = threading.Lock()
         self._gc_lock = threading.Lock()
+        self._headers: dict = {}  # GC's header cache (object stores: path -> (ETag, header))
         self._touches = ThreadPoolExecutor(1, thread_name_prefix="ssd-touch") if background_touch else None
         self._pending: set[Future] = set()
         self._gc_stop = threading.Event()
@@ -183,7 +184,7 @@ class SSDTier:
                 raise
             self.counters["store_full"] += 1
             warnings.warn(StoreFullWarning(
-                f"SSD tier store {layout.describe(self.store)} is full "
+                f"SSD tier store {describe(self.store)} is full "
                 f"({errno.errorcode.get(exc.errno, exc.errno)}): could not write the metadata of namespace "
                 f"{self.namespace.model!r}; stored chunks are readable, puts will fail until space is freed "
                 "(free space, lower capacity_bytes, or run gc)"), stacklevel=3)
@@ -193,7 +194,7 @@ class SSDTier:
 
     def _repaired(self, path: str, reason: str) -> None:
         self.counters["repaired"] += 1
-        warnings.warn(f"SSD tier: repaired {path} in {layout.describe(self.store)}: {reason}",
+        warnings.warn(f"SSD tier: repaired {path} in {describe(self.store)}: {reason}",
                       RuntimeWarning, stacklevel=3)
 
     def _keys(self, tokens_or_key) -> list[bytes]:
@@ -274,24 +275,26 @@ class SSDTier:
 
     def _put(self, keys: list[bytes], first: int, quantize, cls: str) -> int:
         bounded = self.auto_gc and not math.isinf(self.policy.capacity_bytes)
-        if bounded and self.usage.estimate() > usage.high_mark(self.policy):
-            self._gc_for_room()  # other writers filled it: make room before adding more
         written, nbytes = self._write_missing(keys, first, quantize, cls)
         self.counters["puts"] += 1
         self.counters["blocks_written"] += written
-        if bounded and nbytes:
+        if bounded and nbytes:  # the bound of tiers/ssd_usage.py: ledger first, then the estimate
             self.usage.add(nbytes)
             if self.usage.estimate() > usage.high_mark(self.policy):
-                self._gc_for_room()
+                self._gc_for_room()  # (estimates again: saves a GC if another just ran)
         return written
 
     def _gc_for_room(self) -> None:
-        if self._gc_lock.acquire(blocking=False):  # one GC per process at a time; others go on
-            try:
+        """Wait for a GC of this tier already running, then run one if still above the mark."""
+        waited = not self._gc_lock.acquire(blocking=False)
+        if waited:
+            self._gc_lock.acquire()
+        try:
+            if not waited or self.usage.estimate() > usage.high_mark(self.policy):
                 self.counters["auto_gc"] += 1
                 self.gc()
-            finally:
-                self._gc_lock.release()
+        finally:
+            self._gc_lock.release()
 
     def _valid_existing(self, path: str, raw: bytes) -> bool:
         """Verify-on-exists for put-if-absent: is the object already at ``path`` a valid chunk?"""
@@ -331,7 +334,7 @@ class SSDTier:
         if isinstance(exc, OSError) and exc.errno in _FULL_ERRNOS:
             self.counters["store_full"] += 1
             warnings.warn(StoreFullWarning(
-                f"SSD tier store {layout.describe(self.store)} is full ({errno.errorcode.get(exc.errno, exc.errno)}): "
+                f"SSD tier store {describe(self.store)} is full ({errno.errorcode.get(exc.errno, exc.errno)}): "
                 f"stored {len(ok)} of {len(missing)} new blocks of this put; chunks already in the store are "
                 "intact. Free space, lower capacity_bytes, or run gc."), stacklevel=4)
             return len(ok), sum(ok)
@@ -407,7 +410,7 @@ class SSDTier:
         if isinstance(exc, OSError) and exc.errno in _FULL_ERRNOS:
             self.counters["store_full"] += 1
             warnings.warn(StoreFullWarning(
-                f"SSD tier store {layout.describe(self.store)} is full: an access record was not written "
+                f"SSD tier store {describe(self.store)} is full: an access record was not written "
                 "(the read succeeded; this prefix may look older to LRU)"), stacklevel=4)
         else:
             warnings.warn(f"SSD tier: access record not written ({exc!r}); the read succeeded",
@@ -464,7 +467,8 @@ class SSDTier:
         self.flush()
         now = float(self.clock()) if now is None else float(now)
         report = store_gc(self.store, self.policy, now=now, dry_run=dry_run, orphan_grace=self.orphan_grace,
-                          partial_grace=self.partial_grace, progress=progress, part=part, io=self.io)
+                          partial_grace=self.partial_grace, progress=progress, part=part, io=self.io,
+                          header_cache=self._headers)
         if not dry_run:
             self.counters["gc_removed"] += report["removed_chunks"]
         return report

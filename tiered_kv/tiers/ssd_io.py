@@ -37,8 +37,7 @@ from zarr.core.sync import sync
 
 from tiered_kv.tiers import ssd_layout as layout
 
-#: A write that found the object already there (put-if-absent) and a valid chunk in it.
-ALREADY_PRESENT = "already present"
+ALREADY_PRESENT = layout.ALREADY_PRESENT
 _OBSTACLE_ERRORS = (IsADirectoryError, NotADirectoryError, FileExistsError)
 
 
@@ -289,13 +288,3 @@ def _read_file(path: str) -> bytes | None:
         return os.read(fd, st.st_size)
     finally:
         os.close(fd)
-
-
-def make_io(store: Store, **kw):
-    """The I/O class for ``store``: obstore's for object stores, :class:`ChunkIO` otherwise."""
-    from tiered_kv.tiers import ssd_object
-
-    if ssd_object.is_object_store(store):
-        kw.pop("io_threads", None)
-        return ssd_object.ObjectChunkIO(store, **kw)
-    return ChunkIO(store, **kw)

@@ -19,7 +19,8 @@ older than its children and LRU evicts prefixes from their tails, as a radix-tre
 
 Publishing is atomic per object: ``LocalStore`` writes a ``<name>.<uuid>.partial`` file and
 renames it into place (zarr >= 3.0), ``MemoryStore`` assigns a dict entry, an object store
-takes one PUT (:mod:`tiered_kv.tiers.ssd_object`). A writer killed mid-put can leave only
+takes one PUT (:mod:`tiered_kv.tiers.ssd_object`). Opening a store from a path or URL:
+:mod:`tiered_kv.tiers.ssd_stores`. A writer killed mid-put can leave only
 ``.partial`` files, which never parse as chunks and which ``gc`` and ``verify`` remove once
 they are older than a grace period (a live writer may still own them).
 
@@ -57,6 +58,8 @@ _CHUNK_RE = re.compile(r"chunks/([0-9a-f])/([0-9a-f]{32})")
 _ACCESS_RE = re.compile(r"access/([0-9a-f])/([0-9a-f]{32})\.([0-9a-f]{16}|any)")
 #: Concurrent store operations per batch (the store's own thread pool bounds real parallelism).
 IO_CONCURRENCY = 64
+#: A write that found the object already there (put-if-absent) and a valid chunk in it.
+ALREADY_PRESENT = "already present"
 
 
 def default_store_path() -> Path:
@@ -65,51 +68,6 @@ def default_store_path() -> Path:
         return Path(os.environ["TIERED_KV_SSD"])
     base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
     return base / "tiered-kv" / "ssd"
-
-
-def open_store(store: Store | str | os.PathLike | None) -> Store:
-    """A zarr v3 Store from a Store, a local path, a URL, an obstore store, or None (the default dir).
-
-    ``s3://``, ``gs://`` and ``az://`` URLs (and obstore store objects) open through obstore
-    (:func:`tiered_kv.tiers.ssd_object.open_object_store`); other URLs through fsspec.
-    """
-    from zarr.storage import LocalStore
-
-    if store is None:
-        store = default_store_path()
-    if isinstance(store, str) and "://" in store and not store.startswith("file://"):
-        from tiered_kv.tiers import ssd_object
-
-        if ssd_object.is_object_url(store):
-            return ssd_object.open_object_store(store)
-        from zarr.storage import FsspecStore  # memory://, ... (needs the fsspec backend)
-
-        return FsspecStore.from_url(store)
-    if isinstance(store, str) and store.startswith("file://"):
-        store = store[len("file://"):]
-    if isinstance(store, (str, os.PathLike)):
-        path = Path(store).expanduser()
-        if path.exists() and not path.is_dir():
-            raise ValueError(f"store: {path} exists and is not a directory")
-        path.mkdir(parents=True, exist_ok=True)
-        return LocalStore(path)
-    if isinstance(store, Store):
-        return store
-    from tiered_kv.tiers import ssd_object
-
-    if ssd_object.is_obstore_store(store):
-        return ssd_object.open_object_store(store)
-    raise ValueError(f"store: must be a path, a URL, a zarr v3 Store or an obstore store, got {type(store).__name__}")
-
-
-def describe(store: Store) -> str:
-    """The store as a user would name it (a path or a URL), for messages."""
-    root = local_root(store)
-    if root is not None:
-        return str(root)
-    from tiered_kv.tiers import ssd_object
-
-    return ssd_object.store_url(store) or str(store)
 
 
 def local_root(store: Store) -> Path | None:
@@ -191,7 +149,7 @@ ROOT_ATTRIBUTES = {"tiered_kv": {
     "layout": LAYOUT,
     "chunk_key": "chunks/<first hex digit of key>/<32-hex chained blake2b-128 block key>",
     "access_key": "access/<h>/<key>.<blake2b-64 of traffic class | any>",
-    "usage_key": "usage/w-<writer id> (bytes written), usage/s-<h> (shard baseline); tiers/ssd_usage.py",
+    "usage_key": "usage/w-<writer id>-<seq> (bytes written), usage/s-<h|all> (baselines); tiers/ssd_usage.py",
     "chunk_format": "b'TKVC' prefix (version, header_len, payload_len, crc32c) + JSON header + FP4 payload",
     "docs": "tiered_kv/tiers/ssd_layout.py, tiered_kv/codec.py",
 }}
@@ -438,12 +396,20 @@ def get_many(store: Store, paths: list[str], byte_range, on_done: Callable[[int]
 
 
 def scan(store: Store, *, full: bool = False, progress: Callable[[int], None] | None = None,
-         on_total: Callable[[int], None] | None = None) -> Scan:
+         on_total: Callable[[int], None] | None = None, cache: dict | None = None) -> Scan:
     """Read every chunk header (``full``: every chunk, CRC-checked) and every access record.
 
     Obstacles (:func:`local_listing`) are reported in ``corrupt``; deleting one removes it.
+    ``cache`` (object stores, header scans): ``{path: (version, header)}`` kept by the caller
+    between scans. A published chunk never changes, and a rewritten one has a new ETag, so a
+    header whose object still has the listed version is not read again (a GC pass then costs
+    one listing plus the new chunks' headers). The dict is updated in place.
     """
-    chunk_keys, obstacles = _listing(store, CHUNKS)
+    versions = object_versions(store, CHUNKS) if cache is not None and not full else None
+    if versions is not None:
+        chunk_keys, obstacles = list(versions), {}
+    else:
+        chunk_keys, obstacles = _listing(store, CHUNKS)
     access_keys, more = _listing(store, ACCESS)
     if on_total is not None:
         on_total(len(chunk_keys) + len(access_keys))
@@ -457,6 +423,19 @@ def scan(store: Store, *, full: bool = False, progress: Callable[[int], None] | 
             chunk_paths.append((path, bytes.fromhex(m.group(2))))
         else:
             out.strays.append(path)
+    if versions is not None:
+        cached = {}
+        for p, _ in chunk_paths:
+            entry = cache.get(p)
+            if entry is not None and entry[0] == versions[p]:
+                cached[p] = entry[1]
+        for path in [p for p in list(cache) if p not in versions]:
+            cache.pop(path, None)
+        for path, key in chunk_paths:
+            if path in cached:
+                out.chunks[key] = cached[path]
+                out.paths[key] = path
+        chunk_paths = [(p, k) for p, k in chunk_paths if p not in cached]
     probe = None if full else RangeByteRequest(0, HEADER_PROBE)
     datas = get_many(store, [p for p, _ in chunk_paths], probe, progress)
     for (path, key), data in zip(chunk_paths, datas, strict=True):
@@ -476,6 +455,8 @@ def scan(store: Store, *, full: bool = False, progress: Callable[[int], None] | 
         else:
             out.chunks[key] = res
             out.paths[key] = path
+            if versions is not None:
+                cache[path] = (versions[path], res)
     _read_records(store, access_keys, out, progress)
     return out
 
@@ -532,10 +513,54 @@ def removable_strays(store: Store, strays: list[str], grace: float) -> list[str]
 
 
 async def delete_all(store: Store, paths: Iterable[str]) -> int:
-    """Delete objects concurrently; a path already gone counts as deleted."""
+    """Delete objects concurrently (object stores: bulk requests of up to 1000 keys, in the
+    order given); a path already gone counts as deleted."""
     paths = list(paths)
+    if _obstore_of(store) is not None:
+        await bulk_delete(_obstore_of(store), paths)
+        return len(paths)
     results = await bounded(store.delete(p) for p in paths)
     for res in results:
         if isinstance(res, Exception) and not isinstance(res, FileNotFoundError):
             raise res
     return len(paths)
+
+
+def _obstore_of(store):
+    """The obstore store behind zarr's ObjectStore (None for any other store)."""
+    from zarr.storage import ObjectStore
+
+    return store.store if isinstance(store, ObjectStore) else None
+
+
+async def bulk_delete(obs_store, paths: list[str]) -> None:
+    """S3 DeleteObjects (and the like) in batches of 1000, one batch after the other."""
+    import obstore as obs
+
+    for lo in range(0, len(paths), 1000):
+        try:
+            await obs.delete_async(obs_store, paths[lo:lo + 1000])
+        except FileNotFoundError:  # stores without a bulk delete report a missing key
+            for p in paths[lo:lo + 1000]:
+                try:
+                    await obs.delete_async(obs_store, p)
+                except FileNotFoundError:
+                    pass
+
+
+def object_versions(store, prefix: str) -> dict[str, str] | None:
+    """``{path: version}`` (ETag, else size and mtime) of the objects under ``prefix`` from one
+    listing, for object stores; None for other stores."""
+    inner = _obstore_of(store)
+    if inner is None:
+        return None
+    import obstore as obs
+
+    async def listing() -> dict[str, str]:
+        out = {}
+        async for batch in obs.list(inner, prefix=prefix):
+            for m in batch:
+                out[m["path"]] = m.get("e_tag") or f"{m['size']}@{m['last_modified']}"
+        return out
+
+    return sync(listing())

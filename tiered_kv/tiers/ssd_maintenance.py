@@ -30,19 +30,21 @@ from tiered_kv.tiers.ssd_gc import (
     reachable,
     rehome_records,
 )
+from tiered_kv.tiers.ssd_stores import make_io, open_store
 
 AGE_BUCKETS = ((3600.0, "<1h"), (86400.0, "1h-1d"), (3 * 86400.0, "1d-3d"), (7 * 86400.0, "3d-7d"),
                (math.inf, ">=7d"))
 
 
-def _scan(store, *, full: bool, progress: bool, desc: str) -> layout.Scan:
+def _scan(store, *, full: bool, progress: bool, desc: str, cache: dict | None = None) -> layout.Scan:
     if not progress:
-        return layout.scan(store, full=full)
+        return layout.scan(store, full=full, cache=cache)
     from tqdm import tqdm
 
     bar = tqdm(desc=desc, unit="obj", leave=False, delay=1.0)
     try:
-        return layout.scan(store, full=full, progress=bar.update, on_total=lambda n: setattr(bar, "total", n))
+        return layout.scan(store, full=full, progress=bar.update, on_total=lambda n: setattr(bar, "total", n),
+                           cache=cache)
     finally:
         bar.close()
 
@@ -50,7 +52,7 @@ def _scan(store, *, full: bool, progress: bool, desc: str) -> layout.Scan:
 def store_stats(store, *, now: float, policy: RetentionPolicy | None = None, progress: bool = False,
                 counters: dict | None = None, quick: bool = False) -> dict:
     """Summary of a store: chunks, bytes, per class and namespace, age since last access."""
-    store = layout.open_store(store)
+    store = open_store(store)
     s = _scan(store, full=False, progress=progress, desc="scanning chunk headers")
     total = sum(h.nbytes for h in s.chunks.values())
     out: dict = {"chunks": len(s.chunks), "bytes": total}
@@ -92,7 +94,7 @@ def store_verify(store, *, repair: bool = True, partial_grace: float = 300.0, pr
     ``problems`` counts what was wrong (corrupt objects, obstacles, garbage metadata, strays
     that can be removed); a live writer's recent ``.partial`` files are not problems.
     """
-    store = layout.open_store(store)
+    store = open_store(store)
     metadata = sync(layout.check_metadata(store, repair=repair))
     s = _scan(store, full=True, progress=progress, desc="verifying chunks")
     strays = layout.removable_strays(store, s.strays, partial_grace)
@@ -131,18 +133,18 @@ def _still_corrupt(store, paths: list[str]) -> list[str]:
 
 
 def store_gc(store, policy: RetentionPolicy, *, now: float, dry_run: bool = False, orphan_grace: float = 60.0,
-             partial_grace: float = 300.0, progress: bool = False, part=None, io=None) -> dict:
+             partial_grace: float = 300.0, progress: bool = False, part=None, io=None,
+             header_cache: dict | None = None) -> dict:
     """One GC pass: TTL, orphans, watermark LRU, plus corrupt objects and stale partial writes.
 
     ``part``: ``(i, n)`` or ``"i/n"``; this pass deletes only in its share of the shards.
+    ``header_cache``: a dict the caller keeps between passes (object stores; see ``layout.scan``).
     """
-    from tiered_kv.tiers.ssd_io import make_io
-
     part = parse_part(part)
     owned = set(owned_shards(part))
-    store = layout.open_store(store)
-    snapshot = {} if dry_run else usage.read_view(store, ledgers_only=True).ledgers  # before the scan
-    s = _scan(store, full=False, progress=progress, desc="scanning chunk headers")
+    store = open_store(store)
+    before = None if dry_run else usage.read_view(store, ledgers_only=True)  # the ledgers, before the scan
+    s = _scan(store, full=False, progress=progress, desc="scanning chunk headers", cache=header_cache)
     plan = plan_gc(s.chunks, s.records, policy, now, orphan_grace=orphan_grace)
 
     def mine(path: str) -> bool:
@@ -199,7 +201,7 @@ def store_gc(store, policy: RetentionPolicy, *, now: float, dry_run: bool = Fals
     own_io = io is None
     io = make_io(store) if own_io else io
     try:
-        usage.after_gc(store, io, snapshot, shard_bytes)
+        usage.after_gc(store, io, before, shard_bytes)
     finally:
         if own_io:
             io.close()

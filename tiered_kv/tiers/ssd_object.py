@@ -126,8 +126,18 @@ def store_url(store) -> str | None:
         url = f"az://{cfg['container_name']}/{prefix}".rstrip("/")
     else:
         return f"obstore {name}" + (f" {prefix}" if prefix else "")
-    endpoint = cfg.get("endpoint") or cfg.get("aws_endpoint")
+    endpoint = _configured_endpoint(store)
     return f"{url} (endpoint {endpoint})" if endpoint else url
+
+
+def _configured_endpoint(store) -> str | None:
+    """The endpoint a store talks to: its config, else the environment obstore read it from."""
+    cfg = getattr(store.store, "config", {}) or {}
+    found = cfg.get("endpoint") or cfg.get("aws_endpoint")
+    if not found and type(store.store).__name__ == "S3Store":
+        found = (os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+                 or os.environ.get("AWS_ENDPOINT"))
+    return found or None
 
 
 def _first_line(exc: BaseException) -> str:
@@ -136,8 +146,7 @@ def _first_line(exc: BaseException) -> str:
 
 
 def _endpoint(store) -> str:
-    cfg = getattr(store.store, "config", {}) or {}
-    return str(cfg.get("endpoint") or cfg.get("aws_endpoint") or "the service's default endpoint")
+    return _configured_endpoint(store) or "the service's default endpoint"
 
 
 def access_error(store, exc: BaseException, timeout: float) -> StoreAccessError:
@@ -269,7 +278,7 @@ class ObjectChunkIO:
     # ------------------------------------------------------------------ writes
 
     def write(self, items: Sequence[tuple[str, bytes]], *, create: bool = False, verify=None) -> list:
-        """PUT every object; per item None, :data:`~tiered_kv.tiers.ssd_io.ALREADY_PRESENT` or the
+        """PUT every object; per item None, :data:`~tiered_kv.tiers.ssd_layout.ALREADY_PRESENT` or the
         exception. ``create``: put-if-absent; an existing object is kept if ``verify(path, data)``."""
         items = list(items)
         res, _ = self.write_stream(len(items), items.__getitem__, create=create, verify=verify)
@@ -282,8 +291,6 @@ class ObjectChunkIO:
         return sync(self._write_stream(n, make, create, verify))
 
     async def _write_stream(self, n, make, create, verify) -> tuple[list, list[int]]:
-        from tiered_kv.tiers.ssd_io import ALREADY_PRESENT
-
         res: list = [OSError("not attempted after an earlier failure")] * n
         sizes = [0] * n
         sem = asyncio.Semaphore(self.concurrency)
@@ -293,7 +300,7 @@ class ObjectChunkIO:
         async def one(j: int, path: str, data: bytes) -> None:
             try:
                 res[j] = await self._put(path, data, create, verify)
-                if res[j] is not None and res[j] is not ALREADY_PRESENT:
+                if res[j] is not None and res[j] is not layout.ALREADY_PRESENT:
                     failed[0] = True
             finally:
                 sem.release()
@@ -321,7 +328,6 @@ class ObjectChunkIO:
         import obstore as obs
         from obstore.exceptions import AlreadyExistsError, PreconditionError
 
-        from tiered_kv.tiers.ssd_io import ALREADY_PRESENT
 
         try:
             if not create:
@@ -337,7 +343,7 @@ class ObjectChunkIO:
             except FileNotFoundError:  # deleted (by GC) since: try once more
                 existing = None
             if existing is not None and (verify is None or verify(path, existing)):
-                return ALREADY_PRESENT
+                return layout.ALREADY_PRESENT
             await obs.put_async(self.obs_store, path, data, use_multipart=False)
             if existing is not None and self.on_repair is not None:
                 self.on_repair(path, "existing object failed its checks; replaced")
@@ -346,14 +352,6 @@ class ObjectChunkIO:
             return exc
 
     def delete(self, paths: Sequence[str]) -> None:
-        import obstore as obs
-
-        async def rm(p: str) -> None:
-            try:
-                await obs.delete_async(self.obs_store, p)
-            except FileNotFoundError:
-                pass
-
-        for r in sync(layout.bounded((rm(p) for p in paths), self.concurrency)):
-            if isinstance(r, Exception):
-                raise r
+        """Bulk deletes (up to 1000 keys a request), in the order given."""
+        if paths:
+            sync(layout.bulk_delete(self.obs_store, list(paths)))

@@ -4,12 +4,18 @@ Each writer used to know only its own writes, so 4 writers on a 3 MB store reach
 before one of them ran GC. Now the store itself carries what a writer needs, in small objects
 next to the chunks (``usage/``):
 
-* ``usage/w-<writer id>``: one per ``SSDTier`` instance that writes with a finite capacity,
-  ``{"written": cumulative chunk bytes it has published, "t": wall time}``, rewritten after
-  each of its puts (after the chunks, never before);
-* ``usage/s-<h>``: one baseline per shard ``h`` (first hex digit of the key), written by GC
-  (or by the first writer that finds none): ``{"bytes": chunk bytes of that shard, "ledgers":
-  {writer: written}}``, where the ledger snapshot was read *before* the shard was measured.
+* ``usage/w-<writer id>-<seq>``: one per ``SSDTier`` instance that writes with a finite
+  capacity, ``{"written": cumulative chunk bytes it has published, "t": wall time}``, written
+  after each of its puts (after the chunks, never before) under the next sequence number,
+  then the previous one deleted; readers take each writer's highest number. (A new name each
+  time, not an overwrite: on ext4, renaming over an existing file flushes it, ~10 ms a put.
+  On an object store, where a PUT replaces an object atomically, the name stays ``-1``.)
+* ``usage/s-<h>``: a baseline of shard ``h`` (first hex digit of the key), written by a GC
+  instance that owns that shard: ``{"bytes": chunk bytes of that shard, "ledgers": {writer:
+  written}}``, where the ledger snapshot was read *before* the shard was measured;
+  ``usage/s-all`` holds the same for all 16 shards in one object (a GC of the whole store, or
+  the first writer that finds no baselines). Each baseline is sound on its own; per shard the
+  newest one is used.
 
 Estimate = sum of the 16 baselines + for every writer ``written - min over shards of its
 snapshot`` (0 where a baseline has never seen it). It never undercounts a published chunk: a
@@ -19,18 +25,19 @@ writers of the same key, only overcounts, which makes GC run a little early). GC
 measurement replaces the overcount. An object deleted by anyone only lowers the truth.
 
 The guarantee (tests/test_ssd_faults.py, 4 writer processes on a 3 MB store): a writer with a
-finite ``capacity_bytes`` and ``auto_gc`` reads the estimate before each put and runs GC first
-if it is above ``high_watermark * capacity``; after publishing it rewrites its ledger, reads the
-estimate again and runs GC if it is above. The last writer to finish therefore sees every
-finished put, so at any moment
+finite ``capacity_bytes`` and ``auto_gc``, after publishing a put's chunks, rewrites its
+ledger, reads the estimate and runs GC if it is above ``high_watermark * capacity`` -- a
+writer passes the high watermark by at most its own batch before it triggers GC. Because the
+ledger is written before the estimate is read, the last writer to finish sees every finished
+put, so at any moment
 
     stored chunk bytes <= high_watermark * capacity_bytes + new bytes of the puts in progress
 
 (with W writers each putting at most B bytes per call: ``high * capacity + W * B``), and GC
 brings them back to ``low_watermark * capacity`` plus what is in flight. Not covered: writers
 with ``auto_gc=False`` or that bypass the tier, and ``.partial`` files of writers killed
-mid-put (removed by GC after their grace period). Cost: two small listings and reads of
-``usage/`` (16 + W objects) and one small write per put, only when the capacity is finite.
+mid-put (removed by GC after their grace period). Cost per put, only when the capacity is
+finite: one small write, one listing of ``usage/`` and a read of its 1-17 + W objects.
 
 Ledgers of writers that are gone are folded away: once every shard baseline holds a writer's
 current count and the ledger has not changed for ``LEDGER_IDLE_S``, GC deletes it (a writer
@@ -53,12 +60,12 @@ from tiered_kv.tiers import ssd_layout as layout
 
 USAGE = "usage/"
 LEDGER_IDLE_S = 3600.0
-_WRITER_RE = re.compile(r"usage/w-([0-9a-f]{16})")
-_SHARD_RE = re.compile(r"usage/s-([0-9a-f])")
+_WRITER_RE = re.compile(r"usage/w-([0-9a-f]{16})-([0-9]{1,15})")
+_SHARD_RE = re.compile(r"usage/s-([0-9a-f]|all)")
 
 
-def writer_path(writer: str) -> str:
-    return f"{USAGE}w-{writer}"
+def writer_path(writer: str, seq: int) -> str:
+    return f"{USAGE}w-{writer}-{seq}"
 
 
 def shard_path(shard: str) -> str:
@@ -69,6 +76,7 @@ def shard_path(shard: str) -> str:
 class Baseline:
     bytes: int
     ledgers: dict[str, int]
+    t: float = 0.0
 
 
 @dataclass
@@ -77,6 +85,7 @@ class UsageView:
 
     ledgers: dict[str, int] = field(default_factory=dict)
     ledger_time: dict[str, float] = field(default_factory=dict)
+    ledger_paths: dict[str, list[tuple[int, str]]] = field(default_factory=dict)  # writer -> [(seq, path)]
     baselines: dict[str, Baseline] = field(default_factory=dict)
 
     def estimate(self) -> int | None:
@@ -101,8 +110,16 @@ def _list(store) -> list[str]:
 
 def read_view(store, *, ledgers_only: bool = False) -> UsageView:
     """Read every ledger (and baseline) object; unreadable ones count as absent."""
-    paths = [p for p in _list(store) if _WRITER_RE.fullmatch(p) or (not ledgers_only and _SHARD_RE.fullmatch(p))]
     view = UsageView()
+    paths = []
+    for p in _list(store):
+        if m := _WRITER_RE.fullmatch(p):
+            view.ledger_paths.setdefault(m.group(1), []).append((int(m.group(2)), p))
+        elif not ledgers_only and _SHARD_RE.fullmatch(p):
+            paths.append(p)
+    for entries in view.ledger_paths.values():
+        entries.sort()
+        paths.append(entries[-1][1])  # a writer's newest entry; older ones are stale
     for path, data in zip(paths, layout.get_many(store, paths, None), strict=True):
         if data is None or isinstance(data, Exception):
             continue
@@ -113,8 +130,12 @@ def read_view(store, *, ledgers_only: bool = False) -> UsageView:
                 view.ledger_time[m.group(1)] = float(doc["t"])
             else:
                 m = _SHARD_RE.fullmatch(path)
-                view.baselines[m.group(1)] = Baseline(int(doc["bytes"]),
-                                                      {str(k): int(v) for k, v in doc["ledgers"].items()})
+                snap = {str(k): int(v) for k, v in doc["ledgers"].items()}
+                t = float(doc["t"])
+                per_shard = doc["shards"] if m.group(1) == "all" else {m.group(1): doc["bytes"]}
+                for h, b in per_shard.items():
+                    if h in layout.SHARDS and (h not in view.baselines or view.baselines[h].t < t):
+                        view.baselines[h] = Baseline(int(b), snap, t)
         except (ValueError, KeyError, TypeError, AttributeError):
             continue
     return view
@@ -148,7 +169,12 @@ def measure_shard(store, shard: str) -> int:
 
 
 def baseline_items(shard_bytes: dict[str, int], snapshot: dict[str, int]) -> list[tuple[str, bytes]]:
-    return [(shard_path(h), json.dumps({"bytes": int(b), "ledgers": snapshot, "t": time.time()}).encode())
+    """One ``usage/s-all`` object for all 16 shards, else one ``usage/s-<h>`` per shard."""
+    t = time.time()
+    if set(shard_bytes) == set(layout.SHARDS):
+        doc = {"shards": {h: int(b) for h, b in sorted(shard_bytes.items())}, "ledgers": snapshot, "t": t}
+        return [(shard_path("all"), json.dumps(doc).encode())]
+    return [(shard_path(h), json.dumps({"bytes": int(b), "ledgers": snapshot, "t": t}).encode())
             for h, b in sorted(shard_bytes.items())]
 
 
@@ -160,6 +186,11 @@ class Usage:
         self.io = io
         self.writer = uuid.uuid4().hex[:16]
         self.written = 0
+        self.seq = 0
+        from tiered_kv.tiers import ssd_object
+
+        # an object store overwrites one name atomically and cheaply: no new name per put there
+        self.rename_free = ssd_object.is_object_store(store)
 
     def estimate(self) -> int:
         view = read_view(self.store)
@@ -177,7 +208,14 @@ class Usage:
             return
         self.written += int(nbytes)
         doc = json.dumps({"written": self.written, "t": time.time()}).encode()
-        self._write([(writer_path(self.writer), doc)])
+        if self.rename_free:
+            self.seq = 1
+            self._write([(writer_path(self.writer, self.seq), doc)])
+            return
+        self.seq += 1
+        self._write([(writer_path(self.writer, self.seq), doc)])
+        if self.seq > 1:
+            self.io.delete([writer_path(self.writer, self.seq - 1)])
 
     def _write(self, items) -> None:
         for err in self.io.write(items):
@@ -185,20 +223,26 @@ class Usage:
                 raise err
 
 
-def after_gc(store, io, snapshot: dict[str, int], shard_bytes: dict[str, int]) -> None:
-    """Write the baselines of the shards a GC pass owns, then fold idle ledgers away."""
-    for err in io.write(baseline_items(shard_bytes, snapshot)):
+def after_gc(store, io, before: UsageView, shard_bytes: dict[str, int]) -> None:
+    """Write the baselines of the shards a GC pass owns (``before``: the ledgers read before
+    its scan), then fold idle ledgers away."""
+    for err in io.write(baseline_items(shard_bytes, before.ledgers)):
         if err is not None:
             raise err
+    stale = [p for entries in before.ledger_paths.values() for _, p in entries[:-1]]  # a writer died mid-swap
+    if stale:
+        io.delete(stale)
+    now = time.time()
+    if not any(now - t >= LEDGER_IDLE_S for t in before.ledger_time.values()):
+        return
     view = read_view(store)
     if len(view.baselines) < len(layout.SHARDS):
         return
-    now = time.time()
     folded = [w for w, n in view.ledgers.items()
               if now - view.ledger_time.get(w, now) >= LEDGER_IDLE_S
               and all(b.ledgers.get(w) == n for b in view.baselines.values())]
     if folded:
-        io.delete([writer_path(w) for w in folded])
+        io.delete([p for w in folded for _, p in view.ledger_paths[w]])
 
 
 def high_mark(policy) -> float:

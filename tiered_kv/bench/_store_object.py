@@ -1,0 +1,190 @@
+"""`tiered-kv bench store --local-s3 | --url s3://bucket/prefix`: the SSD tier on object storage.
+
+For a 128K-token prefix (512 chunks of 256 tokens) at this model's size per token and a
+DeepSeek-like ~890 B/token, in one run and with the same request concurrency on both sides:
+
+* ``put``: ``SSDTier.put_quantized`` of the FP4 chunks (one HEAD of the last chunk, then one
+  put-if-absent PUT per chunk, packing each chunk just before its PUT) against ``raw``: plain
+  ``obstore.put_async`` of the very same packed bytes, ``--concurrency`` in flight;
+* ``get``: ``SSDTier.get_prefix`` (a sliding window of GETs that stops at the first miss, then
+  CRC32C + key + namespace check of every chunk) against ``raw``: ``obstore.get_async`` of the
+  same objects, bytes kept, same concurrency;
+* ``get_prefix`` latency p50/p99 (one reader, ``--latency-runs`` runs).
+
+``--local-s3`` starts moto's S3 server as a child process on 127.0.0.1 (its own interpreter,
+so client and server do not share a GIL; moto is a Python server and is the bottleneck, so
+read the ratios, not the GB/s). ``--url`` uses a real bucket, configured from the environment
+(AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, ...); everything is written under a fresh
+``tkv-bench-<id>/`` below the URL's prefix and deleted afterwards.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+
+from zarr.core.sync import sync
+
+
+def _median(xs: list[float]) -> float:
+    xs = sorted(xs)
+    n = len(xs)
+    return xs[n // 2] if n % 2 else 0.5 * (xs[n // 2 - 1] + xs[n // 2])
+
+
+async def _bounded(coros, limit: int) -> list:
+    sem = asyncio.Semaphore(limit)
+
+    async def one(c):
+        async with sem:
+            return await c
+
+    return await asyncio.gather(*(one(c) for c in coros))
+
+
+def _raw_put(store, paths: list[str], objs: list[bytes], limit: int) -> None:
+    import obstore as obs
+
+    sync(_bounded((obs.put_async(store, p, o, use_multipart=False) for p, o in zip(paths, objs, strict=True)), limit))
+
+
+def _raw_get(store, paths: list[str], limit: int) -> int:
+    import obstore as obs
+
+    async def get(p: str):
+        return await (await obs.get_async(store, p)).bytes_async()
+
+    held = sync(_bounded((get(p) for p in paths), limit))
+    return sum(len(b) for b in held)
+
+
+def _delete_prefix(store, prefix: str) -> None:
+    """Remove what a repeat wrote (bulk deletes); a failure here only warns."""
+    import warnings
+
+    import obstore as obs
+
+    async def run() -> None:
+        paths = [m["path"] async for batch in obs.list(store, prefix=prefix) for m in batch]
+        for lo in range(0, len(paths), 1000):
+            await obs.delete_async(store, paths[lo:lo + 1000])
+
+    try:
+        sync(run())
+    except Exception as exc:  # noqa: BLE001 - leftovers cost space, not correctness
+        warnings.warn(f"bench store: could not delete {prefix}: {' '.join(str(exc).split())[:200]}",
+                      RuntimeWarning, stacklevel=2)
+
+
+def _child(base, prefix: str):
+    """An obstore store rooted ``prefix`` below ``base`` (same bucket, config and credentials)."""
+    from obstore.store import S3Store
+
+    if isinstance(base, S3Store):
+        root = (base.prefix or "").strip("/")
+        return S3Store(config=base.config, prefix=f"{root}/{prefix}".strip("/"),
+                       client_options=base.client_options, retry_config=base.retry_config)
+    raise ValueError(f"--url: only s3:// stores are benchmarked, got {type(base).__name__}")
+
+
+def _case(label: str, ns, tokens, base, args, run_id: str) -> dict:
+    import torch
+
+    from tiered_kv import codec
+    from tiered_kv.keys import block_keys
+    from tiered_kv.tiers import ssd_layout as layout
+    from tiered_kv.tiers.ssd import SSDTier
+
+    n_blocks = len(tokens) // ns.block_size
+    g = torch.Generator().manual_seed(0)
+    kv = torch.randn(n_blocks * ns.block_size, 2, ns.kv_heads, ns.head_dim, generator=g)
+    chunks = codec.quantize_blocks(kv, ns)
+    keys = block_keys(tokens, ns)
+    objs = [codec.pack_chunk(q, namespace=ns, key=k, parent=keys[i - 1] if i else bytes(16), index=i,
+                             traffic_class="bench", created=0.0) for i, (q, k) in enumerate(zip(chunks, keys, strict=True))]
+    total = sum(len(o) for o in objs)
+    paths = [layout.chunk_path(k) for k in keys]
+    timings: dict[str, list[float]] = {k: [] for k in ("put", "raw_put", "get", "raw_get")}
+    lat: list[float] = []
+
+    def timed(name: str, fn):
+        t0 = time.perf_counter()
+        out = fn()
+        timings[name].append(time.perf_counter() - t0)
+        return out
+
+    for r in range(args.repeat):
+        tier_prefix, raw_prefix = f"tkv-bench-{run_id}/{label}-{r}/tier", f"tkv-bench-{run_id}/{label}-{r}/raw"
+        tier_store, raw_store = _child(base, tier_prefix), _child(base, raw_prefix)
+        tier = SSDTier(tier_store, namespace=ns, auto_gc=False, background_touch=False,
+                       io_concurrency=args.concurrency)
+        puts = [("put", lambda tier=tier: tier.put_quantized(tokens, chunks, "bench")),
+                ("raw_put", lambda s=raw_store: _raw_put(s, paths, objs, args.concurrency))]
+        for name, fn in (puts if r % 2 == 0 else puts[::-1]):
+            timed(name, fn)
+        gets = [("get", lambda tier=tier: tier.get_prefix(tokens)),
+                ("raw_get", lambda s=raw_store: _raw_get(s, paths, args.concurrency))]
+        for name, fn in (gets if r % 2 == 0 else gets[::-1]):
+            out = timed(name, fn)
+            if name == "get":
+                assert out.blocks == n_blocks and abs(out.nbytes - total) <= 32 * n_blocks
+            else:
+                assert out == total
+        if r == args.repeat - 1:
+            for _ in range(args.latency_runs):
+                t0 = time.perf_counter()
+                assert tier.get_prefix(tokens).blocks == n_blocks
+                lat.append(time.perf_counter() - t0)
+        tier.close()
+        _delete_prefix(base, tier_prefix)
+        _delete_prefix(base, raw_prefix)
+    med = {k: _median(v) for k, v in timings.items()}
+    lat.sort()
+    q = lambda p: 1e3 * lat[min(len(lat) - 1, int(p * len(lat)))] if lat else None
+    return {
+        "chunks": n_blocks, "chunk_bytes": len(objs[0]), "total_bytes": total,
+        "bytes_per_token": chunks[0].nbytes / ns.block_size, "kv_heads": ns.kv_heads, "head_dim": ns.head_dim,
+        "seconds": med, "all_seconds": timings,
+        "GBps": {k: total / v / 1e9 for k, v in med.items()},
+        "put_ratio_vs_raw": med["raw_put"] / med["put"],
+        "get_ratio_vs_raw": med["raw_get"] / med["get"],
+        "get_prefix_latency_ms": {"p50_ms": q(0.5), "p99_ms": q(0.99), "samples": len(lat)},
+    }
+
+
+def run_object(args, cases: dict, tokens) -> dict:
+    """The object-store variant of `bench store` (``cases``: label -> Namespace)."""
+    from contextlib import ExitStack
+
+    from tiered_kv.tiers import ssd_object
+    from tiered_kv.tiers.ssd_stores import open_store
+
+    if args.concurrency < 1:
+        raise ValueError(f"--concurrency: must be >= 1, got {args.concurrency}")
+    with ExitStack() as stack:
+        if args.local_s3:
+            from tiered_kv.testing.local_s3 import LocalS3
+
+            s3 = stack.enter_context(LocalS3(thread=False))
+            base = s3.store(s3.bucket(), "bench")
+            where = f"local moto S3 server at {s3.endpoint} (child process)"
+        else:
+            zstore = open_store(args.url)
+            if not ssd_object.is_object_store(zstore):
+                raise ValueError(f"--url: must be an object-store URL (s3://bucket/prefix), got {args.url!r}")
+            ssd_object.check_access(zstore)
+            base = zstore.store
+            where = ssd_object.store_url(zstore)
+        run_id = uuid.uuid4().hex[:8]
+        sizes = {label: _case(label, ns, tokens, base, args, run_id) for label, ns in cases.items()}
+    worst = lambda key: min(s[key] for s in sizes.values())
+    return {
+        "backend": "s3", "store": where, "local_s3": bool(args.local_s3), "prefix_tokens": len(tokens),
+        "block_size": args.block_size, "repeat": args.repeat, "concurrency": args.concurrency,
+        "put_ratio_vs_raw": worst("put_ratio_vs_raw"), "get_ratio_vs_raw": worst("get_ratio_vs_raw"),
+        "get_prefix_p99_ms": max(s["get_prefix_latency_ms"]["p99_ms"] for s in sizes.values()),
+        "sizes": sizes,
+        "notes": "ratios = raw obstore time / tier time (>1: tier faster), same bytes and concurrency; "
+                 "put = put_quantized (FP4 done) with put-if-absent; get = get_prefix with CRC checks",
+    }
