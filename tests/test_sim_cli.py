@@ -88,3 +88,58 @@ print(sorted(m for m in sys.modules if m.startswith("tiered_kv.commands.")))
     assert set(commands) <= {"tiered_kv.commands.curves", "tiered_kv.commands.simulate",
                              "tiered_kv.commands._common", "tiered_kv.commands._cluster",
                              "tiered_kv.commands._args"}  # flag types: argparse, math, re only
+
+
+def _docs_command(tmp_path):
+    """docs/policies.md's command line for the MRU plug-in, with its file written from the docs."""
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "policies.md").read_text()
+    code = re.search(r"## Writing a policy.*?```python\n(.*?)```", text, re.S).group(1)
+    line = re.search(r"`(tiered-kv curves --trace conversation --policy\s+path/to/mru\.py:MRU[^`]*)`", text).group(1)
+    (tmp_path / "mru.py").write_text(code)
+    return line.replace("path/to/mru.py", str(tmp_path / "mru.py")).split()[1:]
+
+
+def test_curves_policy_docs_example_runs(capsys, tmp_path, conversation):
+    """The docs' plug-in command (fewer capacities): MRU and one-pass LRU, hit rates and SSD wear."""
+    argv = _docs_command(tmp_path)
+    out = run_json(capsys, *argv, "--points", "3", "--belady-points", "0", "--workers", "2", "--json")
+    pols = out["policies"]
+    assert list(pols) == [argv[argv.index("--policy") + 1], "lru"]
+    mru, lru = pols.values()
+    assert lru["method"] == "one-pass" and mru["method"] == "replay"
+    assert lru["hit_tokens"] == out["lru_hit_tokens"]
+    for d in (mru, lru):
+        assert len(d["ssd_bytes_written"]) == 3 and all(w > 0 for w in d["ssd_bytes_written"])
+        assert all(x is not None for x in d["drive_writes_per_day"] + d["bytes_written_per_hit_byte"][1:])
+    assert mru["token_hit_rate"][-1] == pytest.approx(out["infinite_token_hit_rate"])  # the footprint fits
+
+
+def test_curves_policy_one_pass_lru_equals_replays(capsys, conversation):
+    """One-pass LRU (hits and writes) equals class-lru replays; second-sighting writes less."""
+    from tiered_kv.sim.policies import get_policy
+
+    out = run_json(capsys, "curves", "--trace", "conversation", "--points", "4", "--belady-points", "4",
+                   "--policy", "lru", "class-lru", "belady", "fifo", "--workers", "1", "--json")
+    pols = out["policies"]
+    assert pols["lru"]["hit_tokens"] == pols["class-lru"]["hit_tokens"]
+    assert pols["lru"]["ssd_bytes_written"] == pytest.approx(pols["class-lru"]["ssd_bytes_written"])
+    assert pols["belady"]["hit_tokens"] == out["belady_hit_tokens"]
+    assert all(b >= f for b, f in zip(pols["belady"]["hit_tokens"], pols["fifo"]["hit_tokens"], strict=True))
+    for j, cap in enumerate(out["capacity_tokens"]):  # the replay path is the policy's own run
+        run = get_policy("fifo", capacity_tokens=cap).run(conversation)
+        assert run.extra["ssd_bytes_written"] == pytest.approx(pols["fifo"]["ssd_bytes_written"][j])
+    ss = run_json(capsys, "curves", "--trace", "conversation", "--points", "4", "--belady-points", "0",
+                  "--policy", "lru", "--admission", "second-sighting", "--workers", "1", "--json")["policies"]["lru"]
+    assert ss["replayed_as"] == "class-lru" and ss["admission"] == "second-sighting"
+    assert sum(ss["ssd_bytes_written"]) < sum(pols["lru"]["ssd_bytes_written"])
+
+
+@pytest.mark.parametrize("policy, match", [("nosuch", "must be one of"), ("lfu:aging_accesses=-1", "aging_accesses"),
+                                           ("missing.py:X", "no such policy file")])
+def test_curves_policy_bad_names(capsys, policy, match):
+    assert main(["curves", "--trace", "conversation", "--points", "2", "--policy", policy, "--workers", "1"]) == 2
+    err = capsys.readouterr().err
+    assert match in err and "Traceback" not in err

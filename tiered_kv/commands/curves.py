@@ -6,8 +6,17 @@ about as much as one replay; Belady is replayed once per capacity (a progress ba
 that takes more than two seconds). Capacities default to 100 log-spaced sizes from one block to
 the trace's footprint, TTLs to 100 log-spaced values from 1 s to the trace's span.
 
+With ``--policy NAME [NAME ...]`` (registered names, plug-in files ``path.py:Class``,
+parameters ``name:key=value``; docs/policies.md) it also charts those policies at every
+capacity: hit rate, SSD bytes written, bytes written per hit byte and drive writes per day,
+under ``--admission all|second-sighting``. ``lru`` (admit-all) and ``belady`` come from one
+pass; the others are replayed per capacity in a pool of ``--workers`` processes with a
+progress bar.
+
 Examples:
   tiered-kv curves --trace conversation
+  tiered-kv curves --trace conversation --policy lru fifo s3fifo arc --points 20
+  tiered-kv curves --trace conversation --policy lfu:aging_accesses=100000 --admission second-sighting
   tiered-kv curves --trace data/traces/mooncake/conversation_trace.jsonl --json
   tiered-kv curves --trace conversation --semantics kvcache-ai --belady-points 20
 """
@@ -20,7 +29,8 @@ import math
 from typing import Any
 
 NAME = "curves"
-HELP = "LRU, TTL, Belady and infinite-cache hit-rate curves of a trace (one pass each)"
+HELP = ("LRU, TTL, Belady and infinite-cache hit-rate curves of a trace (one pass each); "
+        "--policy NAME ...: any policy's hit rate and SSD writes at every capacity")
 
 
 def register(parser: argparse.ArgumentParser) -> None:
@@ -39,6 +49,13 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--fifo-trie", action="store_true",
                         help="also kvcache.ai's FIFO over prefix-trie nodes at every capacity (always on "
                              "with --semantics kvcache-ai, as `tiered-kv bench peers` runs it)")
+    parser.add_argument("--policy", nargs="+", default=None, metavar="NAME",
+                        help="also these policies at every capacity: registered names, path.py:Class "
+                             "plug-ins, name:key=value parameters (docs/policies.md)")
+    parser.add_argument("--admission", default="all", choices=["all", "second-sighting"],
+                        help="admission filter of the --policy replays (default all)")
+    parser.add_argument("--workers", type=_args.int_at_least(1, "worker processes"), default=2,
+                        help="processes for the per-capacity --policy replays (default 2)")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
 
 
@@ -141,6 +158,12 @@ def run(args: argparse.Namespace) -> int:
     out = compute_curves(trace, sem, caps, ttls, _pick(len(caps), args.belady_points), progress=not args.json,
                          fifo_trie=args.fifo_trie)
     out.update({"trace": str(args.trace), "semantics": sem.name, "bytes_per_token": bpt})
+    if args.policy:
+        if sem.lru_policy == "lru-trie":
+            raise ValueError("--policy: the policy zoo runs under --semantics tiered-kv (block level)")
+        out["admission"] = args.admission
+        out["policies"] = C.policy_curves(trace, args.policy, caps, admission=args.admission, bytes_per_token=bpt,
+                                          workers=args.workers, progress=not args.json)
     if args.json:
         print(json.dumps(jsonable(out), indent=2, allow_nan=False))
         return 0
@@ -153,9 +176,31 @@ def run(args: argparse.Namespace) -> int:
         print(f"{out['capacity_tokens'][i]:>18,} {format_bytes(caps[i] * bpt):>10} "
               f"{out['lru_token_hit_rate'][i]:>8.2%} {'-' if b is None else f'{b:.2%}':>8}"
               + (f" {fifo[i]:>9.2%}" if fifo else ""))
+    if args.policy:
+        _policy_table(out, caps, bpt)
     print(f"\n{'TTL':>10} {'hit rate':>9}")  # unlimited capacity
     for i in _pick(len(ttls), 10):
         print(f"{format_duration(ttls[i]):>10} {out['ttl_token_hit_rate'][i]:>9.2%}")
     if not math.isfinite(out["infinite_token_hit_rate"]):
         return 1
     return 0
+
+
+def _policy_table(out: dict, caps, bpt: float) -> None:
+    """Hit rate and drive writes per day of every --policy at 12 of the capacities."""
+    from tiered_kv.units import format_bytes
+
+    pols = out["policies"]
+    print(f"\n--policy curves (admission {out['admission']}): token hit rate / drive writes per day")
+    width = max(14, *(len(s) + 2 for s in pols))
+    print(f"{'capacity':>10}" + "".join(f"{s:>{width}}" for s in pols))
+    for i in _pick(len(caps), 12):
+        cells = []
+        for d in pols.values():
+            w = d["drive_writes_per_day"][i]
+            cells.append(f"{d['token_hit_rate'][i]:.1%}" + ("" if w is None else f" / {w:.3g}"))
+        print(f"{format_bytes(caps[i] * bpt):>10}" + "".join(f"{c:>{width}}" for c in cells))
+    for s, d in pols.items():
+        written = [w for w in d["ssd_bytes_written"] if w is not None]
+        tail = f", up to {format_bytes(max(written))} written" if written else ""
+        print(f"  {s}: {d['method']}" + (f" (as {d['replayed_as']})" if "replayed_as" in d else "") + tail)

@@ -273,3 +273,206 @@ def default_ttls(trace: CompiledTrace, n: int = 100) -> np.ndarray:
     """``n`` log-spaced TTLs in seconds from 1 s to the trace's time span (at least 10 s)."""
     span = max(float(np.ptp(trace.timestamps)) if trace.n_requests else 0.0, 10.0)
     return np.geomspace(1.0, span, n)
+
+
+# --------------------------------------------------------------------------------------------
+# every registered policy at every capacity: hit tokens and SSD writes
+
+
+@njit(cache=True)
+def _raw_stack_distances(blocks, n_unique):  # pragma: no cover - compiled
+    """LRU stack distance of every access (no prefix max; COLD when the block is new)."""
+    m = blocks.shape[0]
+    tree = np.zeros(m + 1, np.int32)
+    last = np.full(n_unique, -1, np.int64)
+    out = np.empty(m, np.int64)
+    for i in range(m):
+        b = blocks[i]
+        lp = last[b]
+        if lp >= 0:
+            s = np.int64(0)
+            j = i
+            while j > 0:
+                s += tree[j]
+                j -= j & (-j)
+            j = lp + 1
+            while j > 0:
+                s -= tree[j]
+                j -= j & (-j)
+            out[i] = s + 1
+            j = lp + 1
+            while j <= m:
+                tree[j] -= 1
+                j += j & (-j)
+        else:
+            out[i] = np.int64(2**62)
+        j = i + 1
+        while j <= m:
+            tree[j] += 1
+            j += j & (-j)
+        last[b] = i
+    return out
+
+
+def lru_written_tokens(trace: CompiledTrace, capacities_tokens) -> np.ndarray:
+    """Tokens written to the cache by LRU (every miss written) at every capacity, in one pass.
+
+    An access is written iff it misses, i.e. its own stack distance exceeds the capacity in
+    blocks (a present non-leading block is only touched); the chunk tokens of those accesses are
+    what :func:`tiered_kv.sim.policies.wear` counts for a replay.
+    """
+    caps = np.asarray(capacities_tokens, dtype=np.float64)
+    blocks = np.where(np.isinf(caps), float(trace.n_unique + 1),
+                      np.floor(np.where(np.isinf(caps), 0.0, caps) / trace.uniform_block_size)).astype(np.int64)
+    d = _raw_stack_distances(trace.blocks, trace.n_unique)
+    order = np.argsort(d, kind="stable")
+    ds = d[order]
+    cum = np.concatenate([[0], np.cumsum(trace.chunk_tokens[order])])
+    total = int(cum[-1])
+    hits_upto = cum[np.searchsorted(ds, blocks, side="right")]  # tokens of accesses with d <= C
+    return (total - hits_upto).astype(np.int64)
+
+
+#: Policies with a one-pass curve (under admit-all for ``lru``; ``belady`` is the bound).
+ONE_PASS = ("lru", "belady")
+
+_WORKER: dict = {}
+
+
+def _worker_init(trace, bytes_per_token) -> None:
+    _WORKER["trace"] = trace
+    _WORKER["bpt"] = bytes_per_token
+
+
+def _replay_point(spec: str, capacity_tokens: int | None, admission: str) -> tuple[int, int | None, int]:
+    """(counted hit tokens, tokens written or None, block hits) of one policy at one capacity."""
+    from dataclasses import fields, is_dataclass
+
+    from tiered_kv.sim.policies import make_policy, parse_policy_spec
+    from tiered_kv.sim.policies.registry import _REGISTRY, get_policy
+
+    trace, bpt = _WORKER["trace"], _WORKER["bpt"]
+    name, _ = parse_policy_spec(spec)
+    if name not in _REGISTRY:
+        get_policy(name)  # raises, listing the registered names
+    known = {f.name for f in fields(_REGISTRY[name])} if is_dataclass(_REGISTRY[name]) else set()
+    fixed = {"capacity_tokens": capacity_tokens}
+    if "bytes_per_token" in known:
+        fixed["bytes_per_token"] = bpt
+    if admission != "all":
+        fixed["admission"] = admission
+    pol = make_policy(spec, **fixed)
+    if hasattr(pol, "block_run"):
+        from tiered_kv.sim.policies import leading_runs
+
+        hit, ins, _ = pol.block_run(trace)
+        p = leading_runs(trace.offsets, hit)
+        written, block_hits = int(trace.chunk_tokens[ins].sum()), int(hit.sum())
+    else:
+        p = np.asarray(pol.run(trace).hit_blocks)
+        written, block_hits = None, None
+    return int(trace.hit_tokens_from_blocks(p)[trace.counted].sum()), written, block_hits
+
+
+def _wear_fields(trace: CompiledTrace, caps: np.ndarray, hit_tokens, written_tokens, bpt: float) -> dict:
+    from tiered_kv.sim.policies.blockwise import DAY_S
+
+    span = float(trace.timestamps[-1] - trace.timestamps[0]) if trace.n_requests else 0.0
+    days = max(span, 1.0) / DAY_S
+    cap_blocks = np.where(np.isinf(caps), trace.n_unique, np.floor(np.where(np.isinf(caps), 0, caps)
+                                                                     / trace.uniform_block_size))
+    out = {"ssd_bytes_written": [], "bytes_written_per_hit_byte": [], "drive_writes_per_day": []}
+    for h, w, cb in zip(hit_tokens, written_tokens, cap_blocks, strict=True):
+        if w is None:
+            for k in out:
+                out[k].append(None)
+            continue
+        wb = float(w) * bpt
+        cap_b = cb * trace.uniform_block_size * bpt
+        out["ssd_bytes_written"].append(wb)
+        out["bytes_written_per_hit_byte"].append(wb / (h * bpt) if h else math.inf)
+        out["drive_writes_per_day"].append(wb / days / cap_b if cap_b else math.inf)
+    out["simulated_days"] = days
+    return out
+
+
+def policy_curves(trace: CompiledTrace, specs, capacities_tokens, *, admission: str = "all",
+                  bytes_per_token: float | None = None, workers: int = 2, progress: bool = False) -> dict:
+    """Hit tokens, hit rate and SSD writes of every policy spec at every capacity.
+
+    ``specs``: registered names, plug-in files (``path.py:Class``) or ``name:key=value``.
+    ``lru`` under admit-all and ``belady`` (the bound, which bypasses: admission does not apply)
+    come from one pass; ``lru`` with another admission is replayed as ``class-lru`` with equal
+    weights (plain LRU that takes a filter); every other policy is replayed once per capacity,
+    in a pool of ``workers`` processes (1: in this process), with a progress bar when
+    ``progress``. Returns ``{spec: {...}}`` with ``method`` ("one-pass" or "replay"),
+    ``hit_tokens``, ``token_hit_rate``, ``block_hits``, ``ssd_bytes_written``,
+    ``bytes_written_per_hit_byte`` and ``drive_writes_per_day`` (None where a policy has no
+    writes to count: ``belady``'s stack pass, non-zoo policies).
+    """
+    from tiered_kv.sim.policies import DEFAULT_BYTES_PER_TOKEN, get_admission, parse_policy_spec
+
+    if admission not in ("all", "second-sighting"):
+        get_admission(admission)  # raises, naming the filters
+    bpt = float(bytes_per_token or DEFAULT_BYTES_PER_TOKEN)
+    caps = np.asarray(capacities_tokens, dtype=np.float64)
+    inp = int(trace.input_length[trace.counted].sum())
+    out: dict[str, dict] = {}
+    replay: list[str] = []
+    for spec in specs:
+        name, params = parse_policy_spec(spec)  # loads plug-ins, checks the syntax
+        if name == "lru" and not params and admission == "all":
+            hits = lru_curve(trace, caps).hit_tokens
+            out[spec] = {"method": "one-pass", "hit_tokens": hits.tolist(), "written_tokens":
+                         lru_written_tokens(trace, caps).tolist(), "block_hits": None}
+        elif name == "belady" and not params:
+            hits = belady_curve(trace, caps, progress=progress).hit_tokens
+            out[spec] = {"method": "one-pass", "hit_tokens": hits.tolist(),
+                         "written_tokens": [None] * len(caps), "block_hits": None}
+        else:
+            replay.append(spec)
+    caps_arg = [None if math.isinf(c) else int(c) for c in caps]
+    tasks = [(s, j) for j in range(len(caps)) for s in replay]  # interleaved: the bar moves evenly
+    results: dict[tuple[str, int], tuple] = {}
+    if tasks:
+        run_spec = {s: ("class-lru" if parse_policy_spec(s) == ("lru", {}) else s) for s in replay}
+        bar = None
+        if progress:
+            from tqdm import tqdm
+
+            bar = tqdm(total=len(tasks), desc="policies", unit="replay", leave=False)
+        if workers <= 1 or len(tasks) < 2:
+            _worker_init(trace, bpt)
+            for s, j in tasks:
+                results[(s, j)] = _replay_point(run_spec[s], caps_arg[j], admission)
+                if bar is not None:
+                    bar.update(1)
+        else:
+            import multiprocessing as mp
+            from concurrent.futures import ProcessPoolExecutor, as_completed
+
+            ctx = mp.get_context("fork" if "fork" in mp.get_all_start_methods() else "spawn")
+            with ProcessPoolExecutor(max_workers=int(workers), mp_context=ctx, initializer=_worker_init,
+                                     initargs=(trace, bpt)) as pool:
+                futs = {pool.submit(_replay_point, run_spec[s], caps_arg[j], admission): (s, j) for s, j in tasks}
+                for f in as_completed(futs):
+                    results[futs[f]] = f.result()
+                    if bar is not None:
+                        bar.update(1)
+        if bar is not None:
+            bar.close()
+        for s in replay:
+            rows = [results[(s, j)] for j in range(len(caps))]
+            out[s] = {"method": "replay", "hit_tokens": [r[0] for r in rows], "written_tokens": [r[1] for r in rows],
+                      "block_hits": [r[2] for r in rows]}
+            if run_spec[s] != s:
+                out[s]["replayed_as"] = run_spec[s]
+    ordered = {}
+    for spec in specs:
+        d = out[spec]
+        d["token_hit_rate"] = [h / inp if inp else 0.0 for h in d["hit_tokens"]]
+        d.update(_wear_fields(trace, caps, d["hit_tokens"], d.pop("written_tokens"), bpt))
+        d["admission"] = "n/a (bound)" if d["method"] == "one-pass" and parse_policy_spec(spec)[0] == "belady" \
+            else admission
+        ordered[spec] = d
+    return ordered
