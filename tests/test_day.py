@@ -133,3 +133,15 @@ def test_figure_15_sets_a_steady_state_day_beside_the_published_share(monkeypatc
     assert claim.published == 0.56 and 0.2 < claim.reproduced < 0.95
     assert "1/100,000" in claim.inputs and set(r.data["policy"]) >= {fig.TTL_NAME, "lru unlimited"}
     assert r.chart.to_dict()
+
+
+def test_shards_of_parts_outside_the_manifest_are_ignored(day, tmp_path):
+    import shutil
+
+    root = tmp_path / "extra"
+    shutil.copytree(day, root)
+    src = sorted((root / "hour=0030").glob("*.parquet"))[0]
+    shutil.copy(src, src.with_name("part-00099.parquet"))  # e.g. a part whose generation was cut short
+    a = replay_day(day, progress=False)["policies"]
+    b = replay_day(root, progress=False)["policies"]
+    assert a == b

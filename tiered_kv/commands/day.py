@@ -146,11 +146,13 @@ def markdown(r: dict) -> str:
         "",
         "| step | wall time | peak RSS |",
         "|---|---|---|",
-        f"| generate ({g['generation_workers']} processes) | "
+        "| generate | "
         + (f"{g['generation_s'] / 60:.1f} min" if g["generation_s"] else "resumed")
-        + f" (parts: {g['generation_part_s_sum'] / 60:.1f} min of CPU summed) | "
+        + f" (parts: {g['generation_part_s_sum'] / 60:.1f} min summed) | "
         f"{g['generation_peak_rss_bytes'] / gib:.2f} GiB (largest process) |",
-        f"| replay, {len(r['policies'])} policies in one pass | {r['replay_s'] / 60:.1f} min "
+        f"| replay, {len(r['policies'])} policies in one pass | {r['replay_s'] / 60:.1f} min"
+        + (f", {r['replay_cpu_s'] / 60:.1f} min of CPU" if r.get("replay_cpu_s") is not None else "")
+        + f", load average {r.get('load_average_1m') or float('nan'):.0f} at the end "
         f"(reading shards {r['read_s'] / 60:.1f} min, kernel {r['kernel_s'] / 60:.1f} min) | "
         f"{r['replay_peak_rss_bytes'] / gib:.2f} GiB (cache state {r['state_bytes'] / gib:.2f} GiB) |",
         "",
@@ -163,6 +165,24 @@ def markdown(r: dict) -> str:
     for name, p in r["policies"].items():
         lines.append(f"| {name} | {p['disk_token_fraction']:.2%} | "
                      + " | ".join(f"{v:.2%}" for v in p["by_class"].values()) + " |")
+    full = 608e9 * (cfg["days"] - cfg["warmup_days"])
+    if r["input_tokens"] < 0.95 * full:
+        k = full / r["input_tokens"]
+        n_parts = math.ceil(608e9 / cfg["tokens_per_part"])
+        lines += ["", f"**This run holds {r['parts']} of the {n_parts} parts of DeepSeek's day "
+                  f"({1 / k:.1%} of its volume)**, every part a whole day of its share of the traffic, so the "
+                  "shares above are those of a complete day at that volume. Scaled linearly to 608 B tokens "
+                  "(replay time and cache state grow with accesses and blocks): replay about "
+                  + (f"{r['replay_cpu_s'] * k / 60:.0f} min of CPU ({r['replay_s'] * k / 60:.0f} min of wall time "
+                     "at this run's share of the machine)" if r.get("replay_cpu_s") else
+                     f"{r['replay_s'] * k / 60:.0f} min")
+                  + f" at {r['state_bytes'] * k / gib:.1f} GiB of cache state "
+                  f"(+ one hour of shards, about {(r['replay_peak_rss_bytes'] - r['state_bytes']) / gib:.1f} GiB "
+                  f"here); generation {g['generation_part_s_sum'] / r['parts']:.0f} s of wall time per part here, "
+                  f"so about {g['generation_part_s_sum'] / r['parts'] * n_parts / 2 / 60:.0f} min for "
+                  f"{n_parts} parts on 2 processes at this run's share of the machine."]
+    if r.get("note"):
+        lines += ["", r["note"]]
     if not cfg["warmup_days"]:
         lines += ["", "A day that starts with an empty cache: a TTL of days never expires within it (the TTL row "
                   "equals the unlimited cache), and returns to KV written before the day count as misses, so "

@@ -97,7 +97,7 @@ def write_part(root: str | Path, part: int, factor: float, days: float, seed: in
 
     from tiered_kv.sim.workload.synth import generate
 
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     root = Path(root)
     df = generate(base_workload().scaled(factor), days, _part_seed(seed, part))
     names = sorted(base_workload_names())
@@ -125,7 +125,8 @@ def write_part(root: str | Path, part: int, factor: float, days: float, seed: in
     info = {"part": part, "factor": factor, "seed": _part_seed(seed, part), "n_ids": n_ids,
             "requests": df.height, "accesses": int(df["block_ids"].list.len().sum()),
             "input_tokens": int(df["input_length"].sum()), "files": files,
-            "seconds": time.perf_counter() - t0, "peak_rss_bytes": peak_rss_bytes()}
+            "seconds": time.perf_counter() - t0, "cpu_seconds": time.process_time() - c0,
+            "peak_rss_bytes": peak_rss_bytes()}
     (root / "parts").mkdir(exist_ok=True)
     _write_json(root / "parts" / f"part-{part:05d}.json", info)
     return info

@@ -106,8 +106,11 @@ def _day_kernel(offsets, ids, base, times, lengths, classes, counted, bs,
     return seq
 
 
-def _hour_files(root: Path, hour: int) -> list[Path]:
-    return sorted((root / f"hour={hour:04d}").glob("part-*.parquet"))
+def _hour_files(root: Path, hour: int, parts: list[int]) -> list[Path]:
+    """The hour's shards of the manifest's parts, in part order (other files there are ignored:
+    e.g. those of a part whose generation was interrupted)."""
+    d = root / f"hour={hour:04d}"
+    return [f for f in (d / f"part-{k:05d}.parquet" for k in parts) if f.exists()]
 
 
 def _read_hour(files: list[Path]):
@@ -198,7 +201,7 @@ def replay_day(root: str | Path, *, capacities: dict[str, float] | None = None,
     bs = int(m["block_size"])
     n_ids = int(m["n_ids"])
     seq_dtype = np.uint32 if m["accesses"] < 2**32 - 2 else np.uint64
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     last_seq = np.zeros(n_ids, seq_dtype)
     last_t = np.zeros(n_ids, np.float32)
     bclass = np.zeros(n_ids, np.uint8)
@@ -217,13 +220,14 @@ def replay_day(root: str | Path, *, capacities: dict[str, float] | None = None,
     warm_s = float(m["config"]["warmup_days"]) * 86_400.0
     id_base = np.array([p["id_base"] for p in m["parts"]], dtype=np.int64)
     n_ids_by_part = np.array([p["n_ids"] for p in m["parts"]], dtype=np.int64)
+    part_numbers = [int(p["part"]) for p in m["parts"]]
     hit = np.zeros((len(names), len(classes), hours), np.int64)
     inp = np.zeros((len(classes), hours), np.int64)
     req = np.zeros((len(classes), hours), np.int64)
     seq = 0
     read_s = kernel_s = 0.0
     for h in tqdm(range(hours), unit="hour", desc="replay day", disable=not progress):
-        files = _hour_files(root, h)
+        files = _hour_files(root, h, part_numbers)
         if not files:
             continue
         ta = time.perf_counter()
@@ -250,9 +254,20 @@ def replay_day(root: str | Path, *, capacities: dict[str, float] | None = None,
         read_s += tb - ta
         kernel_s += time.perf_counter() - tb
     return _result(m, names, classes, hit, inp, req, capacities, ttls, bs,
-                   {"replay_s": time.perf_counter() - t0, "read_s": read_s, "kernel_s": kernel_s,
+                   {"replay_s": time.perf_counter() - t0, "replay_cpu_s": time.process_time() - c0,
+                    "read_s": read_s, "kernel_s": kernel_s, "load_average_1m": _load(),
                     "replay_peak_rss_bytes": peak_rss_bytes(), "state_bytes":
                         last_seq.nbytes + last_t.nbytes + bclass.nbytes + latest.nbytes})
+
+
+def _load() -> float | None:
+    """The 1-minute load average when the replay ended (others' work shares the cores)."""
+    import os
+
+    try:
+        return os.getloadavg()[0]
+    except OSError:
+        return None
 
 
 def _result(m, names, classes, hit, inp, req, capacities, ttls, bs, timing) -> dict[str, Any]:
