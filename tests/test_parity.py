@@ -136,7 +136,8 @@ def test_bench_peers_reports_parity_and_ratios(kvcache, lmcache):
     from tiered_kv.bench import peers as bench
 
     args = argparse.Namespace(trace="synthetic", points=4, min_tokens=1e4, max_tokens=1e8,
-                              policies="lru,optimal,fifo", skip="", repeat=1, lmcache_bytes_per_token=2, json=True)
+                              policies="lru,optimal,fifo", skip="libcachesim", repeat=1, lmcache_bytes_per_token=2,
+                              json=True)  # libCacheSim's section: tests/test_policy_peers.py
     out = bench.run(args)
     assert out["identical"] is True and out["peers_run"] == 4
     for peer, pols in (("kvcache-simulator", ("lru", "optimal", "fifo")), ("lmcache", ("lru",))):

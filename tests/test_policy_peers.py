@@ -69,3 +69,25 @@ def test_identical_hits_on_random_traces(lcs, seed):
     t = compile_trace(random_trace(seed, 120, alphabet=4))
     out = cross_check(t, [20, 23, 31, 47, 64])
     assert all(v["identical"] for v in out.values()), {k: v for k, v in out.items() if not v["identical"]}
+
+
+@pytest.mark.peers
+def test_bench_peers_reports_libcachesim_identical_and_speedup(lcs):
+    """`tiered-kv bench peers --json`: every libCacheSim pair identical, median-of-3 speed ratio."""
+    import argparse
+
+    from tiered_kv.bench import peers as bench
+    from tiered_kv.sim.peers.libcachesim import PAIRS
+
+    args = argparse.Namespace(trace="synthetic", points=4, min_tokens=1e4, max_tokens=1e8, policies="lru",
+                              skip="kvcache-simulator,lmcache", repeat=1, lmcache_bytes_per_token=2,
+                              libcachesim_points=3, libcachesim_repeat=3, json=True)
+    out = bench.run(args)
+    sec = out["libcachesim"]
+    assert sec["status"]["available"] and sec["repeat"] == 3
+    assert out["identical"] is True and out["peers_run"] == len(PAIRS)
+    for name, ours in PAIRS.items():
+        rec = sec[name]
+        assert rec["ours_policy"] == ours and rec["identical"] is True and rec["speedup_vs_peer"] > 0
+        assert len(rec["peer_seconds_all"]) == 3 == len(rec["ours_seconds_all"])
+        assert len(rec["hits_peer"]) == len(sec["capacities_blocks"]) and rec["hits_peer"] == rec["hits_ours"]

@@ -15,6 +15,15 @@ costs are excluded on both sides and reported: compiling the peer's C++ binary, 
 tiered-kv's numba kernels. Capacities: ``--points`` log-spaced from ``--min-tokens`` to
 ``--max-tokens`` tokens, as whole blocks (kvcache.ai) or chunks (LMCache).
 
+libCacheSim (``libcachesim`` on PyPI): for the nine policies both implement (LRU, FIFO, LFU,
+ARC, SLRU, 2Q, S3-FIFO, SIEVE, Belady; :data:`tiered_kv.sim.peers.libcachesim.PAIRS`) the same
+block-level trace (every block access one request for one unit-size object) at
+``--libcachesim-points`` capacities in blocks, log-spaced over the same token range, compares
+block hits (``identical``) and times the whole curve on both sides, ``--libcachesim-repeat``
+rounds interleaved (peer, ours, peer, ours, ...), median kept (``speedup_vs_peer`` = peer median
+/ ours median). The peer runs libCacheSim's C loop over its oracleGeneral file (written once,
+not timed); ours runs the zoo kernel on the compiled trace (compiled once, not timed).
+
 Installs nothing: a missing peer is reported (``available: false`` with the install command).
 """
 
@@ -27,7 +36,8 @@ from typing import Any
 import numpy as np
 
 NAME = "peers"
-HELP = "parity and speed against kvcache.ai's and LMCache's simulators (needs the peers extra)"
+PEERS = ("kvcache-simulator", "lmcache", "libcachesim")
+HELP = "parity and speed against kvcache.ai's, LMCache's and libCacheSim's simulators (needs the peers extra)"
 
 
 def register(parser: argparse.ArgumentParser) -> None:
@@ -36,7 +46,11 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--min-tokens", type=float, default=1e4, help="smallest capacity in tokens (default 1e4)")
     parser.add_argument("--max-tokens", type=float, default=1e8, help="largest capacity in tokens (default 1e8)")
     parser.add_argument("--policies", default="lru,optimal,fifo", help="kvcache.ai policies (default lru,optimal,fifo)")
-    parser.add_argument("--skip", default="", help="peers to leave out: kvcache-simulator, lmcache")
+    parser.add_argument("--skip", default="", help="peers to leave out: kvcache-simulator, lmcache, libcachesim")
+    parser.add_argument("--libcachesim-points", type=int, default=20,
+                        help="capacities of the libCacheSim comparisons (default 20)")
+    parser.add_argument("--libcachesim-repeat", type=int, default=3,
+                        help="interleaved timed rounds per side for libCacheSim, median kept (default 3)")
     parser.add_argument("--repeat", type=int, default=1, help="timed runs per side (best kept; default 1)")
     parser.add_argument("--lmcache-bytes-per-token", type=int, default=2,
                         help="bytes per token in the exported LMCache log (sets bytes per chunk; default 2)")
@@ -148,6 +162,50 @@ def _lmcache(df, caps_chunks, repeat, bytes_per_token, bar) -> dict:
     return out
 
 
+def _libcachesim(df, caps_blocks, repeat, bar) -> dict:
+    import statistics
+    import tempfile
+    from pathlib import Path
+
+    from tiered_kv.sim.peers import libcachesim as L
+    from tiered_kv.sim.replay import compile_trace
+
+    ok, detail = L.libcachesim_status()
+    out: dict[str, Any] = {"status": {"available": ok, "detail": detail}, "semantics": "block level, unit-size objects"}
+    if not ok:
+        return out
+    trace = compile_trace(df)
+    caps = [int(c) for c in caps_blocks]
+    out.update({"capacities_blocks": caps, "block_accesses": trace.n_accesses, "repeat": int(repeat),
+                "timing": "median of interleaved rounds (peer, ours, ...), whole curve per round"})
+    with tempfile.TemporaryDirectory(prefix="tiered-kv-lcs-") as tmp:
+        path = L.write_oracle_trace(trace, Path(tmp) / "blocks.oracleGeneral.bin")
+        for name, ours_name in L.PAIRS.items():
+            bar.set_description(f"libcachesim {name} vs tiered-kv {ours_name}")
+            L.ours_hits(trace, ours_name, caps[:1])  # load the kernel: one-off, not timed
+            times: dict[str, list[float]] = {"peer": [], "ours": []}
+            cpus: dict[str, list[float]] = {"peer": [], "ours": []}
+            peer = ours = None
+            for _ in range(max(1, repeat)):
+                for side in ("peer", "ours"):
+                    t0, c0 = time.perf_counter(), _cpu_seconds()
+                    if side == "peer":
+                        peer = L.peer_hits(path, name, caps, trace.n_accesses)
+                    else:
+                        ours = L.ours_hits(trace, ours_name, caps)
+                    times[side].append(time.perf_counter() - t0)
+                    cpus[side].append(_cpu_seconds() - c0)
+                bar.update(1)
+            med = {k: statistics.median(v) for k, v in times.items()}
+            cmed = {k: statistics.median(v) for k, v in cpus.items()}
+            rec = _compare(peer, ours, (med["peer"], cmed["peer"]), (med["ours"], cmed["ours"]), ours_name)
+            rec["hits_peer"] = rec.pop("hit_tokens_peer")
+            rec["hits_ours"] = rec.pop("hit_tokens_ours")
+            rec["peer_seconds_all"], rec["ours_seconds_all"] = times["peer"], times["ours"]
+            out[name] = rec
+    return out
+
+
 def run(args: argparse.Namespace) -> dict:
     from tqdm import tqdm
 
@@ -174,24 +232,39 @@ def run(args: argparse.Namespace) -> dict:
         "numba_warmup_seconds": _warm_numba(),
         "note": "wall times on a shared machine (other jobs running); ratios are from one run",
     }
+    lcs_points = int(getattr(args, "libcachesim_points", 20))
+    lcs_repeat = int(getattr(args, "libcachesim_repeat", 3))
+    if lcs_points < 1 or lcs_repeat < 1:
+        raise ValueError("peers: need --libcachesim-points >= 1 and --libcachesim-repeat >= 1")
     steps = (0 if "kvcache-simulator" in skip else 2 * len(policies)) + (0 if "lmcache" in skip else args.points)
-    with tqdm(total=steps * max(1, args.repeat), unit="step", leave=False) as bar:
+    steps *= max(1, args.repeat)
+    if "libcachesim" not in skip:
+        from tiered_kv.sim.peers.libcachesim import PAIRS
+
+        steps += len(PAIRS) * lcs_repeat
+    with tqdm(total=steps, unit="step", leave=False) as bar:
         if "kvcache-simulator" not in skip:
             result["kvcache-simulator"] = _kvcache(df, path, caps_blocks, policies, args.repeat, bar)
         if "lmcache" not in skip:
             result["lmcache"] = _lmcache(df, caps_blocks, args.repeat, args.lmcache_bytes_per_token, bar)
-    checks = [v["identical"] for peer in ("kvcache-simulator", "lmcache") if peer in result
+        if "libcachesim" not in skip:
+            lcs_blocks = np.unique(np.maximum(1, (np.geomspace(args.min_tokens, args.max_tokens, lcs_points)
+                                                  // bs).astype(np.int64)))
+            result["libcachesim"] = _libcachesim(df, lcs_blocks, lcs_repeat, bar)
+    checks = [v["identical"] for peer in PEERS if peer in result
               for v in result[peer].values() if isinstance(v, dict) and "identical" in v]
     result["identical"] = all(checks) if checks else None  # None: nothing could be compared
     result["peers_run"] = len(checks)
     if not checks:
         result["message"] = f"no peer could run here; install them with: {peers_mod.INSTALL_HINT}"
     if not getattr(args, "json", False):  # the table stays readable: curves only in --json
-        for peer in ("kvcache-simulator", "lmcache"):
+        for peer in PEERS:
             for v in result.get(peer, {}).values():
                 if isinstance(v, dict):
-                    v.pop("hit_tokens_peer", None)
-                    v.pop("hit_tokens_ours", None)
+                    for k in ("hit_tokens_peer", "hit_tokens_ours", "hits_peer", "hits_ours",
+                              "peer_seconds_all", "ours_seconds_all"):
+                        v.pop(k, None)
+            result.get(peer, {}).pop("capacities_blocks", None)
         result.pop("capacities_tokens")
         result.pop("capacities_blocks")
     return result
