@@ -5,7 +5,8 @@ Every loader produces the frame of :data:`SCHEMA` (one row per request, chained 
 One module per format: :mod:`.mooncake` (Mooncake FAST'25 JSONL), :mod:`.bailian` (Alibaba
 Bailian JSONL), :mod:`.generic` (JSONL, CSV or Parquet with token or block ids); :mod:`.load`
 detects the format (:func:`load_trace`), :mod:`.shipped` names the traces in ``data/traces``,
-:mod:`.examples` draws small random traces for tests. This package may import
+:mod:`.examples` draws small random traces for tests, :mod:`.transforms` changes a trace's prompt
+layout (a volatile per-call line at depth d: :func:`insert_volatile_block`). This package may import
 :mod:`tiered_kv.keys` and :data:`tiered_kv.DATA_DIR`, nothing else of ``tiered_kv``: it is the
 bottom of :mod:`tiered_kv.sim`. Its names load on first use (polars only with the first frame),
 so resolving a shipped trace's path costs no polars import.
@@ -23,6 +24,7 @@ _EXPORTS = {
     "FORMATS": "load", "detect_format": "load", "load_trace": "load",
     "MOONCAKE_BLOCK_SIZE": "mooncake", "load_mooncake": "mooncake",
     "SCHEMA": "schema", "validate_frame": "schema",
+    "insert_volatile_block": "transforms",
     "SHIPPED": "shipped", "default_class_for": "shipped", "resolve_trace_path": "shipped", "shipped_trace": "shipped",
 }
 __all__ = sorted(_EXPORTS)

@@ -124,6 +124,14 @@ class ClassConfig:
     call_burst_mean: float = 1.0  # calls per burst (geometric, >= 1): same time, same shared prefix
     call_suffix_tokens_median: float = 300.0  # a call's own suffix after the shared prefix
     call_suffix_tokens_sigma: float = 1.0
+    # Prompt layout: a volatile per-call line (timestamp, request id) in a fraction of requests.
+    # Negative: none. Otherwise its token depth from the top of the prompt (0: above the system
+    # prompt; inf: at the end), or from the end of the stable prefix (system prompt + the
+    # request's shared prefix) when volatile_below_prefix is True. See
+    # tiered_kv.sim.traces.transforms.insert_volatile_block.
+    volatile_depth_tokens: float = -1.0
+    volatile_below_prefix: bool = False
+    volatile_fraction: float = 1.0
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -152,6 +160,12 @@ class ClassConfig:
         _check(p + "call_burst_mean", self.call_burst_mean, 1, 10_000)
         _check(p + "call_suffix_tokens_median", self.call_suffix_tokens_median, 0, lo_open=True)
         _check(p + "call_suffix_tokens_sigma", self.call_suffix_tokens_sigma, 0, 5)
+        d = self.volatile_depth_tokens
+        if not (isinstance(d, numbers.Real) and not isinstance(d, bool) and (d < 0 or d == math.inf)):
+            _check(p + "volatile_depth_tokens", d, 0, 1e12)
+        if not isinstance(self.volatile_below_prefix, bool):
+            raise ValueError(f"{p}volatile_below_prefix: must be True or False, got {self.volatile_below_prefix!r}")
+        _check(p + "volatile_fraction", self.volatile_fraction, 0, 1)
         if not isinstance(self.scale_prefixes, bool):
             raise ValueError(f"{p}scale_prefixes: must be True or False, got {self.scale_prefixes!r}")
         for name in ("system_prompt_tokens", "n_prefixes", "max_input_tokens"):
@@ -497,8 +511,25 @@ def generate(config: SynthConfig | ClassConfig | str, days: float, seed: int) ->
         (pl.col("traffic_class") + pl.lit("-") + pl.col("session_id").cast(pl.Utf8)).alias("session_id"),
         _list_column(lay, bs),
     )
+    frame = _volatile_layout(frame, cfg, cls, lay.n_shared * bs, seed)
     return validate_frame(frame.select([pl.col(k).cast(t) for k, t in SCHEMA.items()]),
                           source=f"synth({days:g} days, seed {seed})")
+
+
+def _volatile_layout(frame: pl.DataFrame, cfg: SynthConfig, cls: np.ndarray, shared_tokens: np.ndarray,
+                     seed: int) -> pl.DataFrame:
+    """Each class's volatile per-call line (:attr:`ClassConfig.volatile_depth_tokens`), drawn from
+    its own stream so the rest of the workload is the same with or without it."""
+    from tiered_kv.sim.traces.transforms import insert_volatile_block
+
+    for k, c in enumerate(cfg.classes):
+        if c.volatile_depth_tokens < 0:
+            continue
+        rng = np.random.default_rng(np.random.SeedSequence([int(seed), zlib.crc32(c.name.encode()), 1]))
+        mask = (cls == k) & (rng.random(len(cls)) < c.volatile_fraction)
+        depth = c.volatile_depth_tokens + (shared_tokens if c.volatile_below_prefix else 0)
+        frame = insert_volatile_block(frame, depth, mask=mask)
+    return frame
 
 
 def main(argv: list[str] | None = None) -> None:
