@@ -66,6 +66,15 @@ def markdown(r: dict) -> str:
         lines.append(f"| {x['backend']} | {x['workers']} | {x['wall_s']:.0f} s | {one['wall_s'] / x['wall_s']:.2f}x | "
                      f"{x['point_elapsed_s_median']:.1f} s / {x['point_elapsed_s_max']:.1f} s | "
                      f"{'yes' if x['rows_equal_to_first'] else 'NO'} |")
+    bad = [x for x in runs if not x["rows_equal_to_first"]]
+    if bad:
+        lines += ["", "**Open:** the rows of " + ", ".join(f"{x['backend']} x {x['workers']}" for x in bad)
+                  + " were not all equal to those of 1 worker"
+                  + (" (columns: " + ", ".join(sorted({c for x in bad for c in x.get('columns_differing_from_first', [])}))
+                     + ")" if any(x.get("columns_differing_from_first") for x in bad) else
+                     " (this run did not record which columns; the script now does)")
+                  + ". The same 14-day point computed in two processes, and 1 against 2 workers on the `ci` "
+                  "workload with and without evictions, gave identical rows."]
     lines += ["", "A point's time includes generating the workload when its worker has not yet (the max); "
               "the others are one cluster replay plus the latency model. "
               + (r.get("note") or ""), "", "The cost model of a 1,000-point sweep on N machines: `docs/scaling.md`."]
@@ -92,7 +101,10 @@ def main() -> int:
     first = runs[0]["_rows"]
     requests = int(first["requests"].max())
     for x in runs:
-        x["rows_equal_to_first"] = bool(x.pop("_rows").equals(first))
+        rows = x.pop("_rows")
+        x["rows_equal_to_first"] = bool(rows.equals(first))
+        x["columns_differing_from_first"] = [c for c in first.columns
+                                             if c not in rows.columns or not rows[c].equals(first[c])]
     rec = {"config": args.config, "machine": f"{os.cpu_count()} cores, load average "
            f"{os.getloadavg()[0]:.1f} at the end", "runs": runs, "requests": requests,
            "speedup_2_vs_1": runs[0]["wall_s"] / runs[1]["wall_s"], "note": args.note}
