@@ -60,7 +60,7 @@ class ReplaySettings:
 
 SETTINGS = {
     "full": ReplaySettings(),
-    "quick": ReplaySettings(windows=(128, 512), replays=(16, 128), samples=4, prefix=576, steps=8,
+    "quick": ReplaySettings(windows=(128, 512), replays=(16, 128), samples=2, prefix=576, steps=8,
                             heldout_bytes=400_000),
 }
 

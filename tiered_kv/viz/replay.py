@@ -20,13 +20,26 @@ import ipywidgets as widgets
 import polars as pl
 
 from tiered_kv.viz.style import dashed_lines
-from tiered_kv.viz.widgets import ChartView, control, error_box, html_table, log_slider, watch
+from tiered_kv.viz.widgets import (
+    ChartView,
+    control,
+    dashboard_bundle,
+    error_box,
+    html_table,
+    log_slider,
+    watch,
+)
 
-#: (windows, replays, sequences, prefix tokens, decoded steps) at each notebook size.
-GRIDS = {
-    "small": ((8, 16), (2, 8, 32), 1, 96, 8),
-    "full": ((128, 256, 512), (16, 32, 64, 128, 256, 512), 2, 1024, 16),
-}
+
+#: (windows, replays, sequences, prefix tokens, decoded steps) at each notebook size. The full
+#: size is figure 09's measurement (:data:`tiered_kv.replay_quality.SETTINGS` ``"full"``: 64
+#: held-out sequences), so the notebook and the figure print the same numbers.
+def _grids() -> dict:
+    from tiered_kv.replay_quality import SETTINGS
+
+    f = SETTINGS["full"]
+    return {"small": ((8, 16), (2, 8, 32), 1, 96, 8),
+            "full": (f.windows, f.replays, f.samples, f.prefix, f.steps)}
 
 
 @dataclass(frozen=True)
@@ -36,6 +49,19 @@ class ReplayMeasurements:
     dec_layers: int
     errors: pl.DataFrame  # window_tokens, replay_tokens, exact_bound_tokens, kl_nats, agreement
     locality: pl.DataFrame  # window_tokens, distance_tokens, attention_share, uniform_share
+    context: pl.DataFrame | None = None  # context_bytes, nats_per_byte (tiered_kv.evaluate.context_curve)
+    window: int = 0  # the model's own W
+
+    def context_chart(self) -> alt.Chart:
+        """Loss of the same held-out bytes against context length: does the model look back at all?"""
+        title = f"({self.description})"
+        line = alt.Chart(self.context).mark_line(point=True).encode(
+            x=alt.X("context_bytes:Q", scale=alt.Scale(type="log", base=2), title="context (bytes, log2)"),
+            y=alt.Y("nats_per_byte:Q", scale=alt.Scale(zero=False), title="loss of the same 256 bytes (nats/byte)"),
+            tooltip=["context_bytes", alt.Tooltip("nats_per_byte:Q", format=".3f")])
+        rule = alt.Chart(pl.DataFrame({"w": [self.window]})).mark_rule(strokeDash=[4, 3], color="gray").encode(x="w:Q")
+        return (line + rule).properties(width=360, height=220,
+                                        title=["loss vs context (dashed: the model's window W)", title])
 
 
 def _model(size: str):
@@ -68,12 +94,13 @@ def _size() -> str:
 def _measure(size: str) -> ReplayMeasurements:
     from tiered_kv import replay_quality as rq
 
-    windows, replays, n_seq, prefix, steps = GRIDS[size]
+    windows, replays, n_seq, prefix, steps = _grids()[size]
     model, desc = _model(size)
     stream = rq.load_heldout(max_bytes=400_000 if size == "small" else None)
-    seqs = rq.sample_sequences(stream, n_seq, prefix + steps)
+    seqs = rq.sample_sequences(stream, n_seq, prefix + steps, seed=0)
     errors = rq.replay_error(model, seqs, windows=windows, replays=replays, steps=steps, prefix=prefix,
-                             block_size=32 if size == "small" else 64, progress=True)
+                             block_size=32 if size == "small" else 64, progress=True).fill_nan(None)
+    # (one sequence at small size has no interval: null, not NaN, so charts serialize as JSON)
     rows = []
     probe = [seqs[0][:prefix]]  # attention mass: one held-out prefix, every layer and head
     for w in windows:
@@ -82,7 +109,13 @@ def _measure(size: str) -> ReplayMeasurements:
             loc = rq.attention_locality(m, probe, recent=d)
             rows.append({"window_tokens": w, "distance_tokens": d, "attention_share": loc["overall_share"],
                          "uniform_share": loc["uniform_share"]})
-    return ReplayMeasurements(desc, model.cfg.enc_layers, model.cfg.dec_layers, errors, pl.DataFrame(rows))
+    from tiered_kv.evaluate import context_curve
+
+    contexts = (16, 64, 256, 1024) if size == "small" else (64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
+    curve = pl.DataFrame(context_curve(model, stream, contexts, target=64 if size == "small" else 256,
+                                       n=2 if size == "small" else 16)).drop("ci95")
+    return ReplayMeasurements(desc, model.cfg.enc_layers, model.cfg.dec_layers, errors, pl.DataFrame(rows),
+                              curve, model.cfg.window)
 
 
 def compute_frame(enc_layers: int, dec_layers: int, prompt_tokens: int, replay_tokens: int) -> pl.DataFrame:
@@ -119,7 +152,9 @@ class ReplayDashboard:
     def refresh(self, _change=None) -> None:
         w, r, n = int(self.window.value), int(self.replay.value), int(self.prompt.value)
         errs = self.m.errors.filter(pl.col("window_tokens") == w)
-        row = errs.filter(pl.col("replay_tokens") == r).row(0, named=True)
+        # Each W's grid stops at its exact bound (a longer replay is the same as the bound).
+        below = errs.filter(pl.col("replay_tokens") <= r).sort("replay_tokens")
+        row = (below if below.height else errs.sort("replay_tokens")).row(-1 if below.height else 0, named=True)
         compute = compute_frame(self.m.enc_layers, self.m.dec_layers, n, r)
         saving = 1 - compute["layer_tokens"][1] / compute["layer_tokens"][0]
         self.point = {"window": w, "replay": r, "kl_nats": row["kl_nats"], "agreement": row["agreement"],
@@ -149,7 +184,5 @@ class ReplayDashboard:
         ).properties(width=260, height=200, title="prefill compute")
         self.chart_view.show(alt.hconcat(kl, mass, comp))
 
-    def _ipython_display_(self) -> None:
-        from IPython.display import display
-
-        display(self.widget)
+    def _repr_mimebundle_(self, **kwargs) -> dict:
+        return dashboard_bundle(self.widget, self.chart_view, **kwargs)

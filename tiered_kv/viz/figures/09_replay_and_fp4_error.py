@@ -5,9 +5,13 @@ last R tokens. Replay through L layers of window W is exact only once R >= L*(W-
 tokens for the small preset at W=512); below that it is an approximation whose size depends
 on where a *trained* model's attention actually looks. We measure it on the trained
 checkpoint over held-out stdlib text: KL(exact || replayed) and next-token agreement over the
-first decode steps after the prefix, for W in {128, 256, 512} and R in {16..256}. The FP4
-panel compares the global KV in fp32 and through each FP4 format (exact windows), and the
-claims check the kernels' relative RMSE on N(0,1) against the values expected for the formats.
+first decode steps after the prefix, for W in {128, 256, 512} and R from 16 up to each W's exact
+bound, on 64 held-out sequences with 95% intervals; beside each R, the prefill-FLOPs ratio at
+32K tokens it costs. The FP4 panel compares the global KV in fp32 and through each FP4 format
+(exact windows), and the claims check the kernels' relative RMSE on N(0,1) against the values
+expected for the formats. The context panel (:func:`tiered_kv.evaluate.context_curve`) shows
+whether the model uses context beyond its window at all: without that, no replay error means
+anything. Settings are :data:`tiered_kv.replay_quality.SETTINGS`, shared with notebook 01.
 """
 
 from __future__ import annotations
@@ -20,14 +24,6 @@ NAME = "09_replay_and_fp4_error"
 TITLE = "Bounded-replay and FP4 error on the trained small model (held-out text)"
 
 _EXPECTED_RMSE = {"mxfp4": 0.115, "nvfp4": 0.095}
-
-
-def _settings(quick: bool) -> dict:
-    if quick:
-        return {"windows": (128, 512), "replays": (16, 128), "samples": 1, "prefix": 576, "steps": 8,
-                "heldout_bytes": 400_000}
-    return {"windows": (128, 256, 512), "replays": (16, 32, 64, 128, 256), "samples": 6, "prefix": 1024,
-            "steps": 32, "heldout_bytes": None}
 
 
 def kv_rmse(model, sequences, formats=("mxfp4", "nvfp4"), block_size: int = 64) -> pl.DataFrame:
@@ -50,55 +46,76 @@ def kv_rmse(model, sequences, formats=("mxfp4", "nvfp4"), block_size: int = 64) 
 def build(quick: bool) -> FigureResult:
     import torch
 
-    s = _settings(quick)
+    from tiered_kv.replay_quality import SETTINGS
+
+    s = SETTINGS["quick" if quick else "full"]
     threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # small tensors: one thread is faster, and much faster on shared cores
+    torch.set_num_threads(2)
     try:
         return _build(s, quick)
     finally:
         torch.set_num_threads(threads)
 
 
-def _build(s: dict, quick: bool) -> FigureResult:
+def _build(s, quick: bool) -> FigureResult:
     import altair as alt
 
+    from tiered_kv.evaluate import context_curve
     from tiered_kv.kernels.fp4 import error_stats
     from tiered_kv.model import default_checkpoint, load_checkpoint
     from tiered_kv.replay_quality import (
+        NEAR_EXACT_KL,
         attention_locality,
-        fp4_error,
         load_heldout,
-        replay_error,
-        sample_sequences,
+        measure,
+        near_exact_replay,
     )
 
     path = default_checkpoint("small")
     if not path.exists():
         raise FileNotFoundError(f"{path}: run `tiered-kv train --preset small` first")
     model, meta = load_checkpoint(path)
-    seqs = sample_sequences(load_heldout(s["heldout_bytes"]), s["samples"], s["prefix"] + s["steps"], seed=0)
-    rep = replay_error(model, seqs, windows=s["windows"], replays=s["replays"], steps=s["steps"],
-                       prefix=s["prefix"])
-    fp4 = fp4_error(model, seqs, steps=s["steps"], prefix=s["prefix"]).join(kv_rmse(model, seqs), on="format")
-    loc = attention_locality(model, [q[: s["prefix"]] for q in seqs])
+    flops_n = 1024 if quick else 32768
+    rep, fp4, seqs = measure(model, s, flops_length=flops_n)
+    fp4 = fp4.join(kv_rmse(model, seqs[:8]), on="format")
+    loc = attention_locality(model, [q[:1024] for q in seqs[:2 if quick else 4]])
     stats = {r["format"]: r["rel_rmse_gaussian"] for r in error_stats(n=1 << 16) if r["scale_rule"] in ("floor", "-")}
+    contexts = (64, 512, 2048) if quick else (64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
+    curve = pl.DataFrame(context_curve(model, load_heldout(s.heldout_bytes), contexts, n=2 if quick else 16)) \
+        .with_columns(pl.col("ci95").list.get(0).alias("ci95_low"), pl.col("ci95").list.get(1).alias("ci95_high")) \
+        .drop("ci95")
 
-    plot = rep.with_columns(pl.col("kl_nats").clip(lower_bound=1e-9).alias("kl_nats_plot"))
+    plot = rep.with_columns(pl.col("kl_nats").clip(lower_bound=1e-9).alias("kl_nats_plot"),
+                            pl.col("kl_ci95_low").clip(lower_bound=1e-9).alias("kl_lo_plot"),
+                            pl.col("kl_ci95_high").clip(lower_bound=1e-9).alias("kl_hi_plot"))
+    x = alt.X("replay_tokens:Q", scale=alt.Scale(type="log", base=2), title="replay length R (tokens, log2)")
+    color = alt.Color("window_tokens:N", title="window W (tokens)", scale=alt.Scale(scheme="category10"),
+                      sort=list(s.windows))
     base = alt.Chart(plot).encode(
-        x=alt.X("replay_tokens:Q", scale=alt.Scale(type="log", base=2), title="replay length R (tokens, log2)",
-                axis=alt.Axis(values=list(s["replays"]))),
-        color=alt.Color("window_tokens:N", title="window W (tokens)", scale=alt.Scale(scheme="category10"),
-                        sort=list(s["windows"])),
+        x=x, color=color,
         tooltip=["window_tokens", "replay_tokens", "exact_bound_tokens", alt.Tooltip("kl_nats:Q", format=".2e"),
-                 alt.Tooltip("agreement:Q", format=".1%")])
-    kl = base.mark_line(point=True).encode(
+                 alt.Tooltip("kl_ci95_high:Q", format=".2e", title="KL upper 95%"),
+                 alt.Tooltip("agreement:Q", format=".1%"),
+                 alt.Tooltip("prefill_flops_ratio:Q", format=".3f", title=f"prefill FLOPs ratio at {flops_n:,}")])
+    kl = (base.mark_line(point=True).encode(
         y=alt.Y("kl_nats_plot:Q", scale=alt.Scale(type="log"), title="KL(exact || replayed), nats/step (log)",
-                axis=alt.Axis(format=".0e")),
-    ).properties(width=300, height=230, title="Replay error vs R")
-    agree = base.mark_line(point=True).encode(
+                axis=alt.Axis(format=".0e")))
+          + base.mark_rule().encode(y="kl_lo_plot:Q", y2="kl_hi_plot:Q")
+          ).properties(width=300, height=230, title="Replay error vs R (95% intervals)")
+    agree = (base.mark_line(point=True).encode(
         y=alt.Y("agreement:Q", scale=alt.Scale(zero=False), axis=alt.Axis(format="%"),
-                title="next-token agreement (argmax)"),
+                title="next-token agreement (argmax)"))
+        + base.mark_rule().encode(y="agreement_ci95_low:Q", y2="agreement_ci95_high:Q")
     ).properties(width=300, height=230, title="Replay: next-token agreement")
+    cbase = alt.Chart(curve).encode(x=alt.X("context_bytes:Q", scale=alt.Scale(type="log", base=2),
+                                            title="context before the 256 scored bytes (bytes, log2)"))
+    ctx = (cbase.mark_line(point=True).encode(y=alt.Y("nats_per_byte:Q", scale=alt.Scale(zero=False),
+                                                      title="loss of the same 256 bytes (nats/byte)"),
+                                              tooltip=["context_bytes", alt.Tooltip("nats_per_byte:Q", format=".3f")])
+           + cbase.mark_rule().encode(y="ci95_low:Q", y2="ci95_high:Q")
+           + alt.Chart(pl.DataFrame({"w": [model.cfg.window]})).mark_rule(strokeDash=[4, 3], color="gray")
+           .encode(x="w:Q")).properties(width=300, height=230,
+                                        title=f"Does it use context? (dashed: W={model.cfg.window})")
 
     def fp4_bar(field: str, title: str, fmt: str):
         return alt.Chart(fp4).mark_bar().encode(
@@ -113,29 +130,40 @@ def _build(s: dict, quick: bool) -> FigureResult:
         fp4_bar("rel_rmse_model_kv", "relative RMSE of the model's global KV", ".3f").properties(
             title="FP4: global-KV error"),
     ).resolve_scale(color="independent")
-    chart = alt.vconcat(alt.hconcat(kl, agree), fp4_panel).properties(title=TITLE)
+    chart = alt.vconcat(alt.hconcat(kl, agree), alt.hconcat(ctx, fp4_panel)).properties(title=TITLE)
 
     claims = [Claim(claim=f"{fmt.upper()} relative RMSE on N(0,1) (kernels, spec scale rule)",
                     source="expected for E2M1 with OCP MX v1.0 (32-block E8M0) / NVFP4 (16-block E4M3) scales",
                     published=_EXPECTED_RMSE[fmt], reproduced=stats[fmt], unit="fraction",
                     inputs="tiered_kv.kernels.fp4.error_stats, 65,536 N(0,1) elements, seed 0")
               for fmt in ("mxfp4", "nvfp4")]
-    worst = rep.sort("kl_nats", descending=True).row(0, named=True)
-    r128 = rep.filter((pl.col("window_tokens") == max(s["windows"])) & (pl.col("replay_tokens") == 64))
+    w_model = model.cfg.window
+    r_model = model.cfg.replay
+    at = rep.filter((pl.col("window_tokens") == w_model) & (pl.col("replay_tokens") == r_model))
+    near = near_exact_replay(rep, w_model)
     corpus = meta.get("corpus", {})
+    by_ctx = {r["context_bytes"]: r["nats_per_byte"] for r in curve.iter_rows(named=True)}
     notes = (f"Checkpoint {path.name} (held-out loss {meta.get('final_heldout_loss_nats', float('nan')):.3f} "
              f"nats/byte; corpus: Python {corpus.get('python', '?')} stdlib, {corpus.get('files', '?')} files). "
-             f"{s['samples']} held-out sequence(s), prefix {s['prefix']} tokens, {s['steps']} teacher-forced "
-             f"decode steps; global KV through MXFP4 in both runs. Largest replay error: W={worst['window_tokens']}, "
-             f"R={worst['replay_tokens']}: KL {worst['kl_nats']:.3g} nats, agreement {worst['agreement']:.1%}"
-             + (f"; W={max(s['windows'])}, R=64: KL {float(r128['kl_nats'][0]):.3g} nats, agreement "
-                f"{float(r128['agreement'][0]):.1%}" if r128.height else "")
-             + f". Share of sliding-window attention mass on the most recent {loc['recent_tokens']} of "
+             f"{s.samples} held-out sequences, prefix {s.prefix} tokens, {s.steps} teacher-forced decode steps; "
+             "global KV through MXFP4 in both runs; intervals are 95% over sequences. "
+             + (f"At the model's W={w_model}, R={r_model}: KL {float(at['kl_nats'][0]):.3g} nats "
+                f"[{float(at['kl_ci95_low'][0]):.3g}, {float(at['kl_ci95_high'][0]):.3g}], agreement "
+                f"{float(at['agreement'][0]):.1%}, prefill FLOPs ratio at {flops_n:,} tokens "
+                f"{float(at['prefill_flops_ratio'][0]):.3f}. " if at.height else "")
+             + (f"Near-exact (KL upper 95% bound < {NEAR_EXACT_KL:g} nats/step) from R={near['replay_tokens']} "
+                f"(KL {near['kl_nats']:.2g}), FLOPs ratio {near['prefill_flops_ratio']:.3f}; exact bound "
+                f"R={near['exact_bound_tokens']}. " if near else
+                f"No R below the exact bound is near-exact (KL < {NEAR_EXACT_KL:g}). ")
+             + "Context: the same 256 held-out bytes cost "
+             + ", ".join(f"{by_ctx[c]:.3f}" for c in sorted(by_ctx)) + " nats/byte after "
+             + ", ".join(f"{c:,}" for c in sorted(by_ctx)) + " bytes of context. "
+             + f"Share of sliding-window attention mass on the most recent {loc['recent_tokens']} of "
              f"W={loc['window_tokens']} positions: {loc['overall_share']:.1%} (encoder {loc['encoder_share']:.1%}, "
              f"decoder {loc['decoder_share']:.1%}; uniform would be {loc['uniform_share']:.0%}). FP4 vs fp32 "
              "global KV (exact windows): " + ", ".join(
-                 f"{r['format']} KL {r['kl_nats']:.2e}, agreement {r['agreement']:.1%}, KV rel. RMSE "
-                 f"{r['rel_rmse_model_kv']:.3f}" for r in fp4.iter_rows(named=True))
-             + "." + (" Quick mode: fewer W, R and samples." if quick else ""))
-    data = {"replay": rep, "fp4": fp4, "attention_locality": pl.DataFrame([loc])}
+                 f"{r['format']} KL {r['kl_nats']:.2e} [{r['kl_ci95_low']:.2e}, {r['kl_ci95_high']:.2e}], agreement "
+                 f"{r['agreement']:.1%}, KV rel. RMSE {r['rel_rmse_model_kv']:.3f}" for r in fp4.iter_rows(named=True))
+             + "." + (" Quick mode: fewer W, R, contexts and samples." if quick else ""))
+    data = {"replay": rep, "fp4": fp4, "attention_locality": pl.DataFrame([loc]), "context_curve": curve}
     return FigureResult(chart=chart, claims=claims, data=data, notes=notes)
