@@ -1,6 +1,6 @@
 """Slider redraw time of the retention dashboard on the real Mooncake conversation trace.
 
-Target (issue 7): a slider move redraws in under 200 ms. Measured here:
+Target: a slider move redraws in under 200 ms. Measured here:
 
 - ``build``: the one-time scan (:func:`tiered_kv.viz.retention.build_table`), numba warm-up
   excluded (timed separately as ``jit_warmup_s``);
