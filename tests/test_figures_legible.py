@@ -127,3 +127,16 @@ def test_figure_06_labels_its_dashed_50x_line():
     src = inspect.getsource(fig.build)
     assert "mark_text" in src and "PRICE_GAP_LABEL" in src
     assert "50x" in fig.PRICE_GAP_LABEL
+
+
+def test_figure_16_policy_arena_is_bounded_by_belady_and_says_who_wins():
+    fig = importlib.import_module("tiered_kv.viz.figures.16_policy_arena")
+    res = fig.build(quick=True)
+    data = res.data
+    bound = data.filter(pl.col("admission") == "bound").select("capacity_tokens", pl.col("token_hit_rate").alias("b"))
+    j = data.filter(pl.col("admission") != "bound").join(bound, on="capacity_tokens")
+    assert j.height and (j["token_hit_rate"] <= j["b"] + 1e-12).all()
+    assert set(data["admission"]) == {"all", "second-sighting", "bound"}
+    for phrase in ("Best policy by capacity", "below Belady", "second sighting", "writes x"):
+        assert phrase in res.notes
+    assert len(res.chart.to_dict()["hconcat"]) == 2

@@ -340,12 +340,15 @@ _WORKER: dict = {}
 
 
 def _worker_init(trace, bytes_per_token) -> None:
+    if _WORKER.get("trace") is not trace:
+        _WORKER.pop("masks", None)
     _WORKER["trace"] = trace
     _WORKER["bpt"] = bytes_per_token
 
 
 def _replay_point(spec: str, capacity_tokens: int | None, admission: str) -> tuple[int, int | None, int]:
     """(counted hit tokens, tokens written or None, block hits) of one policy at one capacity."""
+    import dataclasses
     from dataclasses import fields, is_dataclass
 
     from tiered_kv.sim.policies import make_policy, parse_policy_spec
@@ -362,6 +365,13 @@ def _replay_point(spec: str, capacity_tokens: int | None, admission: str) -> tup
     if admission != "all":
         fixed["admission"] = admission
     pol = make_policy(spec, **fixed)
+    if admission != "all" and hasattr(pol, "block_run"):  # one mask per process, not per replay
+        from tiered_kv.sim.policies import WritePoints
+
+        masks = _WORKER.setdefault("masks", {})
+        if admission not in masks:
+            masks[admission] = pol.admission.mask(trace)
+        pol = dataclasses.replace(pol, admission=WritePoints(is_write_point=masks[admission]))
     if hasattr(pol, "block_run"):
         from tiered_kv.sim.policies import leading_runs
 
