@@ -175,3 +175,12 @@ def test_simulate_cli_cluster_fields(capsys):
     assert set(out["by_class"]) == {"agent", "chatbot"}
     assert out["cost_per_mtok"] == pytest.approx(1 - out["token_hit_rate"] * (1 - 1 / 50))
     assert main(["simulate", "--synth", "ci", "--trace", "conversation"]) == 2
+
+
+def test_window_state_sized_from_the_models_window():
+    from tiered_kv.model import ModelConfig
+    from tiered_kv.sim.cluster import ClusterConfig
+    from tiered_kv.sim.cluster.model import V3_KV_BYTES_PER_TOKEN, WINDOW_TOKENS
+
+    assert WINDOW_TOKENS == ModelConfig().window
+    assert ClusterConfig().window_state_bytes == int(V3_KV_BYTES_PER_TOKEN * ModelConfig().window)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import json
 import pkgutil
 import time
 from pathlib import Path
@@ -71,8 +72,12 @@ def run(args: argparse.Namespace) -> int:
         + (f"**Partial build** (`--only {' '.join(args.only)}`): run without `--only` for every "
            "figure. " if args.only else "")
         +
-        "Every reproduced value below is computed by the package; 'calibration' marks a value "
-        "that a default was tuned on, which is therefore not an independent reproduction.",
+        "Every reproduced value below is computed by the package. The kind of each row: "
+        "'reproduction' (computed from inputs not tuned on this number), 'calibration' (a default "
+        "was tuned on this number, so it is not an independent reproduction), 'check' (arithmetic "
+        "on a published number typed in as an input), 'proxy' (a different quantity set beside the "
+        "published one). `claims.json` beside this file gives each row's provenance: the public "
+        "function and inputs that produce it.",
         "",
         "## All claims",
         "",
@@ -80,5 +85,6 @@ def run(args: argparse.Namespace) -> int:
         "",
     ]
     (out / "REPORT.md").write_text("\n".join(header + sections) + "\n")
+    (out / "claims.json").write_text(json.dumps([c.to_dict() for c in all_claims], indent=1) + "\n")
     print(f"wrote {len(mods)} figures and {out / 'REPORT.md'}")
     return 0

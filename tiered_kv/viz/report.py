@@ -4,15 +4,30 @@ A figure module in :mod:`tiered_kv.viz.figures` exposes ``NAME`` (file stem, e.g
 ``"01_kv_bytes"``), ``TITLE`` and ``build(quick: bool) -> FigureResult``. ``build`` computes
 everything from the package (model, simulator, measurements); a :class:`Claim` pairs a
 published number with the value the code produced and the inputs it used, so REPORT.md can
-print the difference. A default tuned to hit a published number is marked ``calibrated``:
-then the match is a calibration, not a reproduction.
+print the difference. Every claim has a ``kind`` (:data:`KINDS`):
+
+- ``reproduction``: computed by the package from inputs that were not tuned on this number;
+- ``calibration``: a default was tuned on this very number (``calibrated=True`` means this);
+- ``check``: arithmetic on a published number typed in as an input (it checks the publisher's
+  arithmetic, nothing more);
+- ``proxy``: a different quantity set beside the published one (a machine-time ratio beside a
+  price ratio), so agreement or disagreement is indicative only.
+
+Every claim also carries a machine-readable ``provenance``: the public function
+(``"module:function"``) and the keyword inputs that produce its reproduced value;
+:func:`run_provenance` calls it again, and a test does so for every claim of
+``tiered-kv reproduce --quick``.
 """
 
 from __future__ import annotations
 
+import importlib
 import math
 from dataclasses import dataclass, field
 from typing import Any
+
+#: The kinds of match a claim row can be.
+KINDS = ("reproduction", "calibration", "check", "proxy")
 
 
 @dataclass(frozen=True)
@@ -25,11 +40,33 @@ class Claim:
     reproduced: float
     unit: str  # e.g. "x", "s", "fraction", "bytes/token"
     inputs: str  # the inputs the reproduced value came from
-    calibrated: bool = False  # True when a default was tuned on this very number
+    calibrated: bool = False  # True when a default was tuned on this very number (kind 'calibration')
+    kind: str = ""  # one of KINDS; empty: 'calibration' if calibrated else 'reproduction'
+    #: ("module:function", {keyword inputs}) whose call returns ``reproduced``
+    provenance: tuple[str, dict] | None = None
 
     def __post_init__(self) -> None:
         if not self.claim or not self.source:
             raise ValueError("Claim: 'claim' and 'source' must be non-empty")
+        kind = self.kind or ("calibration" if self.calibrated else "reproduction")
+        if kind not in KINDS:
+            raise ValueError(f"Claim.kind: must be one of {list(KINDS)}, got {self.kind!r}")
+        if self.calibrated and kind != "calibration":
+            raise ValueError(f"Claim: calibrated=True means kind 'calibration', got kind {kind!r}")
+        object.__setattr__(self, "kind", kind)
+        object.__setattr__(self, "calibrated", kind == "calibration")
+        if self.provenance is not None:
+            fn, kwargs = self.provenance
+            if not isinstance(fn, str) or ":" not in fn or not isinstance(kwargs, dict):
+                raise ValueError("Claim.provenance: must be ('module:function', {inputs}), "
+                                 f"got {self.provenance!r}")
+
+    def to_dict(self) -> dict:
+        """JSON-ready record (REPORT's claims.json)."""
+        return {"claim": self.claim, "source": self.source, "published": self.published,
+                "reproduced": self.reproduced, "unit": self.unit, "inputs": self.inputs, "kind": self.kind,
+                "provenance": None if self.provenance is None
+                else {"function": self.provenance[0], "inputs": self.provenance[1]}}
 
     @property
     def difference(self) -> float:
@@ -50,6 +87,20 @@ class FigureResult:
     claims: list[Claim] = field(default_factory=list)
     data: Any = None  # the polars frame(s) the chart draws
     notes: str = ""  # inputs and caveats shown under the figure in REPORT.md
+
+
+def resolve(function: str):
+    """The callable named ``"package.module:function"``."""
+    module, _, name = function.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def run_provenance(provenance: tuple[str, dict] | dict) -> float:
+    """Call a claim's provenance again and return its value (a claim or claims.json record)."""
+    if isinstance(provenance, dict):
+        provenance = (provenance["function"], provenance["inputs"])
+    function, kwargs = provenance
+    return float(resolve(function)(**kwargs))
 
 
 def format_value(value: float, unit: str, digits: int = 3) -> str:
@@ -101,13 +152,13 @@ def _decimals(x: float) -> int:
 
 
 def claims_table(claims: list[Claim]) -> str:
-    """Markdown table: claim, source, published, reproduced, difference, inputs, kind."""
+    """Markdown table: claim, source, published (or expected), reproduced, difference, inputs, kind."""
     lines = [
-        "| claim | source | published | reproduced | difference | inputs | kind |",
+        "| claim | source (publication or expectation) | published / expected | reproduced | difference "
+        "| inputs | kind |",
         "|---|---|---|---|---|---|---|",
     ]
     for c in claims:
         published, reproduced, diff = format_claim(c)
-        kind = "calibration" if c.calibrated else "reproduction"
-        lines.append(f"| {c.claim} | {c.source} | {published} | {reproduced} | {diff} | {c.inputs} | {kind} |")
+        lines.append(f"| {c.claim} | {c.source} | {published} | {reproduced} | {diff} | {c.inputs} | {c.kind} |")
     return "\n".join(lines)

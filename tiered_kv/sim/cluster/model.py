@@ -50,6 +50,12 @@ from tiered_kv.sim.cluster.lru_tiers import new_tier, touch_arrays
 #: DeepSeek-V3 MLA KV in BF16 (70,272 B/token), the default chunk size per token.
 V3_KV_BYTES_PER_TOKEN = mla_kv_bytes_per_token()
 
+#: Tokens a window state spans: the sliding window W of the workbench's model
+#: (``tiered_kv.model.ModelConfig().window``, kept equal by a test; not imported here so the
+#: simulator does not load torch). A window state is the last W-1 keys of every sliding-window
+#: layer, priced here as W tokens of the model's KV.
+WINDOW_TOKENS = 512
+
 ROUTINGS = ("random", "round-robin", "cache-aware")
 SSD_MODES = ("shared", "per-machine")
 _RET_BINS = 910  # idle-age histogram: log-spaced bins from 1 s, factor 1.02 (2% resolution, ~2 years)
@@ -64,7 +70,7 @@ class ClusterConfig:
     routing: str = "random"
     gpu_capacity_tokens: int = 0  # per machine
     host_capacity_bytes: int = 0  # per machine
-    window_state_bytes: int = int(V3_KV_BYTES_PER_TOKEN * 1024)  # one window state ~ R=1024 tokens of KV
+    window_state_bytes: int = int(V3_KV_BYTES_PER_TOKEN * WINDOW_TOKENS)  # one window state: W tokens of KV
     ssd: str = "shared"
     ssd_capacity_tokens: float = math.inf  # total (shared) or per machine (per-machine)
     replay_tokens: int = 128

@@ -16,6 +16,7 @@ from tiered_kv.viz.report import Claim, FigureResult
 
 NAME = "01_kv_bytes"
 TITLE = "KV cache bytes per token, by architecture and precision (log scale)"
+CV = "tiered_kv.viz.claim_values:"
 
 
 def build(quick: bool) -> FigureResult:
@@ -51,14 +52,21 @@ def build(quick: bool) -> FigureResult:
     claims = [
         Claim(claim="DeepSeek-LLM-67B KV cache in bf16 (GQA)", source="DeepSeek LLM (arXiv:2401.02954) shape",
               published=389_120, reproduced=b67, unit="bytes/token",
-              inputs="2 x 95 layers x 8 KV heads x 128 dims x 2 bytes"),
+              inputs="2 x 95 layers x 8 KV heads x 128 dims x 2 bytes",
+              provenance=(CV + "kv_bytes_per_token", {"arch": "DEEPSEEK_67B", "bits": 16})),
         Claim(claim="KV reduction of DeepSeek's 890 B/token cache vs 67B", source="DeepSeek tiered KV cache",
               published=437, reproduced=r["ratio_67b_vs_890"], unit="x",
-              inputs=f"{b67:,.0f} / {REFERENCE_CACHE_BYTES_PER_TOKEN:g} B/token"),
+              inputs=f"{b67:,.0f} computed / {REFERENCE_CACHE_BYTES_PER_TOKEN:g} B/token typed in from "
+                     "DeepSeek's account: a check of DeepSeek's arithmetic, not a reproduction of 890",
+              kind="check",
+              provenance=(CV + "kv_ratio_to_reference", {"arch": "DEEPSEEK_67B", "bits": 16,
+                                                           "reference_bytes_per_token": REFERENCE_CACHE_BYTES_PER_TOKEN})),
         Claim(claim="DeepSeek-V2 KV cache reduction vs DeepSeek 67B", source="DeepSeek-V2 (arXiv:2405.04434)",
               published=0.933, reproduced=r["deepseek_v2_reduction_vs_67b"], unit="fraction",
               inputs=f"MLA 60 x (512+64) elements at {DEEPSEEK_MLA_BITS:g} bits = "
-                     f"{DEEPSEEK_V2.bytes_per_token(DEEPSEEK_MLA_BITS):,.0f} B vs {b67:,.0f} B"),
+                     f"{DEEPSEEK_V2.bytes_per_token(DEEPSEEK_MLA_BITS):,.0f} B vs {b67:,.0f} B",
+              provenance=(CV + "kv_reduction", {"arch": "DEEPSEEK_V2", "bits": DEEPSEEK_MLA_BITS,
+                                                  "vs_arch": "DEEPSEEK_67B", "vs_bits": 16})),
     ]
     notes = ("Bytes/token = 2·layers·kv_heads·head_dim·bits/8 (GQA), layers·(512+64)·bits/8 (MLA), "
              "2·kv_heads·head_dim·bits/8 for one shared global K/V (YOCO-style; window caches are a "

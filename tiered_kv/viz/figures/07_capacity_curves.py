@@ -69,7 +69,8 @@ def build(quick: bool) -> FigureResult:
         source="Mooncake, FAST'25, Table 2 (synthetic workload: cache ratio 66%)",
         published=0.66, reproduced=synth["infinite"], unit="fraction",
         inputs=f"data/traces/mooncake/synthetic_trace.jsonl, {synth['requests']:,} requests, "
-               "unlimited cache, hit tokens min(p*512, input_length)")]
+               "unlimited cache, hit tokens min(p*512, input_length)",
+        provenance=("tiered_kv.viz.claim_values:shipped_cache_ratio", {"trace": "synthetic"}))]
     notes = (
         f"Mooncake conversation trace: {info['requests']:,} requests, {info['accesses']:,} accesses of "
         f"{info['block_size']}-token blocks, {info['unique_blocks']:,} distinct blocks. LRU at 100 "

@@ -76,7 +76,8 @@ def build(quick: bool) -> FigureResult:
         PUBLISHED_DISK_FRACTION, float(ttl["disk_token_fraction"]), "fraction",
         f"steady-state day 8 of 8 of the calibrated synthetic workload at {scale_text} of DeepSeek's volume "
         f"({res['input_tokens'] / 1e9:.2f} B tokens counted), unlimited capacity, 512-token blocks; "
-        + ", ".join(f"{k} {v:.1%}" for k, v in ttl["by_class"].items()))]
+        + ", ".join(f"{k} {v:.1%}" for k, v in ttl["by_class"].items()),
+        provenance=("tiered_kv.viz.claim_values:deepseek_day_disk_fraction", {"quick": quick, "policy": TTL_NAME}))]
     notes = [f"Policies replayed in one streaming pass over {res['generated']['accesses']:,} block accesses "
              f"(7 warm-up days + the counted day); LRU capacities are DeepSeek-scale 1/4/16 PiB at 70,272 "
              f"bytes/token times {scale_text}. "
@@ -90,7 +91,9 @@ def build(quick: bool) -> FigureResult:
             PUBLISHED_DISK_FRACTION, float(p["disk_token_fraction"]), "fraction",
             f"tiered-kv day: {g['input_tokens'] / 1e9:,.0f} B tokens, {g['accesses'] / 1e9:.2f} G block accesses, "
             f"one day from an empty cache (TTLs of days never expire within it), recorded in "
-            f"benchmarks/results/deepseek_day.json"))
+            f"benchmarks/results/deepseek_day.json",
+            provenance=("tiered_kv.viz.claim_values:recorded_day_disk_fraction",
+                        {"path": str(RECORDED), "policy": TTL_NAME})))
         notes.append(f"The DeepSeek-volume day (BENCHMARKS.md) replayed in {full['replay_s'] / 60:.1f} min at "
                      f"{full['replay_peak_rss_bytes'] / 2**30:.1f} GiB peak RSS; from a cold start its share is a "
                      "lower bound of a live service's.")

@@ -1,0 +1,75 @@
+"""REPORT claims: the kind of every row and the provenance that reproduces it (fast checks;
+tests/test_reproduce.py re-executes every claim of `tiered-kv reproduce --quick`)."""
+
+import importlib
+import json
+import math
+
+import pytest
+
+from tiered_kv.viz.report import KINDS, Claim, claims_table, run_provenance
+
+
+def _claim(**kw):
+    base = dict(claim="c", source="s", published=1.0, reproduced=1.0, unit="x", inputs="i")
+    return Claim(**{**base, **kw})
+
+
+def test_kind_replaces_the_calibrated_flag_and_keeps_its_meaning():
+    assert _claim().kind == "reproduction" and not _claim().calibrated
+    assert _claim(calibrated=True).kind == "calibration"
+    assert _claim(kind="calibration").calibrated
+    for kind in ("check", "proxy"):
+        assert _claim(kind=kind).kind == kind and not _claim(kind=kind).calibrated
+    with pytest.raises(ValueError, match="kind"):
+        _claim(kind="guess")
+    with pytest.raises(ValueError, match="calibrated=True"):
+        _claim(kind="check", calibrated=True)
+    with pytest.raises(ValueError, match="provenance"):
+        _claim(provenance=("no_colon", {}))
+    table = claims_table([_claim(kind=k) for k in KINDS])
+    assert [ln.rstrip(" |").rsplit("| ", 1)[-1] for ln in table.splitlines()[2:]] == list(KINDS)
+    assert "published / expected" in table.splitlines()[0]
+
+
+def _build(name: str):
+    return importlib.import_module(f"tiered_kv.viz.figures.{name}").build(quick=True)
+
+
+def test_kv_bytes_rows_reexecute_and_match_the_formula():
+    claims = {c.claim: c for c in _build("01_kv_bytes").claims}
+    b67 = 2 * 95 * 8 * 128 * 2
+    ratio = claims["KV reduction of DeepSeek's 890 B/token cache vs 67B"]
+    assert ratio.kind == "check" and "typed in" in ratio.inputs
+    assert run_provenance(ratio.provenance) == pytest.approx(b67 / 890.0, rel=1e-12) == ratio.reproduced
+    for c in claims.values():
+        rec = json.loads(json.dumps(c.to_dict()))
+        assert run_provenance(rec["provenance"]) == c.reproduced
+    assert claims["DeepSeek-LLM-67B KV cache in bf16 (GQA)"].reproduced == b67
+
+
+def test_ttft_rows_say_what_the_hit_is_priced_with_and_show_fp4():
+    claims = _build("02_ttft").claims
+    hits = [c for c in claims if "hit" in c.claim and "miss/hit" not in c.claim]
+    assert {("FP4" in c.claim) for c in hits} == {True, False}
+    for c in hits:
+        assert "fitted to the 13 s miss" in c.inputs
+        assert run_provenance(c.provenance) == c.reproduced
+    fp4 = next(c for c in hits if "FP4" in c.claim)
+    bf16 = next(c for c in hits if "BF16" in c.claim)
+    assert fp4.reproduced < bf16.reproduced
+    ratio = next(c for c in claims if "miss/hit" in c.claim)
+    assert "calibrated 13 s" in ratio.inputs
+    assert math.isclose(ratio.reproduced, 13.0 / bf16.reproduced, rel_tol=1e-9)
+
+
+def test_price_gap_row_is_a_proxy_with_its_length_dependence():
+    from tiered_kv.sim.cluster import latency as L
+
+    cfg = L.preset()
+    r8 = run_provenance(("tiered_kv.viz.claim_values:machine_time_ratio",
+                         {"latency_preset": "deepseek-v3", "tokens": 8192}))
+    assert r8 == pytest.approx(float(L.hit_miss_compute_ratio(cfg, 8192)))
+    src = importlib.import_module("tiered_kv.viz.figures.06_cost").__file__
+    text = open(src).read()
+    assert 'kind="proxy"' in text and "at 8K" in text and "at 128K" in text

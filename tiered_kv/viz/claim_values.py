@@ -1,0 +1,136 @@
+"""The public functions behind every REPORT claim's "reproduced" value.
+
+A :class:`tiered_kv.viz.report.Claim` names one of these (``"tiered_kv.viz.claim_values:NAME"``)
+and its keyword inputs in ``provenance``; :func:`tiered_kv.viz.report.run_provenance` calls it
+again. Each returns one float in the claim's unit. Inputs are JSON values (str, int, float,
+bool, lists of them), so ``figures/claims.json`` records them and a test re-executes every one.
+"""
+
+from __future__ import annotations
+
+import importlib
+from functools import lru_cache
+
+
+def _arch(name: str):
+    import tiered_kv.arch as A
+
+    if name not in ("DEEPSEEK_67B", "DEEPSEEK_V2"):
+        raise ValueError(f"arch: must be 'DEEPSEEK_67B' or 'DEEPSEEK_V2', got {name!r}")
+    return getattr(A, name)
+
+
+def kv_bytes_per_token(arch: str, bits: float) -> float:
+    """KV bytes per token of ``tiered_kv.arch.<arch>`` at ``bits`` per element."""
+    return float(_arch(arch).bytes_per_token(bits))
+
+
+def kv_ratio_to_reference(arch: str, bits: float, reference_bytes_per_token: float) -> float:
+    """``arch``'s KV bytes per token over a reference size (DeepSeek's published 890 B/token)."""
+    return kv_bytes_per_token(arch, bits) / reference_bytes_per_token
+
+
+def kv_reduction(arch: str, bits: float, vs_arch: str, vs_bits: float) -> float:
+    """1 - bytes(arch, bits) / bytes(vs_arch, vs_bits)."""
+    return 1.0 - kv_bytes_per_token(arch, bits) / kv_bytes_per_token(vs_arch, vs_bits)
+
+
+def ttft_seconds(case: str, latency_preset: str, tokens: int) -> float:
+    """TTFT of a ``tokens`` prompt from :mod:`tiered_kv.sim.cluster.latency`: 'miss' or 'hit'."""
+    from tiered_kv.sim.cluster import latency as L
+
+    cfg = L.preset(latency_preset)
+    if case == "miss":
+        return float(L.miss_ttft(cfg, tokens))
+    if case == "hit":
+        return float(L.hit_ttft(cfg, tokens))
+    raise ValueError(f"case: must be 'miss' or 'hit', got {case!r}")
+
+
+def miss_over_hit_ttft(latency_preset: str, tokens: int) -> float:
+    """Miss TTFT over hit TTFT of the same prompt (the miss is the calibrated 13 s at 128K)."""
+    return ttft_seconds("miss", latency_preset, tokens) / ttft_seconds("hit", latency_preset, tokens)
+
+
+def machine_time_ratio(latency_preset: str, tokens: int) -> float:
+    """Miss over hit machine (GPU) seconds, :func:`tiered_kv.sim.cluster.latency.hit_miss_compute_ratio`."""
+    from tiered_kv.sim.cluster import latency as L
+
+    return float(L.hit_miss_compute_ratio(L.preset(latency_preset), tokens))
+
+
+def ttl_loss_points(synth_preset: str, days: float, seed: int, traffic_class: str,
+                    long_days: float = 7.0, short_days: float = 3.0) -> float:
+    """Hit-rate points a class loses when its TTL goes from ``long_days`` to ``short_days``."""
+    from tiered_kv.sim.workload.calibration import ttl_loss
+    from tiered_kv.sim.workload.synth import DAY_S
+
+    df = _synth(synth_preset, float(days), int(seed))
+    return 100.0 * ttl_loss(df, traffic_class, long_days * DAY_S, short_days * DAY_S)
+
+
+@lru_cache(maxsize=4)
+def _synth(preset: str, days: float, seed: int):
+    from tiered_kv.sim.workload.synth import generate
+
+    return generate(preset, days, seed)
+
+
+def bounded_replay_flops_ratio(tokens: int) -> float:
+    """Prefill FLOPs of the enc-dec with bounded replay over a same-depth decoder-only baseline."""
+    from tiered_kv.flops import prefill_flops
+
+    f = prefill_flops(tokens)
+    return float(f["encdec_bounded_replay"] / f["baseline_decoder_only"])
+
+
+def day2_disk_fraction(quick: bool) -> float:
+    """Share of day 2's input tokens served from SSD in figure 05's cluster run."""
+    from tiered_kv.sim.cluster import summarize
+
+    fig05 = importlib.import_module("tiered_kv.viz.figures.05_disk_fraction")
+    return float(summarize(fig05.run(quick)[3])["disk_token_fraction"])
+
+
+def shipped_cache_ratio(trace: str) -> float:
+    """Infinite-cache token hit rate of a shipped Mooncake trace."""
+    fig07 = importlib.import_module("tiered_kv.viz.figures.07_capacity_curves")
+    return float(fig07.curve_frame(trace, belady_points=2)[1]["infinite"])
+
+
+def agent_lru_hit_rate(capacity_tokens: float, warmup_days: float | None = None, hour: int = 12,
+                       seed: int = 0) -> float:
+    """LRU token hit rate of hour ``hour`` of the synthetic agent class at one capacity."""
+    import numpy as np
+
+    from tiered_kv.sim.curves import lru_curve
+
+    trace = _agent_hour(None if warmup_days is None else float(warmup_days), int(hour), int(seed))
+    return float(lru_curve(trace, np.array([capacity_tokens])).token_hit_rate[0])
+
+
+@lru_cache(maxsize=2)
+def _agent_hour(warmup_days: float | None, hour: int, seed: int):
+    from dataclasses import replace
+
+    from tiered_kv.sim.replay import compile_trace
+    from tiered_kv.sim.workload import PRESETS, hour_slice
+
+    cfg = PRESETS["agent"] if warmup_days is None else replace(PRESETS["agent"], warmup_days=warmup_days)
+    return compile_trace(hour_slice(cfg, "agent", hour, seed))
+
+
+def deepseek_day_disk_fraction(quick: bool, policy: str = "ttl agent=3d chatbot=7d") -> float:
+    """Disk-served share of figure 15's steady-state day under ``policy``."""
+    fig15 = importlib.import_module("tiered_kv.viz.figures.15_deepseek_day")
+    return float(fig15.run(quick)["policies"][policy]["disk_token_fraction"])
+
+
+def recorded_day_disk_fraction(path: str, policy: str = "ttl agent=3d chatbot=7d") -> float:
+    """Disk-served share recorded by ``tiered-kv day --record`` in a JSON file."""
+    import json
+    from pathlib import Path
+
+    pol = json.loads(Path(path).read_text())["policies"]
+    p = pol.get(policy) or next(iter(pol.values()))
+    return float(p["disk_token_fraction"])
