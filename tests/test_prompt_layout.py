@@ -83,3 +83,15 @@ def test_generator_option_above_and_below_the_stable_prefix():
         _agent(volatile_fraction=2.0)
     with pytest.raises(ValueError, match="volatile_depth_tokens"):
         _agent(volatile_depth_tokens=math.nan)
+
+
+def test_figure_17_depth_table_quick():
+    from tiered_kv.viz.prompt_layout import SERIES, depth_table
+
+    data, below = depth_table(quick=True, depths=(0, 2048))
+    assert set(data["series"]) == set(SERIES)
+    for s in SERIES:
+        sel = data.filter(pl.col("series") == s).sort("depth_tokens")
+        rates = sel["token_hit_rate"].to_list()  # no line, depth 0, 2048, the end
+        assert rates[1] == 0.0 and rates[1] <= rates[2] <= rates[3] <= rates[0]
+    assert set(below["series"]) == set(SERIES[:2])
