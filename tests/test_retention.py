@@ -366,7 +366,8 @@ def test_steady_state_occupancy_wraps_the_tail_and_averages_to_littles_law(seed,
     assert np.all(occ >= cold)
     # its time average is the Little's-law average stored (byte-seconds / span), so peak >= average
     avg = float(R.TTLModel.build(trace, gaps, 1.0).cost(0, ttl)) / gaps.span_s
-    assert float(np.trapezoid(occ, samples) / np.ptp(samples)) == pytest.approx(avg, rel=0.05, abs=0.05)
+    if ttl > 0:  # at TTL 0 a chunk lives for an instant: sampled at that instant it is counted, its byte-seconds are 0
+        assert float(np.trapezoid(occ, samples) / np.ptp(samples)) == pytest.approx(avg, rel=0.05, abs=0.05)
     assert occ.max() >= avg - 1e-9
 
 
