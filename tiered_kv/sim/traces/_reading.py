@@ -13,9 +13,25 @@ import polars as pl
 
 from tiered_kv.sim.traces.schema import SCHEMA, validate_frame
 
+INT64_MAX = 2**63 - 1
+#: List fields that, when present, must hold integers >= 0 (generic traces have one of them).
+ID_LISTS = ("token_ids", "block_ids", "hash_ids")
+
+
+def check_utf8(path: Path) -> None:
+    """A text trace that is not UTF-8 is refused with its file, line and column."""
+    data = Path(path).read_bytes()
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        col = exc.start - (data.rfind(b"\n", 0, exc.start) + 1) + 1
+        raise ValueError(f"{path}:{line}: not UTF-8 text (byte 0x{data[exc.start]:02x} at column {col})") from None
+
 
 def scan_jsonl_for_error(path: Path, required: dict[str, type | tuple[type, ...]]) -> None:
     """Slow exact pass: raise a ValueError naming file, line and field of the first bad record."""
+    check_utf8(path)
     with open(path, encoding="utf-8") as f:
         for lineno, line in enumerate(f, start=1):
             if not line.strip():
@@ -26,6 +42,16 @@ def scan_jsonl_for_error(path: Path, required: dict[str, type | tuple[type, ...]
                 raise ValueError(f"{path}:{lineno}: not valid JSON ({exc.msg})") from None
             if not isinstance(rec, dict):
                 raise ValueError(f"{path}:{lineno}: expected a JSON object, got {type(rec).__name__}")
+            for field in ID_LISTS:
+                value = rec.get(field)
+                if field not in required and value is not None and (not isinstance(value, list) or not all(
+                        isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= INT64_MAX for v in value)):
+                    raise ValueError(f"{path}:{lineno}: field {field!r} must be a list of integers >= 0, "
+                                     f"got {str(value)[:60]}")
+            for field, value in rec.items():
+                if isinstance(value, int) and not isinstance(value, bool) and abs(value) > INT64_MAX:
+                    raise ValueError(f"{path}:{lineno}: field {field!r} is out of range: {value} "
+                                     f"(must be below 2**63)")
             for field, kinds in required.items():
                 if field not in rec:
                     raise ValueError(f"{path}:{lineno}: field {field!r} is missing")

@@ -14,20 +14,47 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from tiered_kv.sim.traces._reading import chain_column, finish, line_of_row, scan_jsonl_for_error
+from tiered_kv.sim.traces._reading import chain_column, check_utf8, finish, line_of_row, scan_jsonl_for_error
+
+
+def _check_csv_fields(path: Path, raw: pl.DataFrame) -> None:
+    """Name the CSV line and field of the first value that is not a number (or a list of ids)."""
+    numeric = ("timestamp_s", "timestamp", "input_length", "output_length", "block_size", "turn")
+    for col in raw.columns:
+        if col in numeric and raw.schema[col] == pl.Utf8:
+            bad = raw.with_row_index("_r").filter(pl.col(col).is_not_null()
+                                                  & pl.col(col).cast(pl.Float64, strict=False).is_null())
+            if bad.height:
+                r = int(bad["_r"][0])
+                raise ValueError(f"{path}:{r + 2}: field {col!r} is not a number: {bad[col][0]!r}")
+        if col in ("token_ids", "block_ids") and raw.schema[col] == pl.Utf8:
+            for r, value in enumerate(raw[col].to_list()):
+                parts = [x for x in str(value or "").strip("[] ").replace(",", " ").split(" ") if x]
+                if not all(x.isdigit() for x in parts):
+                    raise ValueError(f"{path}:{r + 2}: field {col!r} must hold integers >= 0, got {value!r}")
 
 
 def load_generic(path: Path, traffic_class: str | None, block_size: int | None) -> pl.DataFrame:
     suffix = path.suffix.lower()
     if suffix in (".parquet", ".pq"):
-        lf = pl.scan_parquet(path)
-        names = lf.collect_schema().names()
-        keep = [c for c in ("request_id", "timestamp_s", "timestamp", "input_length", "output_length",
-                            "token_ids", "block_ids", "block_size", "traffic_class", "session_id", "turn")
-                if c in names]
-        raw = lf.select(keep).collect()
+        try:
+            lf = pl.scan_parquet(path)
+            names = lf.collect_schema().names()
+            keep = [c for c in ("request_id", "timestamp_s", "timestamp", "input_length", "output_length",
+                                "token_ids", "block_ids", "block_size", "traffic_class", "session_id", "turn")
+                    if c in names]
+            raw = lf.select(keep).collect()
+        except Exception as exc:  # polars' own message is a multi-line traceback: one line instead
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise ValueError(f"{path}: not a readable Parquet trace ({first})") from None
     elif suffix == ".csv":
-        raw = pl.read_csv(path)
+        check_utf8(path)
+        try:
+            raw = pl.read_csv(path)
+        except Exception as exc:
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise ValueError(f"{path}: not a readable CSV trace ({first})") from None
+        _check_csv_fields(path, raw)
         for col in ("token_ids", "block_ids"):  # lists in CSV: space- or comma-separated in quotes
             if col in raw.columns and raw.schema[col] == pl.Utf8:
                 raw = raw.with_columns(pl.col(col).str.strip_chars("[] ").str.replace_all(",", " ")

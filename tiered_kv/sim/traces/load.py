@@ -23,6 +23,9 @@ def detect_format(path: Path) -> str:
     suffix = path.suffix.lower()
     if suffix in (".parquet", ".pq", ".csv"):
         return "generic"
+    from tiered_kv.sim.traces._reading import check_utf8
+
+    check_utf8(path)
     with open(path, encoding="utf-8") as f:
         for line in f:
             if line.strip():
