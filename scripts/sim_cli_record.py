@@ -22,6 +22,11 @@ def _s(x: float) -> str:
     return f"{x:.2f} s"
 
 
+def _t(x: float) -> str:
+    """Seconds, or milliseconds below one second (the work itself is milliseconds)."""
+    return f"{x:.2f} s" if x >= 1 else f"{1e3 * x:.1f} ms"
+
+
 def _runs(xs: list[float]) -> str:
     return ", ".join(f"{x:.2f}" for x in xs)
 
@@ -63,10 +68,10 @@ machine shared with the other jobs described in the summary above.
 | baseline: a process that only imports numpy and numba (`imports_s`) | {_s(cli['imports_s'])} ({_runs(cli['imports_runs_s'])}) | | |
 
 The work itself, in the same run (best of {r['repeat']} after a warm-up call, conversation trace):
-LRU + TTL curves at {conv['lru_capacities']} + {conv['ttl_points']} points {_s(conv['curves_s'])}; the Belady curve at
-the same {conv['lru_capacities']} capacities in one stack pass {_s(conv['belady_curve_s'])} (one Belady replay at one
-capacity: {_s(conv['belady_one_capacity_s'])}); one LRU replay {_s(conv['lru_replay_s'])}. Trace load
-{_s(r['load_trace_s'])}, compile {_s(r['compile_trace_s'])}; numba warm-up in that process {_s(r['jit_warmup_s'])}.
+LRU + TTL curves at {conv['lru_capacities']} + {conv['ttl_points']} points {_t(conv['curves_s'])}; the Belady curve at
+the same {conv['lru_capacities']} capacities in one stack pass {_t(conv['belady_curve_s'])} (one Belady replay at one
+capacity: {_t(conv['belady_one_capacity_s'])}); one LRU replay {_t(conv['lru_replay_s'])}. Trace load
+{_t(r['load_trace_s'])}, compile {_t(r['compile_trace_s'])}; numba warm-up in that process {_t(r['jit_warmup_s'])}.
 
 What a warm start consists of: Python, numpy and numba (the baseline row), numba's one-time set-up
 of its compiler context when the first cached kernel loads, the cached kernels themselves and the
