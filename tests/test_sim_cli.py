@@ -143,3 +143,14 @@ def test_curves_policy_bad_names(capsys, policy, match):
     assert main(["curves", "--trace", "conversation", "--points", "2", "--policy", policy, "--workers", "1"]) == 2
     err = capsys.readouterr().err
     assert match in err and "Traceback" not in err
+
+
+def test_the_tiered_kv_process_ends_without_teardown_and_loses_no_output():
+    """`curves` and `simulate` set FAST_EXIT: the process ends right after them, output flushed."""
+    cmd = [sys.executable, "-m", "tiered_kv.cli"]
+    ok = subprocess.run([*cmd, "curves", "--trace", "conversation", "--points", "4", "--ttl-points", "4",
+                         "--belady-points", "2", "--json"], capture_output=True, text=True, timeout=300)
+    assert ok.returncode == 0, ok.stderr
+    assert len(json.loads(ok.stdout)["capacity_tokens"]) == 4
+    bad = subprocess.run([*cmd, "simulate", "--trace", "missing.jsonl"], capture_output=True, text=True, timeout=300)
+    assert bad.returncode == 2 and "trace file not found" in bad.stderr

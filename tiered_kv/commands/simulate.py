@@ -19,6 +19,9 @@ from typing import Any
 
 NAME = "simulate"
 HELP = "replay a trace through a retention policy (lru, ttl, watermark, belady) and report hit rates"
+#: Nothing is left to flush or close when run() returns: the tiered-kv process may end without
+#: interpreter teardown (tiered_kv.cli.main).
+FAST_EXIT = True
 
 
 def register(parser: argparse.ArgumentParser) -> None:
