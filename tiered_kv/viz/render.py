@@ -1,6 +1,6 @@
 """Charts that render without the internet: static SVG for plain charts, bundled vega for dashboards.
 
-altair's default renderer emits HTML that loads vega from a CDN (``cdn.jsdelivr.net``): in a
+altair's default renderer emits HTML that loads vega from a public CDN at display time: in a
 workshop room without reliable internet, or in an exported HTML notebook opened offline, every
 chart is then an ``Error loading script``. JupyterLab 4 only bundles a renderer for vega-lite 5,
 and altair 6 writes vega-lite 6, so the vega-lite mimetype is no way out either.
