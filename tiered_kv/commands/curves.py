@@ -71,15 +71,18 @@ def _pick(n: int, k: int | None) -> list[int]:
 
 
 def compute_curves(trace, sem, capacities, ttls, belady_idx: list[int], progress: bool = True,
-                   fifo_trie: bool = False) -> dict[str, Any]:
+                   fifo_trie: bool = False, compiling=None) -> dict[str, Any]:
     """Every curve of the JSON output for a compiled trace (field names: docs/semantics.md).
 
     Belady comes as hit tokens and token hit rates (None where not computed); with
     ``fifo_trie`` (or kvcache.ai's semantics) the FIFO-trie curve of ``bench peers`` too.
+    ``compiling`` is the process of :func:`tiered_kv.sim.policies.precompile.start` compiling
+    the Belady kernels meanwhile; it is waited for just before Belady runs.
     """
     import numpy as np
 
     from tiered_kv.sim import curves as C
+    from tiered_kv.sim.policies import precompile
 
     caps = np.asarray(capacities, dtype=np.float64)
     bs = trace.uniform_block_size
@@ -108,6 +111,7 @@ def compute_curves(trace, sem, capacities, ttls, belady_idx: list[int], progress
         lru = C.lru_curve(trace, caps, keys)
         lru_hit = lru.hit_tokens
         if belady_idx:
+            precompile.wait(compiling)
             bel = C.belady_curve(trace, caps[belady_idx], progress=progress)
             for j, i in enumerate(belady_idx):
                 belady_hits[i] = int(bel.hit_tokens[j])
@@ -147,9 +151,12 @@ def run(args: argparse.Namespace) -> int:
 
     from tiered_kv.commands._common import jsonable, load_compiled
     from tiered_kv.sim import curves as C
-    from tiered_kv.sim.policies import DEFAULT_BYTES_PER_TOKEN, capacity_tokens_from
+    from tiered_kv.sim.policies import DEFAULT_BYTES_PER_TOKEN, capacity_tokens_from, precompile
     from tiered_kv.units import format_bytes, format_duration
 
+    # first run: Belady's kernels compile on the second core while the trace loads and the
+    # other kernels compile here (tiered_kv.sim.policies.precompile)
+    compiling = precompile.start() if args.belady_points != 0 and args.semantics != "kvcache-ai" else None
     trace, sem = load_compiled(args)
     bpt = args.bytes_per_token or DEFAULT_BYTES_PER_TOKEN
     if args.capacity:
@@ -159,7 +166,7 @@ def run(args: argparse.Namespace) -> int:
         caps = C.default_capacities(trace, args.points)
     ttls = C.default_ttls(trace, args.ttl_points)
     out = compute_curves(trace, sem, caps, ttls, _pick(len(caps), args.belady_points), progress=not args.json,
-                         fifo_trie=args.fifo_trie)
+                         fifo_trie=args.fifo_trie, compiling=compiling)
     out.update({"trace": str(args.trace), "semantics": sem.name, "bytes_per_token": bpt})
     if args.policy:
         if sem.lru_policy == "lru-trie":

@@ -1,0 +1,81 @@
+"""Compile the Belady kernels in a second process while the first one does everything else.
+
+Why: on a first run (numba's cache empty) ``tiered-kv curves`` spends most of its time in the
+LLVM back end, and the largest single kernel, Belady's priority-stack pass
+(:func:`~tiered_kv.sim.policies.belady.stack_hist`), takes about as long to compile as loading
+the trace and compiling every other kernel together. Those two halves do not depend on each
+other, and the machine has a second core: :func:`start` launches ``python -m
+tiered_kv.sim.policies.precompile``, which compiles the Belady kernels for the exact argument
+types :func:`~tiered_kv.sim.policies.belady.belady_hit_tokens` passes and writes them to numba's
+on-disk cache; the caller goes on, and by the time it reaches Belady its own first call loads the
+kernel from that cache instead of compiling it.
+
+Nothing depends on the helper succeeding: :func:`wait` gives it a bounded time and any failure
+(no writable cache, ``NUMBA_DISABLE_JIT``, a killed process) only means the caller compiles the
+kernel itself, as it would have without this module. When the cache already holds the kernels
+no process is started at all (a warm run pays nothing).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+#: Seconds :func:`wait` gives the helper before the caller compiles on its own.
+WAIT_S = 60.0
+
+
+def _kernels():
+    from tiered_kv.sim.policies.belady import _chained, stack_hist
+
+    return (stack_hist, _chained)
+
+
+def cached() -> bool:
+    """True when numba's on-disk cache has an entry for each Belady kernel (or caching is off)."""
+    if os.environ.get("NUMBA_DISABLE_JIT", "0") not in ("", "0"):
+        return True
+    try:
+        return all(os.path.exists(k._cache._cache_file._index_path) for k in _kernels())
+    except Exception:  # a numba without these internals: never start a helper
+        return True
+
+
+def start() -> subprocess.Popen | None:
+    """Start the compiling process unless the kernels are cached; returns it (or None)."""
+    if cached():
+        return None
+    try:
+        return subprocess.Popen([sys.executable, "-m", "tiered_kv.sim.policies.precompile"],
+                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    except OSError:
+        return None
+
+
+def wait(proc: subprocess.Popen | None, timeout: float = WAIT_S) -> bool:
+    """Wait for ``proc`` (from :func:`start`); True when it finished cleanly."""
+    if proc is None:
+        return False
+    try:
+        return proc.wait(timeout=timeout) == 0
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        return False
+
+
+def compile_now() -> None:
+    """Compile (and cache) the Belady kernels for the argument types the replays use."""
+    import numpy as np
+
+    stack_hist, chained = _kernels()
+    one = np.zeros(1, np.int64)
+    # belady_hit_tokens: int64 arrays, int64 scalars (see its call); trie_belady passes the same types
+    stack_hist(one, one, one, np.int64(1), one, one, np.int64(1), np.int64(1), np.ones(1, np.int64))
+    # _chained(trace.offsets int64 [n+1], trace.blocks int32 [m], n_unique)
+    chained(np.zeros(2, np.int64), np.zeros(1, np.int32), np.int64(1))
+
+
+if __name__ == "__main__":
+    compile_now()
