@@ -18,7 +18,7 @@ Design choices worth knowing:
   (a query at absolute position t sees keys at positions p with t-W < p <= t) over query
   chunks, so a 32K-token prefill never materializes a 32K x 32K score matrix. Cross-attention
   to the global KV on the CPU sends the keys every query of a chunk can see to torch's flash
-  kernel and masks only the causal square (:func:`_cross_attention_cpu`). Training uses a
+  kernel and masks only the causal square (:mod:`tiered_kv.attention`). Training uses a
   batched, masked SDPA path that computes the same function (tests check they all agree).
 - :class:`DecoderOnly` is a plain decoder-only transformer of the same depth (L_e+L_d
   sliding-window layers, each with its own KV), the baseline for prefill FLOP counts.
@@ -38,9 +38,6 @@ BYTE_VOCAB = 256
 BOS = 256  #: start of a document (every file in the training corpus starts with it)
 EOS = 257  #: end of a document
 VOCAB_SIZE = 258
-
-#: Query-chunk size for inference attention; bounds the score matrix per call.
-_MAX_SCORES = 1 << 24
 
 
 @dataclass(frozen=True)
@@ -108,164 +105,18 @@ def preset(name: str, **overrides) -> ModelConfig:
     return replace(PRESETS[name], **overrides)
 
 
-# --------------------------------------------------------------------------- attention helpers
-
-def _swa_reference(q, k, v, window, q_offset, *, k_offset=0, scale=None, backend="torch"):
-    """Masked-SDPA sliding-window attention, same signature as the kernels' function."""
-    tq, tk = q.shape[0], k.shape[0]
-    qp = torch.arange(tq, device=q.device) + q_offset
-    kp = torch.arange(tk, device=q.device) + k_offset
-    diff = qp[:, None] - kp[None, :]
-    mask = (diff >= 0) & (diff < window)
-    out = F.scaled_dot_product_attention(q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1),
-                                         attn_mask=mask, scale=scale, enable_gqa=True)
-    return out.transpose(0, 1)
-
-
-def _swa_function():
-    try:
-        from tiered_kv.kernels.swa import sliding_window_attention
-    except ImportError:  # kernels not landed in this checkout: same math, masked SDPA
-        return _swa_reference
-    return sliding_window_attention
-
-
-def windowed_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: int, q_offset: int,
-                       k_offset: int) -> torch.Tensor:
-    """Causal attention of ``q`` [Tq,Hq,D] (from ``q_offset``) over keys from ``k_offset``.
-
-    ``window`` = None means unbounded (full causal, used by cross-attention). Queries are
-    processed in chunks, each seeing only the keys its window can reach, so memory stays
-    bounded and the work is O(Tq * min(W, Tk)).
-    """
-    tq, hq, _ = q.shape
-    if window is None and k_offset == 0 and q.device.type == "cpu" and _FLASH_CPU is not None:
-        return _cross_attention_cpu(q, k, v, q_offset)
-    if window is not None:
-        chunk = min(tq, max(window, 256))
-    elif q.device.type == "meta":  # FLOP counting only: no memory is touched, few large chunks
-        chunk = min(tq, 4096)
-    else:
-        chunk = min(tq, max(16, _MAX_SCORES // max(1, hq * (k_offset + k.shape[0]))))
-    # Cross-attention (window=None) is a window wide enough to reach position 0.
-    win = window if window is not None else q_offset + tq + 1
-    if window is None or q.device.type == "meta":
-        fn = _swa_reference
-    else:
-        fn = _swa_function()
-    outs = []
-    for a in range(0, tq, chunk):
-        b = min(tq, a + chunk)
-        qa = q_offset + a
-        lo = max(k_offset, qa - win + 1)
-        hi = min(k_offset + k.shape[0], q_offset + b)
-        ks, ke = lo - k_offset, hi - k_offset
-        outs.append(fn(q[a:b], k[ks:ke], v[ks:ke], win, qa, k_offset=lo))
-    return torch.cat(outs, 0) if len(outs) > 1 else outs[0]
-
-
-_FLASH_CPU = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
-
-
-def _cross_attention_cpu(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_offset: int,
-                         chunk: int = 1024) -> torch.Tensor:
-    """Causal cross-attention of q [Tq,Hq,D] at [q_offset, q_offset+Tq) over keys [0, q_offset+Tq).
-
-    Why a special path: every query of a chunk [a, b) sees *all* keys before a, so that part
-    needs no mask and runs in torch's CPU flash kernel (no score matrix in memory), with the
-    query heads of a KV group folded into the query axis (GQA without copying K/V). Only the
-    small causal square [a, b) x [a, b) is masked; the two parts are merged by log-sum-exp.
-    This is what makes a bounded replay over 32K global keys cheap.
-    """
-    tq, hq, d = q.shape
-    hkv = k.shape[1]
-    g = hq // hkv
-    scale = d ** -0.5
-    outs = []
-    for a0 in range(0, tq, chunk):
-        b0 = min(tq, a0 + chunk)
-        a, b, n = q_offset + a0, q_offset + b0, b0 - a0
-        qc = q[a0:b0]
-        qh = qc.permute(1, 0, 2)  # [Hq, n, D]
-        kb = k[a:b].permute(1, 0, 2).repeat_interleave(g, 0)
-        vb = v[a:b].permute(1, 0, 2).repeat_interleave(g, 0)
-        sb = (qh @ kb.transpose(1, 2)) * scale
-        sb = sb.masked_fill(torch.ones(n, n, dtype=torch.bool, device=q.device).triu(1), float("-inf"))
-        lse_b = torch.logsumexp(sb, -1)
-        out_b = torch.softmax(sb, -1) @ vb  # [Hq, n, D]
-        if a == 0:
-            outs.append(out_b.permute(1, 0, 2))
-            continue
-        qa = qc.reshape(n, hkv, g, d).permute(1, 2, 0, 3).reshape(1, hkv, g * n, d)
-        ka = k[:a].permute(1, 0, 2).unsqueeze(0).contiguous()
-        va = v[:a].permute(1, 0, 2).unsqueeze(0).contiguous()
-        out_a, lse_a = _FLASH_CPU(qa.contiguous(), ka, va, scale=scale)[:2]
-        out_a = out_a.reshape(hkv, g, n, d).reshape(hq, n, d)
-        lse_a = lse_a.reshape(hkv, g, n).reshape(hq, n)
-        m = torch.maximum(lse_a, lse_b)
-        wa, wb = (lse_a - m).exp()[..., None], (lse_b - m).exp()[..., None]
-        outs.append(((out_a * wa + out_b * wb) / (wa + wb)).permute(1, 0, 2))
-    return torch.cat(outs, 0) if len(outs) > 1 else outs[0]
-
-
-def _batched_attention(q, k, v, window: int | None) -> torch.Tensor:
-    """Training path: q [B,T,Hq,D], k/v [B,T,Hkv,D], both from position 0.
-
-    Full causal attention (``window`` None, the cross-attention) goes to SDPA's causal flash
-    kernel, which skips the masked half. Sliding-window attention over a long sequence is
-    computed block-banded (:func:`_banded_attention`): O(T*2W) instead of O(T^2) work, which
-    is what makes training on sequences several times W affordable on a CPU.
-    """
-    t = q.shape[1]
-    if window is None:
-        out = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
-                                             is_causal=True, enable_gqa=True)
-        return out.transpose(1, 2)
-    if t > 2 * window:
-        return _banded_attention(q, k, v, window)
-    pos = torch.arange(t, device=q.device)
-    diff = pos[:, None] - pos[None, :]
-    mask = (diff >= 0) & (diff < window)
-    out = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
-                                         attn_mask=mask, enable_gqa=True)
-    return out.transpose(1, 2)
-
-
-def _banded_attention(q, k, v, window: int) -> torch.Tensor:
-    """Sliding-window attention in blocks of W queries, each over its own and the previous block.
-
-    A query at t sees keys t-W < p <= t, all inside [block start - W, block end), so each block
-    of W queries needs only 2W keys; the first block's missing predecessor is masked out.
-    """
-    b, t, h, d = q.shape
-    hk, c = k.shape[2], window
-    n = -(-t // c)
-    pad = n * c - t
-    if pad:
-        q, k, v = (F.pad(x, (0, 0, 0, 0, 0, pad)) for x in (q, k, v))
-    kc, vc = k.view(b, n, c, hk, d), v.view(b, n, c, hk, d)
-    kk = torch.cat([torch.cat([torch.zeros_like(kc[:, :1]), kc[:, :-1]], 1), kc], 2)
-    vv = torch.cat([torch.cat([torch.zeros_like(vc[:, :1]), vc[:, :-1]], 1), vc], 2)
-    diff = torch.arange(c, device=q.device)[:, None] + c - torch.arange(2 * c, device=q.device)[None, :]
-    mask = ((diff >= 0) & (diff < window)).expand(n, c, 2 * c).clone()
-    mask[0, :, :c] = False
-    out = F.scaled_dot_product_attention(
-        q.reshape(b * n, c, h, d).transpose(1, 2), kk.reshape(b * n, 2 * c, hk, d).transpose(1, 2),
-        vv.reshape(b * n, 2 * c, hk, d).transpose(1, 2), attn_mask=mask.repeat(b, 1, 1)[:, None],
-        enable_gqa=True)
-    return out.transpose(1, 2).reshape(b, n * c, h, d)[:, :t]
-
-
-def rope(x: torch.Tensor, positions: torch.Tensor, theta: float) -> torch.Tensor:
-    """Rotary embedding of x [..., T, H, D] at absolute ``positions`` [T] (rotate-half form)."""
-    d = x.shape[-1]
-    inv = theta ** (-torch.arange(0, d, 2, device=x.device, dtype=torch.float32) / d)
-    ang = positions.to(torch.float32)[:, None] * inv[None, :]
-    cos = torch.cat([ang.cos(), ang.cos()], -1)[:, None, :].to(x.dtype)
-    sin = torch.cat([ang.sin(), ang.sin()], -1)[:, None, :].to(x.dtype)
-    x1, x2 = x[..., : d // 2], x[..., d // 2:]
-    return x * cos + torch.cat([-x2, x1], -1) * sin
-
+# attention functions live in tiered_kv.attention (re-exported here for old callers)
+from tiered_kv.attention import (  # noqa: E402,F401
+    _FLASH_CPU,
+    _MAX_SCORES,
+    _banded_attention,
+    _batched_attention,
+    _cross_attention_cpu,
+    _swa_function,
+    _swa_reference,
+    rope,
+    windowed_attention,
+)
 
 # --------------------------------------------------------------------------- window state
 
