@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from tiered_kv.engine import Engine, fp4_roundtrip, namespace_for
-from tiered_kv.model import EncoderDecoder, preset
+from tiered_kv.testing.models import scaled_tiny_model
 from tiered_kv.tiers.host import HostTier
 from tiered_kv.tiers.ssd import SSDTier
 
@@ -13,13 +13,7 @@ BLOCK = 16
 
 @pytest.fixture(scope="module")
 def model():
-    torch.manual_seed(0)
-    m = EncoderDecoder(preset("tiny")).eval()
-    with torch.no_grad():  # larger weights than the init so attention is far from uniform
-        for p in m.parameters():
-            if p.ndim > 1:
-                p.mul_(8)
-    return m
+    return scaled_tiny_model()
 
 
 @pytest.fixture

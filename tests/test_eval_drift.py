@@ -9,19 +9,14 @@ import torch
 from tiered_kv.cli import main
 from tiered_kv.drift import drift_summary, prefix_drift
 from tiered_kv.evaluate import context_curve, heldout_loss, long_context_gain, read_text_files
-from tiered_kv.model import EncoderDecoder, load_checkpoint, preset, save_checkpoint
+from tiered_kv.model import load_checkpoint, save_checkpoint
 from tiered_kv.replay_quality import near_exact_replay, replay_error
+from tiered_kv.testing.models import scaled_tiny_model
 
 
 @pytest.fixture(scope="module")
 def model():
-    torch.manual_seed(0)
-    m = EncoderDecoder(preset("tiny")).eval()
-    with torch.no_grad():
-        for p in m.parameters():
-            if p.ndim > 1:
-                p.mul_(8)
-    return m
+    return scaled_tiny_model()
 
 
 @pytest.fixture(scope="module")
