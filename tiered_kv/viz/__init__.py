@@ -10,6 +10,7 @@ object, which is what ``tests/test_widgets.py`` checks):
 - :mod:`.retention`: one scan of a trace into a table; hit rates, TTL/capacity curves, SSD
   occupancy and effective retention at any per-class TTL / capacity / watermark (notebook 03).
 - :mod:`.retention_dashboard`: sliders over that table, real trace and synthetic workload.
+- :mod:`.one_watermark`: one GC watermark against the 3 d / 7 d TTL pair, per class (figure 14, notebook 03).
 - :mod:`.fp4`, :mod:`.ttft`, :mod:`.replay`, :mod:`.tour`: notebooks 02, 04, 01 and 00.
 - :mod:`.gallery`: the figures of ``tiered-kv reproduce`` with their claims (notebook 05).
 - :mod:`.workshop`: exercises and ``check_answer`` (notebook 06 and its solutions).

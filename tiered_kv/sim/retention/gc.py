@@ -184,9 +184,13 @@ def run_gc(trace: CompiledTrace, mechanism: str, capacity_bytes: float, chunk_by
 
 
 def eviction_frame(run: GCRun, names: tuple[str, ...]) -> pl.DataFrame:
-    """One row per eviction: mechanism, traffic_class, idle_s, age_s."""
-    return pl.DataFrame({"mechanism": run.mechanism, "traffic_class": np.asarray(names)[run.evicted_class],
-                         "idle_s": run.idle_s, "age_s": run.age_s})
+    """One row per eviction: mechanism, traffic_class, idle_s, age_s (typed even when empty)."""
+    n = run.evicted_class.size
+    return pl.DataFrame({"mechanism": [run.mechanism] * n,
+                         "traffic_class": np.asarray(names, dtype=object)[run.evicted_class].tolist(),
+                         "idle_s": run.idle_s, "age_s": run.age_s},
+                        schema={"mechanism": pl.Utf8, "traffic_class": pl.Utf8, "idle_s": pl.Float64,
+                                "age_s": pl.Float64})
 
 
 def summarize_run(trace: CompiledTrace, run: GCRun) -> list[dict]:
