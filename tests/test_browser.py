@@ -41,7 +41,8 @@ NOTEBOOKS = sorted(p.name for p in (ROOT / "notebooks").glob("*.ipynb"))
 CHART_CELL = re.compile(r"_chart\(|[Dd]ashboard\(|Gallery\(")
 #: Chart cells each notebook has at least (so the pattern above cannot silently match nothing).
 MIN_CHART_CELLS = {"00_tour.ipynb": 1, "01_window_and_replay.ipynb": 1, "02_fp4.ipynb": 3, "03_retention.ipynb": 3,
-                   "04_ttft_and_cost.ipynb": 1, "05_reproduce.ipynb": 1, "06_workshop.ipynb": 4}
+                   "04_ttft_and_cost.ipynb": 1, "05_reproduce.ipynb": 1, "06_workshop.ipynb": 4,
+                   "07_policy_arena.ipynb": 2}
 
 pytestmark = pytest.mark.browser
 

@@ -22,7 +22,7 @@ ALL = sorted(NOTEBOOKS.glob("*.ipynb"))
 def test_the_notebooks_of_the_workbench_exist():
     names = {p.stem for p in ALL}
     expected = {"00_tour", "01_window_and_replay", "02_fp4", "03_retention", "04_ttft_and_cost",
-                "05_reproduce", "06_workshop", "06_workshop_solutions"}
+                "05_reproduce", "06_workshop", "06_workshop_solutions", "07_policy_arena"}
     assert expected <= names, f"missing notebooks: {sorted(expected - names)}"
 
 

@@ -13,6 +13,8 @@ object, which is what ``tests/test_widgets.py`` checks):
 - :mod:`.one_watermark`: one GC watermark against the 3 d / 7 d TTL pair, per class (figure 14, notebook 03).
 - :mod:`.fp4`, :mod:`.ttft`, :mod:`.replay`, :mod:`.tour`: notebooks 02, 04, 01 and 00.
 - :mod:`.gallery`: the figures of ``tiered-kv reproduce`` with their claims (notebook 05).
+- :mod:`.policy_arena`: every policy's hit rate and SSD wear at every capacity, computed once;
+  the arena dashboard over it (notebook 07) and figure 16.
 - :mod:`.workshop`: exercises and ``check_answer`` (notebook 06 and its solutions).
 - :mod:`.widgets`: the in-place chart view (offline vega bundle) and small widget helpers.
 - :mod:`.render`: the offline renderer of plain charts (SVG by vl-convert, no CDN), made

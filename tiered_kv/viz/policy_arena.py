@@ -5,14 +5,38 @@
 long frame; figure 16 (``tiered-kv reproduce``) and the arena notebook draw from it, and
 :func:`summary` says in words which policy wins where, how far each is from Belady, and what
 admit-on-second-sighting saves in writes and costs in hits.
+
+The dashboard of notebook 07 (:class:`PolicyArenaDashboard`): :func:`build_arena` runs
+:func:`arena_table` once for every policy and filter the notebook offers; choosing policies,
+the admission filter or a capacity (a slider over the precomputed grid) only selects rows of
+that table (:func:`arena_view`, two filters of a few hundred rows) and swaps the chart's data in
+place (:class:`tiered_kv.viz.widgets.ChartView`), so a redraw costs milliseconds. Left: hit
+rate against capacity per policy with Belady dashed and a marker at the slider's capacity;
+right: the wear frontier (drive writes per day against hit rate, one line per policy through
+its capacities) with the same capacity's points; above them, a table of hit rate, distance
+below Belady, SSD bytes written, bytes written per hit byte and drive writes per day.
 """
 
 from __future__ import annotations
 
+import html
 import math
+from dataclasses import dataclass, field
 
+import altair as alt
+import ipywidgets as widgets
 import numpy as np
 import polars as pl
+
+from tiered_kv.viz.widgets import (
+    ChartView,
+    DashboardBox,
+    dashboard_bundle,
+    error_box,
+    html_table,
+    records,
+    watch,
+)
 
 #: The policies the arena shows by default (``belady`` is drawn as the bound).
 POLICIES = ("lru", "fifo", "lfu", "arc", "slru", "2q", "s3fifo", "sieve", "gdsf")
@@ -84,3 +108,299 @@ def summary(data: pl.DataFrame) -> dict:
                           "min_hit_change": float((grp["token_hit_rate_ss"] - grp["token_hit_rate"]).min()),
                           "max_hit_change": float((grp["token_hit_rate_ss"] - grp["token_hit_rate"]).max())})
     return {"wins": wins, "distance": dist.to_dicts(), "second_sighting": trade}
+
+
+# --- the arena dashboard (notebook 07) --------------------------------------------------------
+
+BOUND = "Belady (bound)"
+#: Colours of the policies (Tableau 10); Belady is drawn in near-black, dashed.
+PALETTE = ("#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7", "#9c755f",
+           "#bab0ac")
+#: Notebook sizes: (seconds of the conversation trace from its start, None for all of it; capacities;
+#: worker processes). One process at small size: loading the zoo's compiled kernels in fresh
+#: workers costs more than the replays themselves.
+SIZES = {"small": (900.0, 8, 1), "full": (None, 24, 2)}
+
+
+@dataclass(eq=False)
+class Arena:
+    """Every policy's curves on one trace, computed once (:func:`build_arena`); views only select.
+
+    ``frames[admission]`` holds that admission's rows plus Belady's (the bound, the same under
+    every filter), sorted by policy and capacity, so a view is two filters of a few hundred rows.
+    """
+
+    data: pl.DataFrame
+    capacities: np.ndarray  # tokens, the grid every policy was replayed at
+    policies: tuple[str, ...]
+    admissions: tuple[str, ...]
+    bytes_per_token: float
+    title: str
+    info: dict
+    frames: dict[str, pl.DataFrame] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        bound = self.data.filter(pl.col("admission") == "bound")
+        for adm in self.admissions:
+            self.frames[adm] = pl.concat([bound, self.data.filter(pl.col("admission") == adm)]).sort(
+                ["policy", "capacity_tokens"])
+
+    def snap(self, capacity_tokens: float) -> int:
+        """The grid capacity nearest ``capacity_tokens`` in log space."""
+        caps = self.capacities
+        i = int(np.argmin(np.abs(np.log(caps) - math.log(max(float(capacity_tokens), 1.0)))))
+        return int(caps[i])
+
+
+def build_arena(trace, policies=POLICIES, *, points: int = 24, admissions=ADMISSIONS, workers: int | None = None,
+                bytes_per_token: float | None = None, title: str = "") -> Arena:
+    """The slow part, once: :func:`arena_table` of ``trace`` (compiled, or a trace frame).
+
+    ``policies`` may name plug-in files (``path/to/file.py:Class``, docs/policies.md); ``workers``
+    defaults to two processes (or one on a one-core machine).
+    """
+    import os
+
+    from tiered_kv.sim.curves import default_capacities
+    from tiered_kv.sim.policies import DEFAULT_BYTES_PER_TOKEN
+    from tiered_kv.sim.replay import CompiledTrace, compile_trace
+
+    policies = tuple(dict.fromkeys(p for p in policies if p != "belady"))
+    if not policies:
+        raise ValueError("policies: name at least one policy besides belady (the bound is always drawn)")
+    admissions = tuple(admissions)
+    bad = [a for a in admissions if a not in ADMISSIONS]
+    if bad or not admissions:
+        raise ValueError(f"admissions: each must be one of {list(ADMISSIONS)}, got {list(admissions)}")
+    if not isinstance(trace, CompiledTrace):
+        trace = compile_trace(trace)
+    workers = min(2, os.cpu_count() or 1) if workers is None else int(workers)
+    bpt = float(bytes_per_token or DEFAULT_BYTES_PER_TOKEN)
+    caps = default_capacities(trace, points)
+    data = arena_table(trace, policies, admissions=admissions, workers=workers, bytes_per_token=bpt,
+                       capacities=caps)
+    span = float(trace.timestamps[-1] - trace.timestamps[0]) if trace.n_requests else 0.0
+    info = {"requests": int(trace.n_requests), "accesses": int(trace.n_accesses),
+            "block_size": int(trace.uniform_block_size), "span_s": span}
+    return Arena(data=data, capacities=np.asarray(caps, dtype=np.int64), policies=policies, admissions=admissions,
+                 bytes_per_token=bpt, title=title, info=info)
+
+
+def arena_view(arena: Arena, policies, admission: str, capacity_tokens: float) -> dict:
+    """What the dashboard shows for one setting: pure selection from the precomputed frames.
+
+    Returns ``capacity_tokens`` (snapped to the grid), ``capacity_bytes``, ``curves`` (the
+    chosen policies under ``admission`` and Belady at every capacity), ``marks`` (their rows at
+    the capacity) and ``rows`` (the summary table's numbers, Belady first).
+    """
+    if admission not in arena.frames:
+        raise ValueError(f"admission: must be one of {list(arena.admissions)}, got {admission!r}")
+    chosen = list(policies)
+    unknown = [p for p in chosen if p not in arena.policies]
+    if unknown:
+        raise ValueError(f"policies: {unknown} were not precomputed (this arena has {list(arena.policies)})")
+    cap = arena.snap(capacity_tokens)
+    frame = arena.frames[admission]
+    curves = frame.filter(pl.col("policy").is_in([BOUND, *chosen]))
+    marks = curves.filter(pl.col("capacity_tokens") == cap)
+    belady = marks.filter(pl.col("policy") == BOUND)
+    bound = float(belady["token_hit_rate"][0]) if belady.height else math.nan
+    by_policy = {r["policy"]: r for r in marks.iter_rows(named=True)}
+    rows = []
+    for p in (BOUND, *chosen):
+        r = by_policy[p]
+        rows.append({"policy": "belady" if p == BOUND else p, "token_hit_rate": r["token_hit_rate"],
+                     "below_belady": bound - r["token_hit_rate"], "ssd_bytes_written": r["ssd_bytes_written"],
+                     "bytes_written_per_hit_byte": r["bytes_written_per_hit_byte"],
+                     "drive_writes_per_day": r["drive_writes_per_day"]})
+    return {"admission": admission, "policies": chosen, "capacity_tokens": cap,
+            "capacity_bytes": cap * arena.bytes_per_token, "curves": curves, "marks": marks, "rows": rows}
+
+
+def _wear_points(frame: pl.DataFrame) -> pl.DataFrame:
+    return frame.filter(pl.col("drive_writes_per_day").is_finite() & (pl.col("drive_writes_per_day") > 0))
+
+
+def arena_datasets(view: dict) -> dict[str, list[dict]]:
+    """The named data sources of :func:`arena_template` at one setting (JSON rows)."""
+    cols = ["policy", "capacity_tokens", "capacity_bytes", "token_hit_rate", "drive_writes_per_day",
+            "bytes_written_per_hit_byte"]
+    curves, marks = view["curves"].select(cols), view["marks"].select(cols)
+    return {"curves": records(curves), "marks": records(marks),
+            "wear": records(_wear_points(curves)), "wear_marks": records(_wear_points(marks)),
+            "capacity": [{"capacity_tokens": view["capacity_tokens"]}]}
+
+
+def arena_template(arena: Arena) -> alt.HConcatChart:
+    """Hit rate vs capacity per policy (Belady dashed) and the wear frontier (drive writes per day
+    vs hit rate), with a marker at the slider's capacity on both (named data sources: a redraw
+    swaps the data only)."""
+    order = [BOUND, *arena.policies]
+    palette = [PALETTE[i % len(PALETTE)] for i in range(len(arena.policies))]
+    color = alt.Color("policy:N", title="policy", scale=alt.Scale(domain=order, range=["#222222", *palette]),
+                      sort=order)
+    dash = alt.condition(alt.datum.policy == BOUND, alt.value([5, 4]), alt.value([1, 0]))
+    x_cap = alt.X("capacity_tokens:Q", title="SSD capacity (tokens, log scale)",
+                  scale=alt.Scale(type="log", domain=[float(arena.capacities[0]), float(arena.capacities[-1])]))
+    y_hit = alt.Y("token_hit_rate:Q", title="token hit rate", axis=alt.Axis(format="%"))
+    tip = ["policy:N", alt.Tooltip("capacity_tokens:Q", format=",", title="capacity (tokens)"),
+           alt.Tooltip("capacity_bytes:Q", format=".3s", title="capacity (bytes)"),
+           alt.Tooltip("token_hit_rate:Q", format=".2%"),
+           alt.Tooltip("drive_writes_per_day:Q", format=".3s", title="drive writes per day"),
+           alt.Tooltip("bytes_written_per_hit_byte:Q", format=".3s", title="bytes written per hit byte")]
+    curve = alt.layer(
+        alt.Chart(alt.Data(name="curves")).mark_line().encode(x_cap, y_hit, color=color, strokeDash=dash,
+                                                              tooltip=tip),
+        alt.Chart(alt.Data(name="capacity")).mark_rule(color="#888").encode(x_cap),
+        alt.Chart(alt.Data(name="marks")).mark_point(size=70, filled=True).encode(x_cap, y_hit, color=color,
+                                                                                  tooltip=tip),
+    ).properties(width=380, height=280, title="hit rate vs capacity (dashed: Belady, the bound)")
+    x_hit = alt.X("token_hit_rate:Q", title="token hit rate", axis=alt.Axis(format="%"))
+    y_wear = alt.Y("drive_writes_per_day:Q", scale=alt.Scale(type="log"),
+                   title="SSD drive writes per day (log scale)")
+    wear = alt.layer(
+        alt.Chart(alt.Data(name="wear")).mark_line(opacity=0.6).encode(
+            x_hit, y_wear, color=color, strokeDash=dash, order="capacity_tokens:Q", tooltip=tip),
+        alt.Chart(alt.Data(name="wear_marks")).mark_point(size=90, filled=True).encode(
+            x_hit, y_wear, color=color, tooltip=tip),
+    ).properties(width=380, height=280, title="wear frontier: writes/day vs hit rate (dots: this capacity)")
+    title = alt.TitleParams(arena.title or "policy arena", anchor="start", offset=12)
+    return alt.hconcat(curve, wear).properties(title=title)
+
+
+def arena_chart(arena: Arena, view: dict) -> alt.HConcatChart:
+    """The dashboard's chart with its data inlined (for saving as SVG/PNG)."""
+    spec = arena_template(arena).to_dict()
+    spec["datasets"] = arena_datasets(view)
+    return alt.HConcatChart.from_dict(spec)
+
+
+def _pct(v: float) -> str:
+    return "" if v is None or not math.isfinite(v) else f"{v:.2%}"
+
+
+def _num(v: float | None, fmt: str = ".3g") -> str:
+    return "n/a" if v is None or not math.isfinite(v) else format(v, fmt)
+
+
+def summary_rows(view: dict) -> list[dict]:
+    """The table under the controls: per policy at the capacity, Belady first."""
+    from tiered_kv.units import format_bytes
+
+    out = []
+    for r in view["rows"]:
+        w = r["ssd_bytes_written"]
+        out.append({"policy": r["policy"], "token hit rate": _pct(r["token_hit_rate"]),
+                    "below Belady": "" if r["policy"] == "belady" else _pct(r["below_belady"]),
+                    "SSD bytes written": "n/a" if w is None or not math.isfinite(w) else format_bytes(w),
+                    "written per hit byte": _num(r["bytes_written_per_hit_byte"]),
+                    "drive writes per day": _num(r["drive_writes_per_day"])})
+    return out
+
+
+def summary_line(arena: Arena, view: dict) -> str:
+    """One line: the capacity, the best chosen policy there and its distance from Belady."""
+    from tiered_kv.units import format_bytes, format_tokens
+
+    rows = [r for r in view["rows"] if r["policy"] != "belady"]
+    text = (f"At {format_tokens(view['capacity_tokens'])} ({format_bytes(view['capacity_bytes'])} at "
+            f"{arena.bytes_per_token:,.0f} B/token), admission {view['admission']}: Belady "
+            f"{view['rows'][0]['token_hit_rate']:.2%}")
+    if rows:
+        top = max(r["token_hit_rate"] for r in rows)
+        best = [r["policy"] for r in rows if r["token_hit_rate"] >= top - 1e-12]
+        names = ", ".join(best) if len(best) <= 3 else f"{', '.join(best[:3])} and {len(best) - 3} more (tied)"
+        text += f"; best of the chosen: {names} at {top:.2%}, {view['rows'][0]['token_hit_rate'] - top:.2%} below"
+    return text + "."
+
+
+_TABLE_CSS = ("<style>.tkv-arena td, .tkv-arena th {padding: 2px 12px; text-align: right}"
+              " .tkv-arena {border-collapse: collapse; margin: 4px 0}</style>")
+
+
+class PolicyArenaDashboard:
+    """Policy choice, admission filter and a capacity slider over a precomputed :class:`Arena`.
+
+    ``dashboard.view`` is the dict of the last redraw (:func:`arena_view`); ``widget`` is the box
+    to display. Setting a control's ``value`` from Python redraws synchronously.
+    """
+
+    def __init__(self, arena: Arena, *, policies=None, admission: str | None = None,
+                 capacity_tokens: float | None = None) -> None:
+        from tiered_kv.units import format_bytes, format_tokens
+
+        self.arena = a = arena
+        self.policy_select = widgets.SelectMultiple(
+            options=list(a.policies), value=tuple(policies if policies is not None else a.policies),
+            rows=min(len(a.policies), 10), description="policies", style={"description_width": "initial"})
+        self.admission_buttons = widgets.ToggleButtons(
+            options=list(a.admissions), value=admission or a.admissions[0], description="admission",
+            style={"description_width": "initial", "button_width": "130px"})
+        labels = [(f"{format_tokens(c)} ({format_bytes(c * a.bytes_per_token)})", int(c)) for c in a.capacities]
+        cap0 = a.snap(capacity_tokens) if capacity_tokens is not None else int(a.capacities[len(a.capacities) // 2])
+        self.capacity_slider = widgets.SelectionSlider(
+            options=labels, value=cap0, description="SSD capacity", continuous_update=True,
+            style={"description_width": "initial"}, layout=widgets.Layout(width="560px"))
+        self.summary = widgets.HTML()
+        self.chart_view = ChartView()
+        self.template = arena_template(a)
+        self.view: dict | None = None
+        self.errors = error_box()
+        watch([self.policy_select, self.admission_buttons, self.capacity_slider], self.refresh, self.errors)
+        controls = widgets.HBox([self.policy_select, widgets.VBox([self.admission_buttons, self.capacity_slider])])
+        self.widget = DashboardBox([controls, self.errors, self.summary, self.chart_view.output])
+        self.widget.chart_view = self.chart_view
+        self.refresh()
+
+    def refresh(self, _change=None) -> None:
+        self.view = arena_view(self.arena, self.policy_select.value, self.admission_buttons.value,
+                               self.capacity_slider.value)
+        table = html_table(summary_rows(self.view), css_class="tkv-arena",
+                           cell_classes={"token hit rate": "tkv-arena-hit"})
+        line = html.escape(summary_line(self.arena, self.view))
+        self.summary.value = f'{_TABLE_CSS}<div class="tkv-arena-line">{line}</div>{table}'
+        self.chart_view.show_data(self.template, arena_datasets(self.view))
+
+    def hit_rate(self, policy: str) -> float:
+        """Token hit rate of ``policy`` (or ``"belady"``) at the current setting."""
+        assert self.view is not None
+        for r in self.view["rows"]:
+            if r["policy"] == policy:
+                return float(r["token_hit_rate"])
+        raise KeyError(f"{policy!r} is not shown (shown: {[r['policy'] for r in self.view['rows']]})")
+
+    def _repr_mimebundle_(self, **kwargs) -> dict:
+        return dashboard_bundle(self.widget, self.chart_view, **kwargs)
+
+
+def conversation_arena(size: str | None = None, policies=POLICIES, points: int | None = None,
+                       workers: int | None = None) -> Arena:
+    """The arena of the shipped Mooncake conversation trace (its first 15 minutes at small size)."""
+    from tiered_kv.viz import notebook_size
+
+    seconds, n, procs = SIZES[size or notebook_size()]
+    if seconds is None:
+        trace, what = load("conversation"), "Mooncake conversation trace (one hour)"
+    else:
+        from tiered_kv.sim.traces import load_trace, shipped_trace
+
+        frame = load_trace(shipped_trace("conversation"))
+        trace = frame.filter(pl.col("timestamp_s") < frame["timestamp_s"].min() + seconds)
+        what = f"Mooncake conversation trace (first {seconds / 60:g} minutes)"
+    return build_arena(trace, policies, points=points or n, workers=procs if workers is None else workers,
+                       title=f"policy arena: {what}")
+
+
+def arena_summary(arena: Arena) -> dict[str, pl.DataFrame]:
+    """:func:`summary` of the arena as frames: ``wins`` (best policy per capacity), ``distance``
+    (mean and max distance below Belady per policy) and ``second_sighting`` (its writes as a
+    share of admit-all's, and the hit-rate change)."""
+    s = summary(arena.data)
+    wins = pl.DataFrame([{**w, "winners": ", ".join(w["winners"])} for w in s["wins"]])
+    return {"wins": wins, "distance": pl.DataFrame(s["distance"]).sort("mean_gap"),
+            "second_sighting": pl.DataFrame(s["second_sighting"]) if s["second_sighting"] else pl.DataFrame()}
+
+
+def policy_arena_dashboard(arena: Arena | None = None, **kwargs) -> PolicyArenaDashboard:
+    """The dashboard over ``arena`` (default: :func:`conversation_arena` at the notebook's size)."""
+    return PolicyArenaDashboard(arena if arena is not None else conversation_arena(), **kwargs)
