@@ -20,6 +20,7 @@ import torch
 from tiered_kv.cli import main
 from tiered_kv.keys import block_keys
 from tiered_kv.testing import store_suite as suite
+from tiered_kv.tiers import ssd_bandwidth
 from tiered_kv.tiers import ssd_layout as layout
 from tiered_kv.tiers.ssd import SSDTier
 
@@ -174,3 +175,52 @@ def test_bandwidth_limit_is_shared_by_the_tiers_of_a_store(tmp_path):
         warnings.simplefilter("error")
         assert w.put(toks, suite.make_kv(160), "c") == 20
     assert time.perf_counter() - t0 >= 0.9 * (nbytes - w.write_limit.burst) / (nbytes / 0.2)
+
+
+def test_bandwidth_limit_is_shared_by_the_processes_of_a_group(tmp_path):
+    """Issue 16: one bucket for every client of a store in the process group, not per process."""
+    writer = _tier(tmp_path)
+    toks = torch.arange(160)
+    writer.put(toks, suite.make_kv(160), "c")
+    nbytes = writer.stats()["bytes"]
+    rate = 2 * nbytes / 0.4  # each reader reads the prefix twice: 0.4 s alone, 0.8 s for both
+    ctx = mp.get_context("forkserver")
+    ctx.set_forkserver_preload(["tiered_kv.testing.store_suite"])
+    barrier, hold, results = ctx.Barrier(2), ctx.Event(), ctx.Queue()
+    procs = [ctx.Process(target=suite.bandwidth_reader, args=(str(tmp_path), rate, 160, 2, barrier, hold, results))
+             for _ in range(2)]
+    for proc in procs:
+        proc.start()
+    try:
+        outs = [results.get(timeout=120) for _ in procs]
+        assert os.getpgrp() == os.getpgid(procs[0].pid)
+        total = sum(o[0] for o in outs)
+        span = max(o[2] for o in outs) - min(o[1] for o in outs)
+        burst = rate * ssd_bandwidth.BURST_SECONDS
+        assert total == 4 * nbytes
+        assert span >= 0.85 * (total - burst) / rate, (span, total / rate)  # one link, not two
+        with pytest.raises(ValueError, match="read_bandwidth: this process group already limits"):
+            _tier(tmp_path, read_bandwidth=2 * rate)  # the readers still hold the link at `rate`
+    finally:
+        hold.set()
+        for proc in procs:
+            proc.join(timeout=60)
+    path = ssd_bandwidth.group_state_path(str(tmp_path.resolve()), "read")
+    assert not os.path.exists(path)  # the last user removed the state
+    assert _tier(tmp_path, read_bandwidth=2 * rate).read_limit.rate == 2 * rate
+
+
+def test_link_bandwidth_is_one_bucket_for_reads_and_writes(tmp_path):
+    toks = torch.arange(160)
+    probe = _tier(tmp_path / "probe")
+    probe.put(toks, suite.make_kv(160), "c")
+    nbytes = probe.stats()["bytes"]
+    rate = nbytes / 0.25
+    tier = _tier(tmp_path / "link", link_bandwidth=rate)
+    assert tier.read_limit is tier.write_limit
+    t0 = time.perf_counter()
+    assert tier.put(toks, suite.make_kv(160), "c") == 20 and tier.get_prefix(toks).blocks == 20
+    assert time.perf_counter() - t0 >= 0.9 * (2 * nbytes - tier.read_limit.burst) / rate
+    assert tier.read_limit.predict(nbytes) >= 0.9 * nbytes / rate  # nothing left of the burst
+    with pytest.raises(ValueError, match="link_bandwidth: one limit for reads and writes"):
+        _tier(tmp_path / "x", link_bandwidth=rate, read_bandwidth=rate)

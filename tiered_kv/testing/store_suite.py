@@ -669,6 +669,22 @@ def capacity_writer(store_spec, capacity: int, seconds: float, seed: int, barrie
     results.put(out)
 
 
+def bandwidth_reader(root: str, rate: float, n_tokens: int, reads: int, barrier, hold, results) -> None:
+    """Reads the prefix ``arange(n_tokens)`` ``reads`` times through ``read_bandwidth=rate``;
+    reports (bytes, monotonic start, end), then keeps its tier open until ``hold`` is set."""
+    import time as _time
+
+    tier = SSDTier(root, namespace=namespace(), clock=Clock(), background_touch=False, read_bandwidth=rate)
+    toks = torch.arange(n_tokens)
+    barrier.wait()
+    t0, nbytes = _time.monotonic(), 0
+    for _ in range(reads):
+        nbytes += tier.get_prefix(toks).nbytes
+    results.put((nbytes, t0, _time.monotonic()))
+    hold.wait(60)
+    tier.close()
+
+
 def open_spec(spec):
     """A store from a picklable spec: a path, or ("s3", bucket, prefix, endpoint) for tests."""
     if isinstance(spec, tuple) and spec[0] == "s3":

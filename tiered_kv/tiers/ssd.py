@@ -12,8 +12,9 @@ more than a warm chunk read; fsspec stores go through zarr's async API with ``as
 under a concurrency bound; object stores (``s3://...`` or an obstore store) talk to obstore
 directly, one PUT per chunk with put-if-absent (:mod:`tiered_kv.tiers.ssd_object`). A
 ``get_prefix`` reads chunks in order and stops at the first miss; its access record is written
-by a background thread. ``read_bandwidth``/``write_bandwidth`` pace the I/O through a token
-bucket shared by every tier of the process on that store (:mod:`tiered_kv.tiers.ssd_bandwidth`).
+by a background thread. ``read_bandwidth``/``write_bandwidth`` (or ``link_bandwidth``, one bucket
+for both) pace the I/O through a token bucket shared by every tier of the process group on that
+store (:mod:`tiered_kv.tiers.ssd_bandwidth`).
 
 Failure behaviour, each covered by ``tests/test_ssd_reliability.py``, ``tests/test_ssd_faults.py``
 and, on an S3 server, ``tests/test_ssd_s3.py``:
@@ -50,7 +51,7 @@ from tiered_kv.keys import KEY_BYTES, Namespace, as_token_array, block_keys
 from tiered_kv.tiers import ssd_layout as layout
 from tiered_kv.tiers import ssd_object
 from tiered_kv.tiers import ssd_usage as usage
-from tiered_kv.tiers.ssd_bandwidth import parse_rate, shared_bucket
+from tiered_kv.tiers.ssd_bandwidth import parse_rate, release, shared_bucket
 from tiered_kv.tiers.ssd_gc import RetentionPolicy, check_class
 from tiered_kv.tiers.ssd_layout import ALREADY_PRESENT
 from tiered_kv.tiers.ssd_maintenance import store_gc, store_stats, store_verify
@@ -124,7 +125,8 @@ class SSDTier:
     gives under concurrent writers is in :mod:`tiered_kv.tiers.ssd_usage`),
     ``precreate_shards`` (LocalStore: create the 16 shard directories now rather than on first
     use), ``read_bandwidth``/``write_bandwidth`` (bytes/s or "2GiB/s": an experiment knob that
-    emulates a client's link, shared by every tier of this process on the same store).
+    emulates a client's link, shared by every tier of this process group on the same store),
+    ``link_bandwidth`` (instead of those two: one limit that reads and writes share).
     """
 
     def __init__(self, store=None, *, namespace: Namespace, capacity_bytes=math.inf,
@@ -134,7 +136,7 @@ class SSDTier:
                  io_concurrency: int = layout.IO_CONCURRENCY,
                  orphan_grace: float = 60.0, partial_grace: float = 300.0,
                  background_touch: bool = True, precreate_shards: bool = False,
-                 read_bandwidth=None, write_bandwidth=None) -> None:
+                 read_bandwidth=None, write_bandwidth=None, link_bandwidth=None) -> None:
         if not isinstance(namespace, Namespace):
             raise ValueError(f"namespace: must be a tiered_kv.keys.Namespace, got {type(namespace).__name__}")
         if not callable(clock):
@@ -145,12 +147,19 @@ class SSDTier:
         self.policy = RetentionPolicy.make(capacity_bytes, high_watermark, low_watermark, ttl, traffic_classes)
         read_rate = parse_rate(read_bandwidth, name="read_bandwidth")
         write_rate = parse_rate(write_bandwidth, name="write_bandwidth")
+        link_rate = parse_rate(link_bandwidth, name="link_bandwidth")
+        if link_rate is not None and (read_rate is not None or write_rate is not None):
+            raise ValueError("link_bandwidth: one limit for reads and writes together; leave read_bandwidth "
+                             "and write_bandwidth unset with it")
         self.store = open_store(store)
         if ssd_object.is_object_store(self.store):
             ssd_object.check_access(self.store)
         where = describe(self.store)
-        self.read_limit = shared_bucket(where, "read", read_rate, name="read_bandwidth")
-        self.write_limit = shared_bucket(where, "write", write_rate, name="write_bandwidth")
+        if link_rate is not None:
+            self.read_limit = self.write_limit = shared_bucket(where, "link", link_rate, name="link_bandwidth")
+        else:
+            self.read_limit = shared_bucket(where, "read", read_rate, name="read_bandwidth")
+            self.write_limit = shared_bucket(where, "write", write_rate, name="write_bandwidth")
         self.io = make_io(self.store, io_threads=io_threads, concurrency=io_concurrency,
                           read_limit=self.read_limit, write_limit=self.write_limit, on_repair=self._repaired)
         self.usage = usage.Usage(self.store, self.io)
@@ -501,6 +510,10 @@ class SSDTier:
             self._touches.shutdown(wait=True)
             self._touches = None
         self.io.close()
+        limits, self.read_limit, self.write_limit = {id(b): b for b in (self.read_limit, self.write_limit)}, None, None
+        for bucket in limits.values():
+            release(bucket)
+        self.io.read_limit = self.io.write_limit = None
 
     def __enter__(self) -> SSDTier:
         return self

@@ -1,23 +1,40 @@
-"""Read and write bandwidth limits of the SSD tier: token buckets shared per store and process.
+"""Read and write bandwidth limits of the SSD tier: token buckets shared per store and process group.
 
 An experiment knob, not a production throttle: ``SSDTier(..., read_bandwidth="2GiB/s")``
 emulates a client whose link to the store carries 2 GiB/s, so a benchmark on a laptop can ask
 what a DeepSeek-like 40 GiB/s client, or a congested one, would see. Every ``SSDTier`` of one
-process that opens the same store (same path or URL) with a limit shares one bucket per
-direction, as the engines of one machine share its NIC; opening the same store with a
-different limit is an error rather than a silent second link.
+*process group* (``os.getpgrp()``: a command and the worker processes it forks or spawns) that
+opens the same store (same path or URL) with a limit shares one bucket per direction, as the
+engines of one machine share its NIC; opening the same store with a different limit is an error
+rather than a silent second link. ``link_bandwidth=`` is one bucket for reads and writes
+together (a half-duplex link: misses writing their blocks slow the restores reading theirs, the
+assumption of :func:`tiered_kv.sim.cluster.latency.simulate_queue`'s one queue).
 
 The bucket is debt-based: a transfer of ``n`` bytes takes its tokens at once, even into debt,
 and the caller then sleeps until the debt is paid back at ``rate`` bytes per second. So a
 single transfer larger than the burst still passes (after its time on the link), throughput
 over any window longer than ``burst / rate`` is at most ``rate``, and concurrent callers queue
-fairly by arrival. Waits use the monotonic wall clock: it is a link, not a simulated one.
+fairly by arrival. Waits use the monotonic wall clock (``CLOCK_MONOTONIC``, one clock for every
+process of the machine): it is a link, not a simulated one.
+
+Sharing between processes: the bucket's state (rate, burst, tokens, time) is 32 bytes in a
+file under ``/dev/shm`` (else the temp dir) named by the process group and a digest of the
+store and direction, updated under an exclusive ``flock``. Each process using it holds a shared
+``flock`` on a companion ``.users`` file, so a file nobody holds is stale (its processes are
+gone) and the next opener starts it afresh, at its own rate; the last user removes both files.
+Where ``fcntl`` is missing (not POSIX) the bucket is per process. Within a process every tier
+gets the same bucket object.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import mmap
+import os
 import re
+import struct
+import tempfile
 import threading
 import time
 import weakref
@@ -26,6 +43,9 @@ from tiered_kv.units import parse_bytes
 
 #: Seconds of traffic the bucket holds when full (how far a transfer may start early).
 BURST_SECONDS = 0.05
+#: Where process-group buckets keep their state (None: /dev/shm when writable, else the temp dir).
+STATE_DIR: str | None = None
+_STATE = struct.Struct("<4d")  # rate, burst, tokens, time (monotonic seconds)
 
 _BUCKETS: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
 _REGISTRY_LOCK = threading.Lock()
@@ -53,17 +73,29 @@ class TokenBucket:
         self._t = time.monotonic()
         self._lock = threading.Lock()
         self.waited_s = 0.0
+        self.holders = 0  # tiers of this process using it (see release)
+
+    def _update(self, nbytes: int, take: bool) -> float:
+        """Refill to now; take ``nbytes`` when ``take``; the seconds ``nbytes`` waits (caller holds the lock)."""
+        now = time.monotonic()
+        tokens = min(self.burst, self._tokens + max(0.0, now - self._t) * self.rate)
+        delay = max(0.0, (nbytes - tokens) / self.rate)
+        if take:
+            self._tokens, self._t = tokens - nbytes, now
+        return delay
 
     def reserve(self, nbytes: int) -> float:
         """Take ``nbytes`` now; return the seconds the caller must wait before they count as sent."""
         with self._lock:
-            now = time.monotonic()
-            self._tokens = min(self.burst, self._tokens + (now - self._t) * self.rate)
-            self._t = now
-            self._tokens -= nbytes
-            delay = max(0.0, -self._tokens / self.rate)
-            self.waited_s += delay
-            return delay
+            delay = self._update(nbytes, True)
+        self.waited_s += delay
+        return delay
+
+    def predict(self, nbytes: int) -> float:
+        """Seconds a transfer of ``nbytes`` starting now would wait (the link's queue plus its own
+        time on it beyond the burst); takes nothing. Admission control reads this."""
+        with self._lock:
+            return self._update(nbytes, False)
 
     def wait(self, nbytes: int) -> None:
         delay = self.reserve(nbytes)
@@ -76,21 +108,171 @@ class TokenBucket:
             await asyncio.sleep(delay)
 
 
-def shared_bucket(store_id: str, direction: str, rate: float | None, *, name: str) -> TokenBucket | None:
-    """The process's bucket for ``(store_id, direction)``, created at ``rate`` on first use.
+class GroupTokenBucket(TokenBucket):
+    """A :class:`TokenBucket` whose state every process of one process group shares (see module)."""
 
-    The bucket lives while some tier holds it. A second tier asking for another rate on the
-    same store gets a ValueError naming ``name``.
+    def __init__(self, path: str, rate: float, *, name: str, what: str) -> None:
+        super().__init__(rate)
+        self.path = path
+        self._name, self._what = name, what
+        self._pid = -1
+        self._open()
+        self._finalizer = weakref.finalize(self, _release, path, self._fds)
+
+    def _open(self) -> None:
+        import fcntl
+
+        while True:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            try:  # the file may have been removed by its last user while we waited for the lock
+                same = os.stat(self.path).st_ino == os.fstat(fd).st_ino
+            except FileNotFoundError:
+                same = False
+            if same:
+                break
+            os.close(fd)
+        users, state, clash = -1, None, None
+        try:
+            users = os.open(self.path + ".users", os.O_RDWR | os.O_CREAT, 0o600)
+            try:
+                fcntl.flock(users, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                fresh = True  # nobody holds it: new, or left by processes that are gone
+            except BlockingIOError:
+                fresh = False
+            if os.fstat(fd).st_size < _STATE.size:
+                os.ftruncate(fd, _STATE.size)
+                fresh = True
+            state = mmap.mmap(fd, _STATE.size)
+            if fresh:
+                state[:] = _STATE.pack(self.rate, self.burst, self.burst, time.monotonic())
+            elif _STATE.unpack(state[:])[0] != self.rate:
+                clash = _STATE.unpack(state[:])[0]
+            if clash is None:
+                fcntl.flock(users, fcntl.LOCK_SH)  # (a downgrade when fresh: we hold the state lock)
+        except BaseException:
+            clash = clash or -1.0
+            raise
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            if clash is not None:
+                if state is not None:
+                    state.close()
+                for f in (users, fd):
+                    if f >= 0:
+                        os.close(f)
+        if clash is not None:
+            raise ValueError(f"{self._name}: this process group already limits {self._what} to "
+                             f"{clash:.4g} bytes/s; every tier on one store shares that limit "
+                             f"(asked for {self.rate:.4g})")
+        self._fd, self._users, self._state, self._pid = fd, users, state, os.getpid()
+        self._fds = [fd, users]
+
+    def _update(self, nbytes: int, take: bool) -> float:
+        import fcntl
+
+        if self._pid != os.getpid():  # a forked child: its own open files (flock is per open file)
+            self._finalizer.detach()
+            inherited, old_state = self._fds, self._state
+            self._open()
+            old_state.close()
+            for f in inherited:
+                os.close(f)
+            self._finalizer = weakref.finalize(self, _release, self.path, self._fds)
+        fcntl.flock(self._fd, fcntl.LOCK_EX)
+        try:
+            rate, burst, tokens, t = _STATE.unpack(self._state[:])
+            self._tokens, self._t = tokens, t
+            delay = super()._update(nbytes, take)
+            if take:
+                self._state[:] = _STATE.pack(rate, burst, self._tokens, self._t)
+            return delay
+        finally:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+
+
+def _release(path: str, fds: list[int]) -> None:
+    """Close this process's files of a group bucket; the last user removes them."""
+    import fcntl
+
+    fd, users = fds
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        os.close(users)
+        probe = os.open(path + ".users", os.O_RDWR)
+        try:
+            fcntl.flock(probe, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            for p in (path, path + ".users"):
+                try:
+                    os.unlink(p)
+                except FileNotFoundError:
+                    pass
+        except BlockingIOError:
+            pass  # another process still uses it
+        finally:
+            os.close(probe)
+    except OSError:
+        pass
+    finally:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+
+
+def _state_dir() -> str:
+    if STATE_DIR is not None:
+        return STATE_DIR
+    shm = "/dev/shm"
+    return shm if os.path.isdir(shm) and os.access(shm, os.W_OK) else tempfile.gettempdir()
+
+
+def group_state_path(store_id: str, direction: str) -> str:
+    """The file that holds this process group's bucket for ``(store_id, direction)``."""
+    digest = hashlib.sha256(f"{store_id}\0{direction}".encode()).hexdigest()[:20]
+    return os.path.join(_state_dir(), f"tiered-kv-bw-{os.getpgrp()}-{digest}")
+
+
+def shared_bucket(store_id: str, direction: str, rate: float | None, *, name: str) -> TokenBucket | None:
+    """The process group's bucket for ``(store_id, direction)``, created at ``rate`` on first use.
+
+    ``direction``: ``"read"``, ``"write"`` or ``"link"`` (both). Within a process the bucket is
+    one object, alive while some tier holds it; other processes of the group share its state.
+    A second tier asking for another rate on the same store gets a ValueError naming ``name``.
     """
     if rate is None:
         return None
+    what = f"{direction}s of {store_id}" if direction != "link" else f"reads and writes of {store_id}"
     with _REGISTRY_LOCK:
         bucket = _BUCKETS.get((store_id, direction))
         if bucket is None:
-            bucket = TokenBucket(rate)
+            try:
+                import fcntl  # noqa: F401 - POSIX only
+
+                bucket = GroupTokenBucket(group_state_path(store_id, direction), rate, name=name, what=what)
+            except ImportError:
+                bucket = TokenBucket(rate)
             _BUCKETS[(store_id, direction)] = bucket
         elif bucket.rate != rate:
-            raise ValueError(f"{name}: this process already limits {direction}s of {store_id} to "
+            raise ValueError(f"{name}: this process already limits {what} to "
                              f"{bucket.rate:.4g} bytes/s; every tier on one store shares that limit "
                              f"(asked for {rate:.4g})")
+        bucket.holders += 1
         return bucket
+
+
+def release(bucket: TokenBucket | None) -> None:
+    """A tier closing: when it was the last of this process to use ``bucket``, let go of its
+    shared state now (the last process of the group to do so removes the files)."""
+    if bucket is None:
+        return
+    with _REGISTRY_LOCK:
+        bucket.holders -= 1
+        if bucket.holders > 0:
+            return
+        for key, b in list(_BUCKETS.items()):
+            if b is bucket:
+                del _BUCKETS[key]
+    finalizer = getattr(bucket, "_finalizer", None)
+    if finalizer is not None:
+        finalizer()
