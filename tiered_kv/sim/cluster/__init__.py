@@ -5,7 +5,9 @@ prefix tier and a host window tier, and an SSD tier shared by all (or one per ma
 :mod:`.lru_tiers` holds its numba kernels (many LRU caches over one slot pool). :mod:`.latency`
 turns hits into time and money: TTFT of loads, prefill and bounded replay, one shared read
 queue with write-back, admission (recompute when loading would be slower), cost per million
-tokens. This package may import :mod:`tiered_kv.sim.replay` (and run any policy object of
+tokens. :mod:`.contention` is the scenario of ``tiered-kv bench contention`` (restores and
+misses of fixed lognormal lengths on N streams sharing one link), its admission rule and the
+latency model's prediction of it. This package may import :mod:`tiered_kv.sim.replay` (and run any policy object of
 :mod:`tiered_kv.sim.policies` it is given); nothing below it imports it.
 """
 
