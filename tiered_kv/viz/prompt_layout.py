@@ -4,8 +4,10 @@ A line that changes on every call (timestamp, request id) placed at token depth 
 block holding it and every later block unique to the request
 (:func:`tiered_kv.sim.traces.insert_volatile_block`). :func:`depth_table` measures the token hit
 rate of an unlimited cache against d for one hour of each synthetic class and for the real
-Mooncake conversation trace; :func:`depth_rates` is the same for one depth (the notebook's
-slider).
+Mooncake conversation trace; :func:`depth_rates` is the same for one depth.
+:class:`PromptLayoutDashboard` is notebook 06's exercise: a slider for the depth over the curve of
+every series, and :func:`keep_depth` the answer key's search (the shallowest line that keeps a
+share of a series' hit rate).
 """
 
 from __future__ import annotations
@@ -49,15 +51,146 @@ def depth_rates(depth_tokens: float, *, quick: bool = True, fraction: float = 1.
                 seed: int = 0) -> dict[str, float]:
     """Token hit rate (unlimited cache) of each series with the line at ``depth_tokens``
     (negative: no line; ``math.inf``: at the end) in a fraction ``fraction`` of requests."""
+    return dict(_rates(float(depth_tokens), bool(quick), float(fraction), int(seed)))
+
+
+@lru_cache(maxsize=256)
+def _rates(depth_tokens: float, quick: bool, fraction: float, seed: int) -> tuple[tuple[str, float], ...]:
     from tiered_kv.sim.traces import insert_volatile_block
     from tiered_kv.sim.workload import infinite_hit_rate
 
-    out = {}
+    out = []
     for series, df in _frames(quick).items():
         if depth_tokens >= 0:
             df = insert_volatile_block(df, depth_tokens, fraction, seed)
-        out[series] = infinite_hit_rate(df)
-    return out
+        out.append((series, infinite_hit_rate(df)))
+    return tuple(out)
+
+
+def block_tokens(series: str, *, quick: bool = True) -> int:
+    """Tokens per block of ``series`` (the line's depth is rounded down to a block)."""
+    frames = _frames(quick)
+    if series not in frames:
+        raise ValueError(f"series: must be one of {list(frames)}, got {series!r}")
+    return int(frames[series]["block_size"][0])
+
+
+def smallest_block(rate_at, target: float, max_blocks: int) -> float:
+    """Smallest ``k`` in ``0..max_blocks`` with ``rate_at(k) >= target`` (``math.inf`` if none).
+
+    ``rate_at`` must be non-decreasing in ``k``, as the hit rate is in the line's depth (a deeper
+    line keeps every prefix block a shallower one keeps), so a bisection finds it in
+    ``log2(max_blocks)`` evaluations.
+    """
+    if max_blocks < 0:
+        raise ValueError(f"max_blocks: must be >= 0, got {max_blocks}")
+    if rate_at(max_blocks) < target:
+        return math.inf
+    lo, hi = 0, max_blocks
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if rate_at(mid) >= target:
+            hi = mid
+        else:
+            lo = mid + 1
+    return float(lo)
+
+
+def keep_depth(series: str = SERIES[0], share: float = 0.5, *, quick: bool = True,
+               max_depth_tokens: int = 65_536) -> float:
+    """The shallowest depth (tokens, a whole number of blocks) at which a line in every request
+    keeps at least ``share`` of ``series``' hit rate without the line (``math.inf``: none up to
+    ``max_depth_tokens``)."""
+    if not 0.0 <= share <= 1.0:
+        raise ValueError(f"share: must be in [0, 1], got {share}")
+    block = block_tokens(series, quick=quick)
+    target = share * depth_rates(-1, quick=quick)[series]
+    k = smallest_block(lambda k: depth_rates(k * block, quick=quick)[series], target, max_depth_tokens // block)
+    return k * block
+
+
+#: Depths (tokens) of the curve behind notebook 06's slider, and the slider's range.
+CURVE_DEPTHS = (0, 512, 1024, 2048, 3072, 4096, 6144, 8192, 12288, 16384, 24576, 32768)
+SLIDER_MAX_TOKENS = 32_768
+
+
+def depth_curve(*, quick: bool = True, depths=CURVE_DEPTHS) -> pl.DataFrame:
+    """(series, depth_tokens, token_hit_rate) at finite ``depths`` (the lines of the dashboard)."""
+    return pl.DataFrame([{"series": s, "depth_tokens": float(d), "token_hit_rate": r}
+                         for d in depths for s, r in depth_rates(d, quick=quick).items()])
+
+
+def layout_rows(depth_tokens: float, *, quick: bool = True) -> list[dict]:
+    """Per series: hit rate with no line, with the line at ``depth_tokens`` and at the end."""
+    none, at, end = (depth_rates(d, quick=quick) for d in (-1, depth_tokens, math.inf))
+    return [{"series": s, "no line": none[s], "line at depth": at[s], "line at the end": end[s]} for s in none]
+
+
+def layout_chart(curve: pl.DataFrame, depth_tokens: float, rows: list[dict]):
+    """Hit rate against depth per series, the slider's depth as a rule and its rates as points."""
+    import altair as alt
+
+    color = alt.Color("series:N", title=None, legend=alt.Legend(orient="bottom", columns=1, labelLimit=400))
+    x = alt.X("depth_tokens:Q", title="depth of the per-call line (tokens from the top of the prompt)",
+              scale=alt.Scale(domain=[0, SLIDER_MAX_TOKENS]))
+    y = alt.Y("token_hit_rate:Q", title="token hit rate (unlimited cache)", axis=alt.Axis(format="%"),
+              scale=alt.Scale(domain=[0, 1]))
+    lines = alt.Chart(curve).mark_line(point=True).encode(
+        x=x, y=y, color=color, tooltip=["series", "depth_tokens", alt.Tooltip("token_hit_rate:Q", format=".1%")])
+    here = pl.DataFrame([{"series": r["series"], "depth_tokens": float(depth_tokens),
+                          "token_hit_rate": r["line at depth"]} for r in rows])
+    rule = alt.Chart(pl.DataFrame({"depth_tokens": [float(depth_tokens)]})).mark_rule(
+        strokeDash=[4, 3], color="gray").encode(x="depth_tokens:Q")
+    points = alt.Chart(here).mark_point(size=120, filled=True, shape="diamond").encode(
+        x="depth_tokens:Q", y="token_hit_rate:Q", color=color,
+        tooltip=["series", alt.Tooltip("token_hit_rate:Q", format=".1%", title="at the slider's depth")])
+    return (lines + rule + points).properties(
+        width=480, height=280, title=f"volatile per-call line at depth {depth_tokens:,.0f} tokens")
+
+
+class PromptLayoutDashboard:
+    """A slider for the depth of a per-call line; the hit rate of every series against depth."""
+
+    def __init__(self, size: str | None = None, depth_tokens: int = 2048) -> None:
+        import ipywidgets as widgets
+
+        from tiered_kv.viz import notebook_size
+        from tiered_kv.viz.widgets import ChartView, error_box, watch
+
+        self.size = size or notebook_size()
+        self.quick = self.size == "small"
+        self.curve = depth_curve(quick=self.quick)
+        self.depth = widgets.IntSlider(
+            value=int(depth_tokens), min=0, max=SLIDER_MAX_TOKENS, step=512,
+            description="depth of the per-call line (tokens)", continuous_update=False,
+            style={"description_width": "initial"}, layout=widgets.Layout(width="480px"))
+        self.summary = widgets.HTML()
+        self.chart_view = ChartView()
+        self.errors = error_box()
+        watch((self.depth,), self.refresh, self.errors)
+        self.widget = widgets.VBox([self.depth, self.errors, self.summary, self.chart_view.output])
+        self.view: dict | None = None
+        self.refresh()
+
+    def refresh(self, _change=None) -> None:
+        from tiered_kv.viz.widgets import html_table
+
+        d = float(self.depth.value)
+        rows = layout_rows(d, quick=self.quick)
+        self.view = {"depth_tokens": d, "rates": pl.DataFrame(rows), "curve": self.curve}
+        shown = [{k: (f"{v:.1%}" if isinstance(v, float) else v) for k, v in r.items()} for r in rows]
+        self.summary.value = html_table(shown, css_class="tkv-layout")
+        self.chart_view.show(layout_chart(self.curve, d, rows))
+
+    def _repr_mimebundle_(self, **kwargs) -> dict:
+        from tiered_kv.viz.widgets import dashboard_bundle
+
+        return dashboard_bundle(self.widget, self.chart_view, **kwargs)
+
+
+def prompt_layout_dashboard(size: str | None = None, depth_tokens: int = 2048) -> PromptLayoutDashboard:
+    """Notebook 06's prompt-layout exercise at ``size`` (default: the notebook's size)."""
+    return PromptLayoutDashboard(size, depth_tokens)
 
 
 def below_prefix_rates(*, quick: bool = True) -> dict[str, float]:

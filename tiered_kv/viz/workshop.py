@@ -3,7 +3,7 @@
 Each :class:`Exercise` names a question, the dashboard to explore it with, how its answer is
 written (a number in a unit, or yes/no) and a tolerance. The expected answer is never typed in:
 :func:`expected` computes it from the package (the retention table of the real trace, the
-architecture table, the latency model, the model presets), at the notebook's size, so a
+architecture table, the latency model, the model presets, the prompt-layout replay), at the notebook's size, so a
 change in the model changes the answer key with it. :func:`check_answer` is what the workshop
 notebook calls; the solutions notebook derives each answer with public package calls.
 """
@@ -76,6 +76,19 @@ EXERCISES: tuple[Exercise, ...] = (
         "tokens", 0.0,
         "Each sliding-window layer reaches W-1 tokens further back; L stacked layers reach L*(W-1).",
     ),
+    Exercise(
+        "volatile-depth-half",
+        "A per-call line (a timestamp, a request id) sits at the same depth in every prompt. How deep "
+        "(tokens from the top) must it sit for the synthetic agent class to keep at least half of its "
+        "hit rate without the line?",
+        "notebook 06: slide the depth of the per-call line until the agent's rate under the slider "
+        "reaches half of its 'no line' rate.",
+        "tokens", 0.25,
+        "Block ids are chained, so every block from the line down is unique to the call: a class keeps "
+        "only the hits above the line. Agent calls share system prompts and tool definitions of about "
+        "6K tokens, so a line inside them cuts the hit where it sits; at the end of the prompt the "
+        "line costs about one block.",
+    ),
 )
 
 _BY_ID = {e.id: e for e in EXERCISES}
@@ -135,6 +148,10 @@ def expected(exercise_id: str, size: str | None = None) -> float | bool:
 
         cfg = preset("deepseek-v3")
         return float(miss_ttft(cfg, 131072) / hit_ttft(cfg, 131072))
+    if ex.id == "volatile-depth-half":
+        from tiered_kv.viz.prompt_layout import keep_depth
+
+        return float(keep_depth("agent, synthetic", 0.5, quick=size == "small"))
     if ex.id == "replay-exact-small":
         from tiered_kv.model import preset as model_preset
 
