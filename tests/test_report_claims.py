@@ -73,3 +73,21 @@ def test_price_gap_row_is_a_proxy_with_its_length_dependence():
     src = importlib.import_module("tiered_kv.viz.figures.06_cost").__file__
     text = open(src).read()
     assert 'kind="proxy"' in text and "at 8K" in text and "at 128K" in text
+
+
+def test_fp4_rows_are_checks_reexecuted_from_error_stats():
+    from tiered_kv.kernels.fp4 import error_stats
+
+    rows = {(r["format"], r["scale_rule"]): r for r in error_stats(seed=1, n=1 << 13)}
+    for fmt, rule in (("mxfp4", "floor"), ("nvfp4", "-")):
+        prov = ("tiered_kv.viz.claim_values:fp4_error_stat",
+                {"fmt": fmt, "statistic": "rel_rmse_gaussian", "n": 1 << 13, "seed": 1, "scale_rule": "floor"})
+        assert run_provenance(prov) == rows[(fmt, rule)]["rel_rmse_gaussian"]
+    with pytest.raises(ValueError, match="statistic"):
+        run_provenance(("tiered_kv.viz.claim_values:fp4_error_stat", {"fmt": "mxfp4", "statistic": "nope",
+                                                                       "n": 1 << 13}))
+    with pytest.raises(ValueError, match="fmt"):
+        run_provenance(("tiered_kv.viz.claim_values:fp4_error_stat", {"fmt": "int4", "n": 1 << 13}))
+    src = importlib.import_module("tiered_kv.viz.figures.09_replay_and_fp4_error").__file__
+    text = open(src).read()
+    assert 'kind="check"' in text and '"tiered_kv.viz.claim_values:fp4_error_stat"' in text
