@@ -1,0 +1,160 @@
+"""Write benchmarks/results/contention.md from the JSON of `tiered-kv bench contention --json`.
+
+    tiered-kv bench contention --json > /tmp/contention.json
+    python scripts/contention_record.py /tmp/contention.json "tiered-kv bench contention --json" "machine note"
+    scripts/assemble_benchmarks.sh
+
+The JSON is also copied to benchmarks/results/contention.json (figure 18 of `tiered-kv reproduce
+--quick` draws it). Every number comes from the JSON; nothing here is typed by hand.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import sys
+from pathlib import Path
+
+RESULTS = Path(__file__).resolve().parent.parent / "benchmarks" / "results"
+CLASSES = (("restore", "restores"), ("miss", "misses"))
+
+
+def _ms(x) -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "-"
+    return f"{x:,.0f}"
+
+
+def _with_ci(d: dict, q: int) -> str:
+    lo, hi = d.get(f"p{q}_ms_ci90", [None, None])
+    return f"{_ms(d.get(f'p{q}_ms'))} ({_ms(lo)}-{_ms(hi)})"
+
+
+def _rate(b) -> str:
+    if b is None:
+        return "unlimited"
+    for unit, size in (("MiB/s", 2**20), ("KiB/s", 2**10)):
+        if b >= size:
+            return f"{b / size:,.3g} {unit}"
+    return f"{b:,.3g} B/s"
+
+
+def _policy(adm: bool) -> str:
+    return "admission" if adm else "always load"
+
+
+def render(r: dict, command: str, note: str = "") -> str:
+    sc, cal, s = r["scenario"], r["calibration"], r["summary"]
+    rows, link_rows = [], []
+    for p in r["points"]:
+        bw = _rate(p["bandwidth_bytes_per_s"])
+        if p.get("bandwidth_over_break_even") is not None:
+            bw += f" ({p['bandwidth_over_break_even']:.2g}x)"
+        where = f"| {bw} | {p['load']:g} ({p['rate_per_s']:.2g}/s) | {_policy(p['admission'])} "
+        for cls, _ in CLASSES:
+            m, mo, ms = p["measured"][cls], p["model"][cls], p["model_slowed"][cls]
+            if not m.get("count"):
+                continue
+            rec = (f"{m['recomputed_fraction']:.0%} / {mo['recomputed_fraction']:.0%}" if cls == "restore" else "-")
+            rows.append(where + f"| {cls} ({m['count']}) | {_with_ci(m, 50)} | {_with_ci(m, 99)} | {_ms(mo['p50_ms'])} "
+                        f"| {_ms(mo['p99_ms'])} | {_ms(ms['p99_ms'])} | {rec} |")
+        thr = p["link_throughput_bytes_per_s"]
+        limit = p["bandwidth_bytes_per_s"]
+        share = f"{thr / limit:.0%}" if limit and thr and not math.isnan(thr) else "-"
+        link_rows.append(where + f"| {p['offered_link_utilisation']:.2f} | {_rate(thr) if thr and not math.isnan(thr) else '-'} "
+                         f"({share}) | {p['compute_slowdown']:.2f} | {p['decisions_agree']:.0%} | "
+                         f"{p['dispatch_lateness_max_s'] * 1e3:,.0f} | {p['wall_s']:.1f} |")
+    ratio_lines = []
+    for src, name in (("model_over_measured", "latency model (isolated compute fit)"),
+                      ("model_slowed_over_measured", "latency model, compute x the point's measured slowdown")):
+        for cls, plural in CLASSES:
+            d = s[src].get(cls, {})
+            if "p99" in d:
+                ratio_lines.append(f"- {name}, {plural}: p50 {d['p50']['median']:.2f} "
+                                   f"({d['p50']['min']:.2f}-{d['p50']['max']:.2f}), p99 {d['p99']['median']:.2f} "
+                                   f"({d['p99']['min']:.2f}-{d['p99']['max']:.2f})")
+    adm_lines = []
+    for row in s["admission_p99_ratio"]:
+        parts = [f"{plural} measured x{row[f'{cls}_measured']:.2f}, model x{row[f'{cls}_model']:.2f}"
+                 for cls, plural in CLASSES if f"{cls}_measured" in row and f"{cls}_model" in row]
+        adm_lines.append(f"- {row['bandwidth']}, load {row['load']:g}: " + "; ".join(parts))
+    classes = "; ".join(f"{plural}: measured {cal['classes'][cls]['measured_median_ms']:,.0f} ms, fitted "
+                        f"{cal['classes'][cls]['fitted_median_ms']:,.0f} ms" for cls, plural in CLASSES
+                        if cls in cal["classes"])
+    lengths = r["lengths"]
+    la0, la1 = r["load_average_start"], r["load_average_end"]
+    return f"""# Tail latency under contention: restores and misses sharing one store link
+
+Written by `scripts/contention_record.py` from the JSON of one run of:
+
+```bash
+{command}
+```
+
+{note + chr(10) + chr(10) if note else ""}Load average (1/5/15 min) {la0[0]:.1f}/{la0[1]:.1f}/{la0[2]:.1f} at the start and
+{la1[0]:.1f}/{la1[1]:.1f}/{la1[2]:.1f} at the end, {r['cpus']} CPU(s), {r['torch_threads']} torch thread(s);
+the whole run took {r['wall_s']:.0f} s.
+
+Model `{r['model']}` ({r['preset']} preset, {r['params']:,} parameters, W={r['window_tokens']},
+R={r['replay_tokens']}), {r['fmt']} global KV in {r['block_size_tokens']}-token chunks of {r['chunk_bytes']:,.0f} B
+({r['kv_bytes_per_token']:.1f} B/token). {sc['streams']} streams (engine threads, each with its own host tier)
+share one SSD tier on a local directory behind a `{r['link']}` link token bucket. {sc['requests']} requests per
+point, {lengths['restores']} of them restores (their blocks seeded on the store; a {sc['suffix_tokens']}-token
+suffix, so they read, replay R tokens and write nothing) and {sc['requests'] - lengths['restores']} misses (compute
+everything, write their blocks behind the first token); lognormal prompt lengths (median {sc['median_tokens']},
+sigma {sc['sigma']}, seed {sc['seed']}: median {lengths['median']:,.0f}, p90 {lengths['p90']:,.0f}, max
+{lengths['max']:,} tokens; the same in every point and every run with this seed); seeded Poisson arrivals dealt
+round robin to the streams.
+
+Calibration (isolated prefills, unlimited link, {cal['repeats']} repeat(s) of {len(cal['requests'])} requests,
+median): compute = a*x_a + b*x_b with a = {cal['a_s_per_token']:.3g} s/token, b = {cal['b_s_per_token2']:.3g}
+s/token^2 (the latency model's miss and restore formulas), median error of the fit
+{cal['median_abs_rel_error']:.0%} ({classes}); raw read speed {_rate(cal['raw_read_bytes_per_s'])}.
+Break-even link bandwidth (a median restore's read alone takes as long as the compute it saves):
+{_rate(r['break_even_bandwidth_bytes_per_s'])}. Load is a fraction of compute capacity:
+load x {r['compute_capacity']} / mean isolated compute requests per second.
+
+Each cell is TTFT in ms; measured cells give the 90% bootstrap interval of the percentile in
+parentheses (over the point's requests of that class: with few requests p99 is close to the
+maximum). "Model" is `latency.simulate_queue` on the same arrivals, streams and lengths with the
+isolated compute fit; "model x slowdown" multiplies that fit by the point's measured compute
+slowdown (second table), which takes out the CPU contention the model does not have.
+
+| link (x break-even) | load (rate) | policy | class (requests) | measured p50 | measured p99 | model p50 | model p99 | model x slowdown p99 | restores recomputed (measured / model) |
+|---|---:|---|---|---:|---:|---:|---:|---:|---:|
+{chr(10).join(rows)}
+
+The link and the CPUs at each point: offered link utilisation (bytes the requests move / limit),
+measured link throughput over the link's busy window (and its share of the limit), measured
+compute over the isolated fit, the share of requests whose admission decision the model made the
+same way, the dispatcher's worst lateness and the point's wall time.
+
+| link (x break-even) | load (rate) | policy | offered link utilisation | link throughput (of limit) | compute slowdown | same decisions | dispatch lateness (ms) | wall (s) |
+|---|---:|---|---:|---:|---:|---:|---:|---:|
+{chr(10).join(link_rows)}
+
+Model over measured, median (range) over the points:
+{chr(10).join(ratio_lines)}
+
+What admission did to p99 (with / without, at the same link and load):
+{chr(10).join(adm_lines) or "- (no run with both)"}
+"""
+
+
+def main(argv: list[str]) -> int:
+    src = Path(argv[1])
+    r = json.loads(src.read_text())
+    command = argv[2] if len(argv) > 2 else "tiered-kv bench contention --json"
+    note = argv[3] if len(argv) > 3 else ""
+    out = RESULTS / "contention.md"
+    out.write_text(render(r, command, note))
+    dest = RESULTS / "contention.json"
+    if src.resolve() != dest.resolve():
+        shutil.copyfile(src, dest)
+    print(f"wrote {out} and {dest}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
