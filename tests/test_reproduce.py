@@ -148,3 +148,16 @@ def test_fp4_reference_agrees_with_the_kernels():
     for fmt in ("mxfp4", "nvfp4"):
         got = fp4_error_stat(fmt, n=1 << 14, seed=3)
         assert math.isclose(got, _fp4_rel_rmse(fmt, 1 << 14, 3), rel_tol=1e-6), fmt
+
+
+def test_every_figure_has_its_own_number_and_its_file_name():
+    """Two figures numbered 15 (15_deepseek_day, 15_write_points) once; NAME is the module's file stem."""
+    from pathlib import Path
+
+    modules = figure_modules()
+    numbers = [m.NAME.split("_", 1)[0] for m in modules]
+    assert all(n.isdigit() and len(n) == 2 for n in numbers), numbers
+    assert len(set(numbers)) == len(numbers), sorted(n for n in numbers if numbers.count(n) > 1)
+    for m in modules:
+        assert Path(m.__file__).stem == m.NAME, (m.__file__, m.NAME)
+    assert "19_write_points" in {m.NAME for m in modules}

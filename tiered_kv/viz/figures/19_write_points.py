@@ -14,7 +14,7 @@ import polars as pl
 
 from tiered_kv.viz.report import FigureResult
 
-NAME = "15_write_points"
+NAME = "19_write_points"
 TITLE = "Write points: token hit rate and SSD bytes written per strategy"
 
 
