@@ -29,6 +29,28 @@ def test_batched_training_path_equals_inference_path(model):
 
 
 @torch.no_grad()
+def test_cross_attention_without_rotary_positions_is_consistent_and_different():
+    """``cross_rope=False``: the three paths still agree, chunked continuation stays exact,
+    and the global keys are the unrotated projection (so the model is a different function)."""
+    torch.manual_seed(0)
+    m = EncoderDecoder(preset("tiny", cross_rope=False)).eval()
+    with_rope = EncoderDecoder(preset("tiny")).eval()
+    with_rope.load_state_dict(m.state_dict())
+    t = _tokens(77)
+    torch.testing.assert_close(m.forward_batched(t[None])[0], m.forward(t), rtol=0, atol=1e-4)
+    kv, _ = m.encode(t, 0)
+    kv1, s1 = m.encode(t[:30], 0)
+    kv2, _ = m.encode(t[30:], 30, s1)
+    torch.testing.assert_close(torch.cat([kv1, kv2]), kv, rtol=0, atol=1e-5)
+    _, d1 = m.decode(t[:30], 0, kv)
+    logits, _ = m.decode(t[30:], 30, kv, d1, all_logits=True)
+    torch.testing.assert_close(logits, m.forward(t)[30:], rtol=0, atol=1e-5)
+    kv_rope, _ = with_rope.encode(t, 0)
+    torch.testing.assert_close(kv[..., 1, :, :], kv_rope[..., 1, :, :])  # values never rotate
+    assert not torch.allclose(kv[1:, 0], kv_rope[1:, 0])  # keys: rotated only with cross_rope
+
+
+@torch.no_grad()
 @pytest.mark.parametrize("split", [1, 15, 16, 17, 40])
 def test_window_state_continuation_is_exact(model, split):
     t = _tokens(70, seed=split)

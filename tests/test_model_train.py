@@ -3,7 +3,15 @@
 import torch
 
 from tiered_kv.model import BOS, EOS, load_checkpoint, preset, save_checkpoint
-from tiered_kv.train import TrainConfig, load_corpus, stdlib_files, train
+from tiered_kv.train import (
+    TrainConfig,
+    load_corpus,
+    loss_on,
+    recall_augment,
+    recall_augment_masked,
+    stdlib_files,
+    train,
+)
 
 
 def test_corpus_is_the_stdlib_in_sorted_order():
@@ -56,6 +64,42 @@ def test_training_settings_out_of_range_name_the_setting():
     import pytest
 
     for bad, name in (({"steps": 0}, "steps"), ({"recall_prob": 1.5}, "recall_prob"),
-                      ({"curriculum": ((0.5, 64), (0.2, 128))}, "curriculum"), ({"threads": 0}, "threads")):
+                      ({"curriculum": ((0.5, 64), (0.2, 128))}, "curriculum"), ({"threads": 0}, "threads"),
+                      ({"recall_weight": 0.5}, "recall_weight"), ({"recall_weight": 101}, "recall_weight")):
         with pytest.raises(ValueError, match=f"TrainConfig.{name}"):
             TrainConfig(**bad)
+
+
+def test_recall_mask_marks_exactly_the_predictable_bytes_of_each_copy():
+    tc = TrainConfig(recall_prob=1.0, recall_span=(5, 9), recall_distance=10, recall_copies=1)
+    w = torch.arange(60).repeat(3, 1)  # distinct bytes: a copied byte is recognisable by its value
+    out, mask = recall_augment_masked(w, tc, torch.Generator().manual_seed(4))
+    assert mask.shape == (3, 59) and mask.any()
+    for i in range(3):
+        for j in range(59):  # target j predicts out[i, j+1]
+            moved = bool(out[i, j + 1] != w[i, j + 1])
+            after_copy_start = bool(out[i, j] != w[i, j]) and int(out[i, j + 1]) == int(out[i, j]) + 1
+            if mask[i, j]:
+                assert moved and after_copy_start, (i, j)
+            elif moved:  # the first byte of a copy is not predictable, so it is not marked
+                assert not after_copy_start, (i, j)
+    # same generator state, same windows as the unmasked form
+    again = recall_augment(w, tc, torch.Generator().manual_seed(4))
+    assert torch.equal(again, out)
+
+
+def test_weighted_loss_is_the_weighted_mean_of_per_byte_losses():
+    import torch.nn.functional as F
+
+    from tiered_kv.model import EncoderDecoder
+
+    torch.manual_seed(0)
+    m = EncoderDecoder(preset("tiny")).eval()
+    w = torch.randint(0, 256, (2, 33))
+    weight = torch.ones(2, 32)
+    weight[0, 5:9] = 4.0
+    with torch.no_grad():
+        per = F.cross_entropy(m.forward_batched(w[:, :-1]).flatten(0, 1).float(), w[:, 1:].flatten(), reduction="none")
+        want = (per * weight.flatten()).sum() / weight.sum()
+        torch.testing.assert_close(loss_on(m, w, weight), want)
+        torch.testing.assert_close(loss_on(m, w, torch.ones(2, 32)), loss_on(m, w))

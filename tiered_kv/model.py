@@ -58,6 +58,12 @@ class ModelConfig:
     max_seq_len: int = 65536
     rope_theta: float = 10000.0
     norm_eps: float = 1e-5
+    #: Rotary positions on the cross-attention to the global KV. Off (no positional encoding
+    #: there; causality comes from the mask, locality from the sliding-window layers) leaves
+    #: every dimension of a 32-dim head free for matching content thousands of positions back,
+    #: where rotary phases leave only the few slowest frequencies usable. Checkpoints saved
+    #: before the setting existed load with it on, as they were trained.
+    cross_rope: bool = True
 
     def __post_init__(self) -> None:
         def need(cond: bool, setting: str, allowed: str) -> None:
@@ -193,7 +199,7 @@ class CrossAttention(nn.Module):
 
     def _q(self, x, positions):
         q = self.wq(x).unflatten(-1, (self.cfg.n_heads, self.cfg.head_dim))
-        return rope(q, positions, self.cfg.rope_theta)
+        return rope(q, positions, self.cfg.rope_theta) if self.cfg.cross_rope else q
 
     def forward_batched(self, x, gk, gv):
         q = self._q(x, torch.arange(x.shape[1], device=x.device))
@@ -310,7 +316,7 @@ class EncoderDecoder(nn.Module):
     def _project(self, h: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         c = self.cfg
         kv = self.kv_proj(h).unflatten(-1, (2, c.kv_heads, c.head_dim))
-        k = rope(kv[..., 0, :, :], positions, c.rope_theta)
+        k = rope(kv[..., 0, :, :], positions, c.rope_theta) if c.cross_rope else kv[..., 0, :, :]
         return torch.stack([k, kv[..., 1, :, :]], -3)
 
     # ---- inference path (one sequence, any start, window caches)

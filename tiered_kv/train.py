@@ -36,6 +36,10 @@ class TrainConfig:
     beyond its window. ``recall_prob`` is the share of sequences that get one *recall
     augmentation*: a span of ``recall_span`` bytes copied from at least ``recall_distance``
     bytes earlier, so exact long-range copying (through the global KV, not the window) pays.
+    ``recall_weight`` multiplies the loss on the predictable bytes of each copy (all but its
+    first byte) in the batch mean: copying is a small share of the bytes, and its gradient
+    must not drown in that of ordinary next-byte prediction for the mechanism to form in a
+    CPU-sized run.
     """
 
     steps: int = 300
@@ -54,6 +58,7 @@ class TrainConfig:
     recall_span: tuple[int, int] = (32, 256)
     recall_distance: int = 640
     recall_copies: int = 1
+    recall_weight: float = 1.0
     amp: bool = False
     eval_every: int = 0
     save_every: int = 50
@@ -72,6 +77,8 @@ class TrainConfig:
             raise ValueError(f"TrainConfig.grad_clip: must be > 0, got {self.grad_clip!r}")
         if self.threads > 256:
             raise ValueError(f"TrainConfig.threads: must be in [1, 256], got {self.threads!r}")
+        if not 1 <= self.recall_weight <= 100:
+            raise ValueError(f"TrainConfig.recall_weight: must be in [1, 100], got {self.recall_weight!r}")
         if not 0 <= self.recall_prob <= 1:
             raise ValueError(f"TrainConfig.recall_prob: must be in [0, 1], got {self.recall_prob!r}")
         lo, hi = self.recall_span
@@ -179,20 +186,31 @@ def sample_windows(stream: torch.Tensor, n: int, seq_len: int, gen: torch.Genera
 
 
 def recall_augment(windows: torch.Tensor, tc: TrainConfig, gen: torch.Generator) -> torch.Tensor:
-    """Copy one span from >= ``recall_distance`` earlier into a ``recall_prob`` share of windows.
+    """Copy spans from >= ``recall_distance`` earlier into a ``recall_prob`` share of windows.
 
     The copy lands beyond the sliding window of its source, so predicting it needs the
     global KV. Draws come from ``gen`` in a fixed order: same generator state, same result.
     """
+    return recall_augment_masked(windows, tc, gen)[0]
+
+
+def recall_augment_masked(windows: torch.Tensor, tc: TrainConfig,
+                          gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`recall_augment` and a bool mask [n, t-1] of the *targets* a copy makes predictable.
+
+    Target ``j`` predicts ``windows[:, j+1]``; a copy at ``[dst, dst+span)`` makes its bytes
+    from ``dst+1`` on predictable (its first byte is not: nothing says a copy starts there).
+    """
     n, t = windows.shape
     lo, hi = tc.recall_span
+    mask = torch.zeros(n, max(t - 1, 0), dtype=torch.bool)
     out = windows.clone() if tc.recall_prob else windows
     for _ in range(tc.recall_copies):
         pick = torch.rand(n, generator=gen) < tc.recall_prob
         spans = torch.randint(lo, hi + 1, (n,), generator=gen)
         u = torch.rand(n, 2, generator=gen)
-        if not tc.recall_prob:
-            return windows
+        if not tc.recall_prob:  # one draw even so: the generator's stream stays that of earlier runs
+            return windows, mask
         for i in range(n):
             span = int(spans[i])
             room = t - tc.recall_distance - 2 * span
@@ -201,12 +219,18 @@ def recall_augment(windows: torch.Tensor, tc: TrainConfig, gen: torch.Generator)
             src = int(u[i, 0] * room)
             dst = src + span + tc.recall_distance + int(u[i, 1] * (room - src))
             out[i, dst:dst + span] = out[i, src:src + span]
-    return out
+            mask[i, dst:dst + span - 1] = True
+    return out, mask
 
 
-def loss_on(model: EncoderDecoder, windows: torch.Tensor) -> torch.Tensor:
+def loss_on(model: EncoderDecoder, windows: torch.Tensor, weight: torch.Tensor | None = None) -> torch.Tensor:
+    """Mean next-byte loss of ``windows``; with ``weight`` [n, t-1], the weighted mean."""
     logits = model.forward_batched(windows[:, :-1])
-    return F.cross_entropy(logits.flatten(0, 1).float(), windows[:, 1:].flatten())
+    if weight is None:
+        return F.cross_entropy(logits.flatten(0, 1).float(), windows[:, 1:].flatten())
+    per = F.cross_entropy(logits.flatten(0, 1).float(), windows[:, 1:].flatten(), reduction="none")
+    w = weight.flatten().to(per.dtype)
+    return (per * w).sum() / w.sum()
 
 
 @torch.no_grad()
@@ -286,9 +310,10 @@ def train(cfg: ModelConfig, tc: TrainConfig, corpus: Corpus | None = None, log=p
         for g in opt.param_groups:
             g["lr"] = lr_at(step, tc)
         batch, seq_len = tc.shape_at(step)
-        windows = recall_augment(sample_windows(corpus.train, batch, seq_len, gen), tc, gen)
+        windows, copied = recall_augment_masked(sample_windows(corpus.train, batch, seq_len, gen), tc, gen)
+        weight = 1.0 + (tc.recall_weight - 1.0) * copied.float() if tc.recall_weight != 1.0 else None
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=tc.amp):
-            loss = loss_on(model, windows)
+            loss = loss_on(model, windows, weight)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), tc.grad_clip)
