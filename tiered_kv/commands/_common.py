@@ -82,7 +82,8 @@ def build_policy(args: argparse.Namespace, sem) -> Any:
         if not args.ttl:
             raise ValueError("--policy ttl: give --ttl DURATION or --ttl CLASS=DURATION")
         per_class, default = parse_ttls(args.ttl)
-        return get_policy("ttl", ttl_seconds=per_class, default_ttl_seconds=default, capacity_tokens=cap)
+        return get_policy("ttl", ttl_seconds=per_class, default_ttl_seconds=default, capacity_tokens=cap,
+                          bytes_per_token=bpt)
     if args.ttl:
         raise ValueError(f"--ttl: only for --policy ttl, not {args.policy}")
     if name == "watermark":
@@ -93,6 +94,8 @@ def build_policy(args: argparse.Namespace, sem) -> Any:
         check_watermarks(args.high, args.low)
         return get_policy("watermark", capacity_bytes=int(cap * bpt), high=args.high, low=args.low,
                           bytes_per_token=bpt)
+    if name in ("lru", "belady"):  # the KV format of their SSD wear figures
+        return get_policy(name, capacity_tokens=cap, bytes_per_token=bpt)
     return get_policy(name, capacity_tokens=cap)
 
 

@@ -102,6 +102,12 @@ def print_result(result: dict[str, Any]) -> None:
     for name, r in rows:
         print(f"{name:<14} {r['requests']:>9,} {r['input_tokens']:>15,} {r['hit_tokens']:>15,} "
               f"{r['token_hit_rate']:>9.2%}")
+    if result.get("ssd_bytes_written") is not None:
+        per_hit, dwpd = result.get("bytes_written_per_hit_byte"), result.get("drive_writes_per_day")
+        print(f"\nSSD writes {format_bytes(result['ssd_bytes_written'])}: "
+              f"{'-' if per_hit is None else f'{per_hit:.3g}'} bytes per hit byte, "
+              f"{'-' if dwpd is None else f'{dwpd:.3g}'} drive writes per day "
+              f"(over {result['simulated_days'] * 24:.3g} simulated hours)")
     ret = result.get("effective_retention_s")
     if ret:
         print("\neffective retention (idle age at eviction, seconds)")

@@ -58,7 +58,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from numba import njit
 
-from tiered_kv.sim.policies.belady import Belady, belady_hit_tokens, next_use
+from tiered_kv.sim.policies.belady import Belady, belady_stack, next_use
 from tiered_kv.sim.replay import CompiledTrace
 
 #: Key of an access that can never hit (first touch of its block): above every capacity.
@@ -147,6 +147,8 @@ class Curve:
     input_tokens: int
     by_class_hit_tokens: dict[str, np.ndarray] = field(default_factory=dict)
     by_class_input_tokens: dict[str, int] = field(default_factory=dict)
+    #: tokens written to the cache at each point (SSD wear), where the curve counts them
+    written_tokens: np.ndarray | None = None
 
     @property
     def token_hit_rate(self) -> np.ndarray:
@@ -215,11 +217,12 @@ def infinite_bound(trace: CompiledTrace, keys: np.ndarray | None = None) -> Curv
 
 
 def belady_curve(trace: CompiledTrace, capacities_tokens, progress: bool = False) -> Curve:
-    """Belady (MIN with bypass) hit tokens at each capacity, all in one stack pass.
+    """Belady (MIN with bypass) hit tokens and tokens written at each capacity, in one stack pass.
 
-    :func:`~tiered_kv.sim.policies.belady.belady_hit_tokens` gives every capacity at once; a
+    :func:`~tiered_kv.sim.policies.belady.belady_stack` gives every capacity at once; a
     trace whose ids are not chained falls back to one O(n log n) replay per capacity
-    (``progress`` shows a bar for those).
+    (``progress`` shows a bar for those). Written: misses with a next use that Belady keeps
+    (it never writes a block it bypasses, nor one never used again), as :meth:`Belady.run` counts.
     """
     caps = np.asarray(capacities_tokens, dtype=np.float64)
     if np.any(caps < 0) or np.any(np.isnan(caps)):
@@ -230,28 +233,33 @@ def belady_curve(trace: CompiledTrace, capacities_tokens, progress: bool = False
     nxt = next_use(trace)
     finite = np.where(np.isinf(caps), 0.0, caps)
     blocks = np.where(np.isinf(caps), trace.n_unique + 1, finite // trace.uniform_block_size).astype(np.int64)
-    per_class = belady_hit_tokens(trace, blocks, nxt)
-    if per_class is None:
-        per_class = _belady_replays(trace, caps, nxt, progress)
+    stacked = belady_stack(trace, blocks, nxt)
+    if stacked is None:
+        per_class, written = _belady_replays(trace, caps, nxt, progress)
+    else:
+        per_class, written = stacked
     return Curve(x=caps, hit_tokens=per_class.sum(axis=0), input_tokens=inp,
                  by_class_hit_tokens={name: per_class[code] for code, name in enumerate(trace.class_names)},
-                 by_class_input_tokens=by_inp)
+                 by_class_input_tokens=by_inp, written_tokens=written)
 
 
-def _belady_replays(trace: CompiledTrace, caps: np.ndarray, nxt: np.ndarray, progress: bool) -> np.ndarray:
-    """Hit tokens [class, capacity] from one :class:`Belady` replay per capacity."""
+def _belady_replays(trace: CompiledTrace, caps: np.ndarray, nxt: np.ndarray, progress: bool
+                    ) -> tuple[np.ndarray, np.ndarray]:
+    """(hit tokens [class, capacity], tokens written [capacity]) from one :class:`Belady` replay per capacity."""
     it = caps
     if progress:
         from tqdm import tqdm
 
         it = tqdm(caps, desc="belady", unit="capacity", leave=False, delay=2)
     out = np.zeros((len(trace.class_names), len(caps)), dtype=np.int64)
+    written = np.zeros(len(caps), dtype=np.int64)
     for j, c in enumerate(it):
         run = Belady(capacity_tokens=None if math.isinf(c) else int(c)).run(trace, nxt=nxt)
         hit = trace.hit_tokens_from_blocks(run.hit_blocks)
+        written[j] = run.extra["tokens_written"]
         for code in range(len(trace.class_names)):
             out[code, j] = int(hit[trace.counted & (trace.class_codes == code)].sum())
-    return out
+    return out, written
 
 
 def default_capacities(trace: CompiledTrace, n: int = 100) -> np.ndarray:
@@ -346,25 +354,40 @@ def _worker_init(trace, bytes_per_token) -> None:
     _WORKER["bpt"] = bytes_per_token
 
 
-def _replay_point(spec: str, capacity_tokens: int | None, admission: str) -> tuple[int, int | None, int]:
-    """(counted hit tokens, tokens written or None, block hits) of one policy at one capacity."""
-    import dataclasses
+def _make_point_policy(spec: str, capacity_tokens: int | None, admission: str, bpt: float,
+                       footprint_tokens: int = 0):
+    """The policy object of ``spec`` at one capacity (what each replay of :func:`policy_curves` runs).
+
+    A policy sized in bytes (``watermark``'s ``capacity_bytes``) gets the capacity at ``bpt``
+    bytes per token; unlimited (None) is ``footprint_tokens`` (every distinct block) for it.
+    """
     from dataclasses import fields, is_dataclass
 
     from tiered_kv.sim.policies import make_policy, parse_policy_spec
     from tiered_kv.sim.policies.registry import _REGISTRY, get_policy
 
-    trace, bpt = _WORKER["trace"], _WORKER["bpt"]
     name, _ = parse_policy_spec(spec)
     if name not in _REGISTRY:
         get_policy(name)  # raises, listing the registered names
     known = {f.name for f in fields(_REGISTRY[name])} if is_dataclass(_REGISTRY[name]) else set()
     fixed = {"capacity_tokens": capacity_tokens}
+    if "capacity_bytes" in known and "capacity_tokens" not in known:
+        tokens = footprint_tokens if capacity_tokens is None else capacity_tokens
+        fixed = {"capacity_bytes": int(tokens * bpt)}
     if "bytes_per_token" in known:
         fixed["bytes_per_token"] = bpt
     if admission != "all":
         fixed["admission"] = admission
-    pol = make_policy(spec, **fixed)
+    return make_policy(spec, **fixed)
+
+
+def _replay_point(spec: str, capacity_tokens: int | None, admission: str) -> tuple[int, int | None, int]:
+    """(counted hit tokens, tokens written or None, block hits) of one policy at one capacity."""
+    import dataclasses
+
+    trace, bpt = _WORKER["trace"], _WORKER["bpt"]
+    pol = _make_point_policy(spec, capacity_tokens, admission, bpt,
+                             footprint_tokens=trace.n_unique * trace.uniform_block_size)
     if admission != "all" and hasattr(pol, "block_run"):  # one mask per process, not per replay
         from tiered_kv.sim.policies import WritePoints
 
@@ -378,9 +401,11 @@ def _replay_point(spec: str, capacity_tokens: int | None, admission: str) -> tup
         hit, ins, _ = pol.block_run(trace)
         p = leading_runs(trace.offsets, hit)
         written, block_hits = int(trace.chunk_tokens[ins].sum()), int(hit.sum())
-    else:
-        p = np.asarray(pol.run(trace).hit_blocks)
-        written, block_hits = None, None
+    else:  # lru, ttl, watermark, belady and others: their run counts the tokens it writes
+        run = pol.run(trace)
+        p = np.asarray(run.hit_blocks)
+        written = run.extra.get("tokens_written")
+        written, block_hits = (None if written is None else int(written)), None
     return int(trace.hit_tokens_from_blocks(p)[trace.counted].sum()), written, block_hits
 
 
@@ -417,8 +442,12 @@ def policy_curves(trace: CompiledTrace, specs, capacities_tokens, *, admission: 
     in a pool of ``workers`` processes (1: in this process), with a progress bar when
     ``progress``. Returns ``{spec: {...}}`` with ``method`` ("one-pass" or "replay"),
     ``hit_tokens``, ``token_hit_rate``, ``block_hits``, ``ssd_bytes_written``,
-    ``bytes_written_per_hit_byte`` and ``drive_writes_per_day`` (None where a policy has no
-    writes to count: ``belady``'s stack pass, non-zoo policies).
+    ``bytes_written_per_hit_byte`` and ``drive_writes_per_day``. Every built-in policy counts
+    its writes: the zoo's kernels, ``lru``'s one pass (misses by stack distance), ``belady``'s
+    stack pass (kept misses with a next use), and the runs of ``ttl``/``watermark``/``lru`` with
+    parameters (their kernel marks each insert); ``watermark`` gets each capacity in bytes at
+    ``bytes_per_token``. The wear fields are None only for a policy whose run does not report
+    ``tokens_written`` (kvcache.ai's trie policies).
     """
     from tiered_kv.sim.policies import DEFAULT_BYTES_PER_TOKEN, get_admission, parse_policy_spec
 
@@ -436,9 +465,9 @@ def policy_curves(trace: CompiledTrace, specs, capacities_tokens, *, admission: 
             out[spec] = {"method": "one-pass", "hit_tokens": hits.tolist(), "written_tokens":
                          lru_written_tokens(trace, caps).tolist(), "block_hits": None}
         elif name == "belady" and not params:
-            hits = belady_curve(trace, caps, progress=progress).hit_tokens
-            out[spec] = {"method": "one-pass", "hit_tokens": hits.tolist(),
-                         "written_tokens": [None] * len(caps), "block_hits": None}
+            bel = belady_curve(trace, caps, progress=progress)
+            out[spec] = {"method": "one-pass", "hit_tokens": bel.hit_tokens.tolist(),
+                         "written_tokens": bel.written_tokens.tolist(), "block_hits": None}
         else:
             replay.append(spec)
     caps_arg = [None if math.isinf(c) else int(c) for c in caps]
@@ -446,6 +475,8 @@ def policy_curves(trace: CompiledTrace, specs, capacities_tokens, *, admission: 
     results: dict[tuple[str, int], tuple] = {}
     if tasks:
         run_spec = {s: ("class-lru" if parse_policy_spec(s) == ("lru", {}) else s) for s in replay}
+        for s in replay:  # bad parameters fail here, before any replay or worker starts
+            _make_point_policy(run_spec[s], None, admission, bpt)
         bar = None
         if progress:
             from tqdm import tqdm

@@ -55,7 +55,8 @@ def arena_table(trace, policies=POLICIES, *, points: int = 24, admissions=ADMISS
                 bytes_per_token: float | None = None, capacities=None) -> pl.DataFrame:
     """Long frame: policy, admission, capacity_tokens, capacity_bytes, token_hit_rate,
     ssd_bytes_written, bytes_written_per_hit_byte, drive_writes_per_day; Belady's rows have
-    admission ``"bound"`` and no writes."""
+    admission ``"bound"`` (the same under every filter: it bypasses) and its own writes (misses
+    it keeps; it never writes a block it bypasses or one never used again)."""
     from tiered_kv.sim import curves as C
     from tiered_kv.sim.policies import DEFAULT_BYTES_PER_TOKEN
 

@@ -26,6 +26,7 @@ from tiered_kv.sim.policies.plugin import (
     load_policy_file,
     make_policy,
     parse_policy_spec,
+    plugin_parameters,
     resolve_policy_name,
 )
 from tiered_kv.sim.policies.registry import (
@@ -49,6 +50,6 @@ __all__ = [
     "ARC", "DEFAULT_BYTES_PER_TOKEN", "FIFO", "GDSF", "LFU", "LRU", "S3FIFO", "SLRU", "TTL", "ZOO", "AdmitAll",
     "AllOf", "Belady", "BeladyNoBypass", "BlockPolicy", "ClassLRU", "Policy", "PolicyRun", "SecondSighting",
     "PluginPolicy", "Sieve", "TwoQ", "Watermark", "WritePoints", "capacity_blocks", "capacity_tokens_from", "check_capacity",
-    "get_admission", "get_policy", "leading_runs", "load_policy_file", "make_policy", "next_use", "parse_policy_spec", "policy_names", "register_policy",
+    "get_admission", "get_policy", "leading_runs", "load_policy_file", "make_policy", "next_use", "parse_policy_spec", "plugin_parameters", "policy_names", "register_policy",
     "resolve_policy_name", "retention_quantiles", "run_cache_kernel", "ttl_vector", "wear",
 ]

@@ -15,7 +15,14 @@ from numba import njit
 
 from tiered_kv.sim.policies.blockwise import BlockPolicy
 from tiered_kv.sim.policies.frequency import heap_pop, heap_push
-from tiered_kv.sim.policies.registry import PolicyRun, capacity_blocks, check_capacity, register_policy
+from tiered_kv.sim.policies.registry import (
+    DEFAULT_BYTES_PER_TOKEN,
+    PolicyRun,
+    capacity_blocks,
+    check_capacity,
+    check_range,
+    register_policy,
+)
 from tiered_kv.sim.replay import CompiledTrace
 
 
@@ -34,6 +41,8 @@ def _belady_kernel(offsets, blocks, depth, nxt_use, n_unique, capacity):  # prag
     # Blocks never used again ("dead") have the largest keys, so they are always evicted first;
     # which dead block goes first cannot change any later hit (none is accessed again), so they
     # are only counted, not heaped: most accesses of a trace are last accesses.
+    # ``written[i]``: access i missed, its block has a next use, and it was kept (not bypassed):
+    # the SSD write. A dead block is never written (it could only sit in free space).
     n = offsets.shape[0] - 1
     m = blocks.shape[0]
     dmul = np.int64(1)
@@ -49,6 +58,7 @@ def _belady_kernel(offsets, blocks, depth, nxt_use, n_unique, capacity):  # prag
     dead = 0
     hit = np.zeros(n, np.int64)
     any_present = np.zeros(n, np.int64)
+    written = np.zeros(m, np.bool_)
     for r in range(n):
         lo = offsets[r]
         hi = offsets[r + 1]
@@ -64,7 +74,8 @@ def _belady_kernel(offsets, blocks, depth, nxt_use, n_unique, capacity):  # prag
         hit[r] = p
         for i in range(lo, hi):
             b = blocks[i]
-            if not present[b]:
+            miss = not present[b]
+            if miss:
                 used += 1
             if nxt_use[i] >= m:  # last access of b: it turns dead
                 present[b] = False
@@ -114,7 +125,9 @@ def _belady_kernel(offsets, blocks, depth, nxt_use, n_unique, capacity):  # prag
                 if present[vb] and key_of[vb] == vk:
                     present[vb] = False
                     used -= 1
-    return hit, any_present
+            if miss and present[b]:
+                written[i] = True
+    return hit, any_present, written
 
 
 @register_policy
@@ -129,17 +142,22 @@ class Belady:
 
     name: ClassVar[str] = "belady"
     capacity_tokens: int | None = None
+    bytes_per_token: float = DEFAULT_BYTES_PER_TOKEN  # for SSD wear only
 
     def __post_init__(self) -> None:
         check_capacity("belady capacity_tokens", self.capacity_tokens)
+        check_range("belady bytes_per_token", self.bytes_per_token, 0.0, lo_open=True)
 
     def run(self, trace: CompiledTrace, nxt: np.ndarray | None = None) -> PolicyRun:
+        from tiered_kv.sim.policies.lru import _wear_extra
+
         cap = capacity_blocks(trace, self.capacity_tokens)
         cap_i = np.int64(min(cap, trace.n_unique + 1)) if math.isfinite(cap) else np.int64(trace.n_unique + 1)
         nxt = next_use(trace) if nxt is None else nxt
-        hit, any_present = _belady_kernel(trace.offsets, trace.blocks, trace.depth.astype(np.int64), nxt,
-                                          trace.n_unique, cap_i)
-        return PolicyRun(hit, {"prefix_closed": bool(np.array_equal(hit, any_present))})
+        hit, any_present, written = _belady_kernel(trace.offsets, trace.blocks, trace.depth.astype(np.int64), nxt,
+                                                   trace.n_unique, cap_i)
+        return PolicyRun(hit, {"prefix_closed": bool(np.array_equal(hit, any_present)),
+                               **_wear_extra(trace, hit, written, cap, self.bytes_per_token)})
 
 
 # --------------------------------------------------------------------------------------------
@@ -160,25 +178,43 @@ def belady_hit_tokens(trace: CompiledTrace, capacities_blocks, nxt: np.ndarray |
     (:mod:`tiered_kv.sim.curves`); that needs chained ids (each block id always behind the same
     parent), so for any other trace this returns None and the caller replays each capacity.
     """
+    out = belady_stack(trace, capacities_blocks, nxt)
+    return None if out is None else out[0]
+
+
+def belady_stack(trace: CompiledTrace, capacities_blocks, nxt: np.ndarray | None = None
+                 ) -> tuple[np.ndarray, np.ndarray] | None:
+    """(counted hit tokens ``[class, capacity]``, tokens written ``[capacity]``) of :class:`Belady`.
+
+    The one pass of :func:`belady_hit_tokens`, which also counts SSD writes the way
+    :meth:`Belady.run` does (a miss with a next use that is kept, not bypassed; chunk tokens,
+    warm-up included, as :func:`tiered_kv.sim.policies.blockwise.wear` counts them). None when
+    the trace's ids are not chained.
+    """
     caps = np.asarray(capacities_blocks, dtype=np.int64).reshape(-1)
     n_cls = len(trace.class_names)
     out = np.zeros((n_cls, caps.shape[0]), dtype=np.int64)
+    written = np.zeros(caps.shape[0], dtype=np.int64)
     if not _chained(trace.offsets, trace.blocks, trace.n_unique):
         return None
     caps = np.minimum(caps, trace.n_unique + 1)
     live = caps > 0
     if not live.any() or trace.n_accesses == 0:
-        return out
+        return out, written
     bounds = np.unique(caps[live])
     nxt = next_use(trace) if nxt is None else nxt
     counted = trace.counted[trace.access_request]
     weight = np.where(counted, trace.tokens, 0).astype(np.int64)
     cls = trace.class_codes[trace.access_request].astype(np.int64)
     blocks = trace.blocks.astype(np.int64)
-    hist = stack_hist(blocks, nxt, nxt, np.int64(trace.n_accesses), weight, cls, n_cls, trace.n_unique, bounds)
+    whist = np.zeros(bounds.shape[0] + 1, np.int64)
+    hist = stack_pass(blocks, nxt, nxt, np.int64(trace.n_accesses), weight, cls, n_cls, trace.n_unique, bounds,
+                      trace.chunk_tokens.astype(np.int64), whist)
     cum = np.cumsum(hist, axis=1)
-    out[:, live] = cum[:, np.searchsorted(bounds, caps[live])]
-    return out
+    at = np.searchsorted(bounds, caps[live])
+    out[:, live] = cum[:, at]
+    written[live] = np.cumsum(whist)[at]
+    return out, written
 
 
 @njit(cache=True)
@@ -244,6 +280,14 @@ def _deposit(prio, member, pos, seg, fill, base, q, y, py):
 
 @njit(cache=True)
 def stack_hist(items, cand, res, never, weight, cls, n_cls, n_items, bounds):  # pragma: no cover - compiled
+    """:func:`stack_pass` without the writes: ``hist[c, q]`` only."""
+    return stack_pass(items, cand, res, never, weight, cls, n_cls, n_items, bounds, np.zeros(0, np.int64),
+                      np.zeros(0, np.int64))
+
+
+@njit(cache=True)
+def stack_pass(items, cand, res, never, weight, cls, n_cls, n_items, bounds, wweight,
+               whist):  # pragma: no cover - compiled
     """One pass of a priority stack algorithm over accesses, for the capacities ``bounds`` (sorted, > 0).
 
     Access ``a`` touches item ``items[a]`` (``0 <= item < n_items``), which then competes with
@@ -253,7 +297,15 @@ def stack_hist(items, cand, res, never, weight, cls, n_cls, n_items, bounds):  #
     ``hist[c, q]``: the ``weight`` of class-``c`` accesses whose item sat in segment ``q`` at
     the access, that is, hits at every capacity ``>= bounds[q]``. Serves :class:`Belady`
     (:func:`belady_hit_tokens`) and kvcache.ai's trie-Belady (:mod:`tiered_kv.sim.peers.trie_belady`).
+
+    Writes (when ``whist`` has ``len(bounds) + 1`` slots; empty arrays skip them): an access
+    whose item sat in segment ``s`` (or below every capacity) and that is used again lands in
+    the first segment ``q`` where it finds room or beats the worst member; it missed and was
+    kept, so written, at every capacity ``bounds[q] <= C < bounds[s]``. ``whist`` gets
+    ``+wweight[a]`` at ``q`` and ``-wweight[a]`` at ``s``: its cumulative sum is the weight
+    written at each capacity. An item never used again is never written (as in :class:`Belady`).
     """
+    track = whist.shape[0] > 0
     nq = bounds.shape[0]
     base = np.zeros(nq + 1, np.int64)
     for q in range(nq):
@@ -285,9 +337,12 @@ def stack_hist(items, cand, res, never, weight, cls, n_cls, n_items, bounds):  #
         py = cand[a]  # x competes as a candidate...
         y_res = res[a]  # ...and is stored with its resident priority
         placed = False
+        landed = -1  # the segment x itself lands in (-1: not yet)
         for q in range(sx if inside else nq):
             if fill[q] < base[q + 1] - base[q]:  # room: the stack is shallower than this capacity
                 _deposit(prio, member, pos, seg, fill, base, q, y, y_res)
+                if y == x:
+                    landed = q
                 placed = True
                 break
             if py >= never:
@@ -302,6 +357,8 @@ def stack_hist(items, cand, res, never, weight, cls, n_cls, n_items, bounds):  #
                 break
             b = base[q]
             if py < prio[b]:  # y beats the segment's worst: swap them
+                if y == x and landed < 0:
+                    landed = q
                 w = member[b]
                 pw = prio[b]
                 prio[b] = y_res
@@ -317,6 +374,9 @@ def stack_hist(items, cand, res, never, weight, cls, n_cls, n_items, bounds):  #
                 _deposit(prio, member, pos, seg, fill, base, sx, y, y_res)
             else:
                 seg[y] = nq
+        if track and landed >= 0 and cand[a] < never:
+            whist[landed] += wweight[a]
+            whist[sx if inside else nq] -= wweight[a]
     return hist
 
 

@@ -13,6 +13,12 @@ request touched it last), a global touch counter to find the least-recently-used
 lists, exact TTL expiry at every request (``now - last_touch > ttl`` of that class), and
 evicts by weight when the used weight passes a high watermark, down to a low one (``lru``:
 both equal the capacity, weight 1 per block).
+
+SSD wear: the kernel marks every access that inserts its block (absent when touched, so written
+to the cache), and each policy's run reports ``ssd_bytes_written``, ``bytes_written_per_hit_byte``
+and ``drive_writes_per_day`` as the zoo does (:func:`tiered_kv.sim.policies.blockwise.wear`;
+``bytes_per_token`` sets the KV format, default DeepSeek-V3 MLA bf16; an unlimited capacity
+counts as the trace's footprint), plus ``tokens_written``.
 """
 
 from __future__ import annotations
@@ -36,7 +42,7 @@ from tiered_kv.sim.replay import CompiledTrace
 
 @njit(cache=True)
 def _cache_kernel(offsets, blocks, weights, times, req_class, n_unique, n_classes, ttl_by_class,
-                  high, low, record):  # pragma: no cover - compiled
+                  high, low, record, inserted):  # pragma: no cover - compiled
     n = offsets.shape[0] - 1
     m = blocks.shape[0]
     size = n_unique + n_classes  # dense ids, then one sentinel per class list
@@ -55,6 +61,7 @@ def _cache_kernel(offsets, blocks, weights, times, req_class, n_unique, n_classe
     ev_class = np.empty(m if record else 0, np.int64)
     n_ev = 0
     n_exp = 0
+    track = inserted.shape[0] > 0
     used = 0.0
     tick = 0
     any_ttl = False
@@ -96,6 +103,8 @@ def _cache_kernel(offsets, blocks, weights, times, req_class, n_unique, n_classe
                 present[b] = True
                 bweight[b] = weights[i]
                 used += weights[i]
+                if track:
+                    inserted[i] = True
             # link at the MRU end (just before the sentinel) of this class's list
             pv = prv[tail]
             nxt[pv] = b
@@ -130,13 +139,39 @@ def _cache_kernel(offsets, blocks, weights, times, req_class, n_unique, n_classe
 
 def run_cache_kernel(trace: CompiledTrace, *, ttl_by_class: np.ndarray | None = None,
                      weights: np.ndarray | None = None, high: float = math.inf, low: float | None = None,
-                     record: bool = False):
-    """Run the shared LRU/TTL/watermark kernel on ``trace`` (see the module docstring)."""
+                     record: bool = False, inserted: np.ndarray | None = None):
+    """Run the shared LRU/TTL/watermark kernel on ``trace`` (see the module docstring).
+
+    ``inserted``: a bool array of ``trace.n_accesses`` the kernel marks at every access that
+    (re)inserts its block (absent when touched: a miss written to the cache), for SSD wear.
+    """
     k = len(trace.class_names)
     ttl = np.full(k, np.inf) if ttl_by_class is None else np.asarray(ttl_by_class, dtype=np.float64)
     w = np.ones(trace.n_accesses, np.float64) if weights is None else np.asarray(weights, np.float64)
+    ins = np.zeros(0, np.bool_) if inserted is None else inserted
     return _cache_kernel(trace.offsets, trace.blocks, w, trace.timestamps, trace.class_codes.astype(np.int64),
-                         trace.n_unique, k, ttl, float(high), float(high if low is None else low), record)
+                         trace.n_unique, k, ttl, float(high), float(high if low is None else low), record, ins)
+
+
+def _wear_extra(trace: CompiledTrace, hit_blocks: np.ndarray, inserted: np.ndarray, capacity_blocks: float,
+                bytes_per_token: float) -> dict:
+    """SSD wear of a run (:func:`tiered_kv.sim.policies.blockwise.wear`) plus ``tokens_written``.
+
+    An unlimited capacity counts as the trace's footprint (every distinct block), as for the zoo.
+    """
+    from tiered_kv.sim.policies.blockwise import wear
+
+    cap = float(max(trace.n_unique, 1)) if not math.isfinite(capacity_blocks) else capacity_blocks
+    hit_tokens = int(trace.hit_tokens_from_blocks(np.asarray(hit_blocks, dtype=np.int64))[trace.counted].sum())
+    out = wear(trace, inserted, hit_tokens, cap, bytes_per_token)
+    out["tokens_written"] = int(trace.chunk_tokens[inserted].sum())
+    return out
+
+
+def _check_bpt(name: str, value) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.number)) or not (value > 0) \
+            or not math.isfinite(value):
+        raise ValueError(f"{name} bytes_per_token: must be a number > 0, got {value!r}")
 
 
 @register_policy
@@ -146,14 +181,17 @@ class LRU:
 
     name: ClassVar[str] = "lru"
     capacity_tokens: int | None = None
+    bytes_per_token: float = DEFAULT_BYTES_PER_TOKEN  # for SSD wear only
 
     def __post_init__(self) -> None:
         check_capacity("lru capacity_tokens", self.capacity_tokens)
+        _check_bpt("lru", self.bytes_per_token)
 
     def run(self, trace: CompiledTrace) -> PolicyRun:
         cap = capacity_blocks(trace, self.capacity_tokens)
-        hit, _, _, n_ev, _ = run_cache_kernel(trace, high=cap)
-        return PolicyRun(hit, {"evictions": int(n_ev)})
+        ins = np.zeros(trace.n_accesses, np.bool_)
+        hit, _, _, n_ev, _ = run_cache_kernel(trace, high=cap, inserted=ins)
+        return PolicyRun(hit, {"evictions": int(n_ev), **_wear_extra(trace, hit, ins, cap, self.bytes_per_token)})
 
 
 def ttl_vector(trace: CompiledTrace, ttl_seconds: dict[str, float], default: float) -> np.ndarray:
@@ -177,22 +215,28 @@ class TTL:
     ttl_seconds: dict[str, float] = field(default_factory=dict)
     default_ttl_seconds: float = math.inf
     capacity_tokens: int | None = None
+    bytes_per_token: float = DEFAULT_BYTES_PER_TOKEN  # for SSD wear only
 
     def __post_init__(self) -> None:
         check_capacity("ttl capacity_tokens", self.capacity_tokens)
+        _check_bpt("ttl", self.bytes_per_token)
         for cls, v in {**self.ttl_seconds, "default": self.default_ttl_seconds}.items():
             if not isinstance(v, (int, float)) or math.isnan(v) or v < 0:
                 raise ValueError(f"ttl for class {cls!r}: must be a duration >= 0 seconds, got {v!r}")
 
     def __hash__(self) -> int:
-        return hash((tuple(sorted(self.ttl_seconds.items())), self.default_ttl_seconds, self.capacity_tokens))
+        return hash((tuple(sorted(self.ttl_seconds.items())), self.default_ttl_seconds, self.capacity_tokens,
+                     self.bytes_per_token))
 
     def run(self, trace: CompiledTrace) -> PolicyRun:
         default = self.ttl_seconds.get("*", self.ttl_seconds.get("default", self.default_ttl_seconds))
         ttl = ttl_vector(trace, self.ttl_seconds, default)
-        hit, _, _, n_ev, n_exp = run_cache_kernel(trace, ttl_by_class=ttl, high=capacity_blocks(trace, self.capacity_tokens))
+        cap = capacity_blocks(trace, self.capacity_tokens)
+        ins = np.zeros(trace.n_accesses, np.bool_)
+        hit, _, _, n_ev, n_exp = run_cache_kernel(trace, ttl_by_class=ttl, high=cap, inserted=ins)
         return PolicyRun(hit, {"evictions": int(n_ev), "expirations": int(n_exp),
-                               "ttl_seconds": dict(zip(trace.class_names, ttl.tolist(), strict=True))})
+                               "ttl_seconds": dict(zip(trace.class_names, ttl.tolist(), strict=True)),
+                               **_wear_extra(trace, hit, ins, cap, self.bytes_per_token)})
 
 
 @register_policy
@@ -221,10 +265,14 @@ class Watermark:
 
     def run(self, trace: CompiledTrace) -> PolicyRun:
         w = trace.chunk_tokens.astype(np.float64) * float(self.bytes_per_token)
+        ins = np.zeros(trace.n_accesses, np.bool_)
         hit, ages, classes, n_ev, _ = run_cache_kernel(
-            trace, weights=w, high=self.high * self.capacity_bytes, low=self.low * self.capacity_bytes, record=True)
+            trace, weights=w, high=self.high * self.capacity_bytes, low=self.low * self.capacity_bytes, record=True,
+            inserted=ins)
+        cap_blocks = self.capacity_bytes / (trace.uniform_block_size * float(self.bytes_per_token))
         return PolicyRun(hit, {"evictions": int(n_ev),
-                               "effective_retention_s": retention_quantiles(ages, classes, trace.class_names)})
+                               "effective_retention_s": retention_quantiles(ages, classes, trace.class_names),
+                               **_wear_extra(trace, hit, ins, cap_blocks, self.bytes_per_token)})
 
 
 def retention_quantiles(ages: np.ndarray, classes: np.ndarray, names: tuple[str, ...]) -> dict[str, dict]:

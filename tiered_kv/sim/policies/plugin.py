@@ -19,29 +19,118 @@ about a million accesses a second; the zoo's numba kernels are the fast form.
 ``load_policy_file("path/to/file.py:ClassName")`` imports the file, checks the class and its
 methods (errors name the file and what is missing) and registers it, which is what
 ``tiered-kv curves --policy path/to/file.py:ClassName`` does.
+
+Parameters: a plug-in declares them as annotated class attributes with defaults (``skip: int =
+0``) and reads them as ``self.skip``; ``--policy path/to/file.py:ClassName:skip=2,label=x``
+sets them (as does ``make_policy`` / ``get_policy(name, skip=2)``). An unknown key is an error
+naming it and the parameters the class takes; a value of the wrong type (for ``int``, ``float``,
+``bool`` and ``str`` annotations) is an error naming the key and the type; range checks are the
+plug-in's :meth:`PluginPolicy.check` (``check_range`` from :mod:`.registry` names the parameter
+and its range). The values travel in the ``plugin_params`` field, so ``dataclasses.replace``
+keeps them. A plug-in keeps its state in plain attributes (``self.order = {}``); decorating it
+with ``@dataclass(frozen=True)`` would forbid that, which the driver reports.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import sys
-from dataclasses import dataclass
+import typing
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 
 from tiered_kv.sim.policies.blockwise import BlockPolicy
-from tiered_kv.sim.policies.registry import _REGISTRY, register_policy
+from tiered_kv.sim.policies.registry import _REGISTRY, DEFAULT_BYTES_PER_TOKEN, register_policy
 
 METHODS = ("reset", "lookup", "touch", "insert", "evict")
 
 
-@dataclass(frozen=True)
+_REQUIRED = object()
+_BASE_FIELDS = ("capacity_tokens", "admission", "bytes_per_token", "plugin_params")
+_SIMPLE = {"int": int, "float": float, "bool": bool, "str": str}
+
+
+def plugin_parameters(cls: type) -> dict[str, tuple[Any, Any]]:
+    r"""A plug-in class's parameters: ``{name: (annotated type or None, default)}``.
+
+    Annotated class attributes of the plug-in and its bases below :class:`PluginPolicy`, except
+    ``ClassVar``\ s, ``name`` and names starting with ``_``; a parameter without a default is
+    required.
+    """
+    try:
+        hints = typing.get_type_hints(cls)
+    except Exception:  # noqa: BLE001 - unresolvable annotations: read them as written
+        hints = {}
+    out: dict[str, tuple[Any, Any]] = {}
+    for klass in reversed(cls.__mro__):
+        if not (isinstance(klass, type) and issubclass(klass, PluginPolicy)) or klass is PluginPolicy:
+            continue
+        for key, raw in vars(klass).get("__annotations__", {}).items():
+            hint = hints.get(key, raw)
+            text = hint if isinstance(hint, str) else ""
+            if key == "name" or key.startswith("_") or key in _BASE_FIELDS or typing.get_origin(hint) is ClassVar \
+                    or hint is ClassVar or text.startswith(("ClassVar", "typing.ClassVar")):
+                continue
+            typ = _SIMPLE.get(hint, hint) if isinstance(hint, str) else hint
+            default = getattr(cls, key, _REQUIRED)  # a subclass may override the value unannotated
+            if isinstance(default, dataclasses.Field):
+                default = default.default if default.default is not dataclasses.MISSING else _REQUIRED
+            out[key] = (typ if typ in (int, float, bool, str) else None, default)
+    return out
+
+
+def _coerce(policy: str, key: str, typ, value):
+    """``value`` checked against a parameter's annotated type (ints are accepted as floats)."""
+    if typ is None:
+        return value
+    if typ is bool:
+        if isinstance(value, bool):
+            return value
+        raise ValueError(f"policy {policy} parameter {key}: must be true or false, got {value!r}")
+    if typ is int:
+        if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
+            return int(value)
+        raise ValueError(f"policy {policy} parameter {key}: must be an integer, got {value!r}")
+    if typ is float:
+        if isinstance(value, (int, float, np.number)) and not isinstance(value, bool):
+            return float(value)
+        raise ValueError(f"policy {policy} parameter {key}: must be a number, got {value!r}")
+    return value if isinstance(value, str) else str(value)
+
+
+@dataclass(frozen=True, init=False)
 class PluginPolicy(BlockPolicy):
     """Base class of Python plug-in policies (see the module docstring)."""
 
     name: ClassVar[str] = "plugin"
+    plugin_params: dict = field(default_factory=dict, hash=False, repr=False)
+
+    def __init__(self, capacity_tokens: int | None = None, admission: Any = None,
+                 bytes_per_token: float = DEFAULT_BYTES_PER_TOKEN, plugin_params: dict | None = None,
+                 **params: Any) -> None:
+        declared = plugin_parameters(type(self))
+        given = {**(plugin_params or {}), **params}
+        unknown = sorted(set(given) - set(declared))
+        if unknown:
+            raise ValueError(f"policy {self.name}: unknown parameter(s) {unknown}; it takes "
+                             f"{sorted(declared) or 'none'} (and {', '.join(_BASE_FIELDS[:3])})")
+        values = {}
+        for key, (typ, default) in declared.items():
+            if key not in given and default is _REQUIRED:
+                raise ValueError(f"policy {self.name}: parameter {key} is required (give {key}=VALUE)")
+            values[key] = _coerce(self.name, key, typ, given[key]) if key in given else default
+        for key, value in (("capacity_tokens", capacity_tokens), ("admission", admission),
+                           ("bytes_per_token", bytes_per_token), ("plugin_params", values), *values.items()):
+            object.__setattr__(self, key, value)
+        self.__post_init__()
+        self.check()
+
+    def check(self) -> None:
+        """Validate the parameters (``self.<name>``); raise ValueError naming the parameter and its range."""
 
     def reset(self, capacity_blocks: int) -> None:
         raise NotImplementedError
@@ -59,6 +148,14 @@ class PluginPolicy(BlockPolicy):
         raise NotImplementedError
 
     def kernel_run(self, trace, capacity_blocks, admit):
+        try:
+            return self._drive(trace, capacity_blocks, admit)
+        except dataclasses.FrozenInstanceError as exc:
+            raise ValueError(f"policy {self.name}: cannot keep state in a frozen dataclass ({exc}); declare "
+                            "parameters as annotated class attributes (skip: int = 0) without @dataclass, "
+                            "and keep state in plain attributes (self.order = {})") from exc
+
+    def _drive(self, trace, capacity_blocks, admit):
         m = trace.n_accesses
         hit = np.zeros(m, dtype=bool)
         ins = np.zeros(m, dtype=bool)
@@ -183,10 +280,12 @@ def make_policy(spec: str, **fixed):
         get_policy(name)  # raises, listing the registered names
     cls = _REGISTRY[name]
     known = {f.name for f in fields(cls)} if is_dataclass(cls) else set()
+    if isinstance(cls, type) and issubclass(cls, PluginPolicy):
+        known = (known | set(plugin_parameters(cls))) - {"plugin_params"}
     unknown = sorted(set(params) - known)
     if unknown:
         raise ValueError(f"policy {name}: unknown parameter(s) {unknown}; it takes {sorted(known)}")
     bad = sorted(k for k, v in fixed.items() if k not in known and v is not None)
     if bad:
         raise ValueError(f"policy {name}: does not take {bad} (it takes {sorted(known)})")
-    return cls(**{k: v for k, v in fixed.items() if k in known}, **params)
+    return cls(**{**{k: v for k, v in fixed.items() if k in known}, **params})  # the spec's own values win

@@ -2,11 +2,11 @@
 
 Why: on a first run (numba's cache empty) ``tiered-kv curves`` spends most of its time in the
 LLVM back end, and the largest single kernel, Belady's priority-stack pass
-(:func:`~tiered_kv.sim.policies.belady.stack_hist`), takes about as long to compile as loading
+(:func:`~tiered_kv.sim.policies.belady.stack_pass`, which counts hits and writes), takes about as long to compile as loading
 the trace and compiling every other kernel together. Those two halves do not depend on each
 other, and the machine has a second core: :func:`start` launches ``python -m
 tiered_kv.sim.policies.precompile``, which compiles the Belady kernels for the exact argument
-types :func:`~tiered_kv.sim.policies.belady.belady_hit_tokens` passes and writes them to numba's
+types :func:`~tiered_kv.sim.policies.belady.belady_stack` passes and writes them to numba's
 on-disk cache; the caller goes on, and by the time it reaches Belady its own first call loads the
 kernel from that cache instead of compiling it.
 
@@ -27,9 +27,9 @@ WAIT_S = 60.0
 
 
 def _kernels():
-    from tiered_kv.sim.policies.belady import _chained, stack_hist
+    from tiered_kv.sim.policies.belady import _chained, stack_hist, stack_pass
 
-    return (stack_hist, _chained)
+    return (stack_hist, stack_pass, _chained)
 
 
 def cached() -> bool:
@@ -69,9 +69,12 @@ def compile_now() -> None:
     """Compile (and cache) the Belady kernels for the argument types the replays use."""
     import numpy as np
 
-    stack_hist, chained = _kernels()
+    stack_hist, stack_pass, chained = _kernels()
     one = np.zeros(1, np.int64)
-    # belady_hit_tokens: int64 arrays, int64 scalars (see its call); trie_belady passes the same types
+    # belady_stack: int64 arrays, int64 scalars (see its call), the written weights and their histogram
+    stack_pass(one, one, one, np.int64(1), one, one, np.int64(1), np.int64(1), np.ones(1, np.int64), one,
+               np.zeros(2, np.int64))
+    # trie_belady's stack_hist: the same types; it reuses the stack_pass just compiled (cheap)
     stack_hist(one, one, one, np.int64(1), one, one, np.int64(1), np.int64(1), np.ones(1, np.int64))
     # _chained(trace.offsets int64 [n+1], trace.blocks int32 [m], n_unique)
     chained(np.zeros(2, np.int64), np.zeros(1, np.int32), np.int64(1))
