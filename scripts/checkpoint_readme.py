@@ -24,6 +24,18 @@ def render(record: dict, ev: dict, name: str) -> str:
     held = ev["heldout_nats_per_byte"]
     gain = ev["long_context_gain_nats"]
     lo, hi = ev["long_context_gain_ci95"]
+    probe = "\n".join(f"| {r['distance_bytes']:,} | {r['first_nats_per_byte']:.3f} | {r['repeat_nats_per_byte']:.3f} | "
+                      f"{r['copy_gain_nats']:.3f} [{r['copy_gain_ci95'][0]:.3f}, {r['copy_gain_ci95'][1]:.3f}] |"
+                      for r in ev.get("copy_probe", []))
+    probe_section = f"""
+Copy probe (does it copy? a {ev['copy_probe'][0]['span_bytes']}-byte held-out span repeated d bytes after it
+ends; loss of the repeat's bytes after its first against the same bytes the first time;
+{ev['copy_probe'][0]['samples']} spans per distance):
+
+| distance d (bytes) | first occurrence (nats/byte) | repeat (nats/byte) | copy gain, 95% interval |
+|---:|---:|---:|---|
+{probe}
+""" if ev.get("copy_probe") else ""
     hc = "\n".join(f"| {h['step']:,} | {h['tokens'] / 1e6:.2f} M | {h['heldout_nats_per_byte']:.3f} |"
                    for h in record.get("heldout_curve", []))
     return f"""# Trained checkpoints
@@ -72,7 +84,7 @@ Loss of the same 256 held-out bytes against the context before them:
 | context (bytes) | loss (nats/byte) | 95% interval |
 |---:|---:|---|
 {curve}
-
+{probe_section}
 Held-out loss during training (32 windows of 512 bytes, seed 1):
 
 | step | tokens seen | held-out (nats/byte) |

@@ -104,3 +104,37 @@ def test_drift_exact_writes_stay_exact_approximate_ones_do_not(model):
     assert s.height == 8 and set(s["conversations"]) == {2}
     with pytest.raises(ValueError, match="needs"):
         prefix_drift(model, [convs[0][:50]], turns=4, first=48, step=40)
+
+
+class _NGramCopier(torch.nn.Module):
+    """Predicts the byte that followed the last earlier occurrence of the current 8-gram."""
+
+    def forward_batched(self, tokens):
+        b, t = tokens.shape
+        logits = torch.zeros(b, t, 258)
+        for i in range(b):
+            seen = {}
+            row = tokens[i].tolist()
+            for p in range(t):
+                key = tuple(row[max(0, p - 7): p + 1])
+                if len(key) == 8 and key in seen and seen[key] + 1 < t:
+                    logits[i, p, row[seen[key] + 1]] = 30.0
+                if len(key) == 8:
+                    seen[key] = p
+        return logits
+
+
+def test_copy_probe_sees_a_model_that_copies_and_one_that_does_not(model, stream):
+    import math
+
+    from tiered_kv.evaluate import copy_probe
+
+    rows = copy_probe(_NGramCopier(), stream, distances=(300, 900), span=64, n=3)
+    for r in rows:
+        assert r["first_nats_per_byte"] == pytest.approx(math.log(258), abs=0.05)  # random bytes: nothing to copy
+        assert r["repeat_nats_per_byte"] < 0.2 * r["first_nats_per_byte"]  # all but the first 7 bytes copied
+        assert r["copy_gain_nats"] > 4 and r["copy_gain_ci95"][0] <= r["copy_gain_nats"] <= r["copy_gain_ci95"][1]
+    assert [r["distance_bytes"] for r in rows] == [300, 900]
+    # the scaled random model has no copying mechanism: the repeat costs about what the original did
+    plain = copy_probe(model, stream, distances=(300,), span=64, n=3)[0]
+    assert abs(plain["copy_gain_nats"]) < 0.5

@@ -12,6 +12,11 @@ model that needs its window and looks beyond it. A model at the level of a byte 
   are). Per-sample differences give a 95% interval.
 - ``context_curve``: the same 256 target bytes scored after 64 .. 16,384 bytes of context:
   where the model stops gaining.
+- ``copy_probe``: a diagnostic of the mechanism the gain needs. A 128-byte held-out span is
+  repeated ``d`` bytes after it ends; the loss on the repeat (all but its first byte) against
+  the loss on its first occurrence says whether the model copies from ``d`` bytes back. A
+  model with an induction mechanism scores the repeat far below the first occurrence; one
+  without scores them alike, whatever its loss.
 
 Everything is computed with the batched training path (:meth:`EncoderDecoder.forward_batched`,
 banded window attention), which tests check equals the inference path.
@@ -132,6 +137,27 @@ def context_curve(model: EncoderDecoder, stream: torch.Tensor, contexts=CONTEXTS
     return rows
 
 
+@torch.no_grad()
+def copy_probe(model: EncoderDecoder, stream: torch.Tensor, distances=(256, 1024, 2048), *, span: int = 128,
+               n: int = 8, seed: int = 4) -> list[dict]:
+    """Loss on a span's repeat ``d`` bytes after it against its first occurrence, per distance."""
+    rows = []
+    for d in distances:
+        starts = _starts(stream, n, 0, d + 2 * span + 1, seed)
+        first, repeat = [], []
+        for s in starts:
+            head = stream[s:s + span + d].long()
+            seq = torch.cat([head, head[:span]])
+            loss = F.cross_entropy(model.forward_batched(seq[None, :-1])[0].float(), seq[1:], reduction="none")
+            first.append(loss[:span - 1].mean())  # targets 1..span-1 of the first occurrence
+            repeat.append(loss[-(span - 1):].mean())  # the repeat's bytes after its first one
+        f, r = torch.stack(first), torch.stack(repeat)
+        gain, lo, hi = _mean_ci(f - r)
+        rows.append({"distance_bytes": int(d), "span_bytes": span, "samples": n, "first_nats_per_byte": float(f.mean()),
+                     "repeat_nats_per_byte": float(r.mean()), "copy_gain_nats": gain, "copy_gain_ci95": [lo, hi]})
+    return rows
+
+
 def evaluate_checkpoint(model: EncoderDecoder, stream: torch.Tensor, *, samples: int = 64,
                         curve_samples: int = 16, contexts=CONTEXTS, progress: bool = False) -> dict:
     """Everything ``tiered-kv eval --json`` reports."""
@@ -140,4 +166,6 @@ def evaluate_checkpoint(model: EncoderDecoder, stream: torch.Tensor, *, samples:
         "heldout_nats_per_byte": heldout_loss(model, stream),
         **long_context_gain(model, stream, n=samples),
         "context_curve": context_curve(model, stream, contexts, n=curve_samples, progress=progress),
+        "copy_probe": copy_probe(model, stream, [d for d in (256, 1024, 2048)
+                                                 if d + 2 * 128 < min(model.cfg.max_seq_len, stream.numel() - 1)]),
     }
