@@ -67,8 +67,8 @@ Produced by exactly:
   to 10%), grad clip {t['grad_clip']:g}, seed {t['seed']}, {t['threads']} torch threads, bf16 autocast:
   {t['amp']}. Wall time {record['seconds'] / 60:.0f} min on this 2-core machine.
 - **Augmentation** (it rewards long-range recall, and the eval below is on unaugmented text):
-  {t['recall_prob']:.0%} of training sequences get, independently {t.get('recall_copies', 1)} time(s), a span of
-  {t['recall_span'][0]}-{t['recall_span'][1]} bytes copied from real text at least {t['recall_distance']} bytes earlier in the
+  each of {t.get('recall_copies', 1)} independent draw(s) per sequence copies, in {t['recall_prob']:.0%} of the training
+  sequences, a span of {t['recall_span'][0]}-{t['recall_span'][1]} bytes of real text from at least {t['recall_distance']} bytes earlier in the
   same sequence (beyond the window W={m['window']}), so predicting it needs the decoder's
   cross-attention to the global KV. The rest of every sequence is unmodified text.
 
