@@ -21,6 +21,7 @@ this path for CPU tensors with ``backend="numba"``, and with ``backend="auto"`` 
 
 from __future__ import annotations
 
+import contextlib
 import functools
 
 import numpy as np
@@ -188,6 +189,19 @@ def _dequantize(data, codes, table, gs_heads, blocks_per_row, out):  # pragma: n
                 out[b, 2 * i + 1] = _E2M1[byte >> 4] * s
 
 
+@contextlib.contextmanager
+def _torch_threads_kept():
+    """Numba's OpenMP threading layer sets the calling thread's OpenMP thread count to numba's
+    when a parallel loop runs, and torch's CPU ops in that thread then use that many threads
+    (``torch.set_num_threads(1)`` silently became 2 after the first FP4 quantize); put it back."""
+    n = torch.get_num_threads()
+    try:
+        yield
+    finally:
+        if torch.get_num_threads() != n:
+            torch.set_num_threads(n)
+
+
 def quantize_blocks(x32: torch.Tensor, fmt: str, scale_rule: str,
                     gs_heads: torch.Tensor | None = None,
                     blocks_per_row: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
@@ -203,18 +217,21 @@ def quantize_blocks(x32: torch.Tensor, fmt: str, scale_rule: str,
     if fmt == "mxfp4":
         scales = np.empty((nb,), dtype=np.uint8)
         if nb:
-            _quantize_mx(xi, xf, codes, data, scales, _inv_table(), scale_rule == "ceil")
+            with _torch_threads_kept():
+                _quantize_mx(xi, xf, codes, data, scales, _inv_table(), scale_rule == "ceil")
         return torch.from_numpy(data), torch.from_numpy(scales)
     scales = np.empty((nb,), dtype=np.uint8)
     if nb:
-        _quantize_nv(xi, xf, codes, data, scales, gs_heads.numpy(), blocks_per_row)
+        with _torch_threads_kept():
+            _quantize_nv(xi, xf, codes, data, scales, gs_heads.numpy(), blocks_per_row)
     return torch.from_numpy(data), torch.from_numpy(scales)
 
 
 def per_head_amax(x32: torch.Tensor) -> torch.Tensor:
     """fp32 ``[..., H, D]`` (ndim >= 3) -> max |x| per head ``[H]``, one read of x."""
     h, d = x32.shape[-2], x32.shape[-1]
-    bits = head_amax_bits(x32.reshape(-1, h, d).numpy().view(np.int32))
+    with _torch_threads_kept():
+        bits = head_amax_bits(x32.reshape(-1, h, d).numpy().view(np.int32))
     return torch.from_numpy(bits).view(torch.float32)
 
 
@@ -230,8 +247,9 @@ def dequantize_blocks(packed: torch.Tensor, codes: torch.Tensor, scale_table: np
     if gs_heads is None:
         gs_heads = torch.ones(1, dtype=torch.float32)
     if nb:
-        _dequantize(packed.numpy(), codes.numpy(), np.ascontiguousarray(scale_table, dtype=np.float32),
-                    gs_heads.to(torch.float32).contiguous().numpy(), blocks_per_row, out)
+        with _torch_threads_kept():
+            _dequantize(packed.numpy(), codes.numpy(), np.ascontiguousarray(scale_table, dtype=np.float32),
+                        gs_heads.to(torch.float32).contiguous().numpy(), blocks_per_row, out)
     return torch.from_numpy(out)
 
 

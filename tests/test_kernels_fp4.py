@@ -318,3 +318,19 @@ def test_error_stats_table():
     assert 0.08 < by[("nvfp4", "-")]["rel_rmse_gaussian"] < 0.105
     assert by[("mxfp4", "floor")]["bits_per_element"] == 4.25
     assert all(r["rel_rmse_heavy_tailed"] > 0 for r in rows)
+
+
+@pytest.mark.parametrize("fmt", ["mxfp4", "nvfp4"])
+def test_numba_path_leaves_torch_thread_count_alone(fmt):
+    """Numba's OpenMP layer set the thread's OpenMP count to its own: torch.set_num_threads(1)
+    silently became 2 after the first CPU quantize (found by tiered-kv bench contention)."""
+    old = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        a = torch.randn(256, 256)
+        (a @ a).sum()  # torch's OpenMP runtime running first is what lets numba's layer change it
+        q = fp4.quantize(torch.randn(256, 4, 64), fmt, backend="numba")
+        fp4.dequantize(q, backend="numba")
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(old)
