@@ -108,8 +108,9 @@ sigma {sc['sigma']}, seed {sc['seed']}: median {lengths['median']:,.0f}, p90 {le
 round robin to the streams.
 
 Calibration (isolated prefills, unlimited link, {cal['repeats']} repeat(s) of {len(cal['requests'])} requests,
-median): compute = a*x_a + b*x_b with a = {cal['a_s_per_token']:.3g} s/token, b = {cal['b_s_per_token2']:.3g}
-s/token^2 (the latency model's miss and restore formulas), median error of the fit
+median): compute = c + a*x_a + b*x_b with c = {cal['fixed_s'] * 1e3:.3g} ms per prefill, a = {cal['a_s_per_token']:.3g}
+s/token, b = {cal['b_s_per_token2']:.3g} s/token^2 (the latency model's miss and restore formulas,
+`prefill_fixed_s` = c), median error of the fit
 {cal['median_abs_rel_error']:.0%} ({classes}); raw read speed {_rate(cal['raw_read_bytes_per_s'])}.
 Break-even link bandwidth (a median restore's read alone takes as long as the compute it saves):
 {_rate(r['break_even_bandwidth_bytes_per_s'])}. Load is a fraction of compute capacity:

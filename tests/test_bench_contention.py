@@ -47,8 +47,12 @@ def test_admission_rule_is_the_latency_models():
     assert r.ttft_s.tolist() == [2.0625, 1.0625]
     assert not C.recompute_is_sooner(queued_read_s=2.0, restore_compute_s=64 / 1024, recompute_s=2112 / 1024)
     assert C.recompute_is_sooner(queued_read_s=1.5 + 1.0, restore_compute_s=64 / 1024, recompute_s=1088 / 1024)
-    x = C.compute_regressors([2112, 1088], [2048, 0], 0) @ np.array([1 / 1024, 0.0])
+    x = C.compute_regressors([2112, 1088], [2048, 0], 0) @ np.array([0.0, 1 / 1024, 0.0])
     assert x.tolist() == [64 / 1024, 1088 / 1024]
+    # a fixed time per prefill is paid by loads and recomputes alike (so the decisions stand)
+    fixed = L.simulate_queue(cfg.with_(prefill_fixed_s=0.25), [0.0, 0.5], [0, 1], [2112, 1088], [2048, 1024],
+                             admission=True)
+    assert fixed.recomputed.tolist() == [False, True] and fixed.ttft_s.tolist() == [2.3125, 1.3125]
 
 
 def test_per_class_percentiles():
@@ -80,9 +84,12 @@ def test_lengths_are_fixed_by_the_seed_and_loads_only_rescale_arrivals():
 def test_compute_fit_recovers_the_coefficients():
     n = np.array([100, 400, 900, 1600, 300, 700])
     cached = np.array([0, 0, 0, 0, 256, 640])
-    t = C.compute_seconds(2e-4, 3e-8, n, cached, 16)
-    a, b = C.fit_compute(n, cached, 16, t)
-    assert a == pytest.approx(2e-4, rel=1e-6) and b == pytest.approx(3e-8, rel=1e-6)
+    t = C.compute_seconds(0.05, 2e-4, 3e-8, n, cached, 16)
+    c, a, b = C.fit_compute(n, cached, 16, t)
+    assert c == pytest.approx(0.05, rel=1e-6) and a == pytest.approx(2e-4, rel=1e-6)
+    assert b == pytest.approx(3e-8, rel=1e-6)
+    assert C.fit_compute(n, cached, 16, C.compute_seconds(0.0, 2e-4, 0.0, n, cached, 16)) == \
+        pytest.approx((0.0, 2e-4, 0.0), abs=1e-12)  # no negative terms: the best subset
 
 
 @pytest.mark.parametrize("flags, message", [
@@ -151,7 +158,8 @@ def test_json_has_every_key(capsys):
                 "load_average_start", "load_average_end", "points", "summary", "wall_s"):
         assert key in r, key
     assert r["preset"] == "tiny" and r["scenario"]["streams"] == 2 and len(r["lengths"]["prompt_tokens"]) == 8
-    assert {"a_s_per_token", "b_s_per_token2", "raw_read_bytes_per_s", "median_abs_rel_error"} <= set(r["calibration"])
+    assert {"fixed_s", "a_s_per_token", "b_s_per_token2", "raw_read_bytes_per_s",
+            "median_abs_rel_error"} <= set(r["calibration"])
     assert len(r["points"]) == 4  # 2 bandwidths x 1 load x with/without admission
     for p in r["points"]:
         for key in ("bandwidth_bytes_per_s", "bandwidth", "load", "rate_per_s", "admission", "measured", "model",
@@ -181,12 +189,14 @@ def _fake_result() -> dict:
                            "admission": adm, "compute_slowdown": 1.5,
                            "measured": {"restore": cls(100 * slow, 300 * slow / (2 if adm else 1), 0.5 * adm),
                                         "miss": cls(200, 400)},
-                           "model": {"restore": cls(80 * slow, 250 * slow), "miss": cls(150, 300)}})
+                           "model": {"restore": cls(80 * slow, 250 * slow), "miss": cls(150, 300)},
+                           "model_slowed": {"restore": cls(120 * slow, 375 * slow), "miss": cls(225, 450)}})
     return {"points": points, "scenario": C.ContentionScenario().to_dict(), "model": "fake", "params": 1,
             "replay_tokens": 8, "lengths": {"restores": 2, "median": 500.0, "max": 900}, "block_size_tokens": 64,
             "chunk_bytes": 2500.0, "kv_bytes_per_token": 39.0, "link": "shared", "cpus": 2,
             "load_average_start": [1.0, 1.0, 1.0], "break_even_bandwidth_bytes_per_s": 30000.0,
-            "calibration": {"a_s_per_token": 1e-4, "b_s_per_token2": 1e-8, "median_abs_rel_error": 0.1},
+            "calibration": {"fixed_s": 0.01, "a_s_per_token": 1e-4, "b_s_per_token2": 1e-8,
+                            "median_abs_rel_error": 0.1},
             "summary": {"model_over_measured": {"restore": {"p99": {"median": 0.8, "min": 0.7, "max": 0.9}}},
                         "admission_p99_ratio": [{"bandwidth": "32 KiB/s", "load": 0.5, "restore_measured": 0.5,
                                                  "restore_model": 1.0}]}}
@@ -198,7 +208,7 @@ def test_figure_draws_measured_and_model_with_units(monkeypatch):
     fig = importlib.import_module("tiered_kv.viz.figures.18_contention")
     monkeypatch.setattr(fig, "result", lambda quick: (_fake_result(), "a fake run"))
     built = fig.build(quick=True)
-    assert built.data.height == 2 * 2 * 2 * 2  # 2 limited bandwidths x 2 policies x 2 sources x 2 classes
+    assert built.data.height == 2 * 2 * 3 * 2  # 2 limited bandwidths x 2 policies x 3 sources x 2 classes
     spec = json.dumps(built.chart.to_dict())
     for title in ("link bandwidth limit (KiB/s, log)", "p99 TTFT (seconds, log)"):
         assert title in spec

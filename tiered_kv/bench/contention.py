@@ -27,7 +27,8 @@ restore compute exceeds the recompute estimate (while its engine is idle; the en
 tracked as the model does).
 
 Calibration, in the same run: a few requests of each class alone, at unlimited bandwidth, give
-the compute model ``a*n + b*n^2`` (fitted to the model's formulas for misses and restores, used
+the compute model ``c + a*n + b*n^2`` (``c`` per prefill; fitted to the model's formulas for
+misses and restores, used
 both by the admission estimates and by the model), the raw read speed and the store's bytes per
 token. The default bandwidths are 1, 3 and 10 times the *break-even* bandwidth (where reading a
 median restore's prefix alone takes as long as the compute it saves); the loads are fractions of
@@ -37,7 +38,9 @@ lengths and decisions rule: ``points[].model`` beside ``points[].measured``.
 
 Caveat the JSON records: the model gives each stream its own machine; here the streams share
 this process's CPUs (and whatever else runs on them), reported as ``compute_slowdown`` (measured
-compute over the isolated fit) per point.
+compute over the isolated fit, median over the point's requests) per point; ``model_slowed`` is
+the model again with the fit times that slowdown, which takes the CPU sharing out of the
+comparison and leaves the link and the queues.
 """
 
 from __future__ import annotations
@@ -265,8 +268,8 @@ def _calibrate(model, ns, root: str, work: dict, tokens: list, count: int, repea
     tier.close()
     idx = np.array(chosen)
     measured = np.array([statistics.median(times[i]) for i in chosen])
-    a, b = C.fit_compute(work["n"][idx], work["cached"][idx], model.cfg.replay, measured)
-    fitted = C.compute_seconds(a, b, work["n"][idx], work["cached"][idx], model.cfg.replay)
+    c, a, b = C.fit_compute(work["n"][idx], work["cached"][idx], model.cfg.replay, measured)
+    fitted = C.compute_seconds(c, a, b, work["n"][idx], work["cached"][idx], model.cfg.replay)
     per_class = {}
     for cls, mask in (("restore", work["restore"][idx]), ("miss", ~work["restore"][idx])):
         if mask.any():
@@ -274,7 +277,7 @@ def _calibrate(model, ns, root: str, work: dict, tokens: list, count: int, repea
                               "fitted_median_ms": float(np.median(fitted[mask]) * 1e3),
                               "median_abs_rel_error": float(np.median(np.abs(fitted[mask] / measured[mask] - 1)))}
     raw = read_bytes / sum(loads) if loads and sum(loads) > 0 else math.inf
-    return {"a_s_per_token": a, "b_s_per_token2": b, "requests": [int(i) for i in chosen], "repeats": repeats,
+    return {"fixed_s": c, "a_s_per_token": a, "b_s_per_token2": b, "requests": [int(i) for i in chosen], "repeats": repeats,
             "prompt_tokens": [int(work["n"][i]) for i in chosen],
             "compute_ms": [float(x * 1e3) for x in measured], "fitted_ms": [float(x * 1e3) for x in fitted],
             "median_abs_rel_error": float(np.median(np.abs(fitted / measured - 1))), "classes": per_class,
@@ -462,9 +465,9 @@ def measure_contention(scenario: C.ContentionScenario, *, model=None, model_sour
         shutil.copytree(seed_root, calib_root)
         cal = _calibrate(model, ns, calib_root, work, tokens, calibration, calibration_repeats, chunk_bytes, progress)
         shutil.rmtree(calib_root, ignore_errors=True)
-        a, b = cal["a_s_per_token"], cal["b_s_per_token2"]
-        restore_s = C.compute_seconds(a, b, work["n"], work["cached"], R)
-        recompute_s = C.compute_seconds(a, b, work["n"], 0 * work["n"], R)
+        c, a, b = cal["fixed_s"], cal["a_s_per_token"], cal["b_s_per_token2"]
+        restore_s = C.compute_seconds(c, a, b, work["n"], work["cached"], R)
+        recompute_s = C.compute_seconds(c, a, b, work["n"], 0 * work["n"], R)
         isolated = np.where(work["restore"], restore_s, recompute_s)
         break_even = C.break_even_bandwidth(bpt, a, b, work["n"], work["cached"], R)
         if bandwidths is None:
@@ -485,13 +488,13 @@ def measure_contention(scenario: C.ContentionScenario, *, model=None, model_sour
                           raw_read_bytes_per_s=cal["raw_read_bytes_per_s"], chunk_bytes=chunk_bytes)
             wall = time.perf_counter() - t_point
             model_bw = cal["raw_read_bytes_per_s"] if math.isinf(bw) else bw
-            cfg = C.latency_config(bytes_per_token=bpt, bandwidth_bytes_per_s=model_bw, a=a, b=b, replay_tokens=R,
-                                   write_back=link == "shared")
+            cfg = C.latency_config(bytes_per_token=bpt, bandwidth_bytes_per_s=model_bw, c=c, a=a, b=b,
+                                   replay_tokens=R, write_back=link == "shared")
             mod = C.model_point(cfg, work, arrival, admission=adm)
             est = np.where(m["recomputed"] | ~work["restore"], recompute_s, restore_s)
             slowdown = float(np.median(m["compute_s"] / est))
-            slowed = C.model_point(cfg.with_(prefill_a_s_per_token=a * slowdown, prefill_b_s_per_token2=b * slowdown),
-                                   work, arrival, admission=adm)
+            slowed = C.model_point(cfg.with_(prefill_fixed_s=c * slowdown, prefill_a_s_per_token=a * slowdown,
+                                             prefill_b_s_per_token2=b * slowdown), work, arrival, admission=adm)
             point = {
                 "bandwidth_bytes_per_s": None if math.isinf(bw) else bw, "bandwidth": _bandwidth_label(bw),
                 "bandwidth_over_break_even": bw / break_even if math.isfinite(break_even) else None,

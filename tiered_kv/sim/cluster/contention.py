@@ -22,9 +22,9 @@ transfer) plus its restore compute exceeds the recompute estimate. This is the i
 benchmark's dispatcher (a test checks the two agree).
 
 The model's view (:func:`model_point`): the same requests through ``simulate_queue`` with a
-:class:`~tiered_kv.sim.cluster.latency.LatencyConfig` whose compute coefficients ``a``, ``b``
-were fitted (:func:`fit_compute`) to the engine's isolated prefills on this machine, whose bytes
-per token are the store's, and whose read bandwidth is the link's limit.
+:class:`~tiered_kv.sim.cluster.latency.LatencyConfig` whose compute coefficients ``c`` (fixed per
+prefill), ``a``, ``b`` were fitted (:func:`fit_compute`) to the engine's isolated prefills on this
+machine, whose bytes per token are the store's, and whose read bandwidth is the link's limit.
 """
 
 from __future__ import annotations
@@ -108,56 +108,58 @@ def arrivals(gaps: np.ndarray, rate_per_s: float) -> np.ndarray:
 # --- compute: the latency model's formulas, fitted to this machine ---------------------------
 
 def compute_regressors(n, cached, replay_tokens: int) -> np.ndarray:
-    """Columns (x_a, x_b) with compute = a*x_a + b*x_b, as :func:`~.latency.simulate_queue` prices it:
-    a miss ``a*n + b*n^2``; a restore of ``h`` cached tokens the suffix ``[h, n)`` plus the
-    bounded replay of ``[h - R, h)`` (no window state on the machine)."""
+    """Columns (1, x_a, x_b) with compute = c + a*x_a + b*x_b, as :func:`~.latency.simulate_queue`
+    prices it (``c`` is ``prefill_fixed_s``): a miss ``c + a*n + b*n^2``; a restore of ``h``
+    cached tokens the suffix ``[h, n)`` plus the bounded replay of ``[h - R, h)`` (no window
+    state on the machine)."""
     n = np.asarray(n, dtype=np.float64)
     h = np.asarray(cached, dtype=np.float64)
     lo = np.maximum(h - replay_tokens, 0.0)
     replay = h > 0
     xa = (n - h) + np.where(replay, h - lo, 0.0)
     xb = (n * n - h * h) + np.where(replay, h * h - lo * lo, 0.0)
-    return np.stack([xa, xb], axis=1)
+    return np.stack([np.ones_like(n), xa, xb], axis=1)
 
 
-def fit_compute(n, cached, replay_tokens: int, seconds) -> tuple[float, float]:
-    """Least-squares (a, b) >= 0 of ``seconds ~ a*x_a + b*x_b`` (relative error weighted: each
-    request counts alike whatever its length)."""
+def fit_compute(n, cached, replay_tokens: int, seconds) -> tuple[float, float, float]:
+    """Least-squares (c, a, b) >= 0 of ``seconds ~ c + a*x_a + b*x_b``, relative error weighted
+    (each request counts alike whatever its length); the best of the non-negative fits over
+    every subset of the three terms."""
     x = compute_regressors(n, cached, replay_tokens)
     y = np.asarray(seconds, dtype=np.float64)
     if x.shape[0] != y.size or y.size == 0:
         raise ValueError("fit_compute: need one time per request, at least one")
     w = 1.0 / np.maximum(y, 1e-9)
     best = None
-    for cols in ((0, 1), (0,), (1,)):
+    for cols in ((0, 1, 2), (0, 1), (0, 2), (1, 2), (0,), (1,), (2,)):
         coef, *_ = np.linalg.lstsq(x[:, cols] * w[:, None], y * w, rcond=None)
         if np.any(coef < 0):
             continue
-        full = np.zeros(2)
+        full = np.zeros(3)
         full[list(cols)] = coef
         err = float(np.sum(((x @ full - y) * w) ** 2))
-        if best is None or err < best[0]:
+        if best is None or err < best[0] - 1e-12 * abs(best[0]):
             best = (err, full)
     if best is None or not np.any(best[1] > 0):
         raise ValueError("fit_compute: no non-negative fit (are the times positive?)")
-    return float(best[1][0]), float(best[1][1])
+    return float(best[1][0]), float(best[1][1]), float(best[1][2])
 
 
-def compute_seconds(a: float, b: float, n, cached, replay_tokens: int) -> np.ndarray:
+def compute_seconds(c: float, a: float, b: float, n, cached, replay_tokens: int) -> np.ndarray:
     """The fitted compute time of each request (cached=0: recomputing it whole)."""
-    return compute_regressors(n, cached, replay_tokens) @ np.array([a, b])
+    return compute_regressors(n, cached, replay_tokens) @ np.array([c, a, b])
 
 
 def break_even_bandwidth(bytes_per_token: float, a: float, b: float, n, cached, replay_tokens: int) -> float:
     """Link bytes/s at which reading the median restore's prefix, alone, takes as long as the
-    compute that loading it saves (recompute minus restore compute): below it, admission
-    recomputes every restore even on an idle link."""
+    compute that loading it saves (recompute minus restore compute; the fixed term cancels):
+    below it, admission recomputes every restore even on an idle link."""
     h = np.asarray(cached, dtype=np.float64)
     keep = h > 0
     if not keep.any():
         return math.nan
     n = np.asarray(n, dtype=np.float64)[keep]
-    saved = compute_seconds(a, b, n, 0 * n, replay_tokens) - compute_seconds(a, b, n, h[keep], replay_tokens)
+    saved = compute_seconds(0.0, a, b, n, 0 * n, replay_tokens) - compute_seconds(0.0, a, b, n, h[keep], replay_tokens)
     return float(np.median(h[keep] * bytes_per_token / np.maximum(saved, 1e-12)))
 
 
@@ -180,12 +182,12 @@ def recompute_is_sooner(*, queued_read_s: float, restore_compute_s: float, recom
 
 # --- the model's view -----------------------------------------------------------------------
 
-def latency_config(*, bytes_per_token: float, bandwidth_bytes_per_s: float, a: float, b: float,
+def latency_config(*, bytes_per_token: float, bandwidth_bytes_per_s: float, c: float, a: float, b: float,
                    replay_tokens: int, write_back: bool) -> L.LatencyConfig:
     """The latency model with this machine's compute fit, the store's bytes/token and the link."""
     return L.LatencyConfig(kv_bytes_per_token=bytes_per_token, read_bandwidth_bytes_per_s=bandwidth_bytes_per_s,
-                           prefill_a_s_per_token=a, prefill_b_s_per_token2=b, replay_tokens=replay_tokens,
-                           write_back=write_back)
+                           prefill_a_s_per_token=a, prefill_b_s_per_token2=b, prefill_fixed_s=c,
+                           replay_tokens=replay_tokens, write_back=write_back)
 
 
 def model_point(cfg: L.LatencyConfig, work: dict, arrival_s: np.ndarray, *, admission: bool) -> dict:

@@ -12,6 +12,8 @@ A request of ``n`` input tokens whose first ``h`` tokens are cached pays
   increment of a whole-prompt cost ``a*n + b*n^2`` (linear: weights; quadratic: causal attention).
 * **replay**: when the request's window state is on no machine, the last ``R`` prefix tokens are
   run again to rebuild it; priced as prefilling ``[h-R, h)`` at that depth.
+* optionally a fixed ``prefill_fixed_s`` per prefill (0 in the presets below; a measured engine
+  has one: ``tiered-kv bench contention`` fits it).
 
 Defaults (preset ``deepseek-v3``) and where each number comes from:
 
@@ -110,6 +112,10 @@ class LatencyConfig:
     write_back: bool = True
     hit_price_ratio: float = 1 / 50
     miss_price_per_mtok: float = 1.0
+    #: seconds every prefill costs whatever its length (launch, sampling, a decoder pass over R
+    #: tokens): 0 in the DeepSeek presets; fitted for a measured engine (``bench contention``).
+    #: Counted by :func:`ttft_components` and :func:`simulate_queue`.
+    prefill_fixed_s: float = 0.0
 
     def __post_init__(self) -> None:
         checks = [
@@ -120,12 +126,13 @@ class LatencyConfig:
             ("replay_tokens", self.replay_tokens >= 0, ">= 0 tokens"),
             ("hit_price_ratio", 0 <= self.hit_price_ratio <= 1, "in [0, 1]"),
             ("miss_price_per_mtok", self.miss_price_per_mtok >= 0, ">= 0"),
+            ("prefill_fixed_s", self.prefill_fixed_s >= 0, ">= 0 s"),
         ]
         for name, ok, allowed in checks:
             value = getattr(self, name)
             if not ok or (isinstance(value, float) and math.isnan(value)):
                 raise ValueError(f"LatencyConfig.{name}: must be {allowed}, got {value!r}")
-        if self.prefill_a_s_per_token == 0 and self.prefill_b_s_per_token2 == 0:
+        if self.prefill_a_s_per_token == 0 and self.prefill_b_s_per_token2 == 0 and self.prefill_fixed_s == 0:
             raise ValueError("LatencyConfig: prefill_a_s_per_token and prefill_b_s_per_token2 "
                              "cannot both be 0 (prefill would be free)")
 
@@ -185,7 +192,7 @@ def ttft_components(cfg: LatencyConfig, n, loaded=0, local=0, window_present=Fal
     if np.any(cached > n):
         raise ValueError("ttft_components: cached tokens (local + loaded) exceed the input length")
     load = load_seconds(cfg, loaded)
-    prefill = prefill_seconds(cfg, cached, n)
+    prefill = prefill_seconds(cfg, cached, n) + cfg.prefill_fixed_s
     replay = np.where((cached > 0) & ~np.asarray(window_present, dtype=bool),
                       replay_seconds(cfg, cached), 0.0)
     return {"load_s": load, "prefill_s": prefill, "replay_s": replay,
@@ -302,9 +309,9 @@ def simulate_queue(cfg: LatencyConfig, arrival_s, machine, n, loaded, local=None
     machines = int(machine.max()) + 1 if count else 0
 
     xfer = load_seconds(cfg, loaded)
-    hit_compute = (prefill_seconds(cfg, local + loaded, n)
+    hit_compute = (prefill_seconds(cfg, local + loaded, n) + cfg.prefill_fixed_s
                    + np.where((local + loaded > 0) & ~window_present, replay_seconds(cfg, local + loaded), 0.0))
-    miss_compute = prefill_seconds(cfg, local, n) + np.where(
+    miss_compute = prefill_seconds(cfg, local, n) + cfg.prefill_fixed_s + np.where(
         (local > 0) & ~window_present, replay_seconds(cfg, local), 0.0)
     write_s = load_seconds(cfg, np.maximum(n - local - loaded, 0.0)) if cfg.write_back else np.zeros(count)
 

@@ -8,7 +8,8 @@ restores and misses, at several link bandwidths and loads, with and without admi
 (recompute when the queued read time plus the restore's compute exceeds the recompute
 estimate); the latency model (:mod:`tiered_kv.sim.cluster.latency`, compute fitted to the same
 engine's isolated prefills) predicts every point with the same arrivals. Solid: measured;
-dashed: the model.
+dashed: the model; dotted: the model with its compute times the point's measured compute
+slowdown (the streams share this machine's CPUs; the model gives each its own machine).
 
 Data: the recorded run (``benchmarks/results/contention.json``, BENCHMARKS.md) in quick mode when
 it exists, else a tiny live run (tiny preset, random weights); in full mode a live run with the
@@ -31,7 +32,8 @@ TITLE = "p99 TTFT under contention for one store link: restores and misses, meas
 RECORDED = Path(__file__).resolve().parents[3] / "benchmarks" / "results" / "contention.json"
 CLASS_NAMES = {"restore": "restores (prefix cached: read it)", "miss": "misses (compute, write blocks)"}
 #: (sorted so that the measurement is the solid line)
-SOURCE_NAMES = {"measured": "engine, measured on this machine", "model": "latency model (isolated compute fit)"}
+SOURCE_NAMES = {"measured": "engine, measured on this machine", "model": "latency model (isolated compute fit)",
+                "model_slowed": "latency model, compute x measured slowdown"}
 POLICY_NAMES = {False: "always load", True: "admission: recompute when sooner"}
 
 
@@ -69,9 +71,9 @@ def frame(res: dict) -> pl.DataFrame:
     for p in res["points"]:
         if p["bandwidth_bytes_per_s"] is None:  # unlimited: no place on a bandwidth axis
             continue
-        for src in ("measured", "model"):
+        for src in SOURCE_NAMES:
             for cls in ("restore", "miss"):
-                d = p[src][cls]
+                d = p.get(src, {}).get(cls, {})
                 if not d.get("count"):
                     continue
                 rows.append({"bandwidth_kib_s": p["bandwidth_bytes_per_s"] / 1024, "load": p["load"],
@@ -113,7 +115,8 @@ def notes_for(res: dict, how: str) -> str:
              f"lognormal prompts (median {sc['median_tokens']} tokens, sigma {sc['sigma']}, seed {sc['seed']}: "
              f"median {res['lengths']['median']:.0f}, max {res['lengths']['max']}), {res['block_size_tokens']}-token "
              f"chunks of {res['chunk_bytes']:,.0f} B ({res['kv_bytes_per_token']:.1f} B/token), link "
-             f"'{res['link']}'. Compute fit on isolated prefills: a={cal['a_s_per_token']:.3g} s/token, "
+             f"'{res['link']}'. Compute fit on isolated prefills: c={cal.get('fixed_s', 0.0):.3g} s per prefill, "
+             f"a={cal['a_s_per_token']:.3g} s/token, "
              f"b={cal['b_s_per_token2']:.3g} s/token^2 (median error {cal['median_abs_rel_error']:.0%}); "
              f"break-even bandwidth {res['break_even_bandwidth_bytes_per_s'] / 1024:.3g} KiB/s."]
     for cls, plural in (("restore", "restores"), ("miss", "misses")):
