@@ -64,7 +64,7 @@ def render(r: dict, command: str, note: str = "") -> str:
         share = f"{thr / limit:.0%}" if limit and thr and not math.isnan(thr) else "-"
         link_rows.append(where + f"| {p['offered_link_utilisation']:.2f} | {_rate(thr) if thr and not math.isnan(thr) else '-'} "
                          f"({share}) | {p['compute_slowdown']:.2f} | {p['decisions_agree']:.0%} | "
-                         f"{p['dispatch_lateness_max_s'] * 1e3:,.0f} | {p['wall_s']:.1f} |")
+                         f"{p['dispatch_lateness_max_s'] * 1e3:,.0f} | {p['wall_s']:.1f} | {p.get('run_order', '-')} |")
     ratio_lines = []
     for src, name in (("model_over_measured", "latency model (isolated compute fit)"),
                       ("model_slowed_over_measured", "latency model, compute x the point's measured slowdown")):
@@ -75,15 +75,26 @@ def render(r: dict, command: str, note: str = "") -> str:
                                    f"({d['p50']['min']:.2f}-{d['p50']['max']:.2f}), p99 {d['p99']['median']:.2f} "
                                    f"({d['p99']['min']:.2f}-{d['p99']['max']:.2f})")
     adm_lines = []
+    keyed = {(p["bandwidth"], p["load"], p["admission"]): p for p in r["points"]}
     for row in s["admission_p99_ratio"]:
-        parts = [f"{plural} measured x{row[f'{cls}_measured']:.2f}, model x{row[f'{cls}_model']:.2f}"
-                 for cls, plural in CLASSES if f"{cls}_measured" in row and f"{cls}_model" in row]
-        adm_lines.append(f"- {row['bandwidth']}, load {row['load']:g}: " + "; ".join(parts))
+        on, off = keyed.get((row["bandwidth"], row["load"], True)), keyed.get((row["bandwidth"], row["load"], False))
+        parts = []
+        for cls, plural in CLASSES:
+            if f"{cls}_measured" not in row or f"{cls}_model" not in row:
+                continue
+            text = f"{plural} measured x{row[f'{cls}_measured']:.2f}, model x{row[f'{cls}_model']:.2f}"
+            if on and off and off["model_slowed"][cls].get("p99_ms"):
+                text += f", model x slowdown x{on['model_slowed'][cls]['p99_ms'] / off['model_slowed'][cls]['p99_ms']:.2f}"
+            parts.append(text)
+        slowdown = (f" (compute slowdown {off['compute_slowdown']:.2f} without, {on['compute_slowdown']:.2f} with)"
+                    if on and off else "")
+        adm_lines.append(f"- {row['bandwidth']}, load {row['load']:g}{slowdown}: " + "; ".join(parts))
     classes = "; ".join(f"{plural}: measured {cal['classes'][cls]['measured_median_ms']:,.0f} ms, fitted "
                         f"{cal['classes'][cls]['fitted_median_ms']:,.0f} ms" for cls, plural in CLASSES
                         if cls in cal["classes"])
     lengths = r["lengths"]
     la0, la1 = r["load_average_start"], r["load_average_end"]
+    slow = sorted(p["compute_slowdown"] for p in r["points"])
     return f"""# Tail latency under contention: restores and misses sharing one store link
 
 Written by `scripts/contention_record.py` from the JSON of one run of:
@@ -94,7 +105,8 @@ Written by `scripts/contention_record.py` from the JSON of one run of:
 
 {note + chr(10) + chr(10) if note else ""}Load average (1/5/15 min) {la0[0]:.1f}/{la0[1]:.1f}/{la0[2]:.1f} at the start and
 {la1[0]:.1f}/{la1[1]:.1f}/{la1[2]:.1f} at the end, {r['cpus']} CPU(s), {r['torch_threads']} torch thread(s);
-the whole run took {r['wall_s']:.0f} s.
+the whole run took {r['wall_s']:.0f} s. The points' compute ran at {slow[0]:.2f}-{slow[-1]:.2f}x the
+calibration (median {slow[len(slow) // 2]:.2f}x; *compute slowdown* in the second table).
 
 Model `{r['model']}` ({r['preset']} preset, {r['params']:,} parameters, W={r['window_tokens']},
 R={r['replay_tokens']}), {r['fmt']} global KV in {r['block_size_tokens']}-token chunks of {r['chunk_bytes']:,.0f} B
@@ -129,16 +141,19 @@ slowdown (second table), which takes out the CPU contention the model does not h
 The link and the CPUs at each point: offered link utilisation (bytes the requests move / limit),
 measured link throughput over the link's busy window (and its share of the limit), measured
 compute over the isolated fit, the share of requests whose admission decision the model made the
-same way, the dispatcher's worst lateness and the point's wall time.
+same way, the dispatcher's worst lateness, the point's wall time and when it ran (the pairs run in
+a seeded shuffled order, so a drift of the machine's load does not follow the bandwidth or load).
 
-| link (x break-even) | load (rate) | policy | offered link utilisation | link throughput (of limit) | compute slowdown | same decisions | dispatch lateness (ms) | wall (s) |
-|---|---:|---|---:|---:|---:|---:|---:|---:|
+| link (x break-even) | load (rate) | policy | offered link utilisation | link throughput (of limit) | compute slowdown | same decisions | dispatch lateness (ms) | wall (s) | ran |
+|---|---:|---|---:|---:|---:|---:|---:|---:|---:|
 {chr(10).join(link_rows)}
 
 Model over measured, median (range) over the points:
 {chr(10).join(ratio_lines)}
 
-What admission did to p99 (with / without, at the same link and load):
+What admission did to p99 (with / without, at the same link and load; the two points ran one
+after the other, so a change of the machine's load between them shows as a different compute
+slowdown):
 {chr(10).join(adm_lines) or "- (no run with both)"}
 """
 

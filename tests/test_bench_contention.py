@@ -81,6 +81,16 @@ def test_lengths_are_fixed_by_the_seed_and_loads_only_rescale_arrivals():
     assert slow[0] == 0.0 and np.allclose(slow, 4 * fast)
 
 
+def test_points_run_in_a_shuffled_order_with_admission_pairs_together():
+    from tiered_kv.bench.contention import run_order
+
+    order = run_order([1.0, 2.0, 3.0], [0.3, 0.6], (False, True), seed=0)
+    assert sorted(order) == sorted((b, ld, a) for b in (1.0, 2.0, 3.0) for ld in (0.3, 0.6) for a in (False, True))
+    assert all(order[i][:2] == order[i + 1][:2] for i in range(0, len(order), 2))
+    assert [o[2] for o in order[:4]] == [False, True, True, False]
+    assert order == run_order([1.0, 2.0, 3.0], [0.3, 0.6], (False, True), seed=0)
+
+
 def test_compute_fit_recovers_the_coefficients():
     n = np.array([100, 400, 900, 1600, 300, 700])
     cached = np.array([0, 0, 0, 0, 256, 640])
@@ -172,7 +182,9 @@ def test_json_has_every_key(capsys):
             for q in ("p50_ms", "p99_ms", "p50_ms_ci90", "p99_ms_ci90", "recomputed_fraction"):
                 assert q in p[src]["all"], q
             assert p[src]["all"]["p50_ms"] <= p[src]["all"]["p99_ms"]
-    assert [p["bandwidth_bytes_per_s"] for p in r["points"]][:1] == [None]  # 'inf': no limit
+    # sorted by bandwidth, 'inf' (no limit) last; run_order says when each ran
+    assert [p["bandwidth_bytes_per_s"] for p in r["points"]] == [65536.0, 65536.0, None, None]
+    assert sorted(p["run_order"] for p in r["points"]) == [0, 1, 2, 3]
     assert {"model_over_measured", "model_slowed_over_measured", "admission_p99_ratio"} <= set(r["summary"])
     assert not [p for p in r["points"] if not p["admission"] and p["measured"]["restore"]["recomputed_fraction"]]
 

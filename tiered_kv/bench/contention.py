@@ -33,8 +33,10 @@ both by the admission estimates and by the model), the raw read speed and the st
 token. The default bandwidths are 1, 3 and 10 times the *break-even* bandwidth (where reading a
 median restore's prefix alone takes as long as the compute it saves); the loads are fractions of
 this process's compute capacity (``load * min(streams, CPUs) / mean isolated compute`` requests
-per second). Every point is also run through the latency model with the same arrivals, streams,
-lengths and decisions rule: ``points[].model`` beside ``points[].measured``.
+per second). The (bandwidth, load) pairs run in a seeded shuffled order (``points[].run_order``),
+each pair's admission settings back to back, so a drift of the machine's load does not line up
+with a setting. Every point is also run through the latency model with the same arrivals,
+streams, lengths and decision rule: ``points[].model`` beside ``points[].measured``.
 
 Caveat the JSON records: the model gives each stream its own machine; here the streams share
 this process's CPUs (and whatever else runs on them), reported as ``compute_slowdown`` (measured
@@ -415,6 +417,19 @@ def run_point(model, ns, seed_root: str, root: str, work: dict, tokens: list, ar
 
 # ---------------------------------------------------------------------------------- the benchmark
 
+def run_order(bandwidths, loads, admission, seed: int) -> list[tuple[float, float, bool]]:
+    """The points in the order they run: (bandwidth, load) pairs in a seeded shuffle, so a drift
+    of the machine's load over the run does not line up with a bandwidth or a load; the
+    admission settings of a pair run back to back, in alternating order."""
+    pairs = [(bw, ld) for bw in bandwidths for ld in loads]
+    order = np.random.default_rng([seed, 4]).permutation(len(pairs))
+    out = []
+    for k, i in enumerate(order):
+        adm = list(admission) if k % 2 == 0 else list(admission)[::-1]
+        out += [(*pairs[i], a) for a in adm]
+    return out
+
+
 def _bandwidth_label(b: float) -> str:
     if math.isinf(b):
         return "unlimited"
@@ -476,7 +491,7 @@ def measure_contention(scenario: C.ContentionScenario, *, model=None, model_sour
             bandwidths = [f * break_even for f in DEFAULT_BANDWIDTH_FACTORS]
         capacity = min(scenario.streams, cpus)
         mean_link = float(np.mean(work["n"] - work["n"] % scenario.block_size)) * bpt  # read or written per request
-        grid = [(bw, ld, adm) for bw in bandwidths for ld in loads for adm in admission]
+        grid = run_order(bandwidths, loads, admission, scenario.seed)
         bar = tqdm(grid, desc="contention", unit="point", disable=not progress)
         for k, (bw, ld, adm) in enumerate(bar):
             bar.set_postfix_str(f"{_bandwidth_label(bw)}, load {ld:g}, admission {'on' if adm else 'off'}")
@@ -496,6 +511,7 @@ def measure_contention(scenario: C.ContentionScenario, *, model=None, model_sour
             slowed = C.model_point(cfg.with_(prefill_fixed_s=c * slowdown, prefill_a_s_per_token=a * slowdown,
                                              prefill_b_s_per_token2=b * slowdown), work, arrival, admission=adm)
             point = {
+                "run_order": k,
                 "bandwidth_bytes_per_s": None if math.isinf(bw) else bw, "bandwidth": _bandwidth_label(bw),
                 "bandwidth_over_break_even": bw / break_even if math.isfinite(break_even) else None,
                 "load": ld, "rate_per_s": rate, "admission": adm,
@@ -520,6 +536,8 @@ def measure_contention(scenario: C.ContentionScenario, *, model=None, model_sour
                     for i in range(scenario.requests)]
             points.append(point)
     torch_threads = torch.get_num_threads()
+    points.sort(key=lambda p: (math.inf if p["bandwidth_bytes_per_s"] is None else p["bandwidth_bytes_per_s"],
+                               p["load"], p["admission"]))
     return {
         "benchmark": NAME, "model": model_source, "preset": model.cfg.name, "params": model.num_params,
         "window_tokens": model.cfg.window, "replay_tokens": R, "fmt": ns.fmt, "block_size_tokens": scenario.block_size,
