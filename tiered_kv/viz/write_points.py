@@ -1,0 +1,188 @@
+"""Where to write, and when a short prompt is better recomputed than loaded (figure 19, notebooks 03 and 04).
+
+DeepSeek writes its KV at "cache prefix units" (end of user input, end of output, detected common
+prefixes, fixed intervals), not at every block. :func:`strategies` replays each write-point
+strategy of :mod:`tiered_kv.sim.retention.write_points` on the two-class synthetic workload under
+the 3 d agent / 7 d chatbot TTLs (and, at full size, on the real conversation trace with unlimited
+retention); :func:`strategy_table` and :func:`strategy_chart` show token hit rate, SSD bytes
+written per day and bytes stored per strategy.
+
+The short-prompt crossover: :func:`crossover_table`, :func:`crossover_curves` and
+:func:`crossover_chart` show the prompt length below which recomputing a prompt is as fast as
+loading its whole KV from the SSD tier, from the latency model
+(:func:`tiered_kv.sim.cluster.latency.recompute_crossover_tokens`); :func:`measured_crossover`
+reads the CPU engine's measurement (``benchmarks/results/ttft.json``). Nothing here computes a
+hit or a latency: the numbers come from those functions.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+
+GIB = float(1 << 30)
+
+#: Synthetic workload per notebook size: (preset, days). Small is figure 19's quick mode.
+SIZES = {"small": ("ci", 3.0), "full": ("mixed", 14.0)}
+
+#: The CPU engine's TTFT measurement (``tiered-kv bench ttft --json``, written by scripts/ttft_record.py).
+TTFT_JSON = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "ttft.json"
+
+#: SSD-tier read bandwidths (GiB/s) of :func:`crossover_table`; 40 GiB/s is the presets' 3FS figure.
+BANDWIDTHS_GIB_S = (5.0, 10.0, 20.0, 40.0, 80.0)
+
+
+@lru_cache(maxsize=2)
+def strategies(size: str | None = None) -> tuple[pl.DataFrame, str]:
+    """(:func:`~tiered_kv.sim.retention.write_points.compare_strategies` rows with a ``workload``
+    column, a line naming the workloads) at ``size`` (default: :func:`tiered_kv.viz.notebook_size`).
+
+    Synthetic workload of :data:`SIZES`, seed 0, 3 d agent / 7 d chatbot TTLs; at full size also the
+    shipped conversation trace (one hour, unlimited retention). Bytes at the SSD tier's bytes per token.
+    """
+    from tiered_kv.sim.replay import compile_trace
+    from tiered_kv.sim.retention.gaps import default_bytes_per_token
+    from tiered_kv.sim.retention.report import pair_ttls
+    from tiered_kv.sim.retention.write_points import compare_strategies
+    from tiered_kv.sim.workload import generate
+    from tiered_kv.viz import notebook_size
+
+    size = size or notebook_size()
+    if size not in SIZES:
+        raise ValueError(f"size: must be one of {sorted(SIZES)}, got {size!r}")
+    bpt = default_bytes_per_token()
+    preset, days = SIZES[size]
+    df = generate(preset, days, 0)
+    trace = compile_trace(df)
+    name = f"synthetic '{preset}' ({days:g} d, 3 d / 7 d TTLs)"
+    parts = [compare_strategies(trace, ttl_by_class=pair_ttls(trace.class_names), bytes_per_token=bpt)
+             .with_columns(pl.lit(name).alias("workload"))]
+    line = f"{name}: seed 0, {df.height:,} requests"
+    if size == "full":
+        from tiered_kv.sim.traces import load_trace, shipped_trace
+
+        real = compile_trace(load_trace(shipped_trace("conversation")))
+        parts.insert(0, compare_strategies(real, bytes_per_token=bpt).with_columns(
+            pl.lit("conversation trace (1 h, unlimited retention)").alias("workload")))
+        line = "conversation trace (1 h); " + line
+    return pl.concat(parts, how="diagonal"), f"{line}; {bpt:,.0f} B/token"
+
+
+def strategy_table(data: pl.DataFrame) -> pl.DataFrame:
+    """Per workload and strategy: token hit rate, share of accesses that are write points, SSD
+    GiB written per day, average and final GiB stored, units written; the last column is the
+    write volume relative to ``every-block`` on the same workload."""
+    out = data.select(
+        "workload", "strategy", "token_hit_rate", "write_point_share",
+        (pl.col("bytes_written_per_day") / GIB).alias("written_gib_per_day"),
+        (pl.col("avg_stored_bytes") / GIB).alias("avg_stored_gib"),
+        (pl.col("stored_bytes_end") / GIB).alias("stored_gib_end"), "units")
+    every = pl.col("written_gib_per_day").filter(pl.col("strategy") == "every-block").first()
+    return out.with_columns((pl.col("written_gib_per_day") / every).over("workload").alias("written_vs_every_block"))
+
+
+def strategy_chart(data: pl.DataFrame, title: str | None = None):
+    """Bars per strategy and workload: token hit rate, SSD GiB written per day, average GiB stored."""
+    import altair as alt
+
+    table = strategy_table(data)
+    base = alt.Chart(table).encode(y=alt.Y("strategy:N", title=None), color=alt.Color("workload:N", title="workload"),
+                                   yOffset="workload:N").properties(width=180, height=130)
+    tip = ["workload", "strategy", alt.Tooltip("token_hit_rate:Q", format=".2%"),
+           alt.Tooltip("written_gib_per_day:Q", format=",.1f"), alt.Tooltip("avg_stored_gib:Q", format=",.1f")]
+    chart = alt.hconcat(
+        base.mark_bar().encode(x=alt.X("token_hit_rate:Q", title="token hit rate (% of input tokens)",
+                                       axis=alt.Axis(format="%")), tooltip=tip),
+        base.mark_bar().encode(x=alt.X("written_gib_per_day:Q", title="SSD written (GiB/day)"), tooltip=tip),
+        base.mark_bar().encode(x=alt.X("avg_stored_gib:Q", title="stored on average (GiB)"), tooltip=tip),
+    )
+    return chart.properties(title=title) if title else chart
+
+
+def crossover_table(bandwidths_gib_s=BANDWIDTHS_GIB_S) -> pl.DataFrame:
+    """(preset, kv_bytes_per_token, bandwidth_gib_s, crossover_tokens): the prompt length below which
+    recomputing is as fast as loading the whole prompt's KV (plus the bounded replay) from the SSD
+    tier, per latency preset and read bandwidth (GiB/s), on one idle machine."""
+    from tiered_kv.sim.cluster import latency as L
+
+    rows = []
+    for name in L.PRESETS:
+        cfg = L.preset(name)
+        rows += [{"preset": name, "kv_bytes_per_token": cfg.kv_bytes_per_token, "bandwidth_gib_s": float(bw),
+                  "crossover_tokens": L.recompute_crossover_tokens(cfg.with_(read_bandwidth_bytes_per_s=bw * GIB))}
+                 for bw in bandwidths_gib_s]
+    return pl.DataFrame(rows)
+
+
+def crossover_curves(max_tokens: int = 1024, points: int = 64) -> pl.DataFrame:
+    """(preset, prompt_tokens, path, ttft_ms): TTFT of recomputing a prompt against loading its whole
+    KV from the SSD tier and replaying R tokens, per preset at its bandwidth, 1 to ``max_tokens`` tokens."""
+    from tiered_kv.sim.cluster import latency as L
+
+    n = np.unique(np.geomspace(1, max_tokens, points).round())
+    parts = []
+    for name in L.PRESETS:
+        cfg = L.preset(name)
+        recompute = L.prefill_seconds(cfg, 0.0, n) + cfg.prefill_fixed_s
+        load = L.load_seconds(cfg, n) + L.replay_seconds(cfg, n) + cfg.prefill_fixed_s
+        parts += [pl.DataFrame({"preset": name, "prompt_tokens": n, "path": path, "ttft_ms": 1e3 * t})
+                  for path, t in (("recompute", recompute), ("load from SSD + replay", load))]
+    return pl.concat(parts)
+
+
+def crossover_chart(max_tokens: int = 1024, title: str | None = None):
+    """TTFT (ms) against prompt length (tokens, log scales): recompute vs load from the SSD tier, one
+    panel per latency preset, a dashed rule at the preset's crossover."""
+    import altair as alt
+
+    from tiered_kv.sim.cluster import latency as L
+
+    curves = crossover_curves(max_tokens)
+    panels = []
+    for name in L.PRESETS:
+        cross = pl.DataFrame({"crossover_tokens": [L.recompute_crossover_tokens(L.preset(name))]})
+        lines = alt.Chart(curves.filter(pl.col("preset") == name)).mark_line().encode(
+            x=alt.X("prompt_tokens:Q", title="prompt length (tokens)",
+                   scale=alt.Scale(type="log", domain=[1, max_tokens], nice=False)),
+            y=alt.Y("ttft_ms:Q", title="TTFT on an idle machine (ms)", scale=alt.Scale(type="log")),
+            color=alt.Color("path:N", title=None),
+            tooltip=["path", alt.Tooltip("prompt_tokens:Q", format=",.0f"), alt.Tooltip("ttft_ms:Q", format=".3f")])
+        rule = alt.Chart(cross).mark_rule(strokeDash=[4, 3], color="gray").encode(
+            x="crossover_tokens:Q", tooltip=[alt.Tooltip("crossover_tokens:Q", title="crossover (tokens)", format=",.1f")])
+        panels.append(alt.layer(lines, rule).properties(width=260, height=180, title=name))
+    chart = alt.hconcat(*panels)
+    return chart.properties(title=title) if title else chart
+
+
+def measured_crossover(path: Path | str = TTFT_JSON) -> tuple[pl.DataFrame, str]:
+    """(the CPU engine's median miss and cold SSD hit TTFT per prompt length, ms; a line with the
+    crossover by :func:`~tiered_kv.sim.cluster.latency.measured_crossover_tokens`). The line says
+    when a hit already wins at the shortest measured length (the crossover then lies below it)."""
+    from tiered_kv.sim.cluster import latency as L
+
+    path = Path(path)
+    if not path.exists():
+        return pl.DataFrame(schema={"prompt_tokens": pl.Int64, "miss_ms": pl.Float64, "ssd_cold_hit_ms": pl.Float64}), \
+            f"no measurement at {path} (run `tiered-kv bench ttft --json`)"
+    rec = json.loads(path.read_text())
+    table = pl.DataFrame([{"prompt_tokens": int(k), "miss_ms": v["miss_ms"], "ssd_cold_hit_ms": v["ssd_cold_hit_ms"]}
+                          for k, v in rec["lengths"].items()]).sort("prompt_tokens")
+    n = L.measured_crossover_tokens(table["prompt_tokens"], table["miss_ms"], table["ssd_cold_hit_ms"])
+    first = int(table["prompt_tokens"][0])
+    if math.isinf(n):
+        line = "a cold SSD hit is never faster than a miss at the measured lengths"
+    elif n <= first:
+        line = (f"a cold SSD hit is already faster at the shortest measured prompt ({first:,} tokens): "
+                f"the crossover lies below {first:,} tokens (not measured)")
+    else:
+        line = f"crossover at about {n:,.0f} tokens (interpolated in log length)"
+    return table, f"CPU engine ({rec.get('params', 0):,} parameters, {rec.get('fmt', '?')} KV): {line}"
+
+
+__all__ = ["BANDWIDTHS_GIB_S", "SIZES", "crossover_chart", "crossover_curves", "crossover_table",
+           "measured_crossover", "strategies", "strategy_chart", "strategy_table"]
