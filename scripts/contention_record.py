@@ -74,6 +74,18 @@ def render(r: dict, command: str, note: str = "") -> str:
                 ratio_lines.append(f"- {name}, {plural}: p50 {d['p50']['median']:.2f} "
                                    f"({d['p50']['min']:.2f}-{d['p50']['max']:.2f}), p99 {d['p99']['median']:.2f} "
                                    f"({d['p99']['min']:.2f}-{d['p99']['max']:.2f})")
+    inside = {"model": 0, "model_slowed": 0}
+    cells = 0
+    for p in r["points"]:
+        for cls, _ in CLASSES:
+            lo, hi = p["measured"][cls].get("p99_ms_ci90", [None, None])
+            if lo is None:
+                continue
+            cells += 1
+            for src in inside:
+                inside[src] += lo <= p[src][cls]["p99_ms"] <= hi
+    ratio_lines.append(f"- p99 inside the measured 90% interval: {inside['model']} of {cells} (point, class) cells "
+                       f"for the model, {inside['model_slowed']} of {cells} for the model x slowdown")
     adm_lines = []
     keyed = {(p["bandwidth"], p["load"], p["admission"]): p for p in r["points"]}
     for row in s["admission_p99_ratio"]:

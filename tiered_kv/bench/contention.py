@@ -162,8 +162,10 @@ def load_model(preset_name: str | None = None, checkpoint: str | None = None):
     name = preset_name or "small"
     path = default_checkpoint(name)
     if path.is_file():
+        from tiered_kv import REPO_ROOT
+
         model, _ = load_checkpoint(path)
-        return model, str(path)
+        return model, str(path.relative_to(REPO_ROOT)) if path.is_relative_to(REPO_ROOT) else str(path)
     torch.manual_seed(0)
     return EncoderDecoder(preset(name)).eval(), f"random weights ({name} preset, no checkpoint)"
 

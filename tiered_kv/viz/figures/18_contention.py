@@ -119,10 +119,16 @@ def notes_for(res: dict, how: str) -> str:
              f"a={cal['a_s_per_token']:.3g} s/token, "
              f"b={cal['b_s_per_token2']:.3g} s/token^2 (median error {cal['median_abs_rel_error']:.0%}); "
              f"break-even bandwidth {res['break_even_bandwidth_bytes_per_s'] / 1024:.3g} KiB/s."]
+    slowed = s.get("model_slowed_over_measured", {})
     for cls, plural in (("restore", "restores"), ("miss", "misses")):
         r = ratio.get(cls, {}).get("p99")
         if r:
-            parts.append(f"Model/measured p99 for {plural}: median {r['median']:.2f} (range {r['min']:.2f}-{r['max']:.2f}).")
+            text = f"Model/measured p99 for {plural}: median {r['median']:.2f} (range {r['min']:.2f}-{r['max']:.2f})"
+            r2 = slowed.get(cls, {}).get("p99")
+            if r2:
+                text += (f"; with the point's measured compute (dotted) {r2['median']:.2f} "
+                         f"({r2['min']:.2f}-{r2['max']:.2f})")
+            parts.append(text + ".")
     slow = [p["compute_slowdown"] for p in res["points"]]
     parts.append(f"Measured compute was {min(slow):.1f}-{max(slow):.1f}x the isolated fit: the streams share "
                  f"{res['cpus']} CPU(s) (load average {res['load_average_start'][0]:.1f} at the start), where the "
