@@ -21,7 +21,9 @@ Sharing between processes: the bucket's state (rate, burst, tokens, time) is 32 
 file under ``/dev/shm`` (else the temp dir) named by the process group and a digest of the
 store and direction, updated under an exclusive ``flock``. Each process using it holds a shared
 ``flock`` on a companion ``.users`` file, so a file nobody holds is stale (its processes are
-gone) and the next opener starts it afresh, at its own rate; the last user removes both files.
+gone) and the next opener starts it afresh, at its own rate; the last user to close its tiers
+(or exit normally) removes both files. A process killed outright leaves them behind: 32 bytes
+and an empty file, harmless, reset by the next opener of that store in a group of that id.
 Where ``fcntl`` is missing (not POSIX) the bucket is per process. Within a process every tier
 gets the same bucket object.
 """
