@@ -27,9 +27,9 @@ WAIT_S = 60.0
 
 
 def _kernels():
-    from tiered_kv.sim.policies.belady import _chained, stack_hist, stack_pass
+    from tiered_kv.sim.policies.belady import _chained, stack_pass
 
-    return (stack_hist, stack_pass, _chained)
+    return (stack_pass, _chained)
 
 
 def cached() -> bool:
@@ -69,13 +69,12 @@ def compile_now() -> None:
     """Compile (and cache) the Belady kernels for the argument types the replays use."""
     import numpy as np
 
-    stack_hist, stack_pass, chained = _kernels()
+    stack_pass, chained = _kernels()
     one = np.zeros(1, np.int64)
     # belady_stack: int64 arrays, int64 scalars (see its call), the written weights and their histogram
     stack_pass(one, one, one, np.int64(1), one, one, np.int64(1), np.int64(1), np.ones(1, np.int64), one,
                np.zeros(2, np.int64))
-    # trie_belady's stack_hist: the same types; it reuses the stack_pass just compiled (cheap)
-    stack_hist(one, one, one, np.int64(1), one, one, np.int64(1), np.int64(1), np.ones(1, np.int64))
+    # (not stack_hist, kvcache.ai's trie-Belady wrapper: that semantics never starts this process)
     # _chained(trace.offsets int64 [n+1], trace.blocks int32 [m], n_unique)
     chained(np.zeros(2, np.int64), np.zeros(1, np.int32), np.int64(1))
 
