@@ -76,7 +76,7 @@ def test_price_gap_row_is_a_proxy_with_its_length_dependence():
 
 
 def test_fp4_rows_are_checks_reexecuted_from_error_stats():
-    from tiered_kv.kernels.fp4 import error_stats
+    from tiered_kv.kernels.fp4_error import error_stats
 
     rows = {(r["format"], r["scale_rule"]): r for r in error_stats(seed=1, n=1 << 13)}
     for fmt, rule in (("mxfp4", "floor"), ("nvfp4", "-")):

@@ -135,7 +135,7 @@ def test_reproduce_quick_writes_every_figure_and_the_report(tmp_path):
             # the FP4 reference rounds in float64 where the kernels round in float32
             tol = 1e-6 if rec["provenance"]["function"].endswith(":fp4_error_stat") else 1e-9
             assert math.isclose(rec["reproduced"], expected, rel_tol=tol), (rec["claim"], expected)
-    # the relabelled FP4 rows: checks against an expectation, re-executed from kernels.fp4.error_stats
+    # the relabelled FP4 rows: checks against an expectation, re-executed from kernels.fp4_error.error_stats
     fp4 = [r for r in records if "relative RMSE on N(0,1)" in r["claim"]]
     assert len(fp4) == 2 and all(r["kind"] == "check" for r in fp4)
     assert {r["provenance"]["inputs"]["fmt"] for r in fp4} == {"mxfp4", "nvfp4"}

@@ -203,7 +203,7 @@ def test_heavier_tails_raise_mxfp4_error_but_not_the_gaussian_one():
 
 def test_student_t_sample_honours_a_real_dof():
     """The slider's 1.26 used to draw round(1.26) = 1 degree of freedom: a Cauchy sample."""
-    from tiered_kv.kernels.fp4 import student_t
+    from tiered_kv.kernels.fp4_error import student_t
 
     n = (64, 8, 128)
     cauchy, t126, t3 = (student_t(n, d, 0).abs() for d in (1.0, 1.26, 3.0))

@@ -138,9 +138,9 @@ def recorded_day_disk_fraction(path: str, policy: str = "ttl agent=3d chatbot=7d
 
 def fp4_error_stat(fmt: str, statistic: str = "rel_rmse_gaussian", n: int = 1 << 16, seed: int = 0,
                    scale_rule: str = "floor") -> float:
-    """One statistic of :func:`tiered_kv.kernels.fp4.error_stats` (its row for ``fmt`` and
+    """One statistic of :func:`tiered_kv.kernels.fp4_error.error_stats` (its row for ``fmt`` and
     ``scale_rule``; NVFP4 has the one rule ``"-"``), e.g. the relative RMSE on N(0, 1)."""
-    from tiered_kv.kernels.fp4 import error_stats
+    from tiered_kv.kernels.fp4_error import error_stats
 
     rule = "-" if fmt == "nvfp4" else scale_rule
     rows = [r for r in error_stats(seed=int(seed), n=int(n)) if r["format"] == fmt and r["scale_rule"] == rule]

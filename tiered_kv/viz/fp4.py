@@ -6,7 +6,7 @@ KV-shaped sample at each slider value (seeded), so moving the tail-heaviness sli
 outlier channels hurt 32-element MXFP4 blocks more than 16-element NVFP4 blocks with an
 E4M3 scale. It shows the error of the *typical* element (the 90% smallest in magnitude): the
 relative RMSE of the whole sample is dominated by its largest values when the tails are heavy
-and falls as they get heavier (see :func:`tiered_kv.kernels.fp4.error_stats`), which is why
+and falls as they get heavier (see :func:`tiered_kv.kernels.fp4_error.error_stats`), which is why
 an earlier version of this dashboard seemed to contradict its own text.
 """
 
@@ -56,11 +56,11 @@ def staircase_chart() -> alt.Chart:
 def error_frame(n: int, seed: int = 0, dof: float = 3.0) -> pl.DataFrame:
     """Round-trip error per format on N(0,1) and Student-t(dof) KV-shaped samples, with bits/element.
 
-    Columns of :func:`tiered_kv.kernels.fp4.error_stats`, plus ``variant`` (format and MXFP4
+    Columns of :func:`tiered_kv.kernels.fp4_error.error_stats`, plus ``variant`` (format and MXFP4
     scale rule): whole-sample relative RMSE, the typical element's (``bulk_``) and the share
     flushed to zero.
     """
-    from tiered_kv.kernels.fp4 import error_stats
+    from tiered_kv.kernels.fp4_error import error_stats
 
     frame = pl.DataFrame(error_stats(seed=seed, n=n, dof=dof))
     return frame.with_columns(

@@ -24,7 +24,7 @@ NAME = "09_replay_and_fp4_error"
 TITLE = "Bounded-replay and FP4 error on the trained small model (held-out text)"
 
 _EXPECTED_RMSE = {"mxfp4": 0.115, "nvfp4": 0.095}
-_N = 1 << 16  # N(0,1) elements of the FP4 claims (tiered_kv.kernels.fp4.error_stats)
+_N = 1 << 16  # N(0,1) elements of the FP4 claims (tiered_kv.kernels.fp4_error.error_stats)
 
 
 def kv_rmse(model, sequences, formats=("mxfp4", "nvfp4"), block_size: int = 64) -> pl.DataFrame:
@@ -62,7 +62,7 @@ def _build(s, quick: bool) -> FigureResult:
     import altair as alt
 
     from tiered_kv.evaluate import context_curve
-    from tiered_kv.kernels.fp4 import error_stats
+    from tiered_kv.kernels.fp4_error import error_stats
     from tiered_kv.model import default_checkpoint, load_checkpoint
     from tiered_kv.replay_quality import (
         NEAR_EXACT_KL,
@@ -136,7 +136,7 @@ def _build(s, quick: bool) -> FigureResult:
     claims = [Claim(claim=f"{fmt.upper()} relative RMSE on N(0,1) (kernels, spec scale rule)",
                     source="expected for E2M1 with OCP MX v1.0 (32-block E8M0) / NVFP4 (16-block E4M3) scales",
                     published=_EXPECTED_RMSE[fmt], reproduced=stats[fmt], unit="fraction",
-                    inputs="tiered_kv.kernels.fp4.error_stats, 65,536 N(0,1) elements, seed 0",
+                    inputs="tiered_kv.kernels.fp4_error.error_stats, 65,536 N(0,1) elements, seed 0",
                     kind="check",
                     provenance=("tiered_kv.viz.claim_values:fp4_error_stat",
                                 {"fmt": fmt, "statistic": "rel_rmse_gaussian", "n": _N, "seed": 0,
