@@ -77,19 +77,21 @@ def compute_curves(trace, sem, capacities, ttls, belady_idx: list[int], progress
     Belady comes as hit tokens and token hit rates (None where not computed); with
     ``fifo_trie`` (or kvcache.ai's semantics) the FIFO-trie curve of ``bench peers`` too.
     ``compiling`` is the process of :func:`tiered_kv.sim.policies.precompile.start` compiling
-    the Belady kernels meanwhile; it is waited for just before Belady runs.
+    Belady's kernel meanwhile; it is waited for just before Belady runs.
     """
     import numpy as np
 
     from tiered_kv.sim import curves as C
     from tiered_kv.sim.policies import precompile
+    from tiered_kv.sim.policies.belady import next_use
 
     caps = np.asarray(capacities, dtype=np.float64)
     bs = trace.uniform_block_size
     inp = int(trace.input_length[trace.counted].sum())
     keys = C.lru_keys(trace)
     infinite = C.infinite_bound(trace, keys)
-    ttl = C.ttl_curve(trace, ttls)
+    nxt = next_use(trace)  # shared by the TTL keys and Belady
+    ttl = C.ttl_curve(trace, ttls, nxt=nxt)
     belady: list[float | None] = [None] * len(caps)
     belady_hits: list[int | None] = [None] * len(caps)
     by_class: dict[str, dict[str, list]] = {}
@@ -112,7 +114,7 @@ def compute_curves(trace, sem, capacities, ttls, belady_idx: list[int], progress
         lru_hit = lru.hit_tokens
         if belady_idx:
             precompile.wait(compiling)
-            bel = C.belady_curve(trace, caps[belady_idx], progress=progress)
+            bel = C.belady_curve(trace, caps[belady_idx], progress=progress, nxt=nxt)
             for j, i in enumerate(belady_idx):
                 belady_hits[i] = int(bel.hit_tokens[j])
                 belady[i] = float(bel.token_hit_rate[j])
@@ -154,7 +156,7 @@ def run(args: argparse.Namespace) -> int:
     from tiered_kv.sim.policies import DEFAULT_BYTES_PER_TOKEN, capacity_tokens_from, precompile
     from tiered_kv.units import format_bytes, format_duration
 
-    # first run: Belady's kernels compile on the second core while the trace loads and the
+    # first run: Belady's kernel compiles on the second core while the trace loads and the
     # other kernels compile here (tiered_kv.sim.policies.precompile)
     compiling = precompile.start() if args.belady_points != 0 and args.semantics != "kvcache-ai" else None
     trace, sem = load_compiled(args)

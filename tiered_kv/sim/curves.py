@@ -59,6 +59,7 @@ import numpy as np
 from numba import njit
 
 from tiered_kv.sim.policies.belady import Belady, belady_stack, next_use
+from tiered_kv.sim.policies.jit import call
 from tiered_kv.sim.replay import CompiledTrace
 
 #: Key of an access that can never hit (first touch of its block): above every capacity.
@@ -108,34 +109,40 @@ def _stack_distances(offsets, blocks, n_unique):  # pragma: no cover - compiled
     return out
 
 
-@njit(cache=True)
-def _reuse_times(offsets, blocks, times, n_unique):  # pragma: no cover - compiled
-    """Prefix-max reuse time (seconds since the block's last touch) of every access; inf when new."""
-    m = blocks.shape[0]
-    n = offsets.shape[0] - 1
-    last = np.full(n_unique, -np.inf)
-    out = np.empty(m, np.float64)
-    for r in range(n):
-        now = times[r]
-        run = 0.0
-        for i in range(offsets[r], offsets[r + 1]):
-            b = blocks[i]
-            rt = now - last[b]
-            last[b] = now
-            if rt > run:
-                run = rt
-            out[i] = run
-    return out
-
-
 def lru_keys(trace: CompiledTrace) -> np.ndarray:
     """int64 [m]: prefix-max stack distance (blocks) per access; COLD for first touches."""
-    return _stack_distances(trace.offsets, trace.blocks, trace.n_unique)
+    return call(_stack_distances, trace.offsets, trace.blocks, trace.n_unique)
 
 
-def ttl_keys(trace: CompiledTrace) -> np.ndarray:
-    """float64 [m]: prefix-max reuse time (s) per access; inf for first touches."""
-    return _reuse_times(trace.offsets, trace.blocks, trace.timestamps, trace.n_unique)
+def ttl_keys(trace: CompiledTrace, nxt: np.ndarray | None = None) -> np.ndarray:
+    """float64 [m]: prefix-max reuse time (s) per access; inf for first touches.
+
+    Plain numpy, so a first run has no kernel to compile for it: the reuse time of an access is
+    its request's time minus the time of the block's previous access (found from ``nxt``,
+    :func:`~tiered_kv.sim.policies.belady.next_use`, computed when not given), and the prefix
+    maximum within each request runs in ``log2(longest request)`` shifted maxima. Reuse times
+    below zero (``order="file"``) or NaN count as 0, as a running maximum from 0 does, and
+    ``+ 0.0`` turns a ``-0.0`` into ``0.0``: max is exact, so the keys are the same floats as a
+    scalar loop's.
+    """
+    m = trace.n_accesses
+    nxt = next_use(trace) if nxt is None else nxt
+    now = trace.access_time
+    last = np.full(m, -np.inf)
+    again = nxt < m
+    last[nxt[again]] = now[again]
+    key = np.fmax(now - last, 0.0) + 0.0
+    lengths = np.diff(trace.offsets)
+    pos = np.arange(m) - np.repeat(trace.offsets[:-1], lengths)  # index of the access in its request
+    shift = 1
+    longest = int(lengths.max()) if lengths.size else 0
+    while shift < longest:  # key[i] = max over key[i - 2**j + 1 .. i] of the same request, j = 0, 1, ...
+        back = np.zeros(m)
+        back[shift:] = key[:-shift]
+        back[pos < shift] = 0.0
+        np.maximum(key, back, out=key)
+        shift *= 2
+    return key
 
 
 @dataclass
@@ -200,12 +207,13 @@ def lru_curve(trace: CompiledTrace, capacities_tokens, keys: np.ndarray | None =
     return _evaluate(trace, keys, blocks, caps)
 
 
-def ttl_curve(trace: CompiledTrace, ttls_seconds, keys: np.ndarray | None = None) -> Curve:
+def ttl_curve(trace: CompiledTrace, ttls_seconds, keys: np.ndarray | None = None,
+              nxt: np.ndarray | None = None) -> Curve:
     """TTL hit tokens (unlimited capacity) at every TTL in seconds, in one pass."""
     ttls = np.asarray(ttls_seconds, dtype=np.float64)
     if np.any(ttls < 0) or np.any(np.isnan(ttls)):
         raise ValueError("ttls: must be >= 0 seconds")
-    keys = ttl_keys(trace) if keys is None else keys
+    keys = ttl_keys(trace, nxt) if keys is None else keys
     # a first touch has reuse time inf: it never hits, even with an infinite TTL
     return _evaluate(trace, keys, np.minimum(ttls, np.finfo(np.float64).max), ttls)
 
@@ -216,13 +224,15 @@ def infinite_bound(trace: CompiledTrace, keys: np.ndarray | None = None) -> Curv
     return _evaluate(trace, keys, np.array([COLD - 1]), np.array([math.inf]))
 
 
-def belady_curve(trace: CompiledTrace, capacities_tokens, progress: bool = False) -> Curve:
+def belady_curve(trace: CompiledTrace, capacities_tokens, progress: bool = False,
+                 nxt: np.ndarray | None = None) -> Curve:
     """Belady (MIN with bypass) hit tokens and tokens written at each capacity, in one stack pass.
 
     :func:`~tiered_kv.sim.policies.belady.belady_stack` gives every capacity at once; a
     trace whose ids are not chained falls back to one O(n log n) replay per capacity
     (``progress`` shows a bar for those). Written: misses with a next use that Belady keeps
     (it never writes a block it bypasses, nor one never used again), as :meth:`Belady.run` counts.
+    ``nxt``: :func:`~tiered_kv.sim.policies.belady.next_use` of the trace, when the caller has it.
     """
     caps = np.asarray(capacities_tokens, dtype=np.float64)
     if np.any(caps < 0) or np.any(np.isnan(caps)):
@@ -230,7 +240,7 @@ def belady_curve(trace: CompiledTrace, capacities_tokens, progress: bool = False
     inp = int(trace.input_length[trace.counted].sum())
     by_inp = {name: int(trace.input_length[trace.counted & (trace.class_codes == code)].sum())
               for code, name in enumerate(trace.class_names)}
-    nxt = next_use(trace)
+    nxt = next_use(trace) if nxt is None else nxt
     finite = np.where(np.isinf(caps), 0.0, caps)
     blocks = np.where(np.isinf(caps), trace.n_unique + 1, finite // trace.uniform_block_size).astype(np.int64)
     stacked = belady_stack(trace, blocks, nxt)
@@ -332,7 +342,7 @@ def lru_written_tokens(trace: CompiledTrace, capacities_tokens) -> np.ndarray:
     caps = np.asarray(capacities_tokens, dtype=np.float64)
     blocks = np.where(np.isinf(caps), float(trace.n_unique + 1),
                       np.floor(np.where(np.isinf(caps), 0.0, caps) / trace.uniform_block_size)).astype(np.int64)
-    d = _raw_stack_distances(trace.blocks, trace.n_unique)
+    d = call(_raw_stack_distances, trace.blocks, trace.n_unique)
     order = np.argsort(d, kind="stable")
     ds = d[order]
     cum = np.concatenate([[0], np.cumsum(trace.chunk_tokens[order])])

@@ -15,6 +15,7 @@ from numba import njit
 
 from tiered_kv.sim.policies.blockwise import BlockPolicy
 from tiered_kv.sim.policies.frequency import heap_pop, heap_push
+from tiered_kv.sim.policies.jit import call
 from tiered_kv.sim.policies.registry import (
     DEFAULT_BYTES_PER_TOKEN,
     PolicyRun,
@@ -29,7 +30,7 @@ from tiered_kv.sim.replay import CompiledTrace
 def next_use(trace: CompiledTrace) -> np.ndarray:
     """int64 [m]: index of the next access of the same block, or ``m`` when there is none."""
     m = trace.n_accesses
-    order = np.lexsort((np.arange(m), trace.blocks))
+    order = np.argsort(trace.blocks, kind="stable")  # by block, then by position
     nxt = np.full(m, m, dtype=np.int64)
     same = trace.blocks[order[1:]] == trace.blocks[order[:-1]]
     nxt[order[:-1][same]] = order[1:][same]
@@ -154,8 +155,8 @@ class Belady:
         cap = capacity_blocks(trace, self.capacity_tokens)
         cap_i = np.int64(min(cap, trace.n_unique + 1)) if math.isfinite(cap) else np.int64(trace.n_unique + 1)
         nxt = next_use(trace) if nxt is None else nxt
-        hit, any_present, written = _belady_kernel(trace.offsets, trace.blocks, trace.depth.astype(np.int64), nxt,
-                                                   trace.n_unique, cap_i)
+        hit, any_present, written = call(_belady_kernel, trace.offsets, trace.blocks, trace.depth.astype(np.int64),
+                                         nxt, trace.n_unique, cap_i)
         return PolicyRun(hit, {"prefix_closed": bool(np.array_equal(hit, any_present)),
                                **_wear_extra(trace, hit, written, cap, self.bytes_per_token)})
 
@@ -195,21 +196,21 @@ def belady_stack(trace: CompiledTrace, capacities_blocks, nxt: np.ndarray | None
     n_cls = len(trace.class_names)
     out = np.zeros((n_cls, caps.shape[0]), dtype=np.int64)
     written = np.zeros(caps.shape[0], dtype=np.int64)
-    if not _chained(trace.offsets, trace.blocks, trace.n_unique):
+    nxt = next_use(trace) if nxt is None else nxt
+    if not _chained(trace.offsets, trace.blocks, nxt):
         return None
     caps = np.minimum(caps, trace.n_unique + 1)
     live = caps > 0
     if not live.any() or trace.n_accesses == 0:
         return out, written
     bounds = np.unique(caps[live])
-    nxt = next_use(trace) if nxt is None else nxt
     counted = trace.counted[trace.access_request]
     weight = np.where(counted, trace.tokens, 0).astype(np.int64)
     cls = trace.class_codes[trace.access_request].astype(np.int64)
     blocks = trace.blocks.astype(np.int64)
     whist = np.zeros(bounds.shape[0] + 1, np.int64)
-    hist = stack_pass(blocks, nxt, nxt, np.int64(trace.n_accesses), weight, cls, n_cls, trace.n_unique, bounds,
-                      trace.chunk_tokens.astype(np.int64), whist)
+    hist = call(stack_pass, blocks, nxt, nxt, np.int64(trace.n_accesses), weight, cls, n_cls, trace.n_unique, bounds,
+                trace.chunk_tokens.astype(np.int64), whist)
     cum = np.cumsum(hist, axis=1)
     at = np.searchsorted(bounds, caps[live])
     out[:, live] = cum[:, at]
@@ -217,20 +218,18 @@ def belady_stack(trace: CompiledTrace, capacities_blocks, nxt: np.ndarray | None
     return out, written
 
 
-@njit(cache=True)
-def _chained(offsets, blocks, n_unique):  # pragma: no cover - compiled
-    """True when every block id always follows the same parent (or always opens its request)."""
-    parent = np.full(n_unique, -2, np.int64)  # -2: not seen; -1: first block of a request
-    for r in range(offsets.shape[0] - 1):
-        prev = -1
-        for i in range(offsets[r], offsets[r + 1]):
-            b = blocks[i]
-            if parent[b] == -2:
-                parent[b] = prev
-            elif parent[b] != prev:
-                return False
-            prev = b
-    return True
+def _chained(offsets: np.ndarray, blocks: np.ndarray, nxt: np.ndarray) -> bool:
+    """True when every block id always follows the same parent (or always opens its request).
+
+    ``nxt`` (:func:`next_use`) links each access to the next one of its block, so the parents
+    of a block's accesses are all equal iff each equals the next one's: numpy, no kernel.
+    """
+    m = blocks.shape[0]
+    parent = np.empty(m, np.int64)  # the block before each access; -1 for the first of a request
+    parent[1:] = blocks[:-1]
+    parent[offsets[:-1][offsets[:-1] < offsets[1:]]] = -1
+    again = nxt < m
+    return bool(np.array_equal(parent[again], parent[nxt[again]]))
 
 
 @njit(cache=True, inline="always")

@@ -30,6 +30,7 @@ from typing import ClassVar
 import numpy as np
 from numba import njit
 
+from tiered_kv.sim.policies.jit import call
 from tiered_kv.sim.policies.registry import (
     DEFAULT_BYTES_PER_TOKEN,
     PolicyRun,
@@ -149,8 +150,8 @@ def run_cache_kernel(trace: CompiledTrace, *, ttl_by_class: np.ndarray | None = 
     ttl = np.full(k, np.inf) if ttl_by_class is None else np.asarray(ttl_by_class, dtype=np.float64)
     w = np.ones(trace.n_accesses, np.float64) if weights is None else np.asarray(weights, np.float64)
     ins = np.zeros(0, np.bool_) if inserted is None else inserted
-    return _cache_kernel(trace.offsets, trace.blocks, w, trace.timestamps, trace.class_codes.astype(np.int64),
-                         trace.n_unique, k, ttl, float(high), float(high if low is None else low), record, ins)
+    return call(_cache_kernel, trace.offsets, trace.blocks, w, trace.timestamps, trace.class_codes.astype(np.int64),
+                trace.n_unique, k, ttl, float(high), float(high if low is None else low), record, ins)
 
 
 def _wear_extra(trace: CompiledTrace, hit_blocks: np.ndarray, inserted: np.ndarray, capacity_blocks: float,

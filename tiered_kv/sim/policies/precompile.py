@@ -1,18 +1,19 @@
-"""Compile the Belady kernels in a second process while the first one does everything else.
+"""Compile Belady's kernel in a second process while the first one does everything else.
 
 Why: on a first run (numba's cache empty) ``tiered-kv curves`` spends most of its time in the
 LLVM back end, and the largest single kernel, Belady's priority-stack pass
 (:func:`~tiered_kv.sim.policies.belady.stack_pass`, which counts hits and writes), takes about as long to compile as loading
 the trace and compiling every other kernel together. Those two halves do not depend on each
 other, and the machine has a second core: :func:`start` launches ``python -m
-tiered_kv.sim.policies.precompile``, which compiles the Belady kernels for the exact argument
+tiered_kv.sim.policies.precompile``, which compiles that kernel for the exact argument
 types :func:`~tiered_kv.sim.policies.belady.belady_stack` passes and writes them to numba's
 on-disk cache; the caller goes on, and by the time it reaches Belady its own first call loads the
-kernel from that cache instead of compiling it.
+kernel from that cache instead of compiling it. (The check that the trace's ids are chained,
+which Belady's one pass needs, is plain numpy: nothing else is left to compile for Belady.)
 
 Nothing depends on the helper succeeding: :func:`wait` gives it a bounded time and any failure
 (no writable cache, ``NUMBA_DISABLE_JIT``, a killed process) only means the caller compiles the
-kernel itself, as it would have without this module. When the cache already holds the kernels
+kernel itself, as it would have without this module. When the cache already holds the kernel
 no process is started at all (a warm run pays nothing).
 """
 
@@ -27,13 +28,13 @@ WAIT_S = 60.0
 
 
 def _kernels():
-    from tiered_kv.sim.policies.belady import _chained, stack_pass
+    from tiered_kv.sim.policies.belady import stack_pass
 
-    return (stack_pass, _chained)
+    return (stack_pass,)
 
 
 def cached() -> bool:
-    """True when numba's on-disk cache has an entry for each Belady kernel (or caching is off)."""
+    """True when numba's on-disk cache has an entry for Belady's kernel (or caching is off)."""
     if os.environ.get("NUMBA_DISABLE_JIT", "0") not in ("", "0"):
         return True
     try:
@@ -43,7 +44,7 @@ def cached() -> bool:
 
 
 def start() -> subprocess.Popen | None:
-    """Start the compiling process unless the kernels are cached; returns it (or None)."""
+    """Start the compiling process unless the kernel is cached; returns it (or None)."""
     if cached():
         return None
     try:
@@ -66,17 +67,15 @@ def wait(proc: subprocess.Popen | None, timeout: float = WAIT_S) -> bool:
 
 
 def compile_now() -> None:
-    """Compile (and cache) the Belady kernels for the argument types the replays use."""
+    """Compile (and cache) Belady's kernel for the argument types the one pass uses."""
     import numpy as np
 
-    stack_pass, chained = _kernels()
+    (stack_pass,) = _kernels()
     one = np.zeros(1, np.int64)
     # belady_stack: int64 arrays, int64 scalars (see its call), the written weights and their histogram
     stack_pass(one, one, one, np.int64(1), one, one, np.int64(1), np.int64(1), np.ones(1, np.int64), one,
                np.zeros(2, np.int64))
     # (not stack_hist, kvcache.ai's trie-Belady wrapper: that semantics never starts this process)
-    # _chained(trace.offsets int64 [n+1], trace.blocks int32 [m], n_unique)
-    chained(np.zeros(2, np.int64), np.zeros(1, np.int32), np.int64(1))
 
 
 if __name__ == "__main__":
