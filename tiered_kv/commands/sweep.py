@@ -3,7 +3,8 @@
 CONFIG.toml lists the points: a [grid] of axes (policy, capacity, ttl, nodes, routing, preset,
 seed) and/or [[point]] tables, with fixed settings (days, bytes_per_token, host_capacity, out)
 at the top; see tiered_kv/sim/sweep.py. Each point's result is one Parquet file under the
-output directory (default: CONFIG's name beside it); a re-run skips the points already there.
+output directory (default: CONFIG's name beside it); a re-run skips the points already there
+computed by the same simulator code (each row records its code_digest).
 
 Examples:
   tiered-kv sweep sweeps/example.toml                       # Ray if installed, else processes

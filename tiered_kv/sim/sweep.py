@@ -28,6 +28,20 @@ starts a local one, ``address=`` joins a cluster, one remote task per point. Wit
 ``backend="pool"``) a local process pool runs the same function and the driver writes the same
 rows; only ``elapsed_s`` differs. Each worker process keeps the last generated workloads
 (points are submitted grouped by workload, so a worker rarely generates one twice).
+
+Determinism. A row depends only on its point and on the simulator's source, never on which
+worker ran it or what that worker ran before. Two things keep it so:
+
+* the workload a worker keeps is shared by its points, so its arrays are read-only
+  (:func:`_read_only`): a replay that wrote into one would raise instead of changing the
+  points after it (numba refuses to compile a store into a read-only array);
+* every row records ``code_digest``, a hash of the simulator source the worker imported
+  (:func:`code_digest`). Workers import the package when they start, so a checkout edited
+  while a sweep runs (several people, one working tree) gives rows of two codes; the sweep
+  then stops with an error naming the points instead of returning them mixed, and a resumed
+  sweep recomputes every row whose digest is not the checkout's. (The 1-vs-2-worker mismatch
+  recorded in ``benchmarks/results/sweep.md`` had no such column; every point of that sweep
+  computed again, in two processes and in two orders, gave identical rows.)
 """
 
 from __future__ import annotations
@@ -251,12 +265,62 @@ class SweepConfig:
 
 # --- one point -------------------------------------------------------------------------------
 
+#: The source a row depends on, relative to the package: the sweep, the replay engine, the
+#: cluster and latency models, the policies, the workload generator, the trace schema, units.
+#: Whole folders, so a new module there is covered without editing this list.
+CODE_PATHS = ("sim/sweep.py", "sim/replay.py", "sim/cluster", "sim/policies", "sim/workload", "sim/traces",
+              "units.py")
+
+
+def code_digest(root: str | Path | None = None) -> str:
+    """Hash of the simulator source under ``root`` (default: the installed package) that a row depends on.
+
+    Why: a point's row is a function of its point *and* of this code; recording the digest per
+    row lets a sweep tell an edited checkout from nondeterminism, and lets resume skip only rows
+    of the same code. Covers the ``.py`` files of :data:`CODE_PATHS`, by relative path and bytes.
+    """
+    root = Path(root) if root is not None else Path(__file__).resolve().parent.parent
+    files: list[Path] = []
+    for rel in CODE_PATHS:
+        path = root / rel
+        files += sorted(path.rglob("*.py")) if path.is_dir() else [path]
+    h = hashlib.blake2b(digest_size=8)
+    for f in files:
+        h.update(f.relative_to(root).as_posix().encode() + b"\0")
+        h.update(f.read_bytes() if f.is_file() else b"<missing>")
+        h.update(b"\0")
+    return h.hexdigest()
+
+
+@lru_cache(maxsize=1)
+def _running_code() -> str:
+    """The digest of the code this process runs: read once, at its first point (a process keeps
+    the modules it imported, whatever happens to the files afterwards)."""
+    return code_digest()
+
+
+def _read_only(trace):
+    """Mark every array of ``trace`` (fields and cached properties computed so far) read-only.
+
+    The cached workload is one object for all the points a worker runs: an in-place write by one
+    replay would silently change every later point, so it raises instead."""
+    import numpy as np
+
+    for value in vars(trace).values():
+        if isinstance(value, np.ndarray):
+            value.setflags(write=False)
+    return trace
+
+
 @lru_cache(maxsize=2)
 def _workload(preset: str, days: float, seed: int):
+    """The compiled workload, shared by the points of one worker and read-only (see the module notes)."""
     from tiered_kv.sim.replay import compile_trace
     from tiered_kv.sim.workload.synth import generate
 
-    return compile_trace(generate(preset, days, seed))
+    trace = compile_trace(generate(preset, days, seed))
+    _ = trace.token_cumsum  # a cached property every point reads: computed now, frozen with the rest
+    return _read_only(trace)
 
 
 def run_point(point: SweepPoint) -> dict[str, Any]:
@@ -268,6 +332,7 @@ def run_point(point: SweepPoint) -> dict[str, Any]:
     from tiered_kv.units import parse_bytes
 
     t0 = time.perf_counter()
+    code = _running_code()
     trace = _workload(point.preset, float(point.days), point.seed)
     policy = None
     if point.policy == "ttl":
@@ -297,6 +362,8 @@ def run_point(point: SweepPoint) -> dict[str, Any]:
         row[f"disk_token_fraction_{cls}"] = s["disk_token_fraction"]
     row["config"] = json.dumps(d, sort_keys=True)
     row["tiered_kv_version"] = tiered_kv.__version__
+    row["code_digest"] = code
+    _read_only(trace)  # cached properties this point computed: read-only for the next point too
     row["elapsed_s"] = time.perf_counter() - t0
     return row
 
@@ -318,6 +385,17 @@ def write_row(out: Path, point: SweepPoint, row: dict[str, Any]) -> Path:
     pl.DataFrame([row], infer_schema_length=None).write_parquet(tmp)
     os.replace(tmp, path)
     return path
+
+
+def row_code(path: Path) -> str | None:
+    """The ``code_digest`` of a result file (None when it has none or cannot be read)."""
+    import polars as pl
+
+    try:
+        value = pl.read_parquet(path, columns=["code_digest"])["code_digest"][0]
+    except Exception:  # noqa: BLE001 - an old layout, a half-written file: not a usable row
+        return None
+    return None if value is None else str(value)
 
 
 def load_results(out: str | Path, points: Iterable[SweepPoint] | None = None):
@@ -348,7 +426,10 @@ def run_sweep(config: SweepConfig | str | Path, *, out: str | Path | None = None
 
     ``backend``: ``"ray"``, ``"pool"`` (local processes) or ``"auto"`` (Ray when installed).
     ``workers``: processes (pool) or local Ray CPUs (default: every core); with ``address`` the
-    cluster decides. Points already in ``out`` are skipped (resume).
+    cluster decides. Points already in ``out`` computed by this code (same ``code_digest``) are
+    skipped (resume); rows of other code are computed again. A row a worker computed with code
+    other than the checkout's (edited during the run) is written, then the sweep raises naming
+    such points, and a re-run recomputes them.
     """
     if not isinstance(config, SweepConfig):
         config = SweepConfig.from_toml(config)
@@ -363,17 +444,26 @@ def run_sweep(config: SweepConfig | str | Path, *, out: str | Path | None = None
         backend = "ray" if ray_available() or address else "pool"
     if backend == "ray" and not ray_available():
         raise ValueError("backend 'ray': Ray is not installed; pip install 'tiered-kv[cluster]' (or use the pool)")
-    todo = [p for p in config.points if not point_path(out, p).exists()]
+    code = code_digest()  # the checkout now: what the workers about to start will import
+    todo = [p for p in config.points if row_code(point_path(out, p)) != code]
     todo.sort(key=lambda p: (p.preset, p.days, p.seed))  # one workload per worker, mostly
     bar = _progress_bar(len(config.points), len(config.points) - len(todo), progress, backend)
+    other: list[str] = []
     try:
         if todo:
             runner = _run_ray if backend == "ray" else _run_pool
             for point, row in runner(todo, workers, address):
                 write_row(out, point, row)
+                if row.get("code_digest") != code:
+                    other.append(point.point_id)
                 bar.update(1)
     finally:
         bar.close()
+    if other:
+        raise ValueError(f"sweep {out}: {len(other)} of {len(todo)} points were computed by other code than the "
+                         f"checkout's (code_digest {code}; the source under tiered_kv/sim changed while the sweep "
+                         f"ran, or a worker runs another install): points {', '.join(sorted(other))}; run the sweep "
+                         "again to recompute them")
     return load_results(out, config.points)
 
 
