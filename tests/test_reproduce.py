@@ -10,6 +10,8 @@ import importlib
 import json
 import math
 
+import pytest
+
 from tiered_kv.cli import main
 from tiered_kv.commands.reproduce import figure_modules
 from tiered_kv.viz.report import KINDS, run_provenance
@@ -161,3 +163,27 @@ def test_every_figure_has_its_own_number_and_its_file_name():
     for m in modules:
         assert Path(m.__file__).stem == m.NAME, (m.__file__, m.NAME)
     assert "19_write_points" in {m.NAME for m in modules}
+
+
+def test_only_rebuilds_one_figure_and_keeps_the_other_sections(tmp_path):
+    """`--only` replaces one figure's section; the sections built earlier stay in REPORT and claims.json."""
+    from tiered_kv.viz.report import Claim
+
+    assert main(["reproduce", "--quick", "--out", str(tmp_path), "--only", "01_kv_bytes"]) == 0
+    first = json.loads((tmp_path / "claims.json").read_text())
+    assert first and "Not built yet" in (tmp_path / "REPORT.md").read_text()
+    assert main(["reproduce", "--quick", "--out", str(tmp_path), "--only", "04_prefill"]) == 0
+    report = (tmp_path / "REPORT.md").read_text()
+    assert "## 01_kv_bytes:" in report and "## 04_prefill_compute:" in report
+    assert report.index("## 01_kv_bytes:") < report.index("## 04_prefill_compute:")
+    records = json.loads((tmp_path / "claims.json").read_text())
+    assert records[:len(first)] == first and len(records) >= len(first)
+    assert [Claim.from_dict(r).to_dict() for r in records] == records  # the saved claims read back exactly
+    # a section of another size is named in the header; an unknown --only name is refused
+    assert "another size" not in report
+    saved = tmp_path / "sections" / "04_prefill_compute.json"
+    saved.write_text(saved.read_text().replace('"mode": "quick"', '"mode": "full"'))
+    assert main(["reproduce", "--quick", "--out", str(tmp_path), "--only", "01_kv_bytes"]) == 0
+    assert "04_prefill_compute (full)" in (tmp_path / "REPORT.md").read_text()
+    with pytest.raises(SystemExit, match="no figure name contains"):
+        main(["reproduce", "--quick", "--out", str(tmp_path), "--only", "no_such_figure"])

@@ -68,6 +68,14 @@ class Claim:
                 "provenance": None if self.provenance is None
                 else {"function": self.provenance[0], "inputs": self.provenance[1]}}
 
+    @classmethod
+    def from_dict(cls, record: dict) -> Claim:
+        """The claim a :meth:`to_dict` record describes (a saved REPORT section read back)."""
+        prov = record.get("provenance")
+        return cls(claim=record["claim"], source=record["source"], published=record["published"],
+                   reproduced=record["reproduced"], unit=record["unit"], inputs=record["inputs"],
+                   kind=record["kind"], provenance=None if prov is None else (prov["function"], prov["inputs"]))
+
     @property
     def difference(self) -> float:
         """Reproduced minus published, in the claim's unit."""
