@@ -5,7 +5,7 @@
 * a garbage root zarr.json: `tiered-kv store verify` exits 1 and rewrites it;
 * the capacity bound under 4 concurrent writer processes (tiers/ssd_usage.py states it);
 * read/write bandwidth limits shared by every tier of a process on one store.
-(Full disk and bad put arguments are in the shared suite, tiered_kv/testing/store_suite.py.)
+(Full disk and bad put arguments are in the shared suite, tiered_kv/testing/store_suite/.)
 """
 
 import json
