@@ -7,13 +7,21 @@ import subprocess
 import sys
 
 SCRIPT = """
+import glob, os
+from tiered_kv.commands import _belady_compile as early
 from tiered_kv.sim.policies import precompile as p
 assert not p.cached(), "fresh cache dir must start empty"
+assert not early.maybe_cached(), "the numba-free guess must see the empty cache too"
 proc = p.start()
 assert proc is not None
 assert p.wait(proc), "the compiling process failed"
 assert p.cached()
 assert p.start() is None, "no second process once cached"
+assert early.maybe_cached() and early.start() is None
+# the numba-free guess looks exactly where numba keeps the index
+from tiered_kv.sim.policies.belady import stack_pass
+found = [f for d in early.index_dirs() for f in glob.glob(os.path.join(d, early.index_pattern()))]
+assert found == [stack_pass._cache._cache_file._index_path], (found, stack_pass._cache._cache_file._index_path)
 import numpy as np
 from tiered_kv.sim.policies.belady import stack_pass
 one = np.zeros(3, np.int64)

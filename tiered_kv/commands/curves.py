@@ -76,8 +76,9 @@ def compute_curves(trace, sem, capacities, ttls, belady_idx: list[int], progress
 
     Belady comes as hit tokens and token hit rates (None where not computed); with
     ``fifo_trie`` (or kvcache.ai's semantics) the FIFO-trie curve of ``bench peers`` too.
-    ``compiling`` is the process of :func:`tiered_kv.sim.policies.precompile.start` compiling
-    Belady's kernel meanwhile; it is waited for just before Belady runs.
+    ``compiling`` is the process of :func:`tiered_kv.commands._belady_compile.start` (or
+    :func:`tiered_kv.sim.policies.precompile.start`) compiling Belady's kernel meanwhile; it is
+    waited for just before Belady runs.
     """
     import numpy as np
 
@@ -149,16 +150,19 @@ def compute_curves(trace, sem, capacities, ttls, belady_idx: list[int], progress
 
 
 def run(args: argparse.Namespace) -> int:
+    from tiered_kv.commands import _belady_compile
+
+    # first run: Belady's kernel compiles on the second core while numpy and numba load, the
+    # trace loads and the other kernel compiles here (tiered_kv.sim.policies.precompile); the
+    # check needs no numba, so the helper starts before this process imports it
+    compiling = _belady_compile.start() if args.belady_points != 0 and args.semantics != "kvcache-ai" else None
     import numpy as np
 
     from tiered_kv.commands._common import jsonable, load_compiled
     from tiered_kv.sim import curves as C
-    from tiered_kv.sim.policies import DEFAULT_BYTES_PER_TOKEN, capacity_tokens_from, precompile
+    from tiered_kv.sim.policies import DEFAULT_BYTES_PER_TOKEN, capacity_tokens_from
     from tiered_kv.units import format_bytes, format_duration
 
-    # first run: Belady's kernel compiles on the second core while the trace loads and the
-    # other kernels compile here (tiered_kv.sim.policies.precompile)
-    compiling = precompile.start() if args.belady_points != 0 and args.semantics != "kvcache-ai" else None
     trace, sem = load_compiled(args)
     bpt = args.bytes_per_token or DEFAULT_BYTES_PER_TOKEN
     if args.capacity:

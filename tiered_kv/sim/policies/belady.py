@@ -364,7 +364,7 @@ def stack_pass(items, cand, res, never, weight, cls, n_cls, n_items, bounds, wwe
                 member[b] = y
                 pos[y] = 0
                 seg[y] = q
-                _sift_down(prio, member, pos, b, fill[q], 0)
+                _sift_down(prio, member, pos, b, fill[q], np.int64(0))  # int64: the one specialisation
                 y = w
                 py = pw
                 y_res = pw

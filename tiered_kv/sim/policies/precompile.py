@@ -79,4 +79,5 @@ def compile_now() -> None:
 
 
 if __name__ == "__main__":
-    compile_now()
+    if not cached():  # started on a guess (tiered_kv.commands._belady_compile): nothing to do if cached
+        compile_now()
