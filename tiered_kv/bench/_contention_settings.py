@@ -1,0 +1,100 @@
+"""Settings of ``tiered-kv bench contention``: flag checks, the grid's order, the model, the prompts.
+
+Everything the benchmark decides before it measures anything: bandwidths parsed from the command
+line, the ranges of its own flags (the scenario checks its fields itself; :func:`scenario_from`
+renames them to the flags), the seeded order the (bandwidth, load, admission) points run in,
+which model is loaded, and each request's token ids. Kept apart from the measured runner
+(:mod:`._contention_engines`) so that errors come before a model is loaded or a store written.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from tiered_kv.sim.cluster import contention as C
+
+DEFAULT_BANDWIDTH_FACTORS = (1.0, 3.0, 10.0)  # x the break-even bandwidth
+DEFAULT_LOADS = (0.3, 0.7)
+LINKS = ("shared", "split")
+ADMISSION = {"both": (False, True), "on": (True,), "off": (False,)}
+PRESETS = ("tiny", "small")
+
+
+def parse_bandwidth(value) -> float:
+    """Bytes/s from '256KiB/s', a number or 'inf' (no limit: math.inf)."""
+    from tiered_kv.tiers.ssd_bandwidth import parse_rate
+
+    if isinstance(value, str) and value.strip().lower() in ("inf", "none", "unlimited"):
+        return math.inf
+    if isinstance(value, float) and math.isinf(value):
+        return math.inf
+    try:
+        return parse_rate(value, name="--bandwidths")
+    except ValueError as exc:
+        raise ValueError(f"--bandwidths: each must be a rate > 0 ('256KiB/s', bytes/s) or 'inf', got {value!r} "
+                         f"({exc})") from None
+
+
+def check_settings(*, loads, calibration: int = 6, calibration_repeats: int = 2, threads: int = 1) -> None:
+    for x in loads:
+        C._check("--loads", x, 0.0, 4.0, lo_open=True)
+    C._check("--calibration", calibration, 2, 64, integer=True)
+    C._check("--calibration-repeats", calibration_repeats, 1, 10, integer=True)
+    C._check("--threads", threads, 1, 64, integer=True)
+
+
+def scenario_from(**kw) -> C.ContentionScenario:
+    """A scenario whose errors name the command-line flag (``--streams: must be ...``)."""
+    flags = {"suffix_tokens": "--suffix"}
+    try:
+        return C.ContentionScenario(**kw)
+    except ValueError as exc:
+        field, _, rest = str(exc).partition(":")
+        raise ValueError(f"{flags.get(field, '--' + field.replace('_', '-'))}:{rest}") from None
+
+
+def load_model(preset_name: str | None = None, checkpoint: str | None = None):
+    """(model, description): a checkpoint, the committed small one, or the tiny preset (random)."""
+    from pathlib import Path
+
+    import torch
+
+    from tiered_kv.model import EncoderDecoder, default_checkpoint, load_checkpoint, preset
+
+    if checkpoint:
+        if not Path(checkpoint).is_file():
+            raise FileNotFoundError(f"--checkpoint: {checkpoint}: no such file")
+        model, _ = load_checkpoint(checkpoint, expect_preset=preset_name)
+        return model, str(checkpoint)
+    name = preset_name or "small"
+    path = default_checkpoint(name)
+    if path.is_file():
+        from tiered_kv import REPO_ROOT
+
+        model, _ = load_checkpoint(path)
+        return model, str(path.relative_to(REPO_ROOT)) if path.is_relative_to(REPO_ROOT) else str(path)
+    torch.manual_seed(0)
+    return EncoderDecoder(preset(name)).eval(), f"random weights ({name} preset, no checkpoint)"
+
+
+def request_tokens(i: int, n: int, seed: int):
+    """Prompt ``i``: ``n`` byte-level token ids, its own seeded stream (unique prefixes)."""
+    import torch
+
+    g = torch.Generator().manual_seed(seed * 1_000_003 + i + 1)
+    return torch.randint(0, 256, (int(n),), generator=g)
+
+
+def run_order(bandwidths, loads, admission, seed: int) -> list[tuple[float, float, bool]]:
+    """The points in the order they run: (bandwidth, load) pairs in a seeded shuffle, so a drift
+    of the machine's load over the run does not line up with a bandwidth or a load; the
+    admission settings of a pair run back to back, in alternating order."""
+    pairs = [(bw, ld) for bw in bandwidths for ld in loads]
+    order = np.random.default_rng([seed, 4]).permutation(len(pairs))
+    out = []
+    for k, i in enumerate(order):
+        adm = list(admission) if k % 2 == 0 else list(admission)[::-1]
+        out += [(*pairs[i], a) for a in adm]
+    return out
