@@ -1,8 +1,13 @@
-"""Write benchmarks/results/ttft.md from the JSON of `tiered-kv bench ttft --json`.
+"""Write benchmarks/results/ttft.md (and ttft.json) from the JSON of `tiered-kv bench ttft --json`.
 
     tiered-kv bench ttft --json > /tmp/ttft.json
     python scripts/ttft_record.py /tmp/ttft.json "tiered-kv bench ttft --json"
+    python scripts/ttft_record.py /tmp/ttft_short.json "tiered-kv bench ttft --json --lengths 64 ..." short
     scripts/assemble_benchmarks.sh
+
+The optional third argument ``short`` records the short-prompt run (ttft_short.md/.json) that
+:func:`tiered_kv.viz.write_points.measured_crossover` reads for the recompute-vs-load crossover
+(figure 19, notebook 04). Both pages state the measured crossover, computed from the JSON.
 
 Every number comes from the JSON; nothing here is typed by hand.
 """
@@ -10,6 +15,7 @@ Every number comes from the JSON; nothing here is typed by hand.
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 from pathlib import Path
 
@@ -18,7 +24,14 @@ def _ms(d: dict, case: str) -> str:
     return f"{d[case + '_ms']:,.0f} ({d[case + '_ms_q1']:,.0f}-{d[case + '_ms_q3']:,.0f})"
 
 
-def render(r: dict, command: str) -> str:
+TITLES = {"ttft": "TTFT: cold and warm SSD hits against a miss",
+          "ttft_short": "TTFT of short prompts: where loading starts to beat recomputing"}
+
+
+def render(r: dict, command: str, stem: str = "ttft", json_path: Path | None = None) -> str:
+    from tiered_kv.viz.write_points import measured_crossover
+
+    crossover = measured_crossover(json_path)[1] if json_path is not None else ""
     rows = []
     for n, d in sorted(r["lengths"].items(), key=lambda kv: int(kv[0])):
         rows.append(f"| {int(n):,} | {_ms(d, 'miss')} | {_ms(d, 'ssd_cold_hit')} | {_ms(d, 'ssd_warm_hit')} | "
@@ -27,7 +40,7 @@ def render(r: dict, command: str) -> str:
                     f"({d['ssd_host_hit_decoder_tokens']:.0f} tokens) |")
     anomalies = "\n".join(f"- {a}" for a in r["anomalies"]) or "- none (every miss is slower than the shorter one's)"
     f = r["prefill_flops"]
-    return f"""# TTFT: cold and warm SSD hits against a miss
+    return f"""# {TITLES[stem]}
 
 Written by `scripts/ttft_record.py` from the JSON of one run of:
 
@@ -47,6 +60,9 @@ decoder tokens that cost).
 |---:|---:|---:|---:|---:|---:|---:|---:|
 {chr(10).join(rows)}
 
+Recompute-vs-load crossover from these medians
+(`tiered_kv.sim.cluster.latency.measured_crossover_tokens`): {crossover or "not computed"}.
+
 Anomalies flagged by the benchmark:
 {anomalies}
 
@@ -57,11 +73,17 @@ decoder-only baseline = {f['prefill_flops_ratio']:.3f}; with the decoder over al
 
 
 def main(argv: list[str]) -> int:
-    r = json.loads(Path(argv[1]).read_text())
+    src = Path(argv[1])
+    r = json.loads(src.read_text())
     command = argv[2] if len(argv) > 2 else "tiered-kv bench ttft --json"
-    out = Path(__file__).resolve().parent.parent / "benchmarks" / "results" / "ttft.md"
-    out.write_text(render(r, command))
-    print(f"wrote {out}")
+    stem = "ttft_short" if len(argv) > 3 and argv[3] == "short" else "ttft"
+    results = Path(__file__).resolve().parent.parent / "benchmarks" / "results"
+    dest = results / f"{stem}.json"
+    if src.resolve() != dest.resolve():
+        shutil.copyfile(src, dest)
+    out = results / f"{stem}.md"
+    out.write_text(render(r, command, stem, dest))
+    print(f"wrote {out} and {dest}")
     return 0
 
 

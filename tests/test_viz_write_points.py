@@ -62,3 +62,19 @@ def test_measured_crossover_reads_the_benchmark_json(tmp_path):
     table, line = W.measured_crossover(tmp_path / "absent.json")
     assert table.height == 0 and "no measurement" in line
     assert not math.isinf(L.measured_crossover_tokens([1, 2], [3, 3], [1, 1]))
+
+
+def test_measured_crossover_prefers_the_short_prompt_run(tmp_path, monkeypatch):
+    """Without a path, the run made for the crossover (short prompts) is read when it exists."""
+    long_run = {"params": 10, "fmt": "mxfp4", "lengths": {"1024": {"miss_ms": 30.0, "ssd_cold_hit_ms": 20.0}}}
+    short_run = {"params": 10, "fmt": "mxfp4", "block_size_tokens": 32, "repeats": 5, "lengths": {
+        "64": {"miss_ms": 10.0, "ssd_cold_hit_ms": 20.0}, "256": {"miss_ms": 40.0, "ssd_cold_hit_ms": 20.0}}}
+    (tmp_path / "ttft.json").write_text(json.dumps(long_run))
+    monkeypatch.setattr(W, "TTFT_JSON", tmp_path / "ttft.json")
+    monkeypatch.setattr(W, "TTFT_SHORT_JSON", tmp_path / "ttft_short.json")
+    assert "below 1,024 tokens" in W.measured_crossover()[1]
+    (tmp_path / "ttft_short.json").write_text(json.dumps(short_run))
+    table, line = W.measured_crossover()
+    assert table["prompt_tokens"].to_list() == [64, 256] and "ttft_short.json" in line
+    n = L.measured_crossover_tokens([64, 256], [10, 40], [20, 20])
+    assert f"{n:,.0f} tokens" in line and "32-token chunks" in line

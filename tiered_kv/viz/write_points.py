@@ -32,6 +32,9 @@ SIZES = {"small": ("ci", 3.0), "full": ("mixed", 14.0)}
 
 #: The CPU engine's TTFT measurement (``tiered-kv bench ttft --json``, written by scripts/ttft_record.py).
 TTFT_JSON = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "ttft.json"
+#: The same benchmark at short prompts (64-1,024 tokens, 32-token chunks and suffix), the run made
+#: for the crossover: :func:`measured_crossover` reads it first when it exists.
+TTFT_SHORT_JSON = TTFT_JSON.with_name("ttft_short.json")
 
 #: SSD-tier read bandwidths (GiB/s) of :func:`crossover_table`; 40 GiB/s is the presets' 3FS figure.
 BANDWIDTHS_GIB_S = (5.0, 10.0, 20.0, 40.0, 80.0)
@@ -159,12 +162,16 @@ def crossover_chart(max_tokens: int = 1024, title: str | None = None):
     return chart.properties(title=title) if title else chart
 
 
-def measured_crossover(path: Path | str = TTFT_JSON) -> tuple[pl.DataFrame, str]:
+def measured_crossover(path: Path | str | None = None) -> tuple[pl.DataFrame, str]:
     """(the CPU engine's median miss and cold SSD hit TTFT per prompt length, ms; a line with the
     crossover by :func:`~tiered_kv.sim.cluster.latency.measured_crossover_tokens`). The line says
-    when a hit already wins at the shortest measured length (the crossover then lies below it)."""
+    when a hit already wins at the shortest measured length (the crossover then lies below it).
+    Without ``path``: the short-prompt run (:data:`TTFT_SHORT_JSON`) when there is one, else
+    :data:`TTFT_JSON`."""
     from tiered_kv.sim.cluster import latency as L
 
+    if path is None:
+        path = TTFT_SHORT_JSON if TTFT_SHORT_JSON.exists() else TTFT_JSON
     path = Path(path)
     if not path.exists():
         return pl.DataFrame(schema={"prompt_tokens": pl.Int64, "miss_ms": pl.Float64, "ssd_cold_hit_ms": pl.Float64}), \
@@ -181,8 +188,11 @@ def measured_crossover(path: Path | str = TTFT_JSON) -> tuple[pl.DataFrame, str]
                 f"the crossover lies below {first:,} tokens (not measured)")
     else:
         line = f"crossover at about {n:,.0f} tokens (interpolated in log length)"
-    return table, f"CPU engine ({rec.get('params', 0):,} parameters, {rec.get('fmt', '?')} KV): {line}"
+    lens = ", ".join(f"{int(n):,}" for n in table["prompt_tokens"])
+    setup = (f"{rec.get('params', 0):,} parameters, {rec.get('fmt', '?')} KV in {rec.get('block_size_tokens', '?')}-token "
+             f"chunks, prompts of {lens} tokens, medians of {rec.get('repeats', '?')} interleaved repeats; {path.name}")
+    return table, f"CPU engine ({setup}): {line}"
 
 
 __all__ = ["BANDWIDTHS_GIB_S", "SIZES", "crossover_chart", "crossover_curves", "crossover_table",
-           "measured_crossover", "strategies", "strategy_chart", "strategy_table"]
+           "TTFT_JSON", "TTFT_SHORT_JSON", "measured_crossover", "strategies", "strategy_chart", "strategy_table"]

@@ -44,6 +44,7 @@ def build(quick: bool) -> FigureResult:
 
     from tiered_kv.sim.cluster import latency as L
     from tiered_kv.units import format_bytes
+    from tiered_kv.viz.write_points import measured_crossover
 
     data = table(quick)
     base = alt.Chart(data).encode(y=alt.Y("strategy:N", title=None), color=alt.Color("workload:N", title="workload"),
@@ -63,7 +64,6 @@ def build(quick: bool) -> FigureResult:
         f"bounded replay vs recomputing it): recomputing is as fast as loading below {cross['deepseek-v3']:.0f} "
         f"tokens at 40 GiB/s with BF16 MLA KV (70,272 B/token) and below {cross['deepseek-v3-fp4']:.0f} tokens "
         "with the 890 B/token FP4 cache: up to R = 128 tokens the replay is the whole prefill, so the crossover "
-        "sits just above R. The measured CPU engine (BENCHMARKS.md, `tiered-kv bench ttft`) already loads "
-        "faster at its shortest measured prompt (1,024 tokens: 1,697 ms miss vs 725 ms SSD hit), so its "
-        "crossover lies below 1,024 tokens; not measured in this build.")
+        "sits just above R. Measured (`tiered-kv bench ttft`, cold SSD hit against a miss; BENCHMARKS.md): "
+        + measured_crossover()[1] + ".")
     return FigureResult(chart=chart, claims=[], data=data, notes=notes)
