@@ -185,7 +185,7 @@ def measured_crossover(path: Path | str | None = None) -> tuple[pl.DataFrame, st
         line = "a cold SSD hit is never faster than a miss at the measured lengths"
     elif n <= first:
         line = (f"a cold SSD hit is already faster at the shortest measured prompt ({first:,} tokens): "
-                f"the crossover lies below {first:,} tokens (not measured)")
+                f"the crossover lies below {first:,} tokens (not measured in this run)")
     else:
         line = f"crossover at about {n:,.0f} tokens (interpolated in log length)"
     lens = ", ".join(f"{int(n):,}" for n in table["prompt_tokens"])
