@@ -67,7 +67,7 @@ machine shared with the other jobs described in the summary above.
 | `cli_cold_s` (slower command, cold) | {_s(r['cli_cold_s'])} | <= {_s(targets['cli_cold_s'])} | {_yes(meets['cli_cold_s'])} |
 | baseline: a process that only imports numpy and numba (`imports_s`) | {_s(cli['imports_s'])} ({_runs(cli['imports_runs_s'])}) | | |
 
-The work itself, in the same run (best of {r['repeat']} after a warm-up call, conversation trace):
+The work itself, in the same run (median of {r['repeat']} after a warm-up call, conversation trace):
 LRU + TTL curves at {conv['lru_capacities']} + {conv['ttl_points']} points {_t(conv['curves_s'])}; the Belady curve at
 the same {conv['lru_capacities']} capacities in one stack pass {_t(conv['belady_curve_s'])} (one Belady replay at one
 capacity: {_t(conv['belady_one_capacity_s'])}); one LRU replay {_t(conv['lru_replay_s'])}. Trace load

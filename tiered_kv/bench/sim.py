@@ -11,8 +11,9 @@
 - CLI start-up: whole ``tiered-kv curves`` / ``simulate`` processes, warm and with an empty numba
   cache (``cli_warm_s``, ``cli_cold_s``; :mod:`tiered_kv.bench._cli_startup`).
 
-Times are the best of ``--repeat`` runs after a warm-up call; the numba JIT warm-up (compile or
-load from the on-disk cache) is measured separately and reported, never inside a timing.
+Times are the median of ``--repeat`` runs after a warm-up call, with every run kept beside it
+(``runs_s``: the spread); the numba JIT warm-up (compile or load from the on-disk cache) is
+measured separately and reported, never inside a timing.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ HELP = "simulator speed: one-pass curves vs per-point replay, Belady, replay thr
 
 def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--trace", default="conversation", help="trace path or shipped name (default: conversation)")
-    parser.add_argument("--repeat", type=int, default=3, help="timed runs per measurement (best is kept)")
+    parser.add_argument("--repeat", type=int, default=3, help="timed runs per measurement (the median is reported, every run kept)")
     parser.add_argument("--scales", default="1,4,16", help="trace multiples for the scaling table (default 1,4,16)")
     parser.add_argument("--capacity", type=int, default=1_000_000, help="capacity in tokens for Belady and replay")
     from tiered_kv.bench._cli_startup import add_arguments as add_cli_arguments  # start-up (issue 13)
@@ -39,13 +40,16 @@ def register(parser: argparse.ArgumentParser) -> None:
     add_cli_arguments(parser)
 
 
-def best_of(fn, repeat: int) -> float:
+def median_of(fn, repeat: int, runs: dict[str, list[float]] | None = None, name: str = "") -> float:
+    """Median seconds of ``repeat`` calls of ``fn``; with ``runs``, every run is kept under ``name``."""
     times = []
     for _ in range(max(repeat, 1)):
         t0 = time.perf_counter()
         fn()
         times.append(time.perf_counter() - t0)
-    return min(times)
+    if runs is not None:
+        runs[name] = times
+    return float(np.median(times))
 
 
 def concat_shifted(trace, copies: int):
@@ -85,10 +89,11 @@ def measure(trace, capacity: int, repeat: int, baseline: bool) -> dict[str, Any]
         C.lru_curve(trace, caps)
         C.ttl_curve(trace, ttls)
 
+    runs: dict[str, list[float]] = {}
     out: dict[str, Any] = {
         "requests": trace.n_requests, "block_accesses": trace.n_accesses, "unique_blocks": trace.n_unique,
         "lru_capacities": int(len(caps)), "ttl_points": int(len(ttls)),
-        "curves_s": best_of(curves, repeat),
+        "curves_s": median_of(curves, repeat, runs, "curves_s"),
     }
     if baseline:
         def per_point():
@@ -96,13 +101,15 @@ def measure(trace, capacity: int, repeat: int, baseline: bool) -> dict[str, Any]
                 LRU(capacity_tokens=int(c)).run(trace)
             for t in ttls:
                 TTL(default_ttl_seconds=float(t)).run(trace)
-        out["per_point_replay_s"] = best_of(per_point, 1)
+        out["per_point_replay_s"] = median_of(per_point, 1, runs, "per_point_replay_s")
         out["curves_speedup_vs_per_point"] = out["per_point_replay_s"] / out["curves_s"]
-    out["belady_one_capacity_s"] = best_of(lambda: Belady(capacity_tokens=capacity).run(trace), repeat)
-    out["belady_curve_s"] = best_of(lambda: C.belady_curve(trace, caps), repeat)
-    lru_s = best_of(lambda: LRU(capacity_tokens=capacity).run(trace), repeat)
+    out["belady_one_capacity_s"] = median_of(lambda: Belady(capacity_tokens=capacity).run(trace), repeat, runs,
+                                             "belady_one_capacity_s")
+    out["belady_curve_s"] = median_of(lambda: C.belady_curve(trace, caps), repeat, runs, "belady_curve_s")
+    lru_s = median_of(lambda: LRU(capacity_tokens=capacity).run(trace), repeat, runs, "lru_replay_s")
     out["lru_replay_s"] = lru_s
     out["lru_replay_accesses_per_s"] = trace.n_accesses / lru_s
+    out["runs_s"] = runs
     return out
 
 
@@ -142,7 +149,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         scaling[f"{s}x"] = measure(concat_shifted(trace, s), args.capacity, args.repeat, baseline=(s == 1))
     result["conversation"] = scaling.get("1x") or next(iter(scaling.values()))
     result["scaling"] = {k: {f: v[f] for f in ("block_accesses", "curves_s", "belady_one_capacity_s", "belady_curve_s",
-                                               "lru_replay_s", "lru_replay_accesses_per_s")}
+                                               "lru_replay_s", "lru_replay_accesses_per_s", "runs_s")}
                          for k, v in scaling.items()}
     base = result["conversation"]
     result["meets_targets"] = {

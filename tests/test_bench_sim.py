@@ -1,0 +1,43 @@
+"""`tiered-kv bench sim` reports medians of its repeats with every run beside them (never best-of)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import numpy as np
+
+from tiered_kv.bench import sim
+
+
+def _trace(tmp_path):
+    rng = np.random.default_rng(0)
+    path = tmp_path / "small.jsonl"
+    with path.open("w") as f:
+        for i in range(300):
+            n = int(rng.integers(1, 12))
+            ids = [0, 1] + [int(x) for x in rng.integers(2, 400, n)]
+            f.write(json.dumps({"timestamp": i * 1000, "input_length": 512 * len(ids), "output_length": 10,
+                                "hash_ids": ids}) + "\n")
+    return path
+
+
+def test_timings_are_medians_with_every_run_kept(tmp_path):
+    parser = argparse.ArgumentParser()
+    sim.register(parser)
+    args = parser.parse_args(["--trace", str(_trace(tmp_path)), "--repeat", "3", "--scales", "1,2",
+                              "--capacity", "20000", "--no-cluster", "--cli-repeat", "0"])
+    result = sim.run(args)
+    conv = result["conversation"]
+    for name in ("curves_s", "belady_one_capacity_s", "belady_curve_s", "lru_replay_s"):
+        runs = conv["runs_s"][name]
+        assert len(runs) == 3 and conv[name] == float(np.median(runs)), name
+    assert len(conv["runs_s"]["per_point_replay_s"]) == 1
+    assert set(result["scaling"]) == {"1x", "2x"} and all("runs_s" in v for v in result["scaling"].values())
+    assert result["scaling"]["2x"]["block_accesses"] == 2 * conv["block_accesses"]
+
+
+def test_median_of_keeps_the_runs():
+    runs: dict[str, list[float]] = {}
+    assert sim.median_of(lambda: None, 4, runs, "x") == float(np.median(runs["x"]))
+    assert len(runs["x"]) == 4
