@@ -35,6 +35,10 @@ ends; loss of the repeat's bytes after its first against the same bytes the firs
 | distance d (bytes) | first occurrence (nats/byte) | repeat (nats/byte) | copy gain, 95% interval |
 |---:|---:|---:|---|
 {probe}
+
+Why copying has not formed is being narrowed down on a toy copy task (16 random symbols, loss on
+the copy only), where a standard PyTorch transformer learns it and this architecture has not:
+`induction_toy.md` beside this file (written by `scripts/induction_toy.py --render` from its JSON).
 """ if ev.get("copy_probe") else ""
     hc = "\n".join(f"| {h['step']:,} | {h['tokens'] / 1e6:.2f} M | {h['heldout_nats_per_byte']:.3f} |"
                    for h in record.get("heldout_curve", []))
