@@ -12,7 +12,8 @@ init): the control that forms induction in a few hundred steps. ``tiered`` is th
 tiny preset with window=T+1, so its decoder's self-attention sees the whole sequence and
 ordinary induction inside the decoder is possible. Every other ``tiered-*`` variant changes
 one factor of ``tiered`` by wrapping or replacing modules here, so tiered_kv/model.py needs
-no edit to try it. ``standard-*`` variants move one of tiered-kv's choices into the control.
+no edit to try it. ``standard-*`` variants move one of tiered-kv's choices into the control;
+``layers-*`` variants rebuild the control from tiered-kv's own decoder blocks.
 
 Results for each variant (copy-loss curve: the mean batch copy loss of each 50 steps, the hit
 step, settings, the command) are merged into ``--out`` (JSON), so variants can be run one
@@ -112,6 +113,47 @@ class Standard(nn.Module):
         mask = nn.Transformer.generate_square_subsequent_mask(t)
         h = self.e(x) + self.p(torch.arange(t))
         return self.o(self.layers(h, mask=mask, is_causal=True))
+
+
+class Layers(nn.Module):
+    """The control rebuilt from tiered-kv's own decoder blocks (:class:`tiered_kv.model.SWALayer`).
+
+    Two ``SWALayer`` (rotary self-attention over the whole sequence, RMSNorm, SwiGLU, no bias,
+    no cross-attention), a token embedding with PyTorch's N(0, 1) init and an untied output
+    Linear with its default init, so the attention code and block of the model are under test
+    and the parts around them are the control's. ``factors``: ``fnorm`` (a LayerNorm before the
+    output, as the model's ``dec_norm``), ``v258`` (embedding and output over 258 tokens),
+    ``emb02`` (the embedding at std 0.02, as the model's init), ``lin02`` (every Linear at std
+    0.02), ``tied`` (the output is the embedding transposed, as in the model).
+    """
+
+    FACTORS = ("fnorm", "v258", "emb02", "lin02", "tied")
+
+    def __init__(self, factors: tuple[str, ...] = ()):
+        super().__init__()
+        bad = [f for f in factors if f not in self.FACTORS]
+        if bad:
+            raise ValueError(f"--variants: unknown layers factor(s) {bad}; known: {list(self.FACTORS)}")
+        vocab = tkm.VOCAB_SIZE if "v258" in factors else VOCAB
+        cfg = tkm.preset("tiny", window=T + 1)
+        self.e = nn.Embedding(vocab, cfg.d_model)
+        self.blocks = nn.ModuleList(tkm.SWALayer(cfg, cross=False) for _ in range(2))
+        self.norm = nn.LayerNorm(cfg.d_model) if "fnorm" in factors else nn.Identity()
+        self.o = nn.Linear(cfg.d_model, vocab, bias="tied" not in factors)
+        if "lin02" in factors:
+            for mod in self.modules():
+                if isinstance(mod, nn.Linear):
+                    nn.init.normal_(mod.weight, std=0.02)
+        if "emb02" in factors:
+            nn.init.normal_(self.e.weight, std=0.02)
+        if "tied" in factors:
+            self.o.weight = self.e.weight
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.e(x)
+        for block in self.blocks:
+            h = block.forward_batched(h, T + 1)
+        return self.o(self.norm(h))
 
 
 # --------------------------------------------------------------------------- tiered factors
@@ -246,14 +288,18 @@ def build(variant: str) -> tuple[nn.Module, Callable[[torch.Tensor], torch.Tenso
     """Model and its forward (tokens [B,T] -> logits [B,T,V>=16]) for a variant name.
 
     ``tiered`` plus ``-factor`` suffixes (applied in order), e.g. ``tiered-untied-abspos``;
-    ``standard`` plus ``-factor`` suffixes (see :class:`Standard`), e.g. ``standard-tied``.
+    ``standard`` plus ``-factor`` suffixes (see :class:`Standard`), e.g. ``standard-tied``;
+    ``layers`` plus suffixes (see :class:`Layers`), e.g. ``layers-fnorm-v258``.
     """
     head, *factors = variant.split("-")
     if head == "standard":
         m = Standard(tuple(factors))
         return m, m
+    if head == "layers":
+        m = Layers(tuple(factors))
+        return m, m
     if head != "tiered":
-        raise ValueError(f"--variants: names start with 'standard' or 'tiered', got {variant!r}")
+        raise ValueError(f"--variants: names start with 'standard', 'layers' or 'tiered', got {variant!r}")
     known = set(FACTORS) | set(FACTOR_CONFIG)
     bad = [f for f in factors if f not in known]
     if bad:
