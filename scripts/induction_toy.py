@@ -69,6 +69,13 @@ def make_batch(gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
 
 # --------------------------------------------------------------------------- the control
 
+def _check_factors(family: str, factors: tuple[str, ...], known: tuple[str, ...]) -> None:
+    """Refuse a variant name with a factor its family does not have, naming the known ones."""
+    bad = [f for f in factors if f not in known]
+    if bad:
+        raise ValueError(f"--variants: unknown {family} factor(s) {bad}; known: {list(known)}")
+
+
 class Standard(nn.Module):
     """2-layer pre-norm causal nn.TransformerEncoder, d 64, 2 heads, learned positions.
 
@@ -83,9 +90,7 @@ class Standard(nn.Module):
 
     def __init__(self, factors: tuple[str, ...] = ()):
         super().__init__()
-        bad = [f for f in factors if f not in self.FACTORS]
-        if bad:
-            raise ValueError(f"--variants: unknown standard factor(s) {bad}; known: {list(self.FACTORS)}")
+        _check_factors("standard", factors, self.FACTORS)
         vocab = tkm.VOCAB_SIZE if "v258" in factors else VOCAB
         bias = "nobias" not in factors
         self.e = nn.Embedding(vocab, 64)
@@ -131,9 +136,7 @@ class Layers(nn.Module):
 
     def __init__(self, factors: tuple[str, ...] = ()):
         super().__init__()
-        bad = [f for f in factors if f not in self.FACTORS]
-        if bad:
-            raise ValueError(f"--variants: unknown layers factor(s) {bad}; known: {list(self.FACTORS)}")
+        _check_factors("layers", factors, self.FACTORS)
         vocab = tkm.VOCAB_SIZE if "v258" in factors else VOCAB
         cfg = tkm.preset("tiny", window=T + 1)
         self.e = nn.Embedding(vocab, cfg.d_model)

@@ -28,10 +28,10 @@ TITLES = {"ttft": "TTFT: cold and warm SSD hits against a miss",
           "ttft_short": "TTFT of short prompts: where loading starts to beat recomputing"}
 
 
-def render(r: dict, command: str, stem: str = "ttft", json_path: Path | None = None) -> str:
-    from tiered_kv.viz.write_points import measured_crossover
+def render(r: dict, command: str, stem: str = "ttft") -> str:
+    from tiered_kv.viz.write_points import crossover_from_record
 
-    crossover = measured_crossover(json_path)[1] if json_path is not None else ""
+    crossover = crossover_from_record(r, f"{stem}.json")[1]
     rows = []
     for n, d in sorted(r["lengths"].items(), key=lambda kv: int(kv[0])):
         rows.append(f"| {int(n):,} | {_ms(d, 'miss')} | {_ms(d, 'ssd_cold_hit')} | {_ms(d, 'ssd_warm_hit')} | "
@@ -61,7 +61,7 @@ decoder tokens that cost).
 {chr(10).join(rows)}
 
 Recompute-vs-load crossover from these medians
-(`tiered_kv.sim.cluster.latency.measured_crossover_tokens`): {crossover or "not computed"}.
+(`tiered_kv.sim.cluster.latency.measured_crossover_tokens`): {crossover}.
 
 Anomalies flagged by the benchmark:
 {anomalies}
@@ -82,7 +82,7 @@ def main(argv: list[str]) -> int:
     if src.resolve() != dest.resolve():
         shutil.copyfile(src, dest)
     out = results / f"{stem}.md"
-    out.write_text(render(r, command, stem, dest))
+    out.write_text(render(r, command, stem))
     print(f"wrote {out} and {dest}")
     return 0
 

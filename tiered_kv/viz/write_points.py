@@ -168,7 +168,6 @@ def measured_crossover(path: Path | str | None = None) -> tuple[pl.DataFrame, st
     when a hit already wins at the shortest measured length (the crossover then lies below it).
     Without ``path``: the short-prompt run (:data:`TTFT_SHORT_JSON`) when there is one, else
     :data:`TTFT_JSON`."""
-    from tiered_kv.sim.cluster import latency as L
 
     if path is None:
         path = TTFT_SHORT_JSON if TTFT_SHORT_JSON.exists() else TTFT_JSON
@@ -176,7 +175,13 @@ def measured_crossover(path: Path | str | None = None) -> tuple[pl.DataFrame, st
     if not path.exists():
         return pl.DataFrame(schema={"prompt_tokens": pl.Int64, "miss_ms": pl.Float64, "ssd_cold_hit_ms": pl.Float64}), \
             f"no measurement at {path} (run `tiered-kv bench ttft --json`)"
-    rec = json.loads(path.read_text())
+    return crossover_from_record(json.loads(path.read_text()), path.name)
+
+
+def crossover_from_record(rec: dict, source: str) -> tuple[pl.DataFrame, str]:
+    """:func:`measured_crossover` of a ``bench ttft --json`` record already read (``source`` names it)."""
+    from tiered_kv.sim.cluster import latency as L
+
     table = pl.DataFrame([{"prompt_tokens": int(k), "miss_ms": v["miss_ms"], "ssd_cold_hit_ms": v["ssd_cold_hit_ms"]}
                           for k, v in rec["lengths"].items()]).sort("prompt_tokens")
     n = L.measured_crossover_tokens(table["prompt_tokens"], table["miss_ms"], table["ssd_cold_hit_ms"])
@@ -190,9 +195,9 @@ def measured_crossover(path: Path | str | None = None) -> tuple[pl.DataFrame, st
         line = f"crossover at about {n:,.0f} tokens (interpolated in log length)"
     lens = ", ".join(f"{int(n):,}" for n in table["prompt_tokens"])
     setup = (f"{rec.get('params', 0):,} parameters, {rec.get('fmt', '?')} KV in {rec.get('block_size_tokens', '?')}-token "
-             f"chunks, prompts of {lens} tokens, medians of {rec.get('repeats', '?')} interleaved repeats; {path.name}")
+             f"chunks, prompts of {lens} tokens, medians of {rec.get('repeats', '?')} interleaved repeats; {source}")
     return table, f"CPU engine ({setup}): {line}"
 
 
 __all__ = ["BANDWIDTHS_GIB_S", "SIZES", "crossover_chart", "crossover_curves", "crossover_table",
-           "TTFT_JSON", "TTFT_SHORT_JSON", "measured_crossover", "strategies", "strategy_chart", "strategy_table"]
+           "TTFT_JSON", "TTFT_SHORT_JSON", "crossover_from_record", "measured_crossover", "strategies", "strategy_chart", "strategy_table"]

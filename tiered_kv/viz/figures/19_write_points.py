@@ -53,17 +53,20 @@ def build(quick: bool) -> FigureResult:
         base.mark_bar().encode(x=alt.X("token_hit_rate:Q", title="token hit rate", axis=alt.Axis(format="%"))),
         base.mark_bar().encode(x=alt.X("bytes_written_per_day:Q", title="SSD bytes written per day")),
     ).properties(title=TITLE)
-    cross = {p: L.recompute_crossover_tokens(L.preset(p)) for p in L.PRESETS}
+    presets = {p: L.preset(p) for p in L.PRESETS}
+    cross = {p: L.recompute_crossover_tokens(cfg) for p, cfg in presets.items()}
+    bf16, fp4 = presets["deepseek-v3"], presets["deepseek-v3-fp4"]
     lines = [f"{r['workload']}, {r['strategy']}: hit rate {r['token_hit_rate']:.2%}, written "
              f"{format_bytes(r['bytes_written_per_day'])}/day, stored on average {format_bytes(r['avg_stored_bytes'])}, "
              f"{r['units']:,} units" for r in data.iter_rows(named=True)]
     notes = (
         "Prefix units end at write points; a request hits the deepest stored unit that is a prefix of it; a "
         "unit without a stored parent holds its whole prefix again. " + "; ".join(lines) + ". "
-        "Short prompts (latency model, one idle machine, loading a prompt's whole KV plus the 128-token "
-        f"bounded replay vs recomputing it): recomputing is as fast as loading below {cross['deepseek-v3']:.0f} "
-        f"tokens at 40 GiB/s with BF16 MLA KV (70,272 B/token) and below {cross['deepseek-v3-fp4']:.0f} tokens "
-        "with the 890 B/token FP4 cache: up to R = 128 tokens the replay is the whole prefill, so the crossover "
-        "sits just above R. Measured (`tiered-kv bench ttft`, cold SSD hit against a miss; BENCHMARKS.md): "
+        f"Short prompts (latency model, one idle machine, loading a prompt's whole KV plus the "
+        f"{bf16.replay_tokens}-token bounded replay vs recomputing it): recomputing is as fast as loading below "
+        f"{cross['deepseek-v3']:.0f} tokens at {bf16.read_bandwidth_bytes_per_s / 2**30:g} GiB/s with BF16 MLA KV "
+        f"({bf16.kv_bytes_per_token:,.0f} B/token) and below {cross['deepseek-v3-fp4']:.0f} tokens with the "
+        f"{fp4.kv_bytes_per_token:,.0f} B/token FP4 cache: up to R = {fp4.replay_tokens} tokens the replay is the "
+        "whole prefill, so the crossover sits just above R. Measured (`tiered-kv bench ttft`, cold SSD hit against a miss; BENCHMARKS.md): "
         + measured_crossover()[1] + ".")
     return FigureResult(chart=chart, claims=[], data=data, notes=notes)
