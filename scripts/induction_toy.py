@@ -284,7 +284,8 @@ FACTORS: dict[str, Callable[[tkm.EncoderDecoder], None]] = {
     "torchinit": torch_init_linear, "embed1": embed_std1, "embedx50": embed_x50, "smallout": small_out,
 }
 #: preset overrides a factor needs (abspos: the cross-attention loses rotary too)
-FACTOR_CONFIG = {"abspos": {"cross_rope": False}, "kv2": {"kv_heads": 2}, "crossnorope": {"cross_rope": False}}
+FACTOR_CONFIG = {"abspos": {"cross_rope": False}, "kv2": {"kv_heads": 2}, "crossnorope": {"cross_rope": False},
+                  "smear": {"cross_smear": True}, "w8": {"window": 8}}
 
 
 def build(variant: str) -> tuple[nn.Module, Callable[[torch.Tensor], torch.Tensor]]:

@@ -64,6 +64,32 @@ class ModelConfig:
     #: where rotary phases leave only the few slowest frequencies usable. Checkpoints saved
     #: before the setting existed load with it on, as they were trained.
     cross_rope: bool = True
+    #: Smeared keys on the cross-attention (Olsson et al. 2022, "In-context learning and
+    #: induction heads"): each decoder layer's key for global position j is a learned per-head
+    #: mix of the stored global keys at j and j-1. A query for "the token I see now" then
+    #: matches the position *after* an earlier occurrence of it, whose value carries the token
+    #: that followed: copying from anywhere in the prefix becomes a one-layer circuit instead
+    #: of a two-layer composition, which a model trained for minutes on a CPU never formed
+    #: (``induction_toy.md``). The stored global KV is unchanged (one K/V per token, from the
+    #: encoder); the mix is applied by the decoder, which always holds the KV of every
+    #: position before the ones it runs. Off for checkpoints saved before it existed.
+    cross_smear: bool = False
+    #: QK-norm (as in OLMo 2 and Gemma 3): every attention's queries and keys are RMS-normed
+    #: per head, with a learned gain, before the dot product. At initialization the logits
+    #: are then O(1) instead of ~0.03 (std-0.02 weights give near-uniform attention whose
+    #: gradient is too weak and too noisy to find a match in a few thousand steps), so content
+    #: matching is learnt early. Keys are normed where they are used (window caches hold
+    #: normed keys; the stored global keys are normed by each decoder layer), so the tiers'
+    #: contents keep their meaning. Off for checkpoints saved before it existed.
+    qk_norm: bool = False
+    #: A separate output projection instead of the transposed token embedding. Tying the two
+    #: (and starting the table at std 0.02) kept a copy mechanism from forming on the toy copy
+    #: task within its budget; an untied head lets the input table keep a large, distinct
+    #: code per byte while the output learns its own. Off for checkpoints saved before it.
+    untied_output: bool = False
+    #: Standard deviation of the token embedding at initialization (0.02 as GPT-2; 1.0 as
+    #: PyTorch's default, which gives the residual stream a token code of norm sqrt(d_model)).
+    embed_init_std: float = 0.02
 
     def __post_init__(self) -> None:
         def need(cond: bool, setting: str, allowed: str) -> None:
@@ -84,6 +110,7 @@ class ModelConfig:
         need(self.replay <= self.max_seq_len, "replay", f"<= max_seq_len={self.max_seq_len}")
         need(self.rope_theta > 1, "rope_theta", "> 1")
         need(0 < self.norm_eps < 1, "norm_eps", "in (0, 1)")
+        need(0 < self.embed_init_std <= 10, "embed_init_std", "in (0, 10]")
 
     @property
     def exact_replay_tokens(self) -> int:
@@ -164,11 +191,15 @@ class SelfAttention(nn.Module):
         self.wk = nn.Linear(d, hk * hd, bias=False)
         self.wv = nn.Linear(d, hk * hd, bias=False)
         self.wo = nn.Linear(h * hd, d, bias=False)
+        self.q_norm = nn.RMSNorm(hd, eps=cfg.norm_eps) if cfg.qk_norm else None
+        self.k_norm = nn.RMSNorm(hd, eps=cfg.norm_eps) if cfg.qk_norm else None
 
     def _qkv(self, x, positions):
         c = self.cfg
         q = self.wq(x).unflatten(-1, (c.n_heads, c.head_dim))
         k = self.wk(x).unflatten(-1, (c.kv_heads, c.head_dim))
+        if self.q_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
         v = self.wv(x).unflatten(-1, (c.kv_heads, c.head_dim))
         return rope(q, positions, c.rope_theta), rope(k, positions, c.rope_theta), v
 
@@ -196,19 +227,37 @@ class CrossAttention(nn.Module):
         self.cfg = cfg
         self.wq = nn.Linear(cfg.d_model, cfg.n_heads * cfg.head_dim, bias=False)
         self.wo = nn.Linear(cfg.n_heads * cfg.head_dim, cfg.d_model, bias=False)
+        #: logit of the weight on the previous position's key, per KV head (0: an even mix)
+        self.smear = nn.Parameter(torch.zeros(cfg.kv_heads)) if cfg.cross_smear else None
+        self.q_norm = nn.RMSNorm(cfg.head_dim, eps=cfg.norm_eps) if cfg.qk_norm else None
+        self.k_norm = nn.RMSNorm(cfg.head_dim, eps=cfg.norm_eps) if cfg.qk_norm else None
+
+    def _k(self, gk: torch.Tensor) -> torch.Tensor:
+        """Keys this layer matches against: the stored global keys, smeared when configured.
+
+        ``gk`` [..., T, Hkv, D] holds the keys of positions [0, T); position 0 has no
+        predecessor and mixes with zeros.
+        """
+        if self.smear is not None:
+            s = torch.sigmoid(self.smear).to(gk.dtype)[:, None]  # [Hkv, 1]
+            prev = torch.cat([torch.zeros_like(gk[..., :1, :, :]), gk[..., :-1, :, :]], dim=-3)
+            gk = gk * (1 - s) + prev * s
+        return gk if self.k_norm is None else self.k_norm(gk)
 
     def _q(self, x, positions):
         q = self.wq(x).unflatten(-1, (self.cfg.n_heads, self.cfg.head_dim))
+        if self.q_norm is not None:
+            q = self.q_norm(q)
         return rope(q, positions, self.cfg.rope_theta) if self.cfg.cross_rope else q
 
     def forward_batched(self, x, gk, gv):
         q = self._q(x, torch.arange(x.shape[1], device=x.device))
-        return self.wo(_batched_attention(q, gk, gv, None).flatten(-2))
+        return self.wo(_batched_attention(q, self._k(gk), gv, None).flatten(-2))
 
     def forward(self, x, start, gk, gv):
         q = self._q(x, torch.arange(start, start + x.shape[0], device=x.device))
         end = start + x.shape[0]
-        out = windowed_attention(q, gk[:end], gv[:end], None, start, 0)
+        out = windowed_attention(q, self._k(gk[:end]), gv[:end], None, start, 0)
         return self.wo(out.flatten(-2))
 
 
@@ -276,13 +325,14 @@ class EncoderDecoder(nn.Module):
         self.kv_proj = nn.Linear(cfg.d_model, 2 * cfg.kv_heads * cfg.head_dim, bias=False)
         self.decoder = nn.ModuleList(SWALayer(cfg, cross=True) for _ in range(cfg.dec_layers))
         self.dec_norm = nn.RMSNorm(cfg.d_model, eps=cfg.norm_eps)
+        self.head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False) if cfg.untied_output else None
         self.apply(self._init)
 
     def _init(self, m):
         if isinstance(m, nn.Linear):
             nn.init.normal_(m.weight, std=0.02)
         elif isinstance(m, nn.Embedding):
-            nn.init.normal_(m.weight, std=0.02)
+            nn.init.normal_(m.weight, std=self.cfg.embed_init_std)
 
     @property
     def num_params(self) -> int:
@@ -295,7 +345,8 @@ class EncoderDecoder(nn.Module):
         return new
 
     def _logits(self, h: torch.Tensor) -> torch.Tensor:
-        return F.linear(self.dec_norm(h), self.embed.weight)
+        weight = self.embed.weight if self.head is None else self.head.weight
+        return F.linear(self.dec_norm(h), weight)
 
     # ---- training path (batched, from position 0)
     def forward_batched(self, tokens: torch.Tensor, kv_roundtrip=None) -> torch.Tensor:

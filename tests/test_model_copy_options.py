@@ -1,0 +1,104 @@
+"""The model options that let a copy mechanism form: smeared keys, QK-norm, an untied head.
+
+Each must keep every contract the tiers rely on: the training and inference paths compute the
+same function, chunked continuation from window state is exact, bounded replay is exact at
+its bound, the stored global KV is still one K/V per token from the encoder alone, and
+checkpoints saved before the options existed load as they were trained.
+"""
+
+import pytest
+import torch
+
+from tiered_kv.model import EncoderDecoder, ModelConfig, load_checkpoint, preset, save_checkpoint
+
+OPTIONS = dict(cross_smear=True, qk_norm=True, untied_output=True, embed_init_std=1.0, cross_rope=False)
+
+
+def _tokens(n, seed=0):
+    return torch.randint(0, 256, (n,), generator=torch.Generator().manual_seed(seed))
+
+
+def _model(**over):
+    torch.manual_seed(0)
+    m = EncoderDecoder(preset("tiny", **{**OPTIONS, **over})).eval()
+    with torch.no_grad():  # untrained gains are 1 and smear 0.5: move them so the test can tell
+        for name, p in m.named_parameters():
+            if p.ndim > 1:
+                p.mul_(8)
+            else:
+                p.add_(torch.randn_like(p) * 0.5)
+    return m
+
+
+@torch.no_grad()
+@pytest.mark.parametrize("over", [{}, {"cross_rope": True}, {"cross_smear": False}, {"qk_norm": False}])
+def test_paths_agree_and_continuation_is_exact(over):
+    m = _model(**over)
+    t = _tokens(83, seed=3)
+    full = m.forward(t)
+    torch.testing.assert_close(m.forward_batched(t[None])[0], full, rtol=0, atol=1e-4)
+    kv, _ = m.encode(t, 0)
+    for split in (1, 17, 40):
+        kv1, s1 = m.encode(t[:split], 0)
+        kv2, _ = m.encode(t[split:], split, s1)
+        torch.testing.assert_close(torch.cat([kv1, kv2]), kv, rtol=0, atol=1e-5)
+        _, d1 = m.decode(t[:split], 0, kv)
+        logits, _ = m.decode(t[split:], split, kv, d1, all_logits=True)
+        torch.testing.assert_close(logits, full[split:], rtol=0, atol=1e-4)
+
+
+@torch.no_grad()
+def test_replay_bound_unchanged_by_smeared_keys():
+    """The smear reads the stored global KV of j-1, which the decoder always has: the replay
+    bound L*(W-1)+1 stays exact."""
+    m = _model()
+    t = _tokens(120, seed=9)
+    kv, _ = m.encode(t, 0)
+    full = m.forward(t)[-1]
+    at_bound, _ = m.first_token_logits(t, kv, m.cfg.exact_replay_tokens)
+    torch.testing.assert_close(at_bound[0], full, rtol=0, atol=1e-4)
+    below, _ = m.first_token_logits(t, kv, 4)
+    assert (below[0] - full).abs().max().item() > 1e-4
+
+
+@torch.no_grad()
+def test_smeared_keys_mix_the_previous_position():
+    """With all weight on the previous key, position j's key is exactly the stored key of j-1."""
+    m = _model(qk_norm=False)
+    layer = m.decoder[0].cross
+    layer.smear.fill_(40.0)  # sigmoid -> 1
+    gk = torch.randn(9, m.cfg.kv_heads, m.cfg.head_dim)
+    k = layer._k(gk)
+    torch.testing.assert_close(k[1:], gk[:-1])
+    assert k[0].abs().max().item() == 0.0  # no predecessor for position 0
+
+
+@torch.no_grad()
+def test_untied_head_is_its_own_weight_and_round_trips(tmp_path):
+    m = _model()
+    assert m.head is not None and m.head.weight.data_ptr() != m.embed.weight.data_ptr()
+    path = tmp_path / "opt.pt"
+    save_checkpoint(m, path, dtype=torch.float32)
+    loaded, _ = load_checkpoint(path)
+    t = _tokens(40)
+    torch.testing.assert_close(loaded.forward(t), m.forward(t), rtol=0, atol=1e-5)
+
+
+@torch.no_grad()
+def test_checkpoint_saved_before_the_options_loads_as_trained(tmp_path):
+    """A config without the new fields (as every earlier checkpoint has) means all of them off."""
+    torch.manual_seed(1)
+    old = EncoderDecoder(preset("tiny")).eval()
+    path = tmp_path / "old.pt"
+    blob_cfg = {k: v for k, v in old.cfg.to_dict().items()
+                if k not in ("cross_smear", "qk_norm", "untied_output", "embed_init_std", "cross_rope")}
+    torch.save({"config": blob_cfg, "state_dict": old.state_dict(), "meta": {}}, path)
+    loaded, _ = load_checkpoint(path)
+    assert not (loaded.cfg.cross_smear or loaded.cfg.qk_norm or loaded.cfg.untied_output)
+    t = _tokens(30)
+    torch.testing.assert_close(loaded.forward(t), old.forward(t), rtol=0, atol=1e-6)
+
+
+def test_embed_init_std_out_of_range_names_the_setting():
+    with pytest.raises(ValueError, match="embed_init_std"):
+        ModelConfig(embed_init_std=0.0)
