@@ -27,3 +27,7 @@ fi
 case ",${EXTRAS:-}," in
   *,peers,*) scripts/fetch_peers.sh "$VENV" ;;
 esac
+# The simulator's kernels compiled ahead of time (tiered_kv/sim/aot.py): curves and simulate then
+# start without importing numba. Never fails the setup: without a C compiler it says so in one
+# line and the simulator JIT-compiles them with numba instead.
+"$VENV/bin/python" -m tiered_kv.sim.aot || echo "setup: ahead-of-time kernels not built; the simulator will JIT-compile them instead"

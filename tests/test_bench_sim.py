@@ -41,3 +41,28 @@ def test_median_of_keeps_the_runs():
     runs: dict[str, list[float]] = {}
     assert sim.median_of(lambda: None, 4, runs, "x") == float(np.median(runs["x"]))
     assert len(runs["x"]) == 4
+
+
+def test_cli_bench_keeps_every_run_and_the_numba_path_apart(monkeypatch):
+    """cli_cold_s is measured with the ahead-of-time build in use; cold_jit_s with it off (numba)."""
+    from itertools import count
+
+    from tiered_kv.bench import _cli_startup as S
+
+    calls, ticks = [], count(1)
+
+    def wall(argv, cache_dir, aot=True):
+        calls.append((argv[-1] if argv[1] != "-c" else argv[2], aot))
+        return float(next(ticks))
+
+    monkeypatch.setattr(S, "_wall", wall)
+    out = S.run_cli_bench("conversation", 3)
+    cli = out["cli"]
+    assert set(cli) >= {"aot_build", "imports_s", "numpy_imports_s", "curves", "simulate"}
+    for name in ("curves", "simulate"):
+        d = cli[name]
+        for key in ("warm", "cold", "cold_jit"):
+            assert len(d[f"{key}_runs_s"]) == 3 and d[f"{key}_s"] == float(np.median(d[f"{key}_runs_s"]))
+    assert out["cli_cold_s"] == max(cli[n]["cold_s"] for n in ("curves", "simulate"))
+    assert sum(1 for _, a in calls if not a) == 6  # one numba-path cold run per command and round
+    assert ("import numpy", True) in calls

@@ -143,7 +143,7 @@ def test_no_import_cycles():
 
 
 #: The simulator's layers in the order the README draws them: each imports only earlier ones.
-SIM_LAYERS = ["_moved", "traces", "workload", "day", "replay", "trace_cache", "policies", "curves", "peers", "cluster",
+SIM_LAYERS = ["_moved", "aot", "traces", "workload", "day", "replay", "trace_cache", "policies", "curves", "peers", "cluster",
               "retention", "sweep"]
 
 

@@ -33,11 +33,24 @@ print("ok")
 
 
 def test_background_compile_fills_the_cache(tmp_path):
-    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "numba")}
+    # numba's path: with the ahead-of-time build there is nothing to compile (tests/test_aot_kernels.py)
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "numba"), "TIERED_KV_AOT": "0"}
     env.pop("NUMBA_DISABLE_JIT", None)
     out = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip() == "ok"
+
+
+def test_nothing_starts_when_the_build_serves_belady(monkeypatch):
+    """With a fresh ahead-of-time build neither check starts a compiling process (the build is faked here)."""
+    from tiered_kv.commands import _belady_compile as early
+    from tiered_kv.sim import aot
+    from tiered_kv.sim.policies import precompile
+
+    monkeypatch.setattr(aot, "fresh", lambda module, qualname: (module, qualname)
+                        == ("tiered_kv.sim.policies.belady", "stack_pass"))
+    assert early.maybe_cached() and early.start() is None
+    assert precompile.cached() and precompile.start() is None
 
 
 def test_wait_on_nothing_is_false():

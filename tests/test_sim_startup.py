@@ -96,7 +96,8 @@ print(hashlib.sha256(b"".join(np.ascontiguousarray(p).tobytes() for p in parts))
 
 def test_cached_kernels_load_without_numba_target_setup(tmp_path):
     """A second process gets the same results from the cache without numba's registry set-up."""
-    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "numba")}
+    # numba's path (TIERED_KV_AOT=0): the ahead-of-time build would serve every kernel without numba
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "numba"), "TIERED_KV_AOT": "0"}
     env.pop("NUMBA_DISABLE_JIT", None)
     runs = []
     for _ in range(2):

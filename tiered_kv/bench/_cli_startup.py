@@ -12,8 +12,12 @@ filled by one unmeasured run of each command), *cold* with a fresh empty ``NUMBA
 trace is read from its file. Runs are interleaved (warm and cold, command by command, round after
 round) so that a burst of load on a shared machine hits all of them alike. ``cli_warm_s`` and
 ``cli_cold_s`` are the slower command's medians. The baseline, measured the same way in the
-same rounds, is a process that only imports numpy and numba (``imports_s``): the floor a warm
-simulator command starts from (it imports polars only when it reads a trace file). Python's
+same rounds, is a process that only imports numpy and numba (``imports_s``), and one that only
+imports numpy (``numpy_imports_s``): the floor a command starts from when the ahead-of-time build
+(:mod:`tiered_kv.sim.aot`, made at install) serves its kernels and numba is never imported (it
+imports polars only when it reads a trace file). ``aot_build`` says whether that build was there
+and fresh; ``cold_jit_s`` per command is the cold figure on numba's path (``TIERED_KV_AOT=0``: what
+a machine without the build, or without a C compiler at install, gets), not a target. Python's
 bytecode cache is on in these processes, as in a normal install (``PYTHONDONTWRITEBYTECODE`` is
 dropped from their environment).
 """
@@ -50,9 +54,14 @@ def _cli() -> list[str]:
     return [str(script)] if script.exists() else [sys.executable, "-m", "tiered_kv.cli"]
 
 
-def _wall(argv: list[str], cache_dir: str) -> float:
-    """Seconds of one process with numba's and the compiled-trace cache in ``cache_dir``."""
+def _wall(argv: list[str], cache_dir: str, aot: bool = True) -> float:
+    """Seconds of one process with numba's and the compiled-trace cache in ``cache_dir``.
+
+    ``aot=False``: the ahead-of-time build is switched off (``TIERED_KV_AOT=0``), numba serves.
+    """
     env = {**os.environ, "NUMBA_CACHE_DIR": cache_dir, "TIERED_KV_TRACE_CACHE": os.path.join(cache_dir, "traces")}
+    if not aot:
+        env["TIERED_KV_AOT"] = "0"
     env.pop("PYTHONDONTWRITEBYTECODE", None)
     t0 = time.perf_counter()
     subprocess.run(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True, timeout=600)
@@ -63,22 +72,28 @@ def run_cli_bench(trace: str, repeat: int) -> dict[str, Any]:
     """Median whole-process seconds per command, warm and cold, and the import-only baseline."""
     cli = _cli()
     argv = {name: [*cli, cmd[0], "--trace", trace, *cmd[1:]] for name, cmd in COMMANDS.items()}
+    from tiered_kv.sim import aot
+
     imports = [sys.executable, "-c", "import numpy, numba"]
+    numpy_only = [sys.executable, "-c", "import numpy"]
     warm_dir = tempfile.mkdtemp(prefix="tiered-kv-numba-warm-")
-    times: dict[str, list[float]] = {f"{n}_{k}": [] for n in argv for k in ("warm", "cold")}
+    times: dict[str, list[float]] = {f"{n}_{k}": [] for n in argv for k in ("warm", "cold", "cold_jit")}
     times["imports"] = []
+    times["numpy_imports"] = []
     try:
         for a in argv.values():  # fill the warm cache (compiles every kernel once)
             _wall(a, warm_dir)
         for _ in range(max(repeat, 1)):
             times["imports"].append(_wall(imports, warm_dir))
+            times["numpy_imports"].append(_wall(numpy_only, warm_dir))
             for name, a in argv.items():
                 times[f"{name}_warm"].append(_wall(a, warm_dir))
-                cold_dir = tempfile.mkdtemp(prefix="tiered-kv-numba-cold-")
-                try:
-                    times[f"{name}_cold"].append(_wall(a, cold_dir))
-                finally:
-                    shutil.rmtree(cold_dir, ignore_errors=True)
+                for key, use_aot in (("cold", True), ("cold_jit", False)):
+                    cold_dir = tempfile.mkdtemp(prefix="tiered-kv-numba-cold-")
+                    try:
+                        times[f"{name}_{key}"].append(_wall(a, cold_dir, aot=use_aot))
+                    finally:
+                        shutil.rmtree(cold_dir, ignore_errors=True)
     finally:
         shutil.rmtree(warm_dir, ignore_errors=True)
     med = {k: statistics.median(v) for k, v in times.items()}
@@ -88,10 +103,14 @@ def run_cli_bench(trace: str, repeat: int) -> dict[str, Any]:
     }
     out["cli"] = {
         "commands": {n: " ".join(["tiered-kv", *a[len(cli):]]) for n, a in argv.items()},
-        **{n: {"warm_s": med[f"{n}_warm"], "cold_s": med[f"{n}_cold"],
-               "warm_runs_s": times[f"{n}_warm"], "cold_runs_s": times[f"{n}_cold"]} for n in argv},
+        **{n: {"warm_s": med[f"{n}_warm"], "cold_s": med[f"{n}_cold"], "cold_jit_s": med[f"{n}_cold_jit"],
+               "warm_runs_s": times[f"{n}_warm"], "cold_runs_s": times[f"{n}_cold"],
+               "cold_jit_runs_s": times[f"{n}_cold_jit"]} for n in argv},
+        "aot_build": aot.find_build() is not None,
         "imports_s": med["imports"],
         "imports_runs_s": times["imports"],
+        "numpy_imports_s": med["numpy_imports"],
+        "numpy_imports_runs_s": times["numpy_imports"],
         "repeat": max(repeat, 1),
         "load_average_1m": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
         "targets": dict(TARGETS),

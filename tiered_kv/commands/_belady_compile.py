@@ -9,7 +9,9 @@ the same question of the file system alone: is there a numba index file for
 ``__pycache__``, else the user-wide cache)? When there is, nothing starts (a warm run pays a
 few ``stat`` calls). When there is not, the helper starts at once; it checks again with numba
 itself and exits at once if the kernel was cached after all (a stale guess costs a process that
-does nothing, never a wrong result: the caller loads or compiles the kernel either way).
+does nothing, never a wrong result: the caller loads or compiles the kernel either way). When
+the ahead-of-time build (:mod:`tiered_kv.sim.aot`, numpy- and numba-free to ask) is fresh, the
+kernel needs no compiling at all and nothing starts either.
 """
 
 from __future__ import annotations
@@ -45,9 +47,13 @@ def index_pattern(source: Path = SOURCE, qualname: str = QUALNAME) -> str:
 
 
 def maybe_cached() -> bool:
-    """True when a numba index for Belady's kernel exists (or the JIT is off), without importing numba."""
+    """True when Belady's kernel needs no compiling (AOT build, numba index, JIT off), without numba or numpy."""
     if os.environ.get("NUMBA_DISABLE_JIT", "0") not in ("", "0"):
         return True
+    from tiered_kv.sim import aot
+
+    if aot.fresh("tiered_kv.sim.policies.belady", QUALNAME):
+        return True  # served by the ahead-of-time build: nothing to compile
     dirs = index_dirs()
     if dirs is None:
         return False  # the helper decides with numba

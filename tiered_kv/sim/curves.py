@@ -56,8 +56,8 @@ import math
 from dataclasses import dataclass, field
 
 import numpy as np
-from numba import njit
 
+from tiered_kv.sim.aot import njit
 from tiered_kv.sim.policies.belady import Belady, belady_stack, next_use
 from tiered_kv.sim.policies.jit import call
 from tiered_kv.sim.replay import CompiledTrace
@@ -66,7 +66,7 @@ from tiered_kv.sim.replay import CompiledTrace
 COLD = np.int64(2**62)
 
 
-@njit(cache=True)
+@njit(cache=True, aot="int64[::1], int32[::1], int64")
 def _stack_distances(offsets, blocks, n_unique):  # pragma: no cover - compiled
     """Prefix-max LRU stack distance of every access (COLD when the block is new)."""
     m = blocks.shape[0]
@@ -297,7 +297,7 @@ def default_ttls(trace: CompiledTrace, n: int = 100) -> np.ndarray:
 # every registered policy at every capacity: hit tokens and SSD writes
 
 
-@njit(cache=True)
+@njit(cache=True, aot="int32[::1], int64")
 def _raw_stack_distances(blocks, n_unique):  # pragma: no cover - compiled
     """LRU stack distance of every access (no prefix max; COLD when the block is new)."""
     m = blocks.shape[0]

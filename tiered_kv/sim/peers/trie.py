@@ -31,8 +31,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 
-import numba as nb
 import numpy as np
+
+from tiered_kv.sim.aot import njit
 
 #: Next-use value of a node that is never used again (sorts after every request index).
 _NEVER_OFFSET = 1
@@ -108,7 +109,7 @@ def build_trie(blocks: np.ndarray, offsets: np.ndarray, tokens: np.ndarray, warm
                      warmup=int(warmup), measured_tokens=measured)
 
 
-@nb.njit(cache=True)
+@njit(cache=True)
 def _chained_nodes(dense, offsets, n_ids):
     """(node, parent, True) when every id always follows the same parent (chained ids: one id
     per trie node), numbered by first appearance; else (.., .., False). One pass, no sort."""
@@ -144,7 +145,7 @@ def from_compiled(trace) -> TrieTrace:
     return build_trie(trace.blocks, trace.offsets, trace.tokens, warmup)
 
 
-@nb.njit(cache=True)
+@njit(cache=True)
 def _build_trie(dense, offsets):
     n_ids = dense.max() + 1 if dense.shape[0] else 1
     edges = dict()
@@ -167,7 +168,7 @@ def _build_trie(dense, offsets):
     return node, parent[:count].copy()
 
 
-@nb.njit(cache=True)
+@njit(cache=True)
 def _next_use(node, offsets, n_nodes):
     n = offsets.shape[0] - 1
     never = n + _NEVER_OFFSET
@@ -219,7 +220,7 @@ def replay_at(t: TrieTrace, capacity: int, kernel: Callable[[np.ndarray], bool])
     return hit_blocks, bool(kernel(hit_blocks))
 
 
-@nb.njit(cache=True, inline="always")
+@njit(cache=True, inline="always")
 def lookup(present, node, offsets, r, hit_blocks):
     """Request ``r``'s lookup: its leading present nodes, recorded in ``hit_blocks[r]``.
 

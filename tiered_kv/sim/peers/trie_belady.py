@@ -28,9 +28,9 @@ entries), kept as an independent reference for the tests and for per-request ans
 
 from __future__ import annotations
 
-import numba as nb
 import numpy as np
 
+from tiered_kv.sim.aot import njit
 from tiered_kv.sim.peers.trie import TrieTrace, check_capacities, lookup, replay_at, underfilled_mask
 from tiered_kv.sim.policies.belady import stack_hist
 
@@ -70,7 +70,7 @@ def optimal_trie_curve(t: TrieTrace, capacities) -> np.ndarray:
     return out
 
 
-@nb.njit(cache=True)
+@njit(cache=True)
 def _heap_push(hk, hn, hv, size, key, nd, ver):
     i = size
     hk[i], hn[i], hv[i] = key, nd, ver
@@ -85,7 +85,7 @@ def _heap_push(hk, hn, hv, size, key, nd, ver):
     return size + 1
 
 
-@nb.njit(cache=True)
+@njit(cache=True)
 def _heap_pop(hk, hn, hv, size):
     """Remove the root (smallest key; larger node first on ties); caller read it already."""
     size -= 1
@@ -108,7 +108,7 @@ def _heap_pop(hk, hn, hv, size):
     return size
 
 
-@nb.njit(cache=True)
+@njit(cache=True)
 def _replay_trie(node, parent, offsets, next_use, warmup, capacity, optimal, hit_blocks):
     """Leaf-restricted replay. Keys: LRU = touch clock (min first); optimal = -next use.
 

@@ -12,9 +12,9 @@ many capacities cheap is that FIFO never reorders: see :func:`fifo_trie_curve`.
 
 from __future__ import annotations
 
-import numba as nb
 import numpy as np
 
+from tiered_kv.sim.aot import njit
 from tiered_kv.sim.peers.trie import TrieTrace, check_capacities, lookup, replay_at, underfilled_mask
 
 
@@ -45,7 +45,7 @@ def fifo_trie_curve(t: TrieTrace, capacities) -> np.ndarray:
 _LANES = 32
 
 
-@nb.njit(cache=True)
+@njit(cache=True)
 def _fifo_lanes(node, offsets, tokens, warmup, n_nodes, caps):
     """One pass per 32 capacities. A request's path holds distinct nodes, so its lookup can use
     the insertion counter as it stood when the request began (``start``) while admission, in the
@@ -84,7 +84,7 @@ def _fifo_lanes(node, offsets, tokens, warmup, n_nodes, caps):
     return hits[:nq]
 
 
-@nb.njit(cache=True)
+@njit(cache=True)
 def _replay_fifo(node, offsets, warmup, n_nodes, capacity, hit_blocks):
     """Exact FIFO at one capacity: fills ``hit_blocks``, returns whether it filled in warm-up."""
     cached = np.zeros(n_nodes + 1, dtype=np.bool_)

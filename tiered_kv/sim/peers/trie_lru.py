@@ -23,9 +23,9 @@ replay (a linked list in that order) that the policy and the tests use.
 
 from __future__ import annotations
 
-import numba as nb
 import numpy as np
 
+from tiered_kv.sim.aot import njit
 from tiered_kv.sim.peers.trie import TrieTrace, check_capacities, lookup, replay_at, underfilled_mask
 
 
@@ -66,7 +66,7 @@ def lru_trie_curve(t: TrieTrace, capacities) -> np.ndarray:
     return out
 
 
-@nb.njit(cache=True)
+@njit(cache=True)
 def _lru_small_capacities(dist, node, offsets, tokens, warmup, caps):
     """Exact trie-LRU hit tokens for capacities below the longest request, O(requests) each."""
     cum = np.zeros(tokens.shape[0] + 1, dtype=np.int64)
@@ -96,7 +96,7 @@ def _lru_small_capacities(dist, node, offsets, tokens, warmup, caps):
     return out
 
 
-@nb.njit(cache=True, inline="always")
+@njit(cache=True, inline="always")
 def _unlink(x, prv, nxt, head, tail):
     """Take node ``x`` out of the list (its links reset to -1); returns the new (head, tail)."""
     p, q = prv[x], nxt[x]
@@ -113,7 +113,7 @@ def _unlink(x, prv, nxt, head, tail):
     return head, tail
 
 
-@nb.njit(cache=True, inline="always")
+@njit(cache=True, inline="always")
 def _push_head(x, prv, nxt, head, tail):
     """Link the unlinked node ``x`` at the head (the newest end); returns the new (head, tail)."""
     prv[x] = -1
@@ -126,7 +126,7 @@ def _push_head(x, prv, nxt, head, tail):
     return head, tail
 
 
-@nb.njit(cache=True)
+@njit(cache=True)
 def _relink_head(node, s, stop, r, owner, prv, nxt, head, tail):
     """Move node[s:stop] to the list head, node[s] first; mark them as request ``r``'s."""
     for a in range(stop - 1, s - 1, -1):
@@ -138,7 +138,7 @@ def _relink_head(node, s, stop, r, owner, prv, nxt, head, tail):
     return head, tail
 
 
-@nb.njit(cache=True)
+@njit(cache=True)
 def _replay_lru_list(node, parent, offsets, warmup, capacity, hit_blocks):
     """Exact trie-LRU at one capacity: fills ``hit_blocks``, returns whether it filled in warm-up."""
     n_nodes = parent.shape[0]
@@ -147,7 +147,7 @@ def _replay_lru_list(node, parent, offsets, warmup, capacity, hit_blocks):
                           np.empty(n_nodes, dtype=np.int32), hit_blocks)
 
 
-@nb.njit(cache=True)
+@njit(cache=True)
 def _lru_list_into(node, offsets, warmup, capacity, present, owner, prv, nxt, hit_blocks):
     """Exact trie-LRU at one capacity in O(1) per access: an LRU list in (request, -depth) order.
 
@@ -200,7 +200,7 @@ def _lru_list_into(node, offsets, warmup, capacity, present, owner, prv, nxt, hi
     return filled
 
 
-@nb.njit(cache=True)
+@njit(cache=True)
 def _lru_trie_distances(node, offsets, n_nodes):
     """Per access: its distance in the LRU stack where each request touches its path deepest
     first (Fenwick tree over touch stamps); 2**62 for a node never seen before."""

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 import numpy as np
-from numba import njit
 
+from tiered_kv.sim.aot import njit
 from tiered_kv.sim.policies.blockwise import BlockPolicy
 from tiered_kv.sim.policies.frequency import heap_pop, heap_push
 from tiered_kv.sim.policies.jit import call
@@ -37,7 +37,7 @@ def next_use(trace: CompiledTrace) -> np.ndarray:
     return nxt
 
 
-@njit(cache=True)
+@njit(cache=True, aot="int64[::1], int32[::1], int64[::1], int64[::1], int64, int64")
 def _belady_kernel(offsets, blocks, depth, nxt_use, n_unique, capacity):  # pragma: no cover - compiled
     # Blocks never used again ("dead") have the largest keys, so they are always evicted first;
     # which dead block goes first cannot change any later hit (none is accessed again), so they
@@ -284,7 +284,8 @@ def stack_hist(items, cand, res, never, weight, cls, n_cls, n_items, bounds):  #
                       np.zeros(0, np.int64))
 
 
-@njit(cache=True)
+@njit(cache=True, aot="int64[::1], int64[::1], int64[::1], int64, int64[::1], int64[::1], int64, int64, int64[::1], "
+                         "int64[::1], int64[::1]")
 def stack_pass(items, cand, res, never, weight, cls, n_cls, n_items, bounds, wweight,
                whist):  # pragma: no cover - compiled
     """One pass of a priority stack algorithm over accesses, for the capacities ``bounds`` (sorted, > 0).

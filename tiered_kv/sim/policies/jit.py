@@ -13,11 +13,17 @@ When anything is missing (no cache entry for these types, a stale one, caching o
 ``NUMBA_DISABLE_JIT``, a numba without these internals) the kernel is simply called, and numba
 compiles or loads it the usual way, set-up included. Used at the call sites of the kernels a
 warm ``curves`` or ``simulate`` run needs; nothing else changes.
+
+Before any of that, :func:`call` runs the kernel from the ahead-of-time build
+(:mod:`tiered_kv.sim.aot`) when the build is fresh and the arguments fit its signature exactly:
+then numba is not even imported.
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+from tiered_kv.sim.aot import kernel_of
 
 
 def preload(kernel: Any, args: tuple) -> bool:
@@ -48,6 +54,16 @@ def preload(kernel: Any, args: tuple) -> bool:
 
 
 def call(kernel: Any, *args: Any) -> Any:
-    """``kernel(*args)``, its cached machine code loaded by :func:`preload` when there is some."""
+    """``kernel(*args)``: the ahead-of-time function when it fits, else numba's cached machine code
+    loaded by :func:`preload` when there is some, else numba compiles it.
+
+    ``kernel``: a :class:`tiered_kv.sim.aot.Kernel`, its numba dispatcher or any dispatcher.
+    """
+    k = kernel_of(kernel)
+    if k is not None:
+        fn = k.aot_function(args)
+        if fn is not None:
+            return fn(*args)
+        kernel = k.dispatcher
     preload(kernel, args)
     return kernel(*args)

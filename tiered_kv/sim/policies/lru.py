@@ -28,8 +28,8 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 import numpy as np
-from numba import njit
 
+from tiered_kv.sim.aot import njit
 from tiered_kv.sim.policies.jit import call
 from tiered_kv.sim.policies.registry import (
     DEFAULT_BYTES_PER_TOKEN,
@@ -41,7 +41,8 @@ from tiered_kv.sim.policies.registry import (
 from tiered_kv.sim.replay import CompiledTrace
 
 
-@njit(cache=True)
+@njit(cache=True, aot="int64[::1], int32[::1], float64[::1], float64[::1], int64[::1], int64, int64, float64[::1], "
+                         "float64, float64, boolean, boolean[::1]")
 def _cache_kernel(offsets, blocks, weights, times, req_class, n_unique, n_classes, ttl_by_class,
                   high, low, record, inserted):  # pragma: no cover - compiled
     n = offsets.shape[0] - 1

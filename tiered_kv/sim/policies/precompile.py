@@ -14,7 +14,9 @@ which Belady's one pass needs, is plain numpy: nothing else is left to compile f
 Nothing depends on the helper succeeding: :func:`wait` gives it a bounded time and any failure
 (no writable cache, ``NUMBA_DISABLE_JIT``, a killed process) only means the caller compiles the
 kernel itself, as it would have without this module. When the cache already holds the kernel
-no process is started at all (a warm run pays nothing).
+no process is started at all (a warm run pays nothing), nor when the ahead-of-time build
+(:mod:`tiered_kv.sim.aot`) serves the kernel. The helper compiles numba's dispatcher itself
+(:func:`tiered_kv.sim.aot.dispatcher_of`), never the build's function.
 """
 
 from __future__ import annotations
@@ -28,14 +30,20 @@ WAIT_S = 60.0
 
 
 def _kernels():
+    from tiered_kv.sim.aot import dispatcher_of
     from tiered_kv.sim.policies.belady import stack_pass
 
-    return (stack_pass,)
+    return (dispatcher_of(stack_pass),)
 
 
 def cached() -> bool:
-    """True when numba's on-disk cache has an entry for Belady's kernel (or caching is off)."""
+    """True when numba's on-disk cache has an entry for Belady's kernel (or caching is off, or the
+    ahead-of-time build serves it)."""
     if os.environ.get("NUMBA_DISABLE_JIT", "0") not in ("", "0"):
+        return True
+    from tiered_kv.sim import aot
+
+    if aot.fresh("tiered_kv.sim.policies.belady", "stack_pass"):
         return True
     try:
         return all(os.path.exists(k._cache._cache_file._index_path) for k in _kernels())
