@@ -39,7 +39,10 @@ def render(r: dict, command: str) -> str:
     cli, conv = r["cli"], r["conversation"]
     targets, meets = cli["targets"], cli["meets_targets"]
     rows = [f"| `{cli['commands'][name]}` | {_s(cli[name]['warm_s'])} ({_runs(cli[name]['warm_runs_s'])}) | "
-            f"{_s(cli[name]['cold_s'])} ({_runs(cli[name]['cold_runs_s'])}) |" for name in ("curves", "simulate")]
+            f"{_s(cli[name]['cold_s'])} ({_runs(cli[name]['cold_runs_s'])}) | "
+            f"{_s(cli[name]['cold_jit_s'])} ({_runs(cli[name]['cold_jit_runs_s'])}) |" for name in ("curves", "simulate")]
+    aot = ("present and fresh: the warm and cold runs took their kernels from it and never imported numba"
+           if cli["aot_build"] else "**absent or stale**: every run compiled or loaded its kernels with numba")
     load = cli.get("load_average_1m")
     load_text = f"{load:.1f}" if load is not None else "not available"
     return f"""# CLI start-up of the simulator commands (`tiered-kv bench sim`: `cli_warm_s`, `cli_cold_s`)
@@ -53,30 +56,38 @@ Written by `scripts/sim_cli_record.py` from `benchmarks/results/sim_cli.json`, t
 Whole processes, output discarded, median of {cli['repeat']} interleaved runs (every run in
 brackets). *Warm*: numba's cache holds every kernel and the compiled-trace cache holds the trace
 (both filled by one unmeasured run). *Cold*: a fresh empty `NUMBA_CACHE_DIR` and trace cache for
-every run, so each kernel the command needs is compiled and the trace is read from its file.
+every run, so the trace is read from its file and each kernel the command needs comes from the
+ahead-of-time build made at install (`python -m tiered_kv.sim.aot`, run by `scripts/setup_env.sh`)
+or, where the build does not serve it, is compiled. The build was {aot}. *Cold, numba*: the same
+with the build switched off (`TIERED_KV_AOT=0`): what a machine without it (no C compiler at
+install) gets, each kernel compiled by numba (Belady's on the second core meanwhile); not a target.
 Machine load (1-minute load average) when the run ended: {load_text}, on the 2-core development
 machine shared with the other jobs described in the summary above.
 
-| command | warm | cold |
-|---|---:|---:|
+| command | warm | cold | cold, numba |
+|---|---:|---:|---:|
 {chr(10).join(rows)}
 
 | figure | measured | target | met? |
 |---|---:|---:|---|
 | `cli_warm_s` (slower command, warm) | {_s(r['cli_warm_s'])} | <= {_s(targets['cli_warm_s'])} | {_yes(meets['cli_warm_s'])} |
 | `cli_cold_s` (slower command, cold) | {_s(r['cli_cold_s'])} | <= {_s(targets['cli_cold_s'])} | {_yes(meets['cli_cold_s'])} |
+| baseline: a process that only imports numpy (`numpy_imports_s`) | {_s(cli['numpy_imports_s'])} ({_runs(cli['numpy_imports_runs_s'])}) | | |
 | baseline: a process that only imports numpy and numba (`imports_s`) | {_s(cli['imports_s'])} ({_runs(cli['imports_runs_s'])}) | | |
 
 The work itself, in the same run (median of {r['repeat']} after a warm-up call, conversation trace):
 LRU + TTL curves at {conv['lru_capacities']} + {conv['ttl_points']} points {_t(conv['curves_s'])}; the Belady curve at
 the same {conv['lru_capacities']} capacities in one stack pass {_t(conv['belady_curve_s'])} (one Belady replay at one
 capacity: {_t(conv['belady_one_capacity_s'])}); one LRU replay {_t(conv['lru_replay_s'])}. Trace load
-{_t(r['load_trace_s'])}, compile {_t(r['compile_trace_s'])}; numba warm-up in that process {_t(r['jit_warmup_s'])}.
+{_t(r['load_trace_s'])}, compile {_t(r['compile_trace_s'])}; first kernel calls (warm-up) in that process {_t(r['jit_warmup_s'])}.
 
-What a warm start consists of: Python, numpy and numba (the baseline row), numba's one-time set-up
-of its compiler context when the first cached kernel loads, the cached kernels themselves and the
-compiled trace (loaded with numpy; polars is imported only when a trace file is read), then the
-work. The subcommand's own module is the only command module imported (`tiered_kv.cli`), and no
+What a warm start consists of, with the build: Python and numpy (the first baseline row), the
+command's modules (numba is not imported: `tiered_kv.sim.aot`'s `njit` defers it until a call does
+not fit the build), the extension (a fraction of a millisecond) and the compiled trace (loaded with
+numpy; polars is imported only when a trace file is read), then the work. Without the build:
+numba too (the second baseline row), its one-time set-up of its compiler context when the first
+cached kernel loads, and the cached kernels. A cold run with the build adds only reading the trace
+file (polars) and compiling it. The subcommand's own module is the only command module imported (`tiered_kv.cli`), and no
 torch, altair, zarr or widgets (`tests/test_sim_cli.py`).
 """
 

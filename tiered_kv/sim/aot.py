@@ -14,7 +14,9 @@ type, no build, a stale one, ``TIERED_KV_AOT=0``, ``NUMBA_DISABLE_JIT``) imports
 the real dispatcher of *every* kernel defined so far (``cache=True``, ``inline=...`` as written)
 and points the modules' globals that named a :class:`Kernel` at its dispatcher, so that jitted
 callers compiled from then on see dispatchers, exactly as with ``numba.njit``; the call then goes
-to numba. :func:`kernel_of` maps such a dispatcher back to its kernel, so call sites that use
+to numba (a jitted caller that still names a :class:`Kernel`, in a module that defines none,
+is typed as its dispatcher too: the kernel hands numba the dispatcher's ``_numba_type_``).
+:func:`kernel_of` maps such a dispatcher back to its kernel, so call sites that use
 :func:`tiered_kv.sim.policies.jit.call` still reach the extension afterwards, and
 ``Kernel.dispatcher`` (or any dispatcher attribute, e.g. ``_cache``, ``stats``) reaches numba's
 object for code that inspects it.
@@ -45,6 +47,7 @@ import importlib.util
 import json
 import os
 import sys
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -63,6 +66,7 @@ _KERNELS: list[Kernel] = []
 _BY_DISPATCHER: dict[int, Kernel] = {}
 _UNSET = object()
 _STATE: dict[str, Any] = {"numba": False, "dirty": False, "ext": _UNSET}
+_LOCK = threading.RLock()  # one thread makes the dispatchers and loads the extension
 
 
 def build_dirs() -> list[Path]:
@@ -111,19 +115,20 @@ def fresh(module: str, qualname: str) -> bool:
 
 def extension() -> Any | None:
     """The fresh build's extension module (loaded once per process), or None."""
-    if _STATE["ext"] is _UNSET:
-        ext = None
-        found = find_build()
-        if found is not None:
-            path, manifest = found
-            try:
-                spec = importlib.util.spec_from_file_location(manifest["module"], path)
-                ext = importlib.util.module_from_spec(spec)
-                spec.loader.exec_module(ext)
-            except Exception:  # a build for another numpy ABI, a damaged file: numba serves
-                ext = None
-        _STATE["ext"] = ext
-    return _STATE["ext"]
+    with _LOCK:
+        if _STATE["ext"] is _UNSET:
+            ext = None
+            found = find_build()
+            if found is not None:
+                path, manifest = found
+                try:
+                    spec = importlib.util.spec_from_file_location(manifest["module"], path)
+                    ext = importlib.util.module_from_spec(spec)
+                    spec.loader.exec_module(ext)
+                except Exception:  # a build for another numpy ABI, a damaged file: numba serves
+                    ext = None
+            _STATE["ext"] = ext
+        return _STATE["ext"]
 
 
 def forget_build() -> None:
@@ -278,21 +283,22 @@ def _use_numba() -> None:
     """Make every kernel's numba dispatcher and point module globals naming kernels at them."""
     import numba
 
-    _STATE["numba"] = True
-    _STATE["dirty"] = False
-    for k in _KERNELS:
-        if k._dispatcher is None:
-            k._dispatcher = numba.njit(**k.options)(k.py_func)
-            _BY_DISPATCHER[id(k._dispatcher)] = k
-    seen: set[int] = set()
-    for k in _KERNELS:
-        g = k.py_func.__globals__
-        if id(g) in seen:
-            continue
-        seen.add(id(g))
-        for name, value in list(g.items()):
-            if isinstance(value, Kernel) and value._dispatcher is not None:
-                g[name] = value._dispatcher
+    with _LOCK:
+        _STATE["numba"] = True
+        _STATE["dirty"] = False
+        for k in list(_KERNELS):
+            if k._dispatcher is None:
+                k._dispatcher = numba.njit(**k.options)(k.py_func)
+                _BY_DISPATCHER[id(k._dispatcher)] = k
+        seen: set[int] = set()
+        for k in list(_KERNELS):
+            g = k.py_func.__globals__
+            if id(g) in seen:
+                continue
+            seen.add(id(g))
+            for name, value in list(g.items()):
+                if isinstance(value, Kernel) and value._dispatcher is not None:
+                    g[name] = value._dispatcher
 
 
 # --------------------------------------------------------------------------------------------
