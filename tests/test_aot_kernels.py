@@ -238,3 +238,19 @@ def test_positional_signatures_are_refused():
         aot.njit("int64(int64)")
     with pytest.raises(ValueError, match="scalar type"):
         aot._checker("int8")
+
+
+@needs_build
+def test_warm_simulator_commands_do_not_import_numba():
+    """`curves` and `simulate` on the conversation trace, served by the build, never import numba."""
+    code = """
+import contextlib, io, sys
+from tiered_kv.cli import main
+with contextlib.redirect_stdout(io.StringIO()):
+    assert main(["curves", "--trace", "conversation", "--json"]) == 0
+    assert main(["simulate", "--trace", "conversation", "--policy", "lru", "--capacity", "10000000", "--json"]) == 0
+print("numba" in sys.modules, any(m.startswith(("numba.", "llvmlite")) for m in sys.modules))
+"""
+    proc = subprocess.run([sys.executable, "-c", code], env=_env(), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.split() == ["False", "False"]
