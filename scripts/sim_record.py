@@ -25,6 +25,11 @@ RATIONALE = """## What was chosen and why
   exact TTL expiry and watermark eviction in one kernel), the Fenwick-tree stack distances and the
   Belady heap. Each decision depends on the state the previous one left, so numpy cannot
   vectorise them, and a plain Python loop over them is far slower.
+- **Compiled ahead of time** (`tiered_kv/sim/aot.py`): the kernels `curves` and `simulate` run
+  are also built into a C extension by `numba.pycc` at install (`scripts/setup_env.sh`), used
+  when it is fresh (a hash of the kernels' sources) and the arguments match its signature
+  exactly, so those commands start without importing numba or compiling anything; any other call
+  goes to numba as before, with the same bits (`tests/test_aot_kernels.py`).
 - **One pass per curve**: a block is a leading hit iff the running maximum of its request's
   stack distances (LRU) or reuse times (TTL) is within the capacity or TTL, so a sorted array and
   a cumulative sum of token weights answer all points (proof in `tiered_kv/sim/curves.py`).
