@@ -6,12 +6,15 @@ its bound, the stored global KV is still one K/V per token from the encoder alon
 checkpoints saved before the options existed load as they were trained.
 """
 
+import math
+
 import pytest
 import torch
 
 from tiered_kv.model import EncoderDecoder, ModelConfig, load_checkpoint, preset, save_checkpoint
 
-OPTIONS = dict(cross_smear=True, qk_norm=True, untied_output=True, embed_init_std=1.0, cross_rope=False)
+OPTIONS = dict(cross_smear=True, qk_norm=True, cross_logit_scale=2.0, untied_output=True, embed_init_std=1.0,
+               cross_rope=False)
 
 
 def _tokens(n, seed=0):
@@ -22,7 +25,7 @@ def _model(**over):
     torch.manual_seed(0)
     m = EncoderDecoder(preset("tiny", **{**OPTIONS, **over})).eval()
     with torch.no_grad():  # untrained gains are 1 and smear 0.5: move them so the test can tell
-        for name, p in m.named_parameters():
+        for p in m.parameters():
             if p.ndim > 1:
                 p.mul_(8)
             else:
@@ -31,7 +34,8 @@ def _model(**over):
 
 
 @torch.no_grad()
-@pytest.mark.parametrize("over", [{}, {"cross_rope": True}, {"cross_smear": False}, {"qk_norm": False}])
+@pytest.mark.parametrize("over", [{}, {"cross_rope": True}, {"cross_smear": False}, {"qk_norm": False},
+                                  {"cross_logit_scale": 0.0}])
 def test_paths_agree_and_continuation_is_exact(over):
     m = _model(**over)
     t = _tokens(83, seed=3)
@@ -91,10 +95,11 @@ def test_checkpoint_saved_before_the_options_loads_as_trained(tmp_path):
     old = EncoderDecoder(preset("tiny")).eval()
     path = tmp_path / "old.pt"
     blob_cfg = {k: v for k, v in old.cfg.to_dict().items()
-                if k not in ("cross_smear", "qk_norm", "untied_output", "embed_init_std", "cross_rope")}
+                if k not in ("cross_smear", "qk_norm", "cross_logit_scale", "untied_output", "embed_init_std",
+                             "cross_rope")}
     torch.save({"config": blob_cfg, "state_dict": old.state_dict(), "meta": {}}, path)
     loaded, _ = load_checkpoint(path)
-    assert not (loaded.cfg.cross_smear or loaded.cfg.qk_norm or loaded.cfg.untied_output)
+    assert not (loaded.cfg.cross_smear or loaded.cfg.qk_norm or loaded.cfg.untied_output or loaded.cfg.cross_logit_scale)
     t = _tokens(30)
     torch.testing.assert_close(loaded.forward(t), old.forward(t), rtol=0, atol=1e-6)
 
@@ -102,3 +107,20 @@ def test_checkpoint_saved_before_the_options_loads_as_trained(tmp_path):
 def test_embed_init_std_out_of_range_names_the_setting():
     with pytest.raises(ValueError, match="embed_init_std"):
         ModelConfig(embed_init_std=0.0)
+    with pytest.raises(ValueError, match="cross_logit_scale"):
+        ModelConfig(cross_logit_scale=-1.0)
+
+
+@torch.no_grad()
+def test_cross_logit_scale_multiplies_every_logit_of_its_head():
+    """Doubling a head's scale equals doubling its queries: the attention gets sharper, the
+    model is a different function, and a scale of 1 is no scale at all."""
+    one = _model(cross_logit_scale=1.0)
+    none = _model(cross_logit_scale=0.0)
+    none.load_state_dict({k: v for k, v in one.state_dict().items() if "log_scale" not in k})
+    for layer in one.decoder:
+        layer.cross.log_scale.zero_()
+    t = _tokens(50, seed=5)
+    torch.testing.assert_close(one.forward(t), none.forward(t), rtol=0, atol=1e-5)
+    one.decoder[0].cross.log_scale.fill_(math.log(3.0))
+    assert (one.forward(t) - none.forward(t)).abs().max().item() > 1e-3

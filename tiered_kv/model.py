@@ -82,6 +82,13 @@ class ModelConfig:
     #: normed keys; the stored global keys are normed by each decoder layer), so the tiers'
     #: contents keep their meaning. Off for checkpoints saved before it existed.
     qk_norm: bool = False
+    #: Learnable per-head multiplier on the cross-attention logits, starting at this value
+    #: (0: none). With QK-norm a logit is at most sqrt(head_dim) times the norms' gains: 5.7
+    #: at head_dim 32, too flat to pick one position out of thousands; sharpening the
+    #: cross-attention of a partly trained model by hand lowered its long-context loss, so
+    #: the scale is a parameter of its own (in log space: Adam moves it by a factor, not a
+    #: step) instead of waiting for 32 per-dimension gains to grow.
+    cross_logit_scale: float = 0.0
     #: A separate output projection instead of the transposed token embedding. Tying the two
     #: (and starting the table at std 0.02) kept a copy mechanism from forming on the toy copy
     #: task within its budget; an untied head lets the input table keep a large, distinct
@@ -111,6 +118,7 @@ class ModelConfig:
         need(self.rope_theta > 1, "rope_theta", "> 1")
         need(0 < self.norm_eps < 1, "norm_eps", "in (0, 1)")
         need(0 < self.embed_init_std <= 10, "embed_init_std", "in (0, 10]")
+        need(0 <= self.cross_logit_scale <= 100, "cross_logit_scale", "in [0, 100] (0: no scale)")
 
     @property
     def exact_replay_tokens(self) -> int:
@@ -231,6 +239,9 @@ class CrossAttention(nn.Module):
         self.smear = nn.Parameter(torch.zeros(cfg.kv_heads)) if cfg.cross_smear else None
         self.q_norm = nn.RMSNorm(cfg.head_dim, eps=cfg.norm_eps) if cfg.qk_norm else None
         self.k_norm = nn.RMSNorm(cfg.head_dim, eps=cfg.norm_eps) if cfg.qk_norm else None
+        #: log of the per-query-head logit multiplier (None: plain 1/sqrt(head_dim) scaling)
+        self.log_scale = (nn.Parameter(torch.full((cfg.n_heads,), math.log(cfg.cross_logit_scale)))
+                          if cfg.cross_logit_scale else None)
 
     def _k(self, gk: torch.Tensor) -> torch.Tensor:
         """Keys this layer matches against: the stored global keys, smeared when configured.
@@ -248,6 +259,8 @@ class CrossAttention(nn.Module):
         q = self.wq(x).unflatten(-1, (self.cfg.n_heads, self.cfg.head_dim))
         if self.q_norm is not None:
             q = self.q_norm(q)
+        if self.log_scale is not None:  # scaling the queries scales every logit of the head
+            q = q * self.log_scale.exp().to(q.dtype)[:, None]
         return rope(q, positions, self.cfg.rope_theta) if self.cfg.cross_rope else q
 
     def forward_batched(self, x, gk, gv):
