@@ -13,14 +13,16 @@ element, and GB/s = bytes_per_element * elements / seconds (10^9 bytes). Bytes p
 On the CPU each path's GB/s is set against ``torch.clone`` of the same input, timed
 alternately with it in the same run (``ratio_vs_clone``; the target for the CPU paths is at
 least 0.25). On CUDA the figures are also a fraction of the device's peak memory bandwidth
-(H200: 4.8 TB/s; the target is 0.75). Times are the best of ``--repeat`` calls after a warm-up
-call (which also compiles or loads the numba / Triton kernels); CUDA times come from
-``triton.testing.do_bench``. Not a test: nothing here is asserted.
+(H200: 4.8 TB/s; the target is 0.75). Times are the median of ``--repeat`` calls after a
+warm-up call (which also compiles or loads the numba / Triton kernels), every call recorded in
+``seconds_all`` (and each call's ratio against the clone timed just before it in
+``ratio_vs_clone_all``); CUDA times are ``triton.testing.do_bench``'s median. Not a test: nothing here is asserted.
 """
 
 from __future__ import annotations
 
 import argparse
+import statistics
 import time
 from collections.abc import Callable
 from typing import Any
@@ -40,8 +42,8 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), default=None,
                         help="input dtype (default: float32 on CPU, bfloat16 on CUDA)")
     parser.add_argument("--repeat", type=int, default=7,
-                        help="timed calls per path (best kept; the slow torch reference on "
-                             "the CPU gets half as many)")
+                        help="timed calls per path (median kept, every call recorded; the slow "
+                             "torch reference on the CPU gets half as many)")
     parser.add_argument("--attn-tokens", type=int, default=None,
                         help="replay segment length Tq for attention (default: 256 CPU, 8192 "
                              "CUDA); keys are Tq + window")
@@ -58,31 +60,43 @@ def register(parser: argparse.ArgumentParser) -> None:
 
 
 def _cpu_pair(fn: Callable[[], Any], baseline: Callable[[], Any], repeat: int,
-              clock: Callable[[], float]) -> tuple[float, float]:
-    """Best-of times of ``fn`` and ``baseline``, measured alternately so that load from other
-    processes on a shared machine hits both alike."""
+              clock: Callable[[], float]) -> tuple[float, float, list[float], list[float]]:
+    """Median times of ``fn`` and ``baseline`` and every timed call of each, measured
+    alternately so that load from other processes on a shared machine hits both alike.
+
+    Medians, not best-of: the record reports a typical call with its spread (every call is
+    returned), and a best-of on a shared machine reports whichever call the neighbours spared.
+    """
     fn()
     baseline()
-    best_fn = best_base = float("inf")
+    fn_all: list[float] = []
+    base_all: list[float] = []
     for _ in range(max(repeat, 1)):
         t0 = clock()
         baseline()
         t1 = clock()
         fn()
         t2 = clock()
-        best_base = min(best_base, t1 - t0)
-        best_fn = min(best_fn, t2 - t1)
-    return best_fn, best_base
+        base_all.append(t1 - t0)
+        fn_all.append(t2 - t1)
+    return statistics.median(fn_all), statistics.median(base_all), fn_all, base_all
 
 
-def _entry(seconds: float, elements: int, bytes_per_element: float, clone_gbps: float | None,
-           peak_gbps: float | None, base_seconds: float | None = None) -> dict:
+def _entry(timing: tuple, elements: int, bytes_per_element: float, clone_gbps: float | None,
+           peak_gbps: float | None) -> dict:
+    """One path's figures from ``(median s, median baseline s or None, every call, every baseline
+    call or None)``; ``ratio_vs_clone_all`` pairs each call with the clone timed just before it."""
+    seconds, base_seconds, runs, base_runs = timing
     gbps = bytes_per_element * elements / seconds / 1e9
     out = {"seconds": seconds, "elements_per_s": elements / seconds,
-           "bytes_per_element": bytes_per_element, "gbps": gbps}
+           "bytes_per_element": bytes_per_element, "gbps": gbps, "seconds_all": list(runs)}
     if base_seconds is not None:
         out["clone_gbps"] = clone_gbps
         out["ratio_vs_clone"] = gbps / clone_gbps
+        out["clone_seconds_all"] = list(base_runs)
+        clone_bpe = clone_gbps * base_seconds * 1e9 / elements  # bytes the clone moves per element
+        out["ratio_vs_clone_all"] = [b / f * bytes_per_element / clone_bpe
+                                     for f, b in zip(runs, base_runs, strict=True)]
     if peak_gbps:
         out["fraction_of_peak"] = gbps / peak_gbps
     return out
@@ -159,9 +173,10 @@ def _run(args: argparse.Namespace, torch, device, dtype, size: int, cuda: bool) 
 
         def timed(fn, reps=args.repeat):
             fn()
-            return do_bench(fn, warmup=25, rep=max(50, 20 * reps)) / 1e3, None
+            s = do_bench(fn, warmup=25, rep=max(50, 20 * reps), return_mode="median") / 1e3
+            return s, None, [s], None
 
-        clone_s, _ = timed(lambda: x.clone())
+        clone_s, *_ = timed(lambda: x.clone())
         clone_gbps = 2 * in_bytes * n / clone_s / 1e9
         backends = ("triton", "torch")
     else:
@@ -170,11 +185,14 @@ def _run(args: argparse.Namespace, torch, device, dtype, size: int, cuda: bool) 
         def timed(fn, reps=args.repeat):
             return _cpu_pair(fn, lambda: x.clone(), reps, clock)
 
-        clone_s = _cpu_pair(lambda: x.clone(), lambda: x.clone(), args.repeat, clock)[1]
+        clone_s, clone_all = (lambda t: (t[1], t[3]))(
+            _cpu_pair(lambda: x.clone(), lambda: x.clone(), args.repeat, clock))
         clone_gbps = 2 * in_bytes * n / clone_s / 1e9
         backends = ("numba", "torch") if fp4._has_numba() else ("torch",)
     result["clone"] = {"seconds": clone_s, "bytes_per_element": 2.0 * in_bytes,
                        "gbps": clone_gbps}
+    if not cuda:
+        result["clone"]["seconds_all"] = clone_all
     if peak:
         result["clone"]["fraction_of_peak"] = clone_gbps / peak
 
@@ -186,13 +204,13 @@ def _run(args: argparse.Namespace, torch, device, dtype, size: int, cuda: bool) 
         fp4.dequantize(q, dtype, backend=backend)
         jit_s = time.perf_counter() - t_jit
         reps = args.repeat if (cuda or backend != "torch") else max(1, args.repeat // 2)
-        qs, base = timed(lambda f=fmt, b=backend: fp4.quantize(x, f, backend=b), reps)
-        ds, base_d = timed(lambda q=q, b=backend: fp4.dequantize(q, dtype, backend=b), reps)
+        tq = timed(lambda f=fmt, b=backend: fp4.quantize(x, f, backend=b), reps)
+        td = timed(lambda q=q, b=backend: fp4.dequantize(q, dtype, backend=b), reps)
         side = fp4.bytes_per_element(fmt)
-        cb = clone_gbps if base is None else 2 * in_bytes * n / base / 1e9
-        cbd = clone_gbps if base_d is None else 2 * in_bytes * n / base_d / 1e9
-        fp4_out[fmt]["quantize"][backend] = _entry(qs, n, in_bytes + side, cb, peak, base)
-        fp4_out[fmt]["dequantize"][backend] = _entry(ds, n, side + in_bytes, cbd, peak, base_d)
+        cb = clone_gbps if tq[1] is None else 2 * in_bytes * n / tq[1] / 1e9
+        cbd = clone_gbps if td[1] is None else 2 * in_bytes * n / td[1] / 1e9
+        fp4_out[fmt]["quantize"][backend] = _entry(tq, n, in_bytes + side, cb, peak)
+        fp4_out[fmt]["dequantize"][backend] = _entry(td, n, side + in_bytes, cbd, peak)
         fp4_out[fmt]["quantize"][backend]["first_call_seconds"] = jit_s
     result["fp4"] = fp4_out
 
@@ -212,12 +230,12 @@ def _run(args: argparse.Namespace, torch, device, dtype, size: int, cuda: bool) 
     for backend in attn_backends:
         fn = lambda b=backend: swa.sliding_window_attention(q, k, v, W, W, backend=b)  # noqa: E731
         if cuda:
-            s, base = timed(fn)
+            t = timed(fn)
         else:
-            s, base = _cpu_pair(fn, lambda: q.clone(), max(2, args.repeat // 2), clock)
-        cb = clone_gbps if base is None else 2 * q.numel() * in_bytes / base / 1e9
-        e = _entry(s, q.numel(), attn_bytes, cb, peak, base)
-        e["tflops"] = 4.0 * pairs * Hq * D / s / 1e12
+            t = _cpu_pair(fn, lambda: q.clone(), max(2, args.repeat // 2), clock)
+        cb = clone_gbps if t[1] is None else 2 * q.numel() * in_bytes / t[1] / 1e9
+        e = _entry(t, q.numel(), attn_bytes, cb, peak)
+        e["tflops"] = 4.0 * pairs * Hq * D / t[0] / 1e12
         attn[backend] = e
     result["attention"] = attn
     result["bytes_per_element_formulas"] = {
