@@ -126,8 +126,8 @@ def store_ratio_runs(size: dict, num: str, den: str) -> list[float]:
 def render_store(r: dict) -> str:
     lines = [f"Prefix of {r['prefix_tokens']:,} tokens in {r['block_size']}-token chunks, {r['repeat']} repeats "
              f"(writes and warm reads interleaved with the raw baselines, order alternating per repeat), "
-             f"io_threads {r['io_threads']}, file system under `{r['filesystem_dir']}`. Ratio = raw time / tier "
-             "time (above 1: the tier is faster); each cell is median raw time / median tier time, with the "
+             f"io_threads {r['io_threads']}, file system under `{r['filesystem_dir']}`. Each cell is median raw "
+             "time / median tier time (above 1: the tier is faster), with the "
              f"range of the repeats' own ratios. {r['notes']}.", "",
              "| size per token | chunk | " + " | ".join(n for n, _, _ in STORE_RATIOS)
              + " | get_prefix p50 / p99 by readers |",

@@ -9,7 +9,7 @@ bytes kept like a prefix is), the same loop on a thread pool (``raw_parallel``),
 ``os.open/os.read`` loop (``raw_os``, reported beside). Reads are measured warm (page cache) and cold (``os.sync`` then
 ``POSIX_FADV_DONTNEED`` on every file). get_prefix latency p50/p99 is measured warm with 1, 4
 and 16 concurrent reader threads. ``--naive`` also times the layout this replaced: one Zarr
-array per chunk. Medians of ``--repeat`` runs; the machine may be shared, so compare ratios.
+array per chunk. Medians of ``--repeat`` runs (every run kept in ``seconds_all``); the machine may be shared, so compare ratios.
 
 ``--local-s3`` (a moto S3 server started on 127.0.0.1) or ``--url s3://bucket/prefix`` (a real
 bucket, configured from the environment) benchmark the tier on object storage instead, against
@@ -193,6 +193,7 @@ def _size_case(label: str, ns, tokens, root: Path, args, pool) -> dict:
     med = {k: _median(v) for k, v in timings.items() if v}
     gbps = lambda s: total / s / 1e9
     res["seconds"] = med
+    res["seconds_all"] = {k: v for k, v in timings.items() if v}  # every repeat, for the spread
     res["GBps"] = {k: gbps(v) for k, v in med.items()}
     res["put_ratio_vs_raw"] = med["raw_write"] / med["put"]
     res["put_ratio_vs_raw_parallel"] = med["raw_write_parallel"] / med["put"]
