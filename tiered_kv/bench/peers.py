@@ -5,7 +5,8 @@ and ``fifo``, and LMCache's cache simulator (``lru``), on the same trace and the
 capacities as tiered-kv under the matching ``--semantics`` preset, in this one process run.
 For every peer and policy it reports the hit tokens from both sides, ``identical`` (every
 point equal, not just the rate) and ``speedup_vs_peer`` = peer wall time / tiered-kv wall time
-for the whole curve.
+for the whole curve, medians of ``--repeat`` rounds interleaved (peer, ours, peer, ours, ...),
+every round recorded (``peer_seconds_all``, ``ours_seconds_all``, and the CPU times).
 
 What is timed: the peer from its own parsed input (kvcache.ai: ``run_cpp_sweep`` on its
 ``TraceData``, which writes its binary trace, builds its trie and runs one simulation per
@@ -51,7 +52,9 @@ def register(parser: argparse.ArgumentParser) -> None:
                         help="capacities of the libCacheSim comparisons (default 20)")
     parser.add_argument("--libcachesim-repeat", type=int, default=3,
                         help="interleaved timed rounds per side for libCacheSim, median kept (default 3)")
-    parser.add_argument("--repeat", type=int, default=1, help="timed runs per side (best kept; default 1)")
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="interleaved timed rounds per side for kvcache-simulator and LMCache, "
+                             "median kept, every round recorded (default 1)")
     parser.add_argument("--lmcache-bytes-per-token", type=int, default=2,
                         help="bytes per token in the exported LMCache log (sets bytes per chunk; default 2)")
 
@@ -64,15 +67,33 @@ def _cpu_seconds() -> float:
     return time.process_time() + kids.ru_utime + kids.ru_stime
 
 
-def _best(fn, repeat: int) -> tuple[Any, float, float]:
-    """(result, best wall seconds, best CPU seconds) over ``repeat`` runs."""
-    wall, cpu, out = float("inf"), float("inf"), None
+def _interleaved(peer_fn, ours_fn, repeat: int) -> tuple[Any, Any, dict[str, dict[str, list[float]]]]:
+    """(peer result, our result, every round's wall and CPU seconds per side) over ``repeat``
+    rounds run peer, ours, peer, ours, ...: load from other jobs on a shared machine hits both
+    sides alike, and the record keeps the median with its spread, never a best-of."""
+    runs: dict[str, dict[str, list[float]]] = {s: {"wall": [], "cpu": []} for s in ("peer", "ours")}
+    out: dict[str, Any] = {}
     for _ in range(max(1, repeat)):
-        t0, c0 = time.perf_counter(), _cpu_seconds()
-        out = fn()
-        wall = min(wall, time.perf_counter() - t0)
-        cpu = min(cpu, _cpu_seconds() - c0)
-    return out, wall, cpu
+        for side, fn in (("peer", peer_fn), ("ours", ours_fn)):
+            t0, c0 = time.perf_counter(), _cpu_seconds()
+            out[side] = fn()
+            runs[side]["wall"].append(time.perf_counter() - t0)
+            runs[side]["cpu"].append(_cpu_seconds() - c0)
+    return out["peer"], out["ours"], runs
+
+
+def _timed_compare(peer_fn, ours_fn, repeat: int, ours_policy: str) -> dict:
+    """Run both sides interleaved and compare them: medians in the usual keys, every round
+    beside them (``peer_seconds_all``, ``ours_seconds_all``, ``*_cpu_seconds_all``)."""
+    import statistics
+
+    peer, ours, runs = _interleaved(peer_fn, ours_fn, repeat)
+    med = {s: (statistics.median(r["wall"]), statistics.median(r["cpu"])) for s, r in runs.items()}
+    rec = _compare(peer, ours, med["peer"], med["ours"], ours_policy)
+    rec.update({"repeat": int(max(1, repeat)), "peer_seconds_all": runs["peer"]["wall"],
+                "ours_seconds_all": runs["ours"]["wall"], "peer_cpu_seconds_all": runs["peer"]["cpu"],
+                "ours_cpu_seconds_all": runs["ours"]["cpu"]})
+    return rec
 
 
 def _compare(peer: np.ndarray, ours: np.ndarray, peer_t: tuple, ours_t: tuple, ours_policy: str) -> dict:
@@ -119,13 +140,17 @@ def _kvcache(df, path, caps_blocks, policies, repeat, bar) -> dict:
     w = trace.request_starts[trace.request_count // 2]
     out["total_tokens"] = int(sum(trace.tokens[w:]))
     for pol in policies:
-        bar.set_description(f"kvcache-simulator {pol}")
-        peer, *peer_t = _best(lambda p=pol: peers.run_kvcache(trace, caps_blocks, p, backend=backend), repeat)
-        bar.update(1)
-        bar.set_description(f"tiered-kv {peers.KVCACHE_POLICIES[pol]}")
-        ours, *ours_t = _best(lambda p=pol: peers.ours_kvcache(df, caps_blocks, p), repeat)
-        bar.update(1)
-        out[pol] = _compare(peer, ours, peer_t, ours_t, peers.KVCACHE_POLICIES[pol])
+        bar.set_description(f"kvcache-simulator {pol} vs tiered-kv {peers.KVCACHE_POLICIES[pol]}")
+
+        def peer_fn(p=pol):
+            bar.update(1)
+            return peers.run_kvcache(trace, caps_blocks, p, backend=backend)
+
+        def ours_fn(p=pol):
+            bar.update(1)
+            return peers.ours_kvcache(df, caps_blocks, p)
+
+        out[pol] = _timed_compare(peer_fn, ours_fn, repeat, peers.KVCACHE_POLICIES[pol])
     return out
 
 
@@ -154,11 +179,8 @@ def _lmcache(df, caps_chunks, repeat, bytes_per_token, bar) -> dict:
             bar.update(1)
         return np.array(hits, dtype=np.int64)
 
-    bar.set_description("lmcache lru")
-    peer, *peer_t = _best(peer_curve, repeat)
-    bar.set_description("tiered-kv lru (lmcache semantics)")
-    ours, *ours_t = _best(lambda: peers.ours_lmcache(df, caps_chunks), repeat)
-    out["lru"] = _compare(peer, ours, peer_t, ours_t, "lru")
+    bar.set_description("lmcache lru vs tiered-kv lru (lmcache semantics)")
+    out["lru"] = _timed_compare(peer_curve, lambda: peers.ours_lmcache(df, caps_chunks), repeat, "lru")
     return out
 
 
@@ -230,7 +252,8 @@ def run(args: argparse.Namespace) -> dict:
         "trace": str(path), "requests": df.height, "block_size": bs, "points": int(args.points),
         "capacities_tokens": caps_tokens.tolist(), "capacities_blocks": caps_blocks.tolist(),
         "numba_warmup_seconds": _warm_numba(),
-        "note": "wall times on a shared machine (other jobs running); ratios are from one run",
+        "note": "wall times on a shared machine (other jobs running); medians of --repeat interleaved "
+                "rounds (peer, ours, ...), every round in *_seconds_all",
     }
     lcs_points = int(getattr(args, "libcachesim_points", 20))
     lcs_repeat = int(getattr(args, "libcachesim_repeat", 3))
@@ -262,7 +285,8 @@ def run(args: argparse.Namespace) -> dict:
             for v in result.get(peer, {}).values():
                 if isinstance(v, dict):
                     for k in ("hit_tokens_peer", "hit_tokens_ours", "hits_peer", "hits_ours",
-                              "peer_seconds_all", "ours_seconds_all"):
+                              "peer_seconds_all", "ours_seconds_all", "peer_cpu_seconds_all",
+                              "ours_cpu_seconds_all"):
                         v.pop(k, None)
             result.get(peer, {}).pop("capacities_blocks", None)
         result.pop("capacities_tokens")
