@@ -182,6 +182,19 @@ def render_peers(r: dict) -> str:
 
 
 # ----------------------------------------------------------------------------------- retention
+#: Issue 9's synthetic target is for a 14-day run of about 10 M block accesses: a smaller run
+#: says nothing about it (a run within 5 % of the size counts).
+RETENTION_SYNTH_ACCESSES = 10e6
+
+
+def retention_met(r: dict, key: str) -> str:
+    """'yes' / 'no' against the JSON's own verdict, or why it does not apply."""
+    n = r[key]["block_accesses"]
+    if key == "synthetic_14d" and n < 0.95 * RETENTION_SYNTH_ACCESSES:
+        return f"not at the target's size ({n / 1e6:.1f} M of {RETENTION_SYNTH_ACCESSES / 1e6:g} M accesses)"
+    return "yes" if r["meets_targets"][key] else "no"
+
+
 def render_retention(r: dict) -> str:
     lines = [f"Trace `{r['trace']}` (load and compile {sec(r['load_and_compile_trace_s'])}, numba warm-up "
              f"{sec(r['jit_warmup_s'])}, neither inside a timing). Curves + frontier and the per-TTL event-replay "
@@ -200,7 +213,7 @@ def render_retention(r: dict) -> str:
         lines.append(f"| {name} | "
                      f"{m['block_accesses']:,} | {m['ttl_points_per_class']} | "
                      f"{spread(m.get('curves_frontier_s_all', [m['curves_frontier_s']]), sec)} | "
-                     f"{r['targets_s'][key]:g} s | {'yes' if r['meets_targets'][key] else 'no'} | "
+                     f"{r['targets_s'][key]:g} s | {retention_met(r, key)} | "
                      f"{sec(m['analysis_s'])} | "
                      f"{spread(m.get('baseline_replay_per_ttl_s_all', [m['baseline_replay_per_ttl_s']]), sec)} | "
                      f"{sec(m['baseline_all_ttls_s'])} ({base_note}) | "

@@ -1,0 +1,75 @@
+"""Synthetic multi-day workload: generation speed of the ``mixed`` preset and the calibration
+table (:mod:`tiered_kv.sim.workload.calibration`) as JSON.
+
+- ``generate``: wall seconds of ``generate(PRESETS["mixed"], --days, seed)`` for every seed of
+  ``--seeds``, in ``--repeat`` rounds that go through the seeds in turn (interleaved, so load
+  from other jobs on a shared machine spreads over all of them); the median over every timed
+  call and every call itself are reported, with requests, block accesses and accesses/s;
+- ``calibration``: :func:`~tiered_kv.sim.workload.calibration.calibration_report` of each of
+  ``--calibration-seeds`` (full size unless ``--quick-calibration``): every statistic beside
+  its target and tolerance, and whether it is within.
+
+Not a test: nothing is asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import resource
+import statistics
+import time
+from typing import Any
+
+NAME = "synth"
+HELP = "synthetic workload: generation speed of the 14-day mixed preset and the calibration table"
+
+
+def register(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--days", type=float, default=14.0, help="days to generate (default 14)")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="seeds timed (default 0 1 2)")
+    parser.add_argument("--repeat", type=int, default=1, help="rounds over the seeds (default 1)")
+    parser.add_argument("--calibration-seeds", type=int, nargs="*", default=[0, 1, 2],
+                        help="seeds of the calibration table (default 0 1 2; none skips it)")
+    parser.add_argument("--quick-calibration", action="store_true",
+                        help="calibration at reduced sizes (calibration_report(quick=True))")
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    from tiered_kv.sim.workload.calibration import calibration_report
+    from tiered_kv.sim.workload.synth import PRESETS, generate
+
+    if args.days <= 0:
+        raise ValueError(f"--days: must be > 0, got {args.days}")
+    if args.repeat < 1 or not args.seeds:
+        raise ValueError("synth: need --repeat >= 1 and at least one --seeds value")
+    generate(PRESETS["mixed"], 0.01, 0)  # imports and first-call costs, not timed
+    calls: list[dict[str, Any]] = []
+    for r in range(args.repeat):
+        for seed in args.seeds:
+            t0 = time.perf_counter()
+            df = generate(PRESETS["mixed"], args.days, seed)
+            s = time.perf_counter() - t0
+            n = int(df["block_ids"].list.len().sum())
+            calls.append({"round": r, "seed": seed, "seconds": s, "requests": int(df.height),
+                          "block_accesses": n, "accesses_per_s": n / s})
+            del df
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    secs = [c["seconds"] for c in calls]
+    rates = [c["accesses_per_s"] for c in calls]
+    out: dict[str, Any] = {
+        "preset": "mixed", "days": args.days, "seeds": list(args.seeds), "repeat": args.repeat,
+        "generate": {"seconds": statistics.median(secs), "seconds_all": secs,
+                     "accesses_per_s": statistics.median(rates),
+                     "block_accesses": statistics.median(c["block_accesses"] for c in calls),
+                     "requests": statistics.median(c["requests"] for c in calls),
+                     "calls": calls, "peak_rss_mib": rss},
+    }
+    reports = []
+    for seed in args.calibration_seeds:
+        t0 = time.perf_counter()
+        rows = calibration_report(seed, quick=args.quick_calibration).to_dicts()
+        reports.append({"seed": seed, "seconds": time.perf_counter() - t0, "rows": rows})
+    if reports:
+        out["calibration"] = {"quick": bool(args.quick_calibration), "reports": reports,
+                              "all_within": all(r["within"] for rep in reports for r in rep["rows"])}
+    return out
