@@ -6,7 +6,8 @@
         ["machine note"]
     .venv/bin/python scripts/summary_record.py && scripts/assemble_benchmarks.sh
 
-Areas: kernels, store, peers, retention, widgets, synth (``tiered-kv bench <area> --json``).
+Areas: kernels, store, peers, retention, widgets, synth (``tiered-kv bench <area> --json``), and
+kernels_gpu (the JSON of ``tiered-kv bench kernels --json`` on a CUDA device).
 The JSON is copied to benchmarks/results/<area>.json with a ``recorded`` entry (the command
 and the machine note) that :mod:`summary_record` reads; the page shows every figure as the
 median with its spread (min-max over the interleaved repeats, and how many), computed here
@@ -280,13 +281,14 @@ def render_synth(r: dict) -> str:
 
 
 TITLES = {"kernels": "FP4 kernels (`tiered-kv bench kernels`)",
+          "kernels_gpu": "FP4 kernels on the GPU (`bash benchmarks/gpu_check.sh`: `tiered-kv bench kernels`)",
           "store": "SSD tier put / get_prefix vs raw files (`tiered-kv bench store`)",
           "peers": "Parity and speed against the public simulators (`tiered-kv bench peers`)",
           "retention": "Retention curves + oracle frontier speed (`tiered-kv bench retention`)",
           "widgets": "Retention dashboard slider redraw (`tiered-kv bench widgets`)",
           "synth": "Synthetic multi-day workload: generation speed and calibration (`tiered-kv bench synth`)"}
 RENDER: dict[str, Callable[[dict], str]] = {
-    "kernels": render_kernels, "store": render_store, "peers": render_peers, "retention": render_retention,
+    "kernels": render_kernels, "kernels_gpu": render_kernels, "store": render_store, "peers": render_peers, "retention": render_retention,
     "widgets": render_widgets, "synth": render_synth}
 
 
