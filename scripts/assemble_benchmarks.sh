@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# BENCHMARKS.md = the summary below + every benchmarks/results/*.md (each written by the
-# engineer who ran the command it names). Re-run after updating a results file.
+# BENCHMARKS.md = the summary + every benchmarks/results/*.md (each written by a record script
+# from its benchmark's JSON). Re-run after updating a results file: it first re-renders
+# benchmarks/SUMMARY.md from the JSONs (scripts/summary_record.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+"${PYTHON:-.venv/bin/python}" scripts/summary_record.py
 {
   cat benchmarks/SUMMARY.md
   for f in benchmarks/results/*.md; do
