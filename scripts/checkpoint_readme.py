@@ -27,6 +27,9 @@ def render(record: dict, ev: dict, name: str) -> str:
     probe = "\n".join(f"| {r['distance_bytes']:,} | {r['first_nats_per_byte']:.3f} | {r['repeat_nats_per_byte']:.3f} | "
                       f"{r['copy_gain_nats']:.3f} [{r['copy_gain_ci95'][0]:.3f}, {r['copy_gain_ci95'][1]:.3f}] |"
                       for r in ev.get("copy_probe", []))
+    toy_note = ("What kept copying from forming in earlier checkpoints was narrowed down on a toy copy task "
+                "(16 random\nsymbols, loss on the copy only): `induction_toy.md` beside this file (written by "
+                "`scripts/induction_toy.py\n--render` from its JSON).")
     probe_section = f"""
 Copy probe (does it copy? a {ev['copy_probe'][0]['span_bytes']}-byte held-out span repeated d bytes after it
 ends; loss of the repeat's bytes after its first against the same bytes the first time;
@@ -36,10 +39,9 @@ ends; loss of the repeat's bytes after its first against the same bytes the firs
 |---:|---:|---:|---|
 {probe}
 
-Why copying has not formed is being narrowed down on a toy copy task (16 random symbols, loss on
-the copy only), where a standard PyTorch transformer learns it and this architecture has not:
-`induction_toy.md` beside this file (written by `scripts/induction_toy.py --render` from its JSON).
+{toy_note}
 """ if ev.get("copy_probe") else ""
+    options = _options(m)
     hc = "\n".join(f"| {h['step']:,} | {h['tokens'] / 1e6:.2f} M | {h['heldout_nats_per_byte']:.3f} |"
                    for h in record.get("heldout_curve", []))
     return f"""# Trained checkpoints
@@ -53,7 +55,7 @@ The `{m['name']}` preset of `tiered_kv.model` (YOCO-style encoder-decoder: {m['e
 encoder layers, one global K/V per token, {m['dec_layers']} decoder layers with sliding-window
 self-attention and cross-attention to the global KV; d_model {m['d_model']}, {m['n_heads']} query heads,
 {m['kv_heads']} KV heads of dim {m['head_dim']}, SwiGLU {m['mlp_hidden']}, W={m['window']}, R={m['replay']};
-**{record['params']:,} parameters**), weights stored in bf16.
+**{record['params']:,} parameters**), weights stored in bf16. {options}
 
 Produced by exactly:
 
@@ -74,7 +76,8 @@ Produced by exactly:
   each of {t.get('recall_copies', 1)} independent draw(s) per sequence copies, in {t['recall_prob']:.0%} of the training
   sequences, a span of {t['recall_span'][0]}-{t['recall_span'][1]} bytes of real text from at least {t['recall_distance']} bytes earlier in the
   same sequence (beyond the window W={m['window']}), so predicting it needs the decoder's
-  cross-attention to the global KV. The rest of every sequence is unmodified text.
+  cross-attention to the global KV; the loss on a copy's predictable bytes is weighted
+  {t.get('recall_weight', 1.0):g}x in the batch mean. The rest of every sequence is unmodified text.
 
 ## Evaluation on the held-out files (`tiered-kv eval --json`)
 
@@ -95,6 +98,23 @@ Held-out loss during training (32 windows of 512 bytes, seed 1):
 |---:|---:|---:|
 {hc}
 """
+
+
+def _options(m: dict) -> str:
+    """The copy-mechanism options of the config, in words (absent fields: the old defaults)."""
+    parts = []
+    if m.get("cross_smear"):
+        parts.append("smeared keys on the cross-attention (each decoder layer matches a learned per-head mix "
+                     "of the stored global keys at j and j-1, so one layer can copy)")
+    if m.get("qk_norm"):
+        parts.append("QK-norm in every attention")
+    if m.get("cross_logit_scale"):
+        parts.append(f"a learnable per-head scale on the cross-attention logits (from {m['cross_logit_scale']:g})")
+    parts.append("rotary positions on the cross-attention" if m.get("cross_rope", True)
+                 else "no rotary positions on the cross-attention")
+    parts.append("an untied output head" if m.get("untied_output") else "the output tied to the token embedding")
+    parts.append(f"token embedding initialized at std {m.get('embed_init_std', 0.02):g}")
+    return "Options: " + "; ".join(parts) + "."
 
 
 def main(argv: list[str]) -> int:

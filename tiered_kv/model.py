@@ -20,6 +20,12 @@ Design choices worth knowing:
   to the global KV on the CPU sends the keys every query of a chunk can see to torch's flash
   kernel and masks only the causal square (:mod:`tiered_kv.attention`). Training uses a
   batched, masked SDPA path that computes the same function (tests check they all agree).
+- Copying from far back is what makes the global KV worth keeping, and a model trained for an
+  hour on a CPU does not learn it unaided (``data/checkpoints/induction_toy.md``). The small
+  preset therefore turns on the options that make it a one-layer circuit and let attention
+  learn from the first steps: smeared keys and a learnable logit scale on the
+  cross-attention, QK-norm, no rotary there, an untied output head, a unit-scale embedding
+  (see the fields of :class:`ModelConfig`). All are off for older checkpoints.
 - :class:`DecoderOnly` is a plain decoder-only transformer of the same depth (L_e+L_d
   sliding-window layers, each with its own KV), the baseline for prefill FLOP counts.
 """
@@ -133,9 +139,13 @@ PRESETS: dict[str, ModelConfig] = {
     # For tests: trains in seconds, windows small enough that replay exactness is cheap to hit.
     "tiny": ModelConfig(name="tiny", d_model=64, n_heads=2, kv_heads=1, head_dim=32, enc_layers=2,
                         dec_layers=2, mlp_hidden=128, window=16, replay=8, max_seq_len=2048),
-    # For measurements: a few million parameters, W=512, R=128; trains in ~15 min on 2 cores.
+    # For measurements: a few million parameters, W=512, R=128. Smeared keys, QK-norm, no
+    # rotary on the cross-attention and an untied output: the choices under which a copy
+    # mechanism through the global KV forms in a CPU-sized run (see the fields' comments).
     "small": ModelConfig(name="small", d_model=192, n_heads=6, kv_heads=2, head_dim=32, enc_layers=3,
-                         dec_layers=3, mlp_hidden=512, window=512, replay=128, max_seq_len=65536),
+                         dec_layers=3, mlp_hidden=512, window=512, replay=128, max_seq_len=65536,
+                         cross_rope=False, cross_smear=True, qk_norm=True, cross_logit_scale=2.0,
+                         untied_output=True, embed_init_std=1.0),
 }
 
 

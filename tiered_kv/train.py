@@ -110,11 +110,11 @@ class TrainConfig:
 
 TRAIN_PRESETS: dict[str, TrainConfig] = {
     "tiny": TrainConfig(steps=60, batch=8, seq_len=128, lr=3e-3, warmup=5, eval_windows=8),
-    # 1,600 steps of 8,192 tokens (13.1 M tokens, about 44% of one epoch), sequences growing
+    # 1,200 steps of 8,192 tokens (9.8 M tokens, about 33% of one epoch), sequences growing
     # 1K -> 2K -> 4K bytes (8x W at the end) with recall augmentation on a third of them.
-    "small": TrainConfig(steps=1600, batch=8, seq_len=1024, lr=3e-3, warmup=50, threads=2, amp=True,
-                         curriculum=((0.0, 1024), (0.3, 2048), (0.6, 4096)), recall_prob=0.33,
-                         eval_every=100, save_every=25),
+    "small": TrainConfig(steps=1200, batch=8, seq_len=1024, lr=3e-3, warmup=50, threads=2, amp=True,
+                         curriculum=((0.0, 1024), (0.25, 2048), (0.5, 4096)), recall_prob=0.5,
+                         recall_weight=2.0, eval_every=100, save_every=25),
     # Second stage, from the first stage's weights (``--init``): natural text plus two copied
     # spans of 64-512 bytes per 2K sequence, each from >= 600 bytes earlier, so that copying
     # through the global KV (an induction mechanism) is learnt; 13 M tokens of natural text
