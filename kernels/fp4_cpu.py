@@ -8,7 +8,7 @@ parallel over scale blocks, the way the Triton kernels work on a GPU. They follo
 reference's arithmetic (same E2M1 rounding formula, same integer scale rules, fp32 products
 and correctly rounded quotients), and the tests check every byte against it.
 
-What makes the loops vectorize (measured, see benchmarks/results/kernels.md): float32/int32
+What makes the loops vectorize (found by timing variants of them): float32/int32
 typed constants (a float64 literal widens every lane), a balanced tree for the block amax
 (an integer max over the sign-cleared bits, whose order is that of |x|), and a separate pack
 loop reading each pair of codes as one little-endian uint16.

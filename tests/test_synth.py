@@ -123,7 +123,7 @@ def test_real_trace_targets_are_measured_not_typed():
 def test_calibration_at_reduced_size():
     """Half-rate one-hour slices and a 14-day chatbot run at 1/40 of the Mooncake rate.
 
-    Tolerances are those of TARGETS (met at full size, benchmarks/results/synth.md) except, for
+    Tolerances are those of TARGETS (checked at full size by `tiered-kv bench synth`) except, for
     the noisier reduced size: input p90 and reuse-time quantiles 30 % (a half-rate hour holds
     about 6,000 requests and these quantiles follow a few long sessions), hit rates 0.04,
     averages and rates 10 %, and the 7 d -> 3 d loss between 0.3 and 1.3 points.
