@@ -81,8 +81,8 @@ def header(results: Path) -> str:
     cores = json.loads(store_json.read_text()).get("cpu_count", "?") if store_json.exists() else "?"
     rerun = sorted(p.stem for p in results.glob("*.json") if "recorded" in json.loads(p.read_text()))
     text = (f"The areas {', '.join(rerun)} were re-run and recorded by `scripts/bench_record.py` with "
-            "the machine note each section shows (at idle priority while a model training job held "
-            "every core at normal priority).") if rerun else ""
+            "the machine note each section shows (some quiet, some at idle priority beside a model "
+            "training job: each section says which).") if rerun else ""
     head = HEADER.format(cores=cores, rerun=text)
     if not (results / "kernels_gpu.json").exists():
         peak = PEAK_GBPS["H200"] / 1e3
