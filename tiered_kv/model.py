@@ -139,9 +139,8 @@ PRESETS: dict[str, ModelConfig] = {
     # For tests: trains in seconds, windows small enough that replay exactness is cheap to hit.
     "tiny": ModelConfig(name="tiny", d_model=64, n_heads=2, kv_heads=1, head_dim=32, enc_layers=2,
                         dec_layers=2, mlp_hidden=128, window=16, replay=8, max_seq_len=2048),
-    # For measurements: a few million parameters, W=512, R=128. Smeared keys, QK-norm, no
-    # rotary on the cross-attention and an untied output: the choices under which a copy
-    # mechanism through the global KV forms in a CPU-sized run (see the fields' comments).
+    # For measurements: a few million parameters, W=512, R=128, with the options that help a
+    # copy mechanism through the global KV form in a CPU-sized run (see the fields' comments).
     "small": ModelConfig(name="small", d_model=192, n_heads=6, kv_heads=2, head_dim=32, enc_layers=3,
                          dec_layers=3, mlp_hidden=512, window=512, replay=128, max_seq_len=65536,
                          cross_rope=False, cross_smear=True, qk_norm=True, cross_logit_scale=2.0,

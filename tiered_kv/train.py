@@ -110,8 +110,9 @@ class TrainConfig:
 
 TRAIN_PRESETS: dict[str, TrainConfig] = {
     "tiny": TrainConfig(steps=60, batch=8, seq_len=128, lr=3e-3, warmup=5, eval_windows=8),
-    # 1,200 steps of 8,192 tokens (9.8 M tokens, about 33% of one epoch), sequences growing
-    # 1K -> 2K -> 4K bytes (8x W at the end) with recall augmentation on a third of them.
+    # Sequences growing 1K -> 2K -> 4K bytes (8x W at the end), recall augmentation on half of
+    # them with the copies' loss weighted 2x; the record (data/checkpoints/small.json) has the
+    # tokens seen and the wall time.
     "small": TrainConfig(steps=1200, batch=8, seq_len=1024, lr=3e-3, warmup=50, threads=2, amp=True,
                          curriculum=((0.0, 1024), (0.25, 2048), (0.5, 4096)), recall_prob=0.5,
                          recall_weight=2.0, eval_every=100, save_every=25),
