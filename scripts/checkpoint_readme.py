@@ -1,9 +1,12 @@
 """Write data/checkpoints/README.md from a checkpoint's training record and its eval JSON.
 
-    python scripts/checkpoint_readme.py data/checkpoints/small.json data/checkpoints/small.eval.json
+    python scripts/checkpoint_readme.py data/checkpoints/small.json data/checkpoints/small.eval.json \
+        [data/checkpoints/small-base.eval.json]
 
-Every number in the README comes from those two files (written by `tiered-kv train` and
-`tiered-kv eval --json`), never typed by hand.
+Every number in the README comes from those files (written by `tiered-kv train` and
+`tiered-kv eval --json`), never typed by hand. A checkpoint trained in two stages (``--init``)
+carries its first stage's record; the optional third file is the first stage's own eval, for a
+before/after table.
 """
 
 from __future__ import annotations
@@ -15,10 +18,67 @@ from pathlib import Path
 TARGET_LOSS, TARGET_GAIN = 1.8, 0.1
 
 
-def render(record: dict, ev: dict, name: str) -> str:
-    m, t, c = record["model"], record["train"], record["corpus"]
+def _stage(t: dict, m: dict, tokens: float, seconds: float) -> str:
     phases = ", ".join(f"{length:,} bytes from step {int(frac * t['steps'])}" for frac, length in t["curriculum"]) \
         or f"{t['seq_len']:,} bytes"
+    return f"""- Training: {t['steps']:,} steps of {t['batch'] * t['seq_len']:,} tokens ({tokens / 1e6:.1f} M
+  tokens); sequence length curriculum {phases} (the batch shrinks as sequences grow); AdamW
+  (lr {t['lr']:g}, betas 0.9/0.95, weight decay {t['weight_decay']:g}, {t['warmup']} warm-up steps, cosine
+  to 10%), grad clip {t['grad_clip']:g}, seed {t['seed']}, {t['threads']} torch threads, bf16 autocast:
+  {t['amp']}. Wall time {seconds / 60:.0f} min on this 2-core machine.
+- **Augmentation** (it rewards long-range recall, and the eval below is on unaugmented text):
+  each of {t.get('recall_copies', 1)} independent draw(s) per sequence copies, in {t['recall_prob']:.0%} of the training
+  sequences, a span of {t['recall_span'][0]}-{t['recall_span'][1]} bytes of real text from at least {t['recall_distance']} bytes earlier in the
+  same sequence (beyond the window W={m['window']}), so predicting it needs the decoder's
+  cross-attention to the global KV; the loss on a copy's predictable bytes is weighted
+  {t.get('recall_weight', 1.0):g}x in the batch mean. The rest of every sequence is unmodified text."""
+
+
+def _training(record: dict, m: dict) -> str:
+    """One paragraph per stage; a two-stage record carries its first stage's."""
+    prev = record.get("previous_stage")
+    this = _stage(record["train"], m, record["tokens_seen"], record["seconds"])
+    if prev is None:
+        return this
+    first = _stage(prev["train"], prev["model"], prev["tokens_seen"], prev["seconds"])
+    total = (prev["seconds"] + record["seconds"]) / 60
+    return (f"- **Two stages, {total:.0f} min of wall time in all** "
+            f"({record['tokens_seen_all_stages'] / 1e6:.1f} M tokens). Stage 1 (`{prev.get('command', '')}`, "
+            f"without the copy head):\n  " + first.lstrip("- ").replace("\n- ", "\n  - ") +
+            f"\n- Stage 2 (`{record.get('command', '')}`): every weight of stage 1, plus the copy head "
+            f"(fresh), trained together:\n  " + this.lstrip("- ").replace("\n- ", "\n  - "))
+
+
+def _command(record: dict, name: str) -> str:
+    prev = record.get("previous_stage")
+    cmd = record.get("command", "tiered-kv train --preset " + record["model"]["name"])
+    if prev is None:
+        return cmd
+    base = record.get("init_from", "BASE.pt")
+    return (f"{prev.get('command', '')} --out {base}   # stage 1 (record: {Path(base).with_suffix('.json').name})\n"
+            f"{cmd} --out data/checkpoints/{name}.pt")
+
+
+def _before_after(ev: dict, base: dict | None, base_name: str = "stage 1") -> str:
+    if base is None:
+        return ""
+    rows = [("held-out loss (nats/byte)", base["heldout_nats_per_byte"], ev["heldout_nats_per_byte"]),
+            ("long-context gain (nats/byte)", base["long_context_gain_nats"], ev["long_context_gain_nats"])]
+    for a, b in zip(base.get("copy_probe", []), ev.get("copy_probe", [])):
+        rows.append((f"copy gain at {b['distance_bytes']:,} bytes (nats/byte)", a["copy_gain_nats"], b["copy_gain_nats"]))
+    body = "\n".join(f"| {k} | {a:.3f} | {b:.3f} | {b - a:+.3f} |" for k, a, b in rows)
+    return f"""
+Stage 1 alone (`{base_name}`, its weights evaluated by the same command) against the final checkpoint:
+
+| measure | stage 1 | final | change |
+|---|---:|---:|---:|
+{body}
+"""
+
+
+def render(record: dict, ev: dict, name: str, base_ev: dict | None = None) -> str:
+    m, c = record["model"], record["corpus"]
+    training = _training(record, m)
     curve = "\n".join(f"| {r['context_bytes']:,} | {r['nats_per_byte']:.3f} | [{r['ci95'][0]:.3f}, {r['ci95'][1]:.3f}] |"
                       for r in ev["context_curve"])
     held = ev["heldout_nats_per_byte"]
@@ -60,24 +120,14 @@ self-attention and cross-attention to the global KV; d_model {m['d_model']}, {m[
 Produced by exactly:
 
 ```bash
-{record.get('command', 'tiered-kv train --preset ' + m['name'])}
+{_command(record, name)}
 ```
 
 - Corpus: {c['source']}; Python {c['python']}: {c['files']:,} files, {c['bytes']:,} bytes, read in
   sorted relative-path order; byte-level tokens (256 bytes + BOS/EOS delimiting each file).
   Held out: {c['heldout_rule']} ({c['heldout_files']} files). Licence: the Python Software
   Foundation License of the interpreter's own standard library.
-- Training: {t['steps']:,} steps of {t['batch'] * t['seq_len']:,} tokens ({record['tokens_seen'] / 1e6:.1f} M
-  tokens); sequence length curriculum {phases} (the batch shrinks as sequences grow); AdamW
-  (lr {t['lr']:g}, betas 0.9/0.95, weight decay {t['weight_decay']:g}, {t['warmup']} warm-up steps, cosine
-  to 10%), grad clip {t['grad_clip']:g}, seed {t['seed']}, {t['threads']} torch threads, bf16 autocast:
-  {t['amp']}. Wall time {record['seconds'] / 60:.0f} min on this 2-core machine.
-- **Augmentation** (it rewards long-range recall, and the eval below is on unaugmented text):
-  each of {t.get('recall_copies', 1)} independent draw(s) per sequence copies, in {t['recall_prob']:.0%} of the training
-  sequences, a span of {t['recall_span'][0]}-{t['recall_span'][1]} bytes of real text from at least {t['recall_distance']} bytes earlier in the
-  same sequence (beyond the window W={m['window']}), so predicting it needs the decoder's
-  cross-attention to the global KV; the loss on a copy's predictable bytes is weighted
-  {t.get('recall_weight', 1.0):g}x in the batch mean. The rest of every sequence is unmodified text.
+{training}
 
 ## Evaluation on the held-out files (`tiered-kv eval --json`)
 
@@ -91,8 +141,8 @@ Loss of the same 256 held-out bytes against the context before them:
 | context (bytes) | loss (nats/byte) | 95% interval |
 |---:|---:|---|
 {curve}
-{probe_section}
-Held-out loss during training (32 windows of 512 bytes, seed 1):
+{_before_after(ev, base_ev, record.get('init_from', 'stage 1'))}{probe_section}
+Held-out loss during training{' (stage 2)' if record.get('previous_stage') else ''} (32 windows of 512 bytes, seed 1):
 
 | step | tokens seen | held-out (nats/byte) |
 |---:|---:|---:|
@@ -114,6 +164,10 @@ def _options(m: dict) -> str:
                  else "no rotary positions on the cross-attention")
     parts.append("an untied output head" if m.get("untied_output") else "the output tied to the token embedding")
     parts.append(f"token embedding initialized at std {m.get('embed_init_std', 0.02):g}")
+    if m.get("copy_head_dim"):
+        parts.append(f"a copy head (`tiered_kv/copy_head.py`: a pointer over the prefix, scored by exact matches of "
+                     f"the last 2-16 bytes on the tokens and a learned {m['copy_head_dim']}-dim match on the stored "
+                     "global KV, mixed with the vocabulary by a learned gate)")
     return "Options: " + "; ".join(parts) + "."
 
 
@@ -121,8 +175,9 @@ def main(argv: list[str]) -> int:
     rec_path, eval_path = map(Path, argv[1:3])
     record = json.loads(rec_path.read_text())
     ev = json.loads(eval_path.read_text())
+    base_ev = json.loads(Path(argv[3]).read_text()) if len(argv) > 3 else None
     out = rec_path.parent / "README.md"
-    out.write_text(render(record, ev, rec_path.stem))
+    out.write_text(render(record, ev, rec_path.stem, base_ev))
     print(f"wrote {out}")
     return 0
 

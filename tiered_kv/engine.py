@@ -223,10 +223,12 @@ class Engine:
         dec_at_boundary = None
         if dec_from_host:
             if q < boundary < n:  # split at the boundary: its windows come for free (and exact)
-                _, dec_at_boundary = self.model.decode(tokens[q:boundary], q, global_kv, entry.decoder)
-                logits, dec_state = self.model.decode(tokens[boundary:], boundary, global_kv, dec_at_boundary)
+                _, dec_at_boundary = self.model.decode(tokens[q:boundary], q, global_kv, entry.decoder,
+                                                       history=tokens)
+                logits, dec_state = self.model.decode(tokens[boundary:], boundary, global_kv, dec_at_boundary,
+                                                      history=tokens)
             else:
-                logits, dec_state = self.model.decode(tokens[q:], q, global_kv, entry.decoder)
+                logits, dec_state = self.model.decode(tokens[q:], q, global_kv, entry.decoder, history=tokens)
             dec_tokens = n - q
         else:
             logits, dec_state = self.model.first_token_logits(tokens, global_kv, R)
@@ -255,7 +257,7 @@ class Engine:
                 s0 = max(0, boundary - cfg.dec_layers * (cfg.window - 1))
                 exact_kv = global_kv if enc_exact and catch_up == 0 else torch.cat(
                     [global_kv[:p], fp4_roundtrip(new_blocks, self.namespace)])
-                _, dec_at_boundary = self.model.decode(tokens[s0:boundary], s0, exact_kv)
+                _, dec_at_boundary = self.model.decode(tokens[s0:boundary], s0, exact_kv, history=tokens)
                 catch_up += boundary - s0
             self.host.put(keys[boundary // bs - 1], HostEntry(boundary_state, dec_at_boundary))
         store_s = clock() - t0
@@ -283,7 +285,7 @@ class Engine:
         tok = torch.tensor([token], dtype=torch.long, device=st.tokens.device)
         kv, st.encoder = self.model.encode(tok, pos, st.encoder)
         st.global_kv = torch.cat([st.global_kv, fp4_roundtrip(kv, self.namespace)])
-        logits, st.decoder = self.model.decode(tok, pos, st.global_kv, st.decoder)
+        logits, st.decoder = self.model.decode(tok, pos, st.global_kv, st.decoder, history=st.tokens)
         st.tokens = torch.cat([st.tokens, tok])
         self.gpu.update(st, old)
         return logits[-1]

@@ -20,12 +20,11 @@ Design choices worth knowing:
   to the global KV on the CPU sends the keys every query of a chunk can see to torch's flash
   kernel and masks only the causal square (:mod:`tiered_kv.attention`). Training uses a
   batched, masked SDPA path that computes the same function (tests check they all agree).
-- Copying from far back is what makes the global KV worth keeping, and a model trained for an
+- Copying from far back is what makes a long context worth keeping, and a model trained for an
   hour on a CPU does not learn it unaided (``data/checkpoints/induction_toy.md``). The small
-  preset therefore turns on the options that make it a one-layer circuit and let attention
-  learn from the first steps: smeared keys and a learnable logit scale on the
-  cross-attention, QK-norm, no rotary there, an untied output head, a unit-scale embedding
-  (see the fields of :class:`ModelConfig`). All are off for older checkpoints.
+  preset turns on options that help attention learn it (the fields of :class:`ModelConfig`;
+  all off for older checkpoints) and a copy head (:mod:`tiered_kv.copy_head`): a pointer
+  over the prefix scored by exact context matches and a learned match on the global KV.
 - :class:`DecoderOnly` is a plain decoder-only transformer of the same depth (L_e+L_d
   sliding-window layers, each with its own KV), the baseline for prefill FLOP counts.
 """
@@ -70,30 +69,22 @@ class ModelConfig:
     #: where rotary phases leave only the few slowest frequencies usable. Checkpoints saved
     #: before the setting existed load with it on, as they were trained.
     cross_rope: bool = True
-    #: Smeared keys on the cross-attention (Olsson et al. 2022, "In-context learning and
-    #: induction heads"): each decoder layer's key for global position j is a learned per-head
-    #: mix of the stored global keys at j and j-1. A query for "the token I see now" then
-    #: matches the position *after* an earlier occurrence of it, whose value carries the token
-    #: that followed: copying from anywhere in the prefix becomes a one-layer circuit instead
-    #: of a two-layer composition, which a model trained for minutes on a CPU never formed
-    #: (``induction_toy.md``). The stored global KV is unchanged (one K/V per token, from the
-    #: encoder); the mix is applied by the decoder, which always holds the KV of every
-    #: position before the ones it runs. Off for checkpoints saved before it existed.
+    #: Smeared keys on the cross-attention (Olsson et al. 2022): each decoder layer's key for
+    #: global position j is a learned per-head mix of the stored global keys at j and j-1, so
+    #: a query for "the token I see now" matches the position *after* an earlier occurrence of
+    #: it: copying becomes a one-layer circuit (``induction_toy.md``). The stored global KV is
+    #: unchanged; the decoder applies the mix. Off for checkpoints saved before it existed.
     cross_smear: bool = False
-    #: QK-norm (as in OLMo 2 and Gemma 3): every attention's queries and keys are RMS-normed
-    #: per head, with a learned gain, before the dot product. At initialization the logits
-    #: are then O(1) instead of ~0.03 (std-0.02 weights give near-uniform attention whose
-    #: gradient is too weak and too noisy to find a match in a few thousand steps), so content
-    #: matching is learnt early. Keys are normed where they are used (window caches hold
-    #: normed keys; the stored global keys are normed by each decoder layer), so the tiers'
-    #: contents keep their meaning. Off for checkpoints saved before it existed.
+    #: QK-norm (as in OLMo 2 and Gemma 3): queries and keys RMS-normed per head with a learned
+    #: gain, so logits start O(1) instead of ~0.03 and content matching is learnt early. Keys
+    #: are normed where used (window caches hold normed keys; each decoder layer norms the
+    #: stored global keys), so the tiers' contents keep their meaning. Off for old checkpoints.
     qk_norm: bool = False
     #: Learnable per-head multiplier on the cross-attention logits, starting at this value
     #: (0: none). With QK-norm a logit is at most sqrt(head_dim) times the norms' gains: 5.7
-    #: at head_dim 32, too flat to pick one position out of thousands; sharpening the
-    #: cross-attention of a partly trained model by hand lowered its long-context loss, so
-    #: the scale is a parameter of its own (in log space: Adam moves it by a factor, not a
-    #: step) instead of waiting for 32 per-dimension gains to grow.
+    #: at head_dim 32, too flat to pick one position out of thousands, so the scale is a
+    #: parameter of its own (in log space: Adam moves it by a factor, not a step) instead of
+    #: waiting for 32 per-dimension gains to grow.
     cross_logit_scale: float = 0.0
     #: A separate output projection instead of the transposed token embedding. Tying the two
     #: (and starting the table at std 0.02) kept a copy mechanism from forming on the toy copy
@@ -103,6 +94,9 @@ class ModelConfig:
     #: Standard deviation of the token embedding at initialization (0.02 as GPT-2; 1.0 as
     #: PyTorch's default, which gives the residual stream a token code of norm sqrt(d_model)).
     embed_init_std: float = 0.02
+    #: Width of the copy head's learned query and key (:mod:`tiered_kv.copy_head`: a pointer
+    #: over the prefix mixed into the output); 0: no copy head (checkpoints saved before it).
+    copy_head_dim: int = 0
 
     def __post_init__(self) -> None:
         def need(cond: bool, setting: str, allowed: str) -> None:
@@ -124,6 +118,8 @@ class ModelConfig:
         need(self.rope_theta > 1, "rope_theta", "> 1")
         need(0 < self.norm_eps < 1, "norm_eps", "in (0, 1)")
         need(0 < self.embed_init_std <= 10, "embed_init_std", "in (0, 10]")
+        need(isinstance(self.copy_head_dim, int) and 0 <= self.copy_head_dim <= 1024, "copy_head_dim",
+             "an integer in [0, 1024] (0: no copy head)")
         need(0 <= self.cross_logit_scale <= 100, "cross_logit_scale", "in [0, 100] (0: no scale)")
 
     @property
@@ -141,10 +137,12 @@ PRESETS: dict[str, ModelConfig] = {
                         dec_layers=2, mlp_hidden=128, window=16, replay=8, max_seq_len=2048),
     # For measurements: a few million parameters, W=512, R=128, with the options that help a
     # copy mechanism through the global KV form in a CPU-sized run (see the fields' comments).
+    # The default checkpoint is trained in two stages, the first without the copy head
+    # (tiered_kv.train.TRAIN_PRESETS).
     "small": ModelConfig(name="small", d_model=192, n_heads=6, kv_heads=2, head_dim=32, enc_layers=3,
                          dec_layers=3, mlp_hidden=512, window=512, replay=128, max_seq_len=65536,
                          cross_rope=False, cross_smear=True, qk_norm=True, cross_logit_scale=2.0,
-                         untied_output=True, embed_init_std=1.0),
+                         untied_output=True, embed_init_std=1.0, copy_head_dim=64),
 }
 
 
@@ -348,6 +346,12 @@ class EncoderDecoder(nn.Module):
         self.decoder = nn.ModuleList(SWALayer(cfg, cross=True) for _ in range(cfg.dec_layers))
         self.dec_norm = nn.RMSNorm(cfg.d_model, eps=cfg.norm_eps)
         self.head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False) if cfg.untied_output else None
+        self.copy_head = None
+        if cfg.copy_head_dim:
+            from tiered_kv.copy_head import CopyHead
+
+            self.copy_head = CopyHead(cfg.d_model, 2 * cfg.kv_heads * cfg.head_dim, cfg.copy_head_dim,
+                                      cfg.vocab_size, cfg.norm_eps)
         self.apply(self._init)
 
     def _init(self, m):
@@ -370,9 +374,34 @@ class EncoderDecoder(nn.Module):
         weight = self.embed.weight if self.head is None else self.head.weight
         return F.linear(self.dec_norm(h), weight)
 
+    def _output_batched(self, y: torch.Tensor, kv: torch.Tensor, tokens: torch.Tensor,
+                        targets: torch.Tensor | None = None) -> torch.Tensor:
+        """Logits of the training path; with the copy head, log probabilities of the mixture
+        (at ``targets`` only, when given)."""
+        if self.copy_head is None:
+            return self._logits(y)
+        h = self.dec_norm(y)
+        weight = self.embed.weight if self.head is None else self.head.weight
+        from tiered_kv.copy_head import context_codes
+
+        keys = self.copy_head.keys(kv[..., :-1, :, :, :])
+        qpos = torch.arange(tokens.shape[-1], device=tokens.device)
+        codes = context_codes(tokens)
+        args = (F.linear(h, weight), h, keys, tokens[..., 1:], qpos, codes, codes[..., :-1, :])
+        if targets is not None:
+            return self.copy_head.target_logprob(*args, targets)
+        return self.copy_head.mix(*args)
+
     # ---- training path (batched, from position 0)
-    def forward_batched(self, tokens: torch.Tensor, kv_roundtrip=None) -> torch.Tensor:
-        """Logits [B,T,V] for a batch of sequences that start at position 0."""
+    def forward_batched(self, tokens: torch.Tensor, kv_roundtrip=None, targets: torch.Tensor | None = None,
+                        ) -> torch.Tensor:
+        """Logits [B,T,V] for a batch of sequences that start at position 0.
+
+        With ``targets`` [B,T] (a model with a copy head only): log p of each target [B,T],
+        the training loss's input, computed without the full pointer distribution.
+        """
+        if targets is not None and self.copy_head is None:
+            raise ValueError("forward_batched: targets= is for a model with a copy head")
         c = self.cfg
         x = self.embed(tokens)
         for layer in self.encoder:
@@ -384,7 +413,7 @@ class EncoderDecoder(nn.Module):
         y = self.embed(tokens)
         for layer in self.decoder:
             y = layer.forward_batched(y, c.window, gk, gv)
-        return self._logits(y)
+        return self._output_batched(y, kv, tokens, targets)
 
     def _project(self, h: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         c = self.cfg
@@ -414,15 +443,24 @@ class EncoderDecoder(nn.Module):
 
     def decode(self, tokens: torch.Tensor, start: int, global_kv: torch.Tensor,
                state: WindowState | None = None, *, all_logits: bool = False,
-               ) -> tuple[torch.Tensor, WindowState]:
+               history: torch.Tensor | None = None) -> tuple[torch.Tensor, WindowState]:
         """Run the decoder over ``tokens`` at [start, start+T) with cross-attention to
         ``global_kv`` (>= start+T tokens). Returns logits (last position, or all) and the
-        decoder window state at start+T."""
+        decoder window state at start+T.
+
+        ``history`` holds the token ids of positions [0, start) (a longer tensor is cut; the
+        whole prompt is fine). Only a model with a copy head needs it, to know which byte each
+        earlier position would copy; the cache always has them, they are its key.
+        """
         end = start + tokens.shape[0]
         _check_tokens(tokens, self.cfg, end=end)
         _check_state(state, start, "decoder state")
         if global_kv.shape[0] < end:
             raise ValueError(f"global_kv: needs >= {end} tokens for positions [{start}, {end}), got {global_kv.shape[0]}")
+        if self.copy_head is not None and start > 0 and (history is None or history.shape[0] < start):
+            got = "none" if history is None else f"{history.shape[0]} tokens"
+            raise ValueError(f"decode: a model with a copy head needs history= (the token ids of positions "
+                             f"[0, {start})), got {got}")
         gk, gv = global_kv[:, 0], global_kv[:, 1]
         keep = self.cfg.window - 1
         y = self.embed(tokens)
@@ -432,7 +470,11 @@ class EncoderDecoder(nn.Module):
             y, win = layer(y, start, cache, self.cfg.window, keep, gk, gv)
             new_layers.append(win)
         h = y if all_logits else y[-1:]
-        return self._logits(h), WindowState(end, new_layers)
+        logits = self._logits(h)
+        if self.copy_head is not None:
+            all_tokens = torch.cat([history[:start].to(tokens.device), tokens]) if start else tokens
+            logits = self.copy_head.decode_mix(logits, self.dec_norm(h), global_kv, all_tokens, end)
+        return logits, WindowState(end, new_layers)
 
     def forward(self, tokens: torch.Tensor, kv_roundtrip=None) -> torch.Tensor:
         """Full uncached forward of one sequence from position 0: logits [T, V]."""
@@ -456,7 +498,7 @@ class EncoderDecoder(nn.Module):
         """Bounded replay of the decoder: run it over the last R tokens only, from empty windows."""
         n = tokens.shape[0]
         s = max(0, n - replay)
-        return self.decode(tokens[s:], s, global_kv)
+        return self.decode(tokens[s:], s, global_kv, history=tokens)
 
 
 def _empty_kv(cfg: ModelConfig, device) -> tuple[torch.Tensor, torch.Tensor]:

@@ -123,10 +123,18 @@ TRAIN_PRESETS: dict[str, TrainConfig] = {
     "small-recall": TrainConfig(steps=360, batch=4, seq_len=2048, lr=1e-3, warmup=20, threads=2, amp=True,
                                 recall_prob=1.0, recall_span=(64, 512), recall_distance=600, recall_copies=2,
                                 eval_every=60, save_every=20),
+    # Second stage over ``small`` (``--init`` its checkpoint): adds the copy head
+    # (:mod:`tiered_kv.copy_head`) and trains everything on 2K then 4K sequences with the same
+    # recall augmentation; sized so both stages together stay within 90 minutes on 2 cores.
+    "small-copy": TrainConfig(steps=300, batch=4, seq_len=2048, lr=1e-3, warmup=20, threads=2, amp=True,
+                              curriculum=((0.0, 2048), (0.3, 4096)), recall_prob=0.5, recall_weight=2.0,
+                              eval_every=60, save_every=20),
 }
 
-#: Model preset each training preset trains.
-MODEL_OF = {"tiny": "tiny", "small": "small", "small-recall": "small"}
+#: Model preset each training preset trains, and settings it replaces in that preset: the
+#: first stage of ``small`` trains it without the copy head, which the second stage adds.
+MODEL_OF = {"tiny": "tiny", "small": "small", "small-recall": "small", "small-copy": "small"}
+MODEL_SETTINGS: dict[str, dict] = {"small": {"copy_head_dim": 0}, "small-recall": {"copy_head_dim": 0}}
 
 
 @dataclass(frozen=True)
@@ -226,6 +234,12 @@ def recall_augment_masked(windows: torch.Tensor, tc: TrainConfig,
 
 def loss_on(model: EncoderDecoder, windows: torch.Tensor, weight: torch.Tensor | None = None) -> torch.Tensor:
     """Mean next-byte loss of ``windows``; with ``weight`` [n, t-1], the weighted mean."""
+    if model.copy_head is not None:  # the mixture's log p at the targets, without a [T, V] pointer
+        per = -model.forward_batched(windows[:, :-1], targets=windows[:, 1:].long()).flatten()
+        if weight is None:
+            return per.mean()
+        w = weight.flatten().to(per.dtype)
+        return (per * w).sum() / w.sum()
     logits = model.forward_batched(windows[:, :-1])
     if weight is None:
         return F.cross_entropy(logits.flatten(0, 1).float(), windows[:, 1:].flatten())
@@ -254,6 +268,26 @@ def _partial_path(path: Path | None) -> Path | None:
     return None if path is None else Path(path).with_suffix(".partial.pt")
 
 
+#: Settings a later stage may turn on over its init checkpoint; their modules start fresh.
+STAGE_ADDABLE = {"copy_head_dim": "copy_head."}
+
+
+def _load_init(model: EncoderDecoder, init_model: EncoderDecoder, path: Path) -> None:
+    """Copy ``init_model``'s weights into ``model``; only modules of :data:`STAGE_ADDABLE`
+    settings that ``model`` turns on (and the init lacks) may be missing, and start fresh."""
+    old, new = init_model.cfg.to_dict(), model.cfg.to_dict()
+    differ = sorted(k for k in new if k not in ("window", "replay") and old.get(k) != new[k])
+    fresh = tuple(STAGE_ADDABLE[k] for k in differ if k in STAGE_ADDABLE and not old.get(k))
+    other = [k for k in differ if k not in STAGE_ADDABLE or old.get(k)]
+    if other:
+        raise ValueError(f"--init {path}: its model differs from this stage's in {other}; a stage may only add "
+                         f"{sorted(STAGE_ADDABLE)}")
+    result = model.load_state_dict(init_model.state_dict(), strict=False)
+    bad = [k for k in result.missing_keys if not k.startswith(fresh)] + list(result.unexpected_keys)
+    if bad:
+        raise ValueError(f"--init {path}: weights do not fit this stage's model: {bad[:3]}")
+
+
 def train(cfg: ModelConfig, tc: TrainConfig, corpus: Corpus | None = None, log=print, progress: bool = True,
           resume_from: Path | None = None, stop_after: int | None = None,
           init_from: Path | None = None) -> tuple[EncoderDecoder, dict]:
@@ -274,7 +308,7 @@ def train(cfg: ModelConfig, tc: TrainConfig, corpus: Corpus | None = None, log=p
         from tiered_kv.model import load_checkpoint
 
         init_model, init_record = load_checkpoint(init_from, expect_preset=cfg.name)
-        model.load_state_dict(init_model.state_dict())
+        _load_init(model, init_model, init_from)
     gen = torch.Generator().manual_seed(tc.seed)
     eval_gen = torch.Generator().manual_seed(tc.seed + 1)
     held = sample_windows(corpus.heldout, tc.eval_windows, min(512, tc.seq_len), eval_gen)
@@ -363,4 +397,5 @@ def train_preset(name: str, resume_from: Path | None = None, init_from: Path | N
     if name not in TRAIN_PRESETS:
         raise ValueError(f"train preset: must be one of {sorted(TRAIN_PRESETS)}, got {name!r}")
     tc = replace(TRAIN_PRESETS[name], **overrides)
-    return train(preset(MODEL_OF[name]), tc, resume_from=resume_from, init_from=init_from)
+    return train(preset(MODEL_OF[name], **MODEL_SETTINGS.get(name, {})), tc, resume_from=resume_from,
+                 init_from=init_from)

@@ -58,6 +58,21 @@ def build(quick: bool) -> FigureResult:
         torch.set_num_threads(threads)
 
 
+def _eval_note(path) -> str:
+    """The checkpoint's targets as ``tiered-kv eval --json`` measured them (``NAME.eval.json``)."""
+    import json
+
+    ev_path = path.with_suffix(".eval.json")
+    if not ev_path.exists():
+        return ""
+    ev = json.loads(ev_path.read_text())
+    lo, hi = ev["long_context_gain_ci95"]
+    return (f"Its eval ({ev_path.name}, `tiered-kv eval --json`): held-out loss {ev['heldout_nats_per_byte']:.3f} "
+            f"nats/byte (target <= 1.8); long-context gain {ev['long_context_gain_nats']:.3f} nats/byte "
+            f"[{lo:.3f}, {hi:.3f}] ({ev['short_context_bytes']} vs {ev['full_context_bytes']:,} bytes of context "
+            f"before the last {ev['target_bytes']} of {ev['samples']} windows; target >= 0.1). ")
+
+
 def _build(s, quick: bool) -> FigureResult:
     import altair as alt
 
@@ -150,6 +165,7 @@ def _build(s, quick: bool) -> FigureResult:
     by_ctx = {r["context_bytes"]: r["nats_per_byte"] for r in curve.iter_rows(named=True)}
     notes = (f"Checkpoint {path.name} (held-out loss {meta.get('final_heldout_loss_nats', float('nan')):.3f} "
              f"nats/byte; corpus: Python {corpus.get('python', '?')} stdlib, {corpus.get('files', '?')} files). "
+             + _eval_note(path) +
              f"{s.samples} held-out sequences, prefix {s.prefix} tokens, {s.steps} teacher-forced decode steps; "
              "global KV through MXFP4 in both runs; intervals are 95% over sequences. "
              + (f"At the model's W={w_model}, R={r_model}: KL {float(at['kl_nats'][0]):.3g} nats "
