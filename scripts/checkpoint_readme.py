@@ -64,7 +64,7 @@ def _before_after(ev: dict, base: dict | None, base_name: str = "stage 1") -> st
         return ""
     rows = [("held-out loss (nats/byte)", base["heldout_nats_per_byte"], ev["heldout_nats_per_byte"]),
             ("long-context gain (nats/byte)", base["long_context_gain_nats"], ev["long_context_gain_nats"])]
-    for a, b in zip(base.get("copy_probe", []), ev.get("copy_probe", [])):
+    for a, b in zip(base.get("copy_probe", []), ev.get("copy_probe", []), strict=False):
         rows.append((f"copy gain at {b['distance_bytes']:,} bytes (nats/byte)", a["copy_gain_nats"], b["copy_gain_nats"]))
     body = "\n".join(f"| {k} | {a:.3f} | {b:.3f} | {b - a:+.3f} |" for k, a, b in rows)
     return f"""

@@ -64,7 +64,7 @@ def test_continuation_is_exact_with_history(model, split):
     torch.testing.assert_close(logits, full[split:], rtol=0, atol=1e-4)
     longer, _ = model.decode(t[split:], split, kv, d1, all_logits=True, history=t)  # a longer history is cut
     torch.testing.assert_close(longer, logits, rtol=0, atol=0)
-    with pytest.raises(ValueError, match=r"history=.*positions \[0, %d\)" % split):
+    with pytest.raises(ValueError, match=rf"history=.*positions \[0, {split}\)"):
         model.decode(t[split:], split, kv, d1)
 
 
