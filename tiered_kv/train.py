@@ -236,14 +236,13 @@ def loss_on(model: EncoderDecoder, windows: torch.Tensor, weight: torch.Tensor |
     """Mean next-byte loss of ``windows``; with ``weight`` [n, t-1], the weighted mean."""
     if model.copy_head is not None:  # the mixture's log p at the targets, without a [T, V] pointer
         per = -model.forward_batched(windows[:, :-1], targets=windows[:, 1:].long()).flatten()
+    else:
+        logits = model.forward_batched(windows[:, :-1])
         if weight is None:
-            return per.mean()
-        w = weight.flatten().to(per.dtype)
-        return (per * w).sum() / w.sum()
-    logits = model.forward_batched(windows[:, :-1])
+            return F.cross_entropy(logits.flatten(0, 1).float(), windows[:, 1:].flatten())
+        per = F.cross_entropy(logits.flatten(0, 1).float(), windows[:, 1:].flatten(), reduction="none")
     if weight is None:
-        return F.cross_entropy(logits.flatten(0, 1).float(), windows[:, 1:].flatten())
-    per = F.cross_entropy(logits.flatten(0, 1).float(), windows[:, 1:].flatten(), reduction="none")
+        return per.mean()
     w = weight.flatten().to(per.dtype)
     return (per * w).sum() / w.sum()
 
