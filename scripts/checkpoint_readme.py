@@ -18,13 +18,25 @@ from pathlib import Path
 TARGET_LOSS, TARGET_GAIN = 1.8, 0.1
 
 
+def _scalar_lr(t: dict) -> str:
+    mult = t.get("scalar_lr_mult", 1.0)
+    return f"; parameters of at most 8 entries at {mult:g}x the learning rate" if mult != 1.0 else ""
+
+
+def _added(prev: dict, m: dict) -> str:
+    """What the second stage's model adds over the first's (modules that start fresh)."""
+    names = {"copy_head_dim": "the copy head", "cross_recency": "the cross-attention's distance penalty"}
+    added = [text for key, text in names.items() if m.get(key) and not prev.get(key)]
+    return " and ".join(added) or "nothing"
+
+
 def _stage(t: dict, m: dict, tokens: float, seconds: float) -> str:
     phases = ", ".join(f"{length:,} bytes from step {int(frac * t['steps'])}" for frac, length in t["curriculum"]) \
         or f"{t['seq_len']:,} bytes"
     return f"""- Training: {t['steps']:,} steps of {t['batch'] * t['seq_len']:,} tokens ({tokens / 1e6:.1f} M
   tokens); sequence length curriculum {phases} (the batch shrinks as sequences grow); AdamW
   (lr {t['lr']:g}, betas 0.9/0.95, weight decay {t['weight_decay']:g}, {t['warmup']} warm-up steps, cosine
-  to 10%), grad clip {t['grad_clip']:g}, seed {t['seed']}, {t['threads']} torch threads, bf16 autocast:
+  to 10%{_scalar_lr(t)}), grad clip {t['grad_clip']:g}, seed {t['seed']}, {t['threads']} torch threads, bf16 autocast:
   {t['amp']}. Wall time {seconds / 60:.0f} min on this 2-core machine.
 - **Augmentation** (it rewards long-range recall, and the eval below is on unaugmented text):
   each of {t.get('recall_copies', 1)} independent draw(s) per sequence copies, in {t['recall_prob']:.0%} of the training
@@ -44,8 +56,8 @@ def _training(record: dict, m: dict) -> str:
     total = (prev["seconds"] + record["seconds"]) / 60
     return (f"- **Two stages, {total:.0f} min of wall time in all** "
             f"({record['tokens_seen_all_stages'] / 1e6:.1f} M tokens). Stage 1 (`{prev.get('command', '')}`, "
-            f"without the copy head):\n  " + first.lstrip("- ").replace("\n- ", "\n  - ") +
-            f"\n- Stage 2 (`{record.get('command', '')}`): every weight of stage 1, plus the copy head "
+            f"without {_added(prev['model'], m)}):\n  " + first.lstrip("- ").replace("\n- ", "\n  - ") +
+            f"\n- Stage 2 (`{record.get('command', '')}`): every weight of stage 1, plus {_added(prev['model'], m)} "
             f"(fresh), trained together:\n  " + this.lstrip("- ").replace("\n- ", "\n  - "))
 
 
@@ -164,6 +176,8 @@ def _options(m: dict) -> str:
                  else "no rotary positions on the cross-attention")
     parts.append("an untied output head" if m.get("untied_output") else "the output tied to the token embedding")
     parts.append(f"token embedding initialized at std {m.get('embed_init_std', 0.02):g}")
+    if m.get("cross_recency"):
+        parts.append("a learned per-head linear penalty on distance in the cross-attention (ALiBi), from 0")
     if m.get("copy_head_dim"):
         parts.append(f"a copy head (`tiered_kv/copy_head.py`: a pointer over the prefix, scored by exact matches of "
                      f"the last 2-16 bytes on the tokens and a learned {m['copy_head_dim']}-dim match on the stored "

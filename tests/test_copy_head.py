@@ -140,8 +140,9 @@ def test_checkpoint_round_trip_and_bad_setting(model, tmp_path):
 
 
 def test_a_stage_may_add_the_copy_head_and_nothing_else():
+    """... and the cross-attention's distance penalty: the stage-addable settings."""
     base = EncoderDecoder(preset("tiny"))
-    grown = EncoderDecoder(preset("tiny", copy_head_dim=DIM))
+    grown = EncoderDecoder(preset("tiny", copy_head_dim=DIM, cross_recency=True))
     _load_init(grown, base, "base.pt")
     for k, v in base.state_dict().items():
         torch.testing.assert_close(grown.state_dict()[k], v, rtol=0, atol=0)
@@ -149,6 +150,7 @@ def test_a_stage_may_add_the_copy_head_and_nothing_else():
         _load_init(EncoderDecoder(preset("tiny", copy_head_dim=DIM, mlp_hidden=64)), base, "base.pt")
     with pytest.raises(ValueError, match="copy_head_dim"):  # and never removes it
         _load_init(EncoderDecoder(preset("tiny")), grown, "base.pt")
+    assert any(".cross.recency" in k for k in grown.state_dict())
 
 
 def test_context_codes_match_exactly_when_the_bytes_do():

@@ -1,4 +1,5 @@
-"""The model options that let a copy mechanism form: smeared keys, QK-norm, an untied head.
+"""The model options that let a copy mechanism form: smeared keys, QK-norm, an untied head,
+and a learned distance penalty (ALiBi) on the cross-attention.
 
 Each must keep every contract the tiers rely on: the training and inference paths compute the
 same function, chunked continuation from window state is exact, bounded replay is exact at
@@ -14,7 +15,7 @@ import torch
 from tiered_kv.model import EncoderDecoder, ModelConfig, load_checkpoint, preset, save_checkpoint
 
 OPTIONS = dict(cross_smear=True, qk_norm=True, cross_logit_scale=2.0, untied_output=True, embed_init_std=1.0,
-               cross_rope=False)
+               cross_rope=False, cross_recency=True)
 
 
 def _tokens(n, seed=0):
@@ -30,12 +31,15 @@ def _model(**over):
                 p.mul_(8)
             else:
                 p.add_(torch.randn_like(p) * 0.5)
+        for layer in m.decoder:  # slopes of +-0.05 nats per position: visible over 100 tokens
+            if layer.cross is not None and layer.cross.recency is not None:
+                layer.cross.recency.copy_(torch.randn(m.cfg.n_heads) * 50)
     return m
 
 
 @torch.no_grad()
 @pytest.mark.parametrize("over", [{}, {"cross_rope": True}, {"cross_smear": False}, {"qk_norm": False},
-                                  {"cross_logit_scale": 0.0}])
+                                  {"cross_logit_scale": 0.0}, {"cross_recency": False}])
 def test_paths_agree_and_continuation_is_exact(over):
     m = _model(**over)
     t = _tokens(83, seed=3)
@@ -68,7 +72,7 @@ def test_replay_bound_unchanged_by_smeared_keys():
 @torch.no_grad()
 def test_smeared_keys_mix_the_previous_position():
     """With all weight on the previous key, position j's key is exactly the stored key of j-1."""
-    m = _model(qk_norm=False)
+    m = _model(qk_norm=False, cross_recency=False)
     layer = m.decoder[0].cross
     layer.smear.fill_(40.0)  # sigmoid -> 1
     gk = torch.randn(9, m.cfg.kv_heads, m.cfg.head_dim)
@@ -96,10 +100,11 @@ def test_checkpoint_saved_before_the_options_loads_as_trained(tmp_path):
     path = tmp_path / "old.pt"
     blob_cfg = {k: v for k, v in old.cfg.to_dict().items()
                 if k not in ("cross_smear", "qk_norm", "cross_logit_scale", "untied_output", "embed_init_std",
-                             "cross_rope")}
+                             "cross_rope", "cross_recency")}
     torch.save({"config": blob_cfg, "state_dict": old.state_dict(), "meta": {}}, path)
     loaded, _ = load_checkpoint(path)
-    assert not (loaded.cfg.cross_smear or loaded.cfg.qk_norm or loaded.cfg.untied_output or loaded.cfg.cross_logit_scale)
+    assert not (loaded.cfg.cross_smear or loaded.cfg.qk_norm or loaded.cfg.untied_output or loaded.cfg.cross_logit_scale
+                or loaded.cfg.cross_recency)
     t = _tokens(30)
     torch.testing.assert_close(loaded.forward(t), old.forward(t), rtol=0, atol=1e-6)
 
@@ -124,3 +129,30 @@ def test_cross_logit_scale_multiplies_every_logit_of_its_head():
     torch.testing.assert_close(one.forward(t), none.forward(t), rtol=0, atol=1e-5)
     one.decoder[0].cross.log_scale.fill_(math.log(3.0))
     assert (one.forward(t) - none.forward(t)).abs().max().item() > 1e-3
+
+
+@torch.no_grad()
+def test_cross_recency_is_alibi_on_the_cross_attention():
+    """The extra key channel gives exactly the logits q.k/sqrt(d) - m (t - j): the layer equals
+    attention with that bias written out, and a slope of 0 is the layer without the option."""
+    m = _model(qk_norm=False, cross_smear=False)
+    layer, d = m.decoder[0].cross, m.cfg.head_dim
+    x = torch.randn(37, m.cfg.d_model)
+    gk, gv = torch.randn(2, 37, m.cfg.kv_heads, d).unbind(0)
+    q = layer.wq(x).unflatten(-1, (m.cfg.n_heads, d)) * layer.log_scale.exp()[:, None]
+    g = m.cfg.n_heads // m.cfg.kv_heads
+    k, v = gk.repeat_interleave(g, 1), gv.repeat_interleave(g, 1)
+    dist = (torch.arange(37)[:, None] - torch.arange(37)[None, :]).float()
+    slope = layer.recency * 1e-3
+    logits = torch.einsum("thd,jhd->htj", q, k) / math.sqrt(d) - slope[:, None, None] * dist
+    att = torch.softmax(logits.masked_fill(dist < 0, float("-inf")), -1)
+    want = layer.wo(torch.einsum("htj,jhd->thd", att, v).flatten(-2))
+    for got in (layer.forward(x, 0, gk, gv), layer.forward_batched(x[None], gk[None], gv[None])[0]):
+        torch.testing.assert_close(got, want, rtol=0, atol=1e-4)
+    plain = _model(qk_norm=False, cross_smear=False, cross_recency=False)
+    plain.load_state_dict({name: w for name, w in m.state_dict().items() if "recency" not in name})
+    for dec in m.decoder:
+        if dec.cross is not None:
+            dec.cross.recency.zero_()
+    t = _tokens(60, seed=2)
+    torch.testing.assert_close(m.forward(t), plain.forward(t), rtol=0, atol=1e-5)

@@ -47,8 +47,9 @@ def test_training_is_deterministic_and_learns(tmp_path):
 def test_interrupted_training_resumes_to_the_same_weights(tmp_path):
     corpus = load_corpus(max_bytes=200_000)
     tc = TrainConfig(steps=6, batch=2, seq_len=40, warmup=2, eval_windows=2, save_every=2,
-                     curriculum=((0.0, 40), (0.5, 80)), recall_prob=0.5, recall_span=(4, 8), recall_distance=20)
-    cfg = preset("tiny")
+                     curriculum=((0.0, 40), (0.5, 80)), recall_prob=0.5, recall_span=(4, 8), recall_distance=20,
+                     scalar_lr_mult=10.0)
+    cfg = preset("tiny", cross_recency=True)
     full, rec = train(cfg, tc, corpus, log=None, progress=False)
     ck = tmp_path / "run.pt"
     _, partial_rec = train(cfg, tc, corpus, log=None, progress=False, resume_from=ck, stop_after=3)
@@ -65,7 +66,8 @@ def test_training_settings_out_of_range_name_the_setting():
 
     for bad, name in (({"steps": 0}, "steps"), ({"recall_prob": 1.5}, "recall_prob"),
                       ({"curriculum": ((0.5, 64), (0.2, 128))}, "curriculum"), ({"threads": 0}, "threads"),
-                      ({"recall_weight": 0.5}, "recall_weight"), ({"recall_weight": 101}, "recall_weight")):
+                      ({"recall_weight": 0.5}, "recall_weight"), ({"recall_weight": 101}, "recall_weight"),
+                      ({"scalar_lr_mult": 0.5}, "scalar_lr_mult")):
         with pytest.raises(ValueError, match=f"TrainConfig.{name}"):
             TrainConfig(**bad)
 
@@ -103,3 +105,19 @@ def test_weighted_loss_is_the_weighted_mean_of_per_byte_losses():
         want = (per * weight.flatten()).sum() / weight.sum()
         torch.testing.assert_close(loss_on(m, w, weight), want)
         torch.testing.assert_close(loss_on(m, w, torch.ones(2, 32)), loss_on(m, w))
+
+
+def test_scalar_lr_mult_speeds_only_the_small_parameters():
+    """Scalars (at most 8 entries: gains, slopes, gate biases) move faster; matrices do not."""
+    corpus = load_corpus(max_bytes=200_000)
+    cfg = preset("tiny", cross_recency=True, copy_head_dim=16)
+    moved = {}
+    for mult in (1.0, 30.0):
+        tc = TrainConfig(steps=4, batch=2, seq_len=48, lr=1e-3, warmup=1, eval_windows=2, scalar_lr_mult=mult)
+        m, _ = train(cfg, tc, corpus, log=None, progress=False)
+        moved[mult] = {n: p.detach().clone() for n, p in m.named_parameters()}
+    slope = "decoder.0.cross.recency"
+    init = torch.zeros_like(moved[1.0][slope])
+    assert (moved[30.0][slope] - init).abs().max() > 10 * (moved[1.0][slope] - init).abs().max()
+    big = "decoder.0.cross.wq.weight"
+    assert not torch.equal(moved[1.0][big], moved[30.0][big])  # trained either way, at the same lr
