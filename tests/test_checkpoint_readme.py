@@ -5,21 +5,19 @@ training record and the eval JSON beside it; a README edited by hand, or JSON up
 re-rendering, fails here.
 """
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
+
+from tiered_kv.testing.scripts import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
 CK = ROOT / "data" / "checkpoints"
 
 
 def _renderer():
-    spec = importlib.util.spec_from_file_location("checkpoint_readme", ROOT / "scripts" / "checkpoint_readme.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("checkpoint_readme")
 
 
 @pytest.mark.skipif(not (CK / "small.eval.json").exists(), reason="no committed eval")

@@ -6,7 +6,6 @@ computation, re-run at a small size, must put on the page the numbers a fresh ca
 package gives (computed here without the script's own functions).
 """
 
-import importlib.util
 import json
 import math
 import re
@@ -14,15 +13,14 @@ from pathlib import Path
 
 import pytest
 
+from tiered_kv.testing.scripts import load_script
+
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("cluster_record", ROOT / "scripts" / "cluster_record.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("cluster_record")
 
 
 def _same(a, b, path="") -> None:

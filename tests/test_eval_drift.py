@@ -98,7 +98,8 @@ def test_drift_exact_writes_stay_exact_approximate_ones_do_not(model):
     df = prefix_drift(model, convs, turns=4, first=48, step=40, block_size=16)
     exact = df.filter(df["mode"] == "exact")
     approx = df.filter(df["mode"] == "approximate")
-    assert exact["kv_max_abs_error"].max() == 0.0
+    assert exact["kv_max_abs_error"].max() == 0.0 and exact["kv_values_differing"].sum() == 0
+    assert approx["kv_values_differing"].sum() > 0 and (exact["kv_values"] > 0).all()
     assert approx.filter(approx["turn"] >= 2)["kv_max_abs_error"].min() > 0
     s = drift_summary(df)
     assert s.height == 8 and set(s["conversations"]) == {2}

@@ -12,12 +12,14 @@ error.
 The experiment: one conversation of ``turns`` turns (each prompt extends the previous one by
 ``step`` tokens of held-out text), every turn on a fresh machine sharing one SSD tier, and for
 each turn the first-token distribution compared with an uncached, all-exact forward pass of
-the same prompt (same FP4 round trip): KL(exact || served) in nats, plus the largest absolute
-error of the KV the SSD tier holds for that prompt's blocks.
+the same prompt (same FP4 round trip): KL(exact || served) in nats, plus how the KV the SSD
+tier holds for that prompt's blocks differs from what an uncached prefill through the engine
+stores (the largest absolute error, and how many stored values differ at all).
 """
 
 from __future__ import annotations
 
+import shutil
 import tempfile
 
 import torch
@@ -38,7 +40,7 @@ def _kl(exact: torch.Tensor, other: torch.Tensor) -> float:
 def prefix_drift(model: EncoderDecoder, conversations: list[torch.Tensor], *, turns: int = 20, first: int = 512,
                  step: int = 192, block_size: int = 64, replay: int | None = None, fmt: str = "mxfp4",
                  modes=("exact", "approximate"), progress: bool = False):
-    """Polars frame: conversation, mode, turn, prompt_tokens, kl_nats, kv_max_abs_error, stored_blocks."""
+    """Polars frame: conversation, mode, turn, prompt_tokens, kl_nats, kv_max_abs_error, kv_values_differing, ..."""
     import polars as pl
 
     for name, value, lo in (("turns", turns, 1), ("first", first, 1), ("step", step, 1)):
@@ -66,19 +68,25 @@ def prefix_drift(model: EncoderDecoder, conversations: list[torch.Tensor], *, tu
                 prompt = conv[:n]
                 if (c, k) not in exact_cache:
                     kv, _ = model.encode(prompt, 0)
-                    kv_rt = fp4_roundtrip(kv, ns)
-                    logits, _ = model.decode(prompt, 0, kv_rt)
-                    exact_cache[(c, k)] = (logits[-1], kv_rt)
+                    logits, _ = model.decode(prompt, 0, fp4_roundtrip(kv, ns))
+                    # what an uncached prefill through the engine stores: the reference for the SSD tier
+                    ref_root = f"{root}/uncached-{c}-{k}"
+                    ref_ssd = SSDTier(ref_root, namespace=ns, background_touch=False)
+                    Engine(model, ref_ssd, HostTier("1GiB"), replay=replay, name="uncached").prefill(prompt)
+                    exact_cache[(c, k)] = (logits[-1], ref_ssd.get_prefix(prompt).kv(torch.float32))
+                    shutil.rmtree(ref_root, ignore_errors=True)
                 ref_logits, ref_kv = exact_cache[(c, k)]
                 engine = Engine(model, ssd, HostTier("1GiB"), replay=replay, ssd_writes=mode, name=f"turn{k}")
                 res = engine.prefill(prompt)
                 stored = ssd.get_prefix(prompt)
-                err = 0.0
+                err, differing = 0.0, 0
                 if stored.hit_tokens:
-                    err = float((stored.kv(torch.float32) - ref_kv[: stored.hit_tokens]).abs().max())
+                    diff = stored.kv(torch.float32) - ref_kv[: stored.hit_tokens]
+                    err, differing = float(diff.abs().max()), int((diff != 0).sum())
                 rows.append({"conversation": c, "mode": mode, "turn": k + 1, "prompt_tokens": n,
                              "ssd_hit_tokens": res.hit_tokens["ssd"], "stored_tokens": stored.hit_tokens,
                              "kl_nats": _kl(ref_logits, res.logits), "kv_max_abs_error": err,
+                             "kv_values_differing": differing, "kv_values": stored.hit_tokens * ref_kv[0].numel(),
                              "store_catch_up_tokens": res.computed_tokens["store_catch_up"]})
     return pl.DataFrame(rows)
 
