@@ -3,7 +3,8 @@
 import pytest
 import torch
 
-from tiered_kv.model import DecoderOnly, EncoderDecoder, ModelConfig, preset
+from tiered_kv.decoder_only import DecoderOnly
+from tiered_kv.model import EncoderDecoder, ModelConfig, preset
 from tiered_kv.tiers.host import HostEntry, HostTier
 
 
@@ -138,7 +139,7 @@ def test_host_tier_evicts_lru_by_bytes(model):
 
 @pytest.mark.parametrize("tq,offset", [(1, 0), (7, 10), (130, 900), (1500, 700)])
 def test_cpu_cross_attention_fast_path_matches_masked_reference(tq, offset):
-    from tiered_kv.model import _cross_attention_cpu, _swa_reference
+    from tiered_kv.attention import _cross_attention_cpu, _swa_reference
 
     g = torch.Generator().manual_seed(tq)
     q = torch.randn(tq, 6, 32, generator=g)

@@ -19,7 +19,8 @@ def prefill_flops(n: int, cfg=None, replay: int | None = None, replays=None) -> 
     import torch
     from torch.utils.flop_counter import FlopCounterMode
 
-    from tiered_kv.model import DecoderOnly, EncoderDecoder, preset
+    from tiered_kv.decoder_only import DecoderOnly
+    from tiered_kv.model import EncoderDecoder, preset
 
     cfg = cfg or preset("small")
     r = cfg.replay if replay is None else replay

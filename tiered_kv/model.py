@@ -39,6 +39,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from tiered_kv.attention import _batched_attention, rope, windowed_attention
+
 BYTE_VOCAB = 256
 BOS = 256  #: start of a document (every file in the training corpus starts with it)
 EOS = 257  #: end of a document
@@ -97,11 +99,9 @@ class ModelConfig:
     #: Width of the copy head's learned query and key (:mod:`tiered_kv.copy_head`: a pointer
     #: over the prefix mixed into the output); 0: no copy head (checkpoints saved before it).
     copy_head_dim: int = 0
-    #: A learned per-head linear penalty on distance in the cross-attention (ALiBi, Press et
-    #: al. 2022), starting at 0: without positions there, look-alike keys thousands of bytes
-    #: back dilute it. In the first copy-head checkpoint, cutting the cross-attention at 512
-    #: keys at inference *raised* the vocabulary path's long-context gain by 0.035 nats/byte
-    #: (32 held-out windows). Off for checkpoints saved before it.
+    #: A learned per-head linear distance penalty on the cross-attention (ALiBi), from 0: look-
+    #: alike keys far back dilute it (cutting it at 512 keys *raised* the first copy-head
+    #: checkpoint's vocabulary-only long-context gain by 0.035). Off for older checkpoints.
     cross_recency: bool = False
 
     def __post_init__(self) -> None:
@@ -158,19 +158,6 @@ def preset(name: str, **overrides) -> ModelConfig:
         raise ValueError(f"model preset: must be one of {sorted(PRESETS)}, got {name!r}")
     return replace(PRESETS[name], **overrides)
 
-
-# attention functions live in tiered_kv.attention (re-exported here for old callers)
-from tiered_kv.attention import (  # noqa: E402,F401
-    _FLASH_CPU,
-    _MAX_SCORES,
-    _banded_attention,
-    _batched_attention,
-    _cross_attention_cpu,
-    _swa_function,
-    _swa_reference,
-    rope,
-    windowed_attention,
-)
 
 # --------------------------------------------------------------------------- window state
 
@@ -535,24 +522,6 @@ def _check_state(state: WindowState | None, start: int, what: str) -> None:
         raise ValueError(f"{what}: windows end at position {state.end}, cannot continue at {start}")
 
 
-class DecoderOnly(nn.Module):
-    """Plain decoder-only baseline of the same depth: L_e+L_d SWA layers, each with its own KV."""
-
-    def __init__(self, cfg: ModelConfig):
-        super().__init__()
-        self.cfg = cfg
-        self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
-        self.layers = nn.ModuleList(SWALayer(cfg, cross=False) for _ in range(cfg.enc_layers + cfg.dec_layers))
-        self.norm = nn.RMSNorm(cfg.d_model, eps=cfg.norm_eps)
-
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        """Prefill of all N tokens; returns the last position's logits."""
-        x = self.embed(tokens)
-        for layer in self.layers:
-            x, _ = layer(x, 0, None, self.cfg.window, 0)
-        return F.linear(self.norm(x[-1:]), self.embed.weight)
-
-
 def kv_bytes_per_token(cfg: ModelConfig, bits_per_element: float) -> float:
     """Global KV bytes per token: one K and one V of kv_heads x head_dim, shared by all layers."""
     return 2 * cfg.kv_heads * cfg.head_dim * bits_per_element / 8
@@ -564,9 +533,60 @@ def window_bytes(cfg: ModelConfig, bytes_per_element: int = 4) -> int:
     return layers * 2 * (cfg.window - 1) * cfg.kv_heads * cfg.head_dim * bytes_per_element
 
 
+# --------------------------------------------------------------------------- checkpoints
+
+def save_checkpoint(model: EncoderDecoder, path, meta: dict | None = None, dtype=torch.bfloat16) -> None:
+    state = {k: v.to(dtype) for k, v in model.state_dict().items()}
+    torch.save({"config": model.cfg.to_dict(), "state_dict": state, "meta": meta or {}}, path)
+
+
+def load_checkpoint(path, expect_preset: str | None = None, **settings) -> tuple[EncoderDecoder, dict]:
+    """Load a checkpoint (weights in fp32 for inference); ``settings`` override W, R, ...
+
+    A missing, truncated or foreign file, a checkpoint of another preset than
+    ``expect_preset``, or weights that do not fit the recorded config get one clear error
+    naming the file and what differs.
+    """
+    from pathlib import Path
+
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"checkpoint {path}: no such file")
+    try:
+        blob = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # truncated zip, pickle garbage, wrong format
+        raise ValueError(f"checkpoint {path}: not a readable tiered-kv checkpoint (truncated or corrupt: "
+                         f"{type(exc).__name__})") from None
+    if not isinstance(blob, dict) or "config" not in blob or "state_dict" not in blob:
+        raise ValueError(f"checkpoint {path}: not a tiered-kv checkpoint (needs 'config' and 'state_dict')")
+    known = set(ModelConfig.__dataclass_fields__)
+    unknown = sorted(set(blob["config"]) - known)
+    if unknown:
+        raise ValueError(f"checkpoint {path}: config has settings this version does not know: {unknown}")
+    cfg = replace(ModelConfig(**blob["config"]), **settings)
+    if expect_preset is not None and cfg.name != expect_preset:
+        raise ValueError(f"checkpoint {path}: is preset {cfg.name!r}, expected {expect_preset!r}")
+    model = EncoderDecoder(cfg)
+    want = model.state_dict()
+    got = blob["state_dict"]
+    missing, extra = sorted(set(want) - set(got)), sorted(set(got) - set(want))
+    shapes = [f"{k}: {tuple(got[k].shape)} vs {tuple(want[k].shape)}" for k in want
+              if k in got and tuple(got[k].shape) != tuple(want[k].shape)]
+    if missing or extra or shapes:
+        detail = "; ".join(x for x in (f"missing {missing[:3]}" if missing else "",
+                                       f"unexpected {extra[:3]}" if extra else "",
+                                       f"shape {shapes[:3]}" if shapes else "") if x)
+        raise ValueError(f"checkpoint {path}: weights do not match its config ({cfg.name}): {detail}")
+    model.load_state_dict({k: v.float() for k, v in got.items()})
+    model.eval()
+    return model, blob.get("meta", {})
+
+
+def default_checkpoint(preset_name: str = "small"):
+    from tiered_kv import DATA_DIR
+
+    return DATA_DIR / "checkpoints" / f"{preset_name}.pt"
+
+
 def perplexity_bits(loss_nats: float) -> float:
     return loss_nats / math.log(2)
-
-
-# checkpoints live in tiered_kv.checkpoint (re-exported here: every caller imports them from here)
-from tiered_kv.checkpoint import default_checkpoint, load_checkpoint, save_checkpoint  # noqa: E402,F401
