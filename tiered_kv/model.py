@@ -259,7 +259,7 @@ class CrossAttention(nn.Module):
         if self.recency is None:
             return gk
         # ALiBi as one more key channel: -m (t - j) = m j + (a constant per query, which the
-        # softmax ignores); centred so bf16 holds it to a few positions.
+        # softmax ignores); centred, so bf16 training on 4K sequences holds it to 8 positions.
         pos = torch.arange(gk.shape[-3], device=gk.device, dtype=torch.float32) - gk.shape[-3] // 2
         return torch.cat([gk, pos.to(gk.dtype)[:, None, None].expand(*gk.shape[:-1], 1)], -1)
 
