@@ -5,6 +5,7 @@ import pytest
 import torch
 
 from tiered_kv.engine import Engine, fp4_roundtrip, namespace_for
+from tiered_kv.model import EncoderDecoder, preset
 from tiered_kv.testing.models import scaled_tiny_model
 from tiered_kv.tiers.host import HostTier
 from tiered_kv.tiers.ssd import SSDTier
@@ -106,3 +107,22 @@ def test_unquantized_global_kv_ablation(model, tmp_path, fmt):
     res = e.prefill(t)
     ref = model.forward(t, lambda x: x.detach().to(dtype).to(x.dtype))[-1].detach()
     torch.testing.assert_close(res.logits, ref, rtol=0, atol=1e-5)
+
+
+def test_catch_up_is_byte_identical_at_the_small_presets_shapes(tmp_path):
+    """W=512 and 64-token blocks (the tiny model's calls are a single chunk and hide this): the
+    same function in a differently shaped call can differ in its last bits, enough to move an
+    FP4 code; the engine encodes block by block, so a catch-up stores an uncached prefill's bytes.
+    The global KV is stored unquantized here, so a last-bit difference cannot hide in rounding."""
+    torch.manual_seed(0)
+    model = EncoderDecoder(preset("small")).eval()
+    ns = namespace_for(model, fmt="fp32", block_size=64)
+    t = _tokens(2200, seed=5)
+    ssd = SSDTier(str(tmp_path / "shared"), namespace=ns, background_touch=False)
+    Engine(model, ssd, HostTier("1GiB"), name="a").prefill(t[:1600])
+    res = Engine(model, ssd, HostTier("1GiB"), name="b").prefill(t)  # no host state: replay + catch-up
+    assert res.hit_tokens["ssd"] == 1600 and res.computed_tokens["store_catch_up"] > 0
+    ref = SSDTier(str(tmp_path / "ref"), namespace=ns, background_touch=False)
+    Engine(model, ref, HostTier("1GiB"), name="uncached").prefill(t)
+    n_blocks = 2200 // 64
+    assert _chunks(ssd, t, n_blocks) == _chunks(ref, t, n_blocks)

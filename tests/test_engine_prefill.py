@@ -71,10 +71,10 @@ def test_second_engine_gets_global_hit_and_replays(model, ns, tmp_path):
     b = Engine(model, ssd, HostTier("16MiB"), name="b")
     res = b.prefill(t, traffic_class="agent")
     assert res.hit_tokens == {"ssd": 80, "host": 0}
-    exact_r = model.cfg.enc_layers * (model.cfg.window - 1)
+    # exact SSD write of [80, 96): a block-aligned replay from s0, far enough back, then the block
+    s0 = max(0, (80 - model.cfg.enc_layers * (model.cfg.window - 1 + 16)) // 16 * 16)
     assert res.computed_tokens == {"encoder_suffix": 20, "encoder_replay": model.cfg.replay,
-                                   "decoder": model.cfg.replay,
-                                   "store_catch_up": min(80, exact_r) + 16}  # exact SSD write of [80, 96)
+                                   "decoder": model.cfg.replay, "store_catch_up": (80 - s0) + 16}
     assert res.stored_blocks == 1  # block [80, 96) is new
     # The short replay (R=8 < L*(W-1)+1=31) is an approximation: measurably different logits.
     exact = Engine(model, _ssd(tmp_path / "fresh", ns), HostTier("16MiB"), name="c").prefill(t)

@@ -116,6 +116,25 @@ def namespace_for(model: EncoderDecoder, fmt: str = "mxfp4", block_size: int = 6
     return Namespace(model=name, fmt=fmt, block_size=block_size, kv_heads=c.kv_heads, head_dim=c.head_dim)
 
 
+
+def encode_blocks(model, tokens: torch.Tensor, start: int, state, block: int):
+    """``model.encode`` in calls that end on multiples of ``block``.
+
+    Why: the same function computed in a differently shaped call can differ in its last float
+    bits, and near an FP4 rounding boundary that changes a stored byte. Encoding block by block
+    gives every stored block a call of the same shape whatever the prompt or the path (a miss,
+    a host hit's suffix, an exact catch-up), so its bytes are a function of the prefix alone.
+    """
+    outs, a, end = [], start, start + tokens.shape[0]
+    while a < end:
+        b = min(end, (a // block + 1) * block)
+        kv, state = model.encode(tokens[a - start:b - start], a, state)
+        outs.append(kv)
+        a = b
+    if not outs:
+        return model.encode(tokens, start, state)
+    return (torch.cat(outs) if len(outs) > 1 else outs[0]), state
+
 class Engine:
     """One machine: a model, its own host tier and GPU tier, and a (possibly shared) SSD tier."""
 
@@ -187,7 +206,7 @@ class Engine:
             enc_state = entry.encoder
             host_used = q
             if q < p:  # exact continuation over [Q, P); its global KV is discarded (SSD's is kept)
-                _, enc_state = self.model.encode(tokens[q:p], q, enc_state)
+                _, enc_state = encode_blocks(self.model, tokens[q:p], q, enc_state, bs)
                 enc_replayed = p - q
         elif p:
             enc_state = self.model.replay_encoder(tokens, p, R)
@@ -202,12 +221,12 @@ class Engine:
         new_kv, state = [], enc_state
         boundary_state = enc_state if boundary == p else None
         if boundary > p:
-            kv_a, state = self.model.encode(tokens[p:boundary], p, state)
+            kv_a, state = encode_blocks(self.model, tokens[p:boundary], p, state, bs)
             new_kv.append(kv_a)
             boundary_state = state
         if n > max(p, boundary):
             start = max(p, boundary)
-            kv_b, state = self.model.encode(tokens[start:n], start, state)
+            kv_b, state = encode_blocks(self.model, tokens[start:n], start, state, bs)
             new_kv.append(kv_b)
         computed = torch.cat(new_kv) if new_kv else None
         # Everything the decoder sees goes through the SSD tier's FP4 round trip.
@@ -244,10 +263,12 @@ class Engine:
             new_blocks = computed[: boundary - p]
             if not enc_exact and self.ssd_writes == "exact":
                 # Exact catch-up: exact windows at P, then the new blocks recomputed from them.
-                exact_r = cfg.enc_layers * (cfg.window - 1)
-                exact_state = self.model.replay_encoder(tokens, p, exact_r)
-                new_blocks, boundary_state = self.model.encode(tokens[p:boundary], p, exact_state)
-                catch_up = min(p, exact_r) + (boundary - p)
+                # Block-aligned calls from a block boundary far enough back that, from P on, every
+                # call has the shape and inputs of an uncached prefill's: byte-identical blocks.
+                s0 = max(0, (p - cfg.enc_layers * (cfg.window - 1 + bs)) // bs * bs)
+                _, exact_state = encode_blocks(self.model, tokens[s0:p], s0, None, bs)
+                new_blocks, boundary_state = encode_blocks(self.model, tokens[p:boundary], p, exact_state, bs)
+                catch_up = (p - s0) + (boundary - p)
                 enc_exact = True
             if enc_exact or self.ssd_writes == "approximate":
                 stored = self.ssd.put(tokens[:boundary].cpu(), new_blocks, traffic_class, kv_offset=p)
