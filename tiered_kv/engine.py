@@ -60,7 +60,7 @@ import torch
 
 from tiered_kv import codec
 from tiered_kv.keys import Namespace, block_keys
-from tiered_kv.model import EncoderDecoder, _check_tokens
+from tiered_kv.model import EncoderDecoder, WindowState, _check_tokens
 from tiered_kv.tiers.gpu import GPUTier, InFlight
 from tiered_kv.tiers.host import HostEntry, HostTier
 
@@ -116,8 +116,8 @@ def namespace_for(model: EncoderDecoder, fmt: str = "mxfp4", block_size: int = 6
     return Namespace(model=name, fmt=fmt, block_size=block_size, kv_heads=c.kv_heads, head_dim=c.head_dim)
 
 
-
-def encode_blocks(model, tokens: torch.Tensor, start: int, state, block: int):
+def encode_blocks(model: EncoderDecoder, tokens: torch.Tensor, start: int, state: WindowState | None,
+                  block: int) -> tuple[torch.Tensor, WindowState]:
     """``model.encode`` in calls that end on multiples of ``block``.
 
     Why: the same function computed in a differently shaped call can differ in its last float
@@ -134,6 +134,7 @@ def encode_blocks(model, tokens: torch.Tensor, start: int, state, block: int):
     if not outs:
         return model.encode(tokens, start, state)
     return (torch.cat(outs) if len(outs) > 1 else outs[0]), state
+
 
 class Engine:
     """One machine: a model, its own host tier and GPU tier, and a (possibly shared) SSD tier."""
