@@ -139,13 +139,23 @@ TRAIN_PRESETS: dict[str, TrainConfig] = {
     "small-copy": TrainConfig(steps=300, batch=4, seq_len=2048, lr=1e-3, warmup=20, threads=2, amp=True,
                               curriculum=((0.0, 2048), (0.3, 4096)), recall_prob=0.5, recall_weight=2.0,
                               scalar_lr_mult=10.0, eval_every=60, save_every=20),
+    # Second stage over ``small`` (``--init`` its checkpoint) for a model that reads its context
+    # only through the KV the tiers hold: no copy head (a pointer puts mass on earlier token
+    # ids directly), the cross-attention's learned distance penalty added, and every sequence
+    # gets two copied spans of 16-192 bytes from >= 600 bytes back, so that copying must form
+    # in the cross-attention over the global KV; scalars (logit scales, slopes) at 10x.
+    "small-kv": TrainConfig(steps=360, batch=4, seq_len=2048, lr=1.5e-3, warmup=20, threads=2, amp=True,
+                            curriculum=((0.0, 2048), (0.25, 4096)), recall_prob=1.0, recall_span=(16, 192),
+                            recall_distance=600, recall_copies=2, recall_weight=2.0, scalar_lr_mult=10.0,
+                            eval_every=60, save_every=20),
 }
 
 #: Model preset each training preset trains, and settings it replaces in that preset: the
 #: first stage of ``small`` trains it without the copy head, which the second stage adds.
-MODEL_OF = {"tiny": "tiny", "small": "small", "small-recall": "small", "small-copy": "small"}
+MODEL_OF = {"tiny": "tiny", "small": "small", "small-recall": "small", "small-copy": "small", "small-kv": "small"}
 MODEL_SETTINGS: dict[str, dict] = {"small": {"copy_head_dim": 0, "cross_recency": False},
-                                   "small-recall": {"copy_head_dim": 0, "cross_recency": False}}
+                                   "small-recall": {"copy_head_dim": 0, "cross_recency": False},
+                                   "small-kv": {"copy_head_dim": 0}}
 
 
 @dataclass(frozen=True)
