@@ -18,19 +18,6 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 SOURCES = {"tiered_kv": ROOT / "tiered_kv", "tiered_kv.kernels": ROOT / "kernels"}
 
-#: Old flat modules of tiered_kv.sim kept one release as deprecated aliases (issue 13).
-MOVED = {
-    "tiered_kv.sim.synth": "tiered_kv.sim.workload.synth",
-    "tiered_kv.sim.synth_calibration": "tiered_kv.sim.workload.calibration",
-    "tiered_kv.sim.trie_lru": "tiered_kv.sim.peers.trie_lru",
-    "tiered_kv.sim.trie_fifo": "tiered_kv.sim.peers.trie_fifo",
-    "tiered_kv.sim.trie_belady": "tiered_kv.sim.peers.trie_belady",
-    "tiered_kv.sim.semantics": "tiered_kv.sim.peers.semantics",
-    "tiered_kv.sim.lmcache_io": "tiered_kv.sim.peers.lmcache_io",
-    "tiered_kv.sim.latency": "tiered_kv.sim.cluster.latency",
-    "tiered_kv.sim.retention_occupancy": "tiered_kv.sim.retention.occupancy",
-    "tiered_kv.sim.retention_report": "tiered_kv.sim.retention.report",
-}
 SIM_PACKAGES = ["traces", "workload", "policies", "peers", "cluster", "retention"]
 #: Circles known to exist outside the simulator, left to their owners. The test fails on any
 #: other circle, and on these once they are gone, so the list can only shrink. (The SSD tier's
@@ -143,7 +130,7 @@ def test_no_import_cycles():
 
 
 #: The simulator's layers in the order the README draws them: each imports only earlier ones.
-SIM_LAYERS = ["_moved", "aot", "traces", "workload", "day", "replay", "trace_cache", "policies", "curves", "peers", "cluster",
+SIM_LAYERS = ["aot", "traces", "workload", "day", "replay", "trace_cache", "policies", "curves", "peers", "cluster",
               "retention", "sweep"]
 
 
@@ -157,7 +144,7 @@ def test_sim_layers_import_only_the_layers_drawn_before_them():
 
     for name, deps in graph.items():
         own = layer(name)
-        if own is None:  # tiered_kv.sim itself and the deprecated aliases
+        if own is None:  # tiered_kv.sim itself
             continue
         for dep in deps:
             other = layer(dep)
@@ -186,20 +173,6 @@ def test_sim_subpackage_says_what_it_holds_and_may_import(name):
     assert len(doc.split()) >= 40 and "may import" in doc, f"tiered_kv.sim.{name}: docstring too thin"
     for public in getattr(module, "__all__", []):
         assert hasattr(module, public), f"tiered_kv.sim.{name}.__all__ names a missing {public}"
-
-
-@pytest.mark.parametrize("old", sorted(MOVED))
-def test_old_paths_warn_and_resolve_to_the_new_modules(old):
-    new = importlib.import_module(MOVED[old])
-    sys.modules.pop(old, None)
-    with pytest.warns(DeprecationWarning, match=MOVED[old].replace(".", r"\.")):
-        shim = importlib.import_module(old)
-    public = [n for n in dir(new) if not n.startswith("_") and getattr(getattr(new, n), "__module__", None) == new.__name__]
-    assert public
-    for n in public:
-        assert getattr(shim, n) is getattr(new, n)
-    with pytest.raises(AttributeError, match="moved to"):
-        shim.no_such_name  # noqa: B018
 
 
 def test_new_paths_import_without_deprecation_warnings():

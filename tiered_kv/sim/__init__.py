@@ -10,6 +10,5 @@ in one pass), :mod:`.peers` (the public simulators' rules, policies and files),
 :mod:`.cluster` (machines, tiers, routing, latency and cost) and :mod:`.retention` (byte-days,
 the oracle frontier, the best TTLs); beside them :mod:`.sweep` (grids of cluster-model runs)
 and :mod:`.day` (a DeepSeek-scale day drawn in shards and streamed). The simulator imports nothing of the model, the tiers or
-the widgets. The old flat module names (``synth``, ``latency``, ``trie_lru``, ...) are
-deprecated aliases for one release (:mod:`._moved`).
+the widgets.
 """

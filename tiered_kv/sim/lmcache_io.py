@@ -1,5 +1,0 @@
-"""Deprecated alias (issue 13; removed after one release): moved to :mod:`tiered_kv.sim.peers.lmcache_io`."""
-
-from tiered_kv.sim._moved import alias
-
-__getattr__, __dir__ = alias("tiered_kv.sim.lmcache_io", "tiered_kv.sim.peers.lmcache_io")

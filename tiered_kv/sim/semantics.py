@@ -1,5 +1,0 @@
-"""Deprecated alias (issue 13; removed after one release): moved to :mod:`tiered_kv.sim.peers.semantics`."""
-
-from tiered_kv.sim._moved import alias
-
-__getattr__, __dir__ = alias("tiered_kv.sim.semantics", "tiered_kv.sim.peers.semantics")
