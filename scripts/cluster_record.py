@@ -107,7 +107,7 @@ def admission_section(settings) -> list[dict]:
 def routing_section(total_tokens: int) -> dict:
     """Figure 08 at one total SSD size: shared pool vs per-machine caches, every routing."""
     from tiered_kv.sim.cluster import ROUTINGS, ClusterConfig, simulate_cluster
-    from tiered_kv.sim.replay import compile_trace
+    from tiered_kv.sim.trace_replay import compile_trace
     from tiered_kv.sim.traces import load_trace, shipped_trace
 
     trace = compile_trace(load_trace(shipped_trace("conversation")))
@@ -141,7 +141,7 @@ def disk_fraction_section(quick: bool) -> dict:
 def cli_section(synth: str, days: float) -> dict:
     """``tiered-kv simulate`` in process (its --json answer), and the size of its workload."""
     from tiered_kv.cli import main
-    from tiered_kv.sim.replay import compile_trace
+    from tiered_kv.sim.trace_replay import compile_trace
     from tiered_kv.sim.workload.synth import generate
 
     argv = ["simulate", "--synth", synth, "--days", f"{days:g}", *CLI_OPTIONS]

@@ -18,7 +18,7 @@ from tiered_kv.sim import aot
 from tiered_kv.sim import curves as C
 from tiered_kv.sim.policies import belady as B
 from tiered_kv.sim.policies import lru as L
-from tiered_kv.sim.replay import ReplayOptions, compile_trace
+from tiered_kv.sim.trace_replay import ReplayOptions, compile_trace
 from tiered_kv.sim.traces import random_trace
 
 #: The kernels (aot.kernel_of: once numba has run, the modules' globals are its dispatchers).
@@ -111,7 +111,7 @@ import hashlib, sys
 import numpy as np
 from tiered_kv.sim import curves as C
 from tiered_kv.sim.policies import LRU, TTL, Watermark, Belady
-from tiered_kv.sim.replay import compile_trace, replay
+from tiered_kv.sim.trace_replay import compile_trace, replay
 from tiered_kv.sim.traces import random_trace
 tr = compile_trace(random_trace(7, n_requests=60))
 caps = C.default_capacities(tr, 9)

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tiered_kv.sim.cluster import ClusterConfig, simulate_cluster
-from tiered_kv.sim.replay import compile_trace
+from tiered_kv.sim.trace_replay import compile_trace
 from tiered_kv.sim.traces import load_trace, shipped_trace
 
 
@@ -60,7 +60,7 @@ def test_one_machine_equals_single_cache_replay(real, capacity_tokens):
 
 def test_one_machine_matches_part1_lru_policy(real):
     policies = pytest.importorskip("tiered_kv.sim.policies")
-    from tiered_kv.sim.replay import replay
+    from tiered_kv.sim.trace_replay import replay
 
     ref = replay(real, policies.get_policy("lru", capacity_tokens=512 * 5000))
     res = simulate_cluster(real, ClusterConfig(nodes=1, ssd_capacity_tokens=512 * 5000))

@@ -73,7 +73,7 @@ def test_small_run_puts_freshly_computed_numbers_on_the_page(tmp_path):
     from tiered_kv.cli import main as cli
     from tiered_kv.sim.cluster import ClusterConfig, simulate_cluster
     from tiered_kv.sim.cluster import latency as L
-    from tiered_kv.sim.replay import compile_trace
+    from tiered_kv.sim.trace_replay import compile_trace
     from tiered_kv.sim.traces import load_trace, shipped_trace
     from tiered_kv.viz.claim_values import day2_disk_fraction
 

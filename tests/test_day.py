@@ -51,7 +51,7 @@ def test_manifest_parts_and_ids(day):
 
 def test_streaming_replay_equals_the_replay_engine(day):
     from tiered_kv.sim.policies import get_policy
-    from tiered_kv.sim.replay import compile_trace, replay
+    from tiered_kv.sim.trace_replay import compile_trace, replay
 
     m = read_manifest(day)
     cap_blocks = 20_000

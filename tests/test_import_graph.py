@@ -130,7 +130,7 @@ def test_no_import_cycles():
 
 
 #: The simulator's layers in the order the README draws them: each imports only earlier ones.
-SIM_LAYERS = ["aot", "traces", "workload", "day", "replay", "trace_cache", "policies", "curves", "peers", "cluster",
+SIM_LAYERS = ["aot", "traces", "workload", "day", "trace_replay", "trace_cache", "policies", "curves", "peers", "cluster",
               "retention", "sweep"]
 
 
@@ -176,7 +176,7 @@ def test_sim_subpackage_says_what_it_holds_and_may_import(name):
 
 
 def test_new_paths_import_without_deprecation_warnings():
-    names = ", ".join(f"tiered_kv.sim.{n}" for n in SIM_PACKAGES + ["replay", "curves"])
+    names = ", ".join(f"tiered_kv.sim.{n}" for n in SIM_PACKAGES + ["trace_replay", "curves"])
     proc = subprocess.run([sys.executable, "-W", "error::DeprecationWarning", "-c", f"import {names}"],
                           capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert proc.returncode == 0, proc.stderr

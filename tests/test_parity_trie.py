@@ -17,7 +17,7 @@ from tiered_kv.sim import peers
 from tiered_kv.sim.peers import trie
 from tiered_kv.sim.peers.lmcache_io import read_lookup_logs, write_lookup_jsonl
 from tiered_kv.sim.peers.semantics import get_semantics
-from tiered_kv.sim.replay import compile_trace
+from tiered_kv.sim.trace_replay import compile_trace
 from tiered_kv.sim.traces import random_trace
 
 
@@ -154,7 +154,7 @@ def test_chained_fast_path_matches_explicit_trie():
 
 def test_policies_registered_and_match_curves():
     from tiered_kv.sim.policies import get_policy
-    from tiered_kv.sim.replay import replay
+    from tiered_kv.sim.trace_replay import replay
 
     df = random_trace(3, 80, block_size=4, max_blocks=6, alphabet=3)
     ct = compile_trace(df, get_semantics("kvcache-ai").options)

@@ -16,7 +16,7 @@ import tomllib
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tiered_kv.sim.replay import compile_trace
+from tiered_kv.sim.trace_replay import compile_trace
 from tiered_kv.sim.traces import random_trace
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -15,7 +15,7 @@ import pytest
 
 from tiered_kv.cli import main
 from tiered_kv.sim.policies import make_policy, plugin_parameters
-from tiered_kv.sim.replay import compile_trace, replay
+from tiered_kv.sim.trace_replay import compile_trace, replay
 from tiered_kv.sim.traces import load_trace, shipped_trace
 
 PLUGIN = '''

@@ -36,7 +36,7 @@ def bench(tmp_path_factory):
 
 def test_bench_policies_times_every_policy_in_interleaved_rounds(bench):
     from tiered_kv.sim.policies import get_policy
-    from tiered_kv.sim.replay import compile_trace, replay
+    from tiered_kv.sim.trace_replay import compile_trace, replay
     from tiered_kv.sim.workload import synth
 
     assert list(bench["policies"]) == ["lru", "belady", "fifo", "ttl"]

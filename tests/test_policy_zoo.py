@@ -24,7 +24,7 @@ from tiered_kv.sim.policies import (
     load_policy_file,
     make_policy,
 )
-from tiered_kv.sim.replay import compile_trace, replay
+from tiered_kv.sim.trace_replay import compile_trace, replay
 from tiered_kv.sim.traces import random_trace
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from tiered_kv.sim import curves as C
 from tiered_kv.sim.policies import get_policy
-from tiered_kv.sim.replay import ReplayOptions, compile_trace, replay
+from tiered_kv.sim.trace_replay import ReplayOptions, compile_trace, replay
 from tiered_kv.sim.traces import SCHEMA, load_trace, random_trace, shipped_trace
 
 

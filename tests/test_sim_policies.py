@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tiered_kv.sim.policies import capacity_tokens_from, get_policy, policy_names
-from tiered_kv.sim.replay import ReplayOptions, compile_trace, replay
+from tiered_kv.sim.trace_replay import ReplayOptions, compile_trace, replay
 from tiered_kv.sim.traces import load_trace, random_trace, shipped_trace
 
 

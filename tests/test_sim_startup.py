@@ -12,7 +12,7 @@ import pytest
 
 from tiered_kv.sim import curves as C
 from tiered_kv.sim.policies.belady import _chained, next_use
-from tiered_kv.sim.replay import ReplayOptions, compile_trace
+from tiered_kv.sim.trace_replay import ReplayOptions, compile_trace
 from tiered_kv.sim.traces import random_trace
 
 
@@ -84,7 +84,7 @@ refresh = base.BaseContext.refresh
 base.BaseContext.refresh = lambda self: (calls.append(1), refresh(self))[1]
 from tiered_kv.sim import curves as C
 from tiered_kv.sim.policies.lru import run_cache_kernel
-from tiered_kv.sim.replay import compile_trace
+from tiered_kv.sim.trace_replay import compile_trace
 from tiered_kv.sim.traces import random_trace
 tr = compile_trace(random_trace(7, n_requests=60))
 caps = C.default_capacities(tr, 12)

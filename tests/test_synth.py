@@ -169,7 +169,7 @@ def test_workload_errors_name_the_setting():
 
 def test_ttl_curve_agrees_with_the_simulator_curves():
     from tiered_kv.sim.curves import ttl_curve
-    from tiered_kv.sim.replay import compile_trace
+    from tiered_kv.sim.trace_replay import compile_trace
 
     df = generate("ci", 3.0, seed=2)
     ttls = np.array([0.0, 30.0, 600.0, 7200.0, DAY_S, 2 * DAY_S])

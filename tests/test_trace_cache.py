@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from tiered_kv.sim import trace_cache as tc
-from tiered_kv.sim.replay import ReplayOptions, compile_trace
+from tiered_kv.sim.trace_replay import ReplayOptions, compile_trace
 from tiered_kv.sim.traces import load_trace, random_trace, shipped_trace
 
 

@@ -298,7 +298,7 @@ def test_workshop_retention_answers_follow_the_table():
 
 def test_retention_table_matches_the_simulators_ttl_replay():
     from tiered_kv.sim.policies import TTL
-    from tiered_kv.sim.replay import replay
+    from tiered_kv.sim.trace_replay import replay
     from tiered_kv.sim.workload import synth
 
     frame = synth.generate("ci", 1.0, 3)

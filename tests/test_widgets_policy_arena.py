@@ -22,7 +22,7 @@ POLICIES = ("lru", "fifo", "s3fifo", "lfu")
 @pytest.fixture(scope="module")
 def trace():
     """The notebook's small input: the first 15 minutes of the conversation trace."""
-    from tiered_kv.sim.replay import compile_trace
+    from tiered_kv.sim.trace_replay import compile_trace
     from tiered_kv.sim.traces import load_trace, shipped_trace
 
     frame = load_trace(shipped_trace("conversation"))

@@ -14,7 +14,7 @@ import polars as pl
 import pytest
 
 from tiered_kv.sim.curves import lru_curve
-from tiered_kv.sim.replay import compile_trace
+from tiered_kv.sim.trace_replay import compile_trace
 from tiered_kv.sim.workload import AGENT, CURVE_CAPACITIES, FIG9_TOOL_AGENT, PRESETS, hour_slice
 
 CAPS = np.array(CURVE_CAPACITIES)

@@ -29,7 +29,7 @@ def run_cluster_bench(args: argparse.Namespace | None = None) -> dict[str, Any]:
     """Generate, compile and replay the workload; time each stage; report throughput and memory."""
     from tiered_kv.sim.cluster import V3_KV_BYTES_PER_TOKEN, ClusterConfig, simulate_cluster
     from tiered_kv.sim.policies import LRU
-    from tiered_kv.sim.replay import compile_trace
+    from tiered_kv.sim.trace_replay import compile_trace
     from tiered_kv.sim.workload.synth import generate
 
     days = float(getattr(args, "cluster_days", 14.0) or 14.0)

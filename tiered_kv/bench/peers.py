@@ -190,7 +190,7 @@ def _libcachesim(df, caps_blocks, repeat, bar) -> dict:
     from pathlib import Path
 
     from tiered_kv.sim.peers import libcachesim as L
-    from tiered_kv.sim.replay import compile_trace
+    from tiered_kv.sim.trace_replay import compile_trace
 
     ok, detail = L.libcachesim_status()
     out: dict[str, Any] = {"status": {"available": ok, "detail": detail}, "semantics": "block level, unit-size objects"}

@@ -68,7 +68,7 @@ def _stats(xs: list[float]) -> dict:
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     from tiered_kv.sim.policies import DEFAULT_BYTES_PER_TOKEN, policy_names
-    from tiered_kv.sim.replay import compile_trace
+    from tiered_kv.sim.trace_replay import compile_trace
     from tiered_kv.sim.traces import random_trace
     from tiered_kv.sim.workload import synth
 

@@ -104,7 +104,7 @@ def measure(trace, ttl_points: int, repeat: int, baseline_points: int | None) ->
 def run(args: argparse.Namespace) -> dict[str, Any]:
     from tqdm import tqdm
 
-    from tiered_kv.sim.replay import compile_trace
+    from tiered_kv.sim.trace_replay import compile_trace
     from tiered_kv.sim.traces import load_trace, resolve_trace_path
 
     if args.ttl_points < 2:

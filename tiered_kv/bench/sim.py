@@ -54,7 +54,7 @@ def median_of(fn, repeat: int, runs: dict[str, list[float]] | None = None, name:
 
 def concat_shifted(trace, copies: int):
     """``copies`` back-to-back copies of a compiled trace, shifted in time and in block ids."""
-    from tiered_kv.sim.replay import CompiledTrace, ReplayOptions
+    from tiered_kv.sim.trace_replay import CompiledTrace, ReplayOptions
 
     if copies == 1:
         return trace
@@ -118,7 +118,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
     from tiered_kv.sim import curves as C
     from tiered_kv.sim.policies import LRU, TTL, Belady
-    from tiered_kv.sim.replay import compile_trace
+    from tiered_kv.sim.trace_replay import compile_trace
     from tiered_kv.sim.traces import load_trace, resolve_trace_path
 
     scales = [int(s) for s in str(args.scales).split(",") if s.strip()]

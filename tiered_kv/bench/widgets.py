@@ -44,7 +44,7 @@ def run(args: argparse.Namespace) -> dict:
     from tqdm import tqdm
 
     from tiered_kv.sim.policies import TTL
-    from tiered_kv.sim.replay import compile_trace, replay
+    from tiered_kv.sim.trace_replay import compile_trace, replay
     from tiered_kv.sim.traces import load_trace, shipped_trace
     from tiered_kv.viz import retention as R
     from tiered_kv.viz.retention_dashboard import RetentionDashboard, evaluate

@@ -54,7 +54,7 @@ def is_cluster(args: argparse.Namespace) -> bool:
 def _trace(args: argparse.Namespace):
     from tiered_kv.commands._common import load_compiled
     from tiered_kv.sim.peers.semantics import get_semantics
-    from tiered_kv.sim.replay import compile_trace
+    from tiered_kv.sim.trace_replay import compile_trace
     from tiered_kv.units import parse_duration
 
     if args.synth and args.trace:

@@ -50,7 +50,7 @@ def register(parser: argparse.ArgumentParser) -> None:
 
 def load(args: argparse.Namespace):
     """(compiled trace, label) for --trace or --synth/--days/--seed."""
-    from tiered_kv.sim.replay import compile_trace
+    from tiered_kv.sim.trace_replay import compile_trace
     from tiered_kv.units import parse_duration
 
     if args.synth is not None:

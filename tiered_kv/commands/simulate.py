@@ -55,7 +55,7 @@ def simulate_single(args: argparse.Namespace) -> dict[str, Any]:
     """The single-cache replay: trace + policy -> the JSON fields of docs/semantics.md."""
     from tiered_kv.commands._common import build_policy, load_compiled
     from tiered_kv.sim.policies import DEFAULT_BYTES_PER_TOKEN
-    from tiered_kv.sim.replay import replay
+    from tiered_kv.sim.trace_replay import replay
 
     trace, sem = load_compiled(args)
     policy = build_policy(args, sem)

@@ -60,7 +60,7 @@ import numpy as np
 from tiered_kv.sim.aot import njit
 from tiered_kv.sim.policies.belady import Belady, belady_stack, next_use
 from tiered_kv.sim.policies.jit import call
-from tiered_kv.sim.replay import CompiledTrace
+from tiered_kv.sim.trace_replay import CompiledTrace
 
 #: Key of an access that can never hit (first touch of its block): above every capacity.
 COLD = np.int64(2**62)

@@ -268,7 +268,7 @@ class SweepConfig:
 #: The source a row depends on, relative to the package: the sweep, the replay engine, the
 #: cluster and latency models, the policies, the workload generator, the trace schema, units.
 #: Whole folders, so a new module there is covered without editing this list.
-CODE_PATHS = ("sim/sweep.py", "sim/replay.py", "sim/cluster", "sim/policies", "sim/workload", "sim/traces",
+CODE_PATHS = ("sim/sweep.py", "sim/trace_replay.py", "sim/cluster", "sim/policies", "sim/workload", "sim/traces",
               "units.py")
 
 
@@ -315,7 +315,7 @@ def _read_only(trace):
 @lru_cache(maxsize=2)
 def _workload(preset: str, days: float, seed: int):
     """The compiled workload, shared by the points of one worker and read-only (see the module notes)."""
-    from tiered_kv.sim.replay import compile_trace
+    from tiered_kv.sim.trace_replay import compile_trace
     from tiered_kv.sim.workload.synth import generate
 
     trace = compile_trace(generate(preset, days, seed))

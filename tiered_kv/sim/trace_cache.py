@@ -1,7 +1,7 @@
 """A compiled trace kept on disk, so a command run again on the same file skips reading it.
 
 ``tiered-kv simulate|curves --trace FILE`` spends much of its start-up reading and validating the
-file (polars, JSONL, chained ids) and flattening it (:func:`~tiered_kv.sim.replay.compile_trace`),
+file (polars, JSONL, chained ids) and flattening it (:func:`~tiered_kv.sim.trace_replay.compile_trace`),
 while the flat arrays of the result are small (the conversation trace: about 7 MB) and load with
 numpy alone, without importing polars. The first run stores them under
 ``$XDG_CACHE_HOME/tiered-kv/traces``; later runs load them. The key covers everything the arrays
@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tiered_kv.sim.replay import CompiledTrace, ReplayOptions, compile_trace
+from tiered_kv.sim.trace_replay import CompiledTrace, ReplayOptions, compile_trace
 
 ENV = "TIERED_KV_TRACE_CACHE"
 KEEP = 32
@@ -48,7 +48,7 @@ def cache_dir() -> Path | None:
 def _code_digest() -> str:
     """Digest of the source the cached arrays depend on (loaders, chained keys, replay engine)."""
     sim = Path(__file__).resolve().parent
-    files = [*sorted((sim / "traces").glob("*.py")), sim / "replay.py", sim.parent / "keys.py"]
+    files = [*sorted((sim / "traces").glob("*.py")), sim / "trace_replay.py", sim.parent / "keys.py"]
     h = hashlib.sha256()
     for f in files:
         h.update(f.name.encode())

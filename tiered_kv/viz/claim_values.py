@@ -113,7 +113,7 @@ def agent_lru_hit_rate(capacity_tokens: float, warmup_days: float | None = None,
 def _agent_hour(warmup_days: float | None, hour: int, seed: int):
     from dataclasses import replace
 
-    from tiered_kv.sim.replay import compile_trace
+    from tiered_kv.sim.trace_replay import compile_trace
     from tiered_kv.sim.workload import PRESETS, hour_slice
 
     cfg = PRESETS["agent"] if warmup_days is None else replace(PRESETS["agent"], warmup_days=warmup_days)

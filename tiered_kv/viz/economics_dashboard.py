@@ -24,7 +24,7 @@ import numpy as np
 import polars as pl
 
 from tiered_kv.sim import retention as R
-from tiered_kv.sim.replay import CompiledTrace
+from tiered_kv.sim.trace_replay import CompiledTrace
 from tiered_kv.units import format_bytes, format_duration
 from tiered_kv.viz.widgets import (
     ChartView,
@@ -95,7 +95,7 @@ def build_analysis(trace: CompiledTrace | pl.DataFrame, *, bytes_per_token: floa
                    ttl_points: int = 48, frontier_points: int = 48, title: str = "",
                    precompute: bool = True) -> EconomicsAnalysis:
     """Everything the dashboard shows, from a compiled trace or a trace frame (slow part, once)."""
-    from tiered_kv.sim.replay import compile_trace
+    from tiered_kv.sim.trace_replay import compile_trace
     from tiered_kv.sim.retention.report import _frontier_points, pair_ttls, ttl_grid
 
     if isinstance(trace, pl.DataFrame):

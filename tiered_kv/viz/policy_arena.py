@@ -164,7 +164,7 @@ def build_arena(trace, policies=POLICIES, *, points: int = 24, admissions=ADMISS
 
     from tiered_kv.sim.curves import default_capacities
     from tiered_kv.sim.policies import DEFAULT_BYTES_PER_TOKEN
-    from tiered_kv.sim.replay import CompiledTrace, compile_trace
+    from tiered_kv.sim.trace_replay import CompiledTrace, compile_trace
 
     policies = tuple(dict.fromkeys(p for p in policies if p != "belady"))
     if not policies:

@@ -7,7 +7,7 @@ turns hits into time and money: TTFT of loads, prefill and bounded replay, one s
 queue with write-back, admission (recompute when loading would be slower), cost per million
 tokens. :mod:`.contention` is the scenario of ``tiered-kv bench contention`` (restores and
 misses of fixed lognormal lengths on N streams sharing one link), its admission rule and the
-latency model's prediction of it. This package may import :mod:`tiered_kv.sim.replay` (and run any policy object of
+latency model's prediction of it. This package may import :mod:`tiered_kv.sim.trace_replay` (and run any policy object of
 :mod:`tiered_kv.sim.policies` it is given); nothing below it imports it.
 """
 

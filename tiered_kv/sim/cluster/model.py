@@ -18,11 +18,11 @@ sees; the request is served from the longer of the two prefixes (GPU first, the 
 SSD), the rest is recomputed. Then every block is touched or inserted, in order, in the
 machine's GPU tier and in its SSD tier, and its window state is stored in the host tier. With
 one machine, no GPU tier and an LRU SSD tier this is exactly the single-cache replay of
-:mod:`tiered_kv.sim.replay` (tested).
+:mod:`tiered_kv.sim.trace_replay` (tested).
 
 SSD retention. A shared pool sees every request whatever the routing, so its contents do not
 depend on routing: any part-1 policy (:mod:`tiered_kv.sim.policies`: ``ttl`` per class,
-``watermark``, ``belady``...) is replayed once with :func:`tiered_kv.sim.replay.replay` and
+``watermark``, ``belady``...) is replayed once with :func:`tiered_kv.sim.trace_replay.replay` and
 its per-request hit blocks are used here. The capacity-LRU pool (the default) and per-machine
 caches run inside the compiled loop (:mod:`tiered_kv.sim.cluster.lru_tiers`), which also records
 each evicted block's idle age by the class that touched it last: the *effective retention* one
@@ -243,13 +243,13 @@ def _blocks(tokens: float, block_size: int) -> int:
 
 def simulate_cluster(trace, config: ClusterConfig, ssd_policy: Any = None,
                      options: Any = None, progress: bool | None = None) -> ClusterResult:
-    """Replay ``trace`` (a frame or a :class:`~tiered_kv.sim.replay.CompiledTrace`) on a cluster.
+    """Replay ``trace`` (a frame or a :class:`~tiered_kv.sim.trace_replay.CompiledTrace`) on a cluster.
 
     ``ssd_policy``: ``None`` for a capacity-LRU SSD tier (``config.ssd_capacity_tokens``), or a
     part-1 policy object (``tiered_kv.sim.policies``) for the shared pool, replayed once.
     ``progress``: a progress bar on runs over two seconds (``False`` turns it off).
     """
-    from tiered_kv.sim.replay import CompiledTrace, compile_trace, replay
+    from tiered_kv.sim.trace_replay import CompiledTrace, compile_trace, replay
 
     t = trace if isinstance(trace, CompiledTrace) else compile_trace(trace, options)
     if t.n_requests == 0:

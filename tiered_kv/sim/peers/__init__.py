@@ -8,7 +8,7 @@ which registers ``lru-trie``, ``fifo-trie`` and ``belady-trie`` into the policy 
 this package is imported. :mod:`.lmcache_io` reads and writes LMCache's lookup-hash logs;
 :mod:`.simulators` runs kvcache-simulator and LMCache's simulator themselves (when installed)
 and tiered-kv under their semantics, side by side. This package may import
-:mod:`tiered_kv.sim.traces`, :mod:`~tiered_kv.sim.replay`, :mod:`~tiered_kv.sim.policies` and
+:mod:`tiered_kv.sim.traces`, :mod:`~tiered_kv.sim.trace_replay`, :mod:`~tiered_kv.sim.policies` and
 :mod:`~tiered_kv.sim.curves`; nothing below it imports it.
 """
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from tiered_kv.sim.policies import get_policy, next_use
-from tiered_kv.sim.replay import CompiledTrace
+from tiered_kv.sim.trace_replay import CompiledTrace
 
 #: libCacheSim class name -> the zoo policy it is compared with (both at their defaults).
 PAIRS = {"LRU": "class-lru", "FIFO": "fifo", "LFU": "lfu", "ARC": "arc", "SLRU": "slru", "TwoQ": "2q",

@@ -1,6 +1,6 @@
 """Named replay semantics: how tiered-kv and the public simulators count hits.
 
-Each preset is :class:`~tiered_kv.sim.replay.ReplayOptions` plus the LRU variant that tool
+Each preset is :class:`~tiered_kv.sim.trace_replay.ReplayOptions` plus the LRU variant that tool
 implements, so ``--semantics kvcache-ai`` reproduces kvcache.ai's numbers with this engine
 instead of a copy of theirs:
 
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tiered_kv.sim.replay import ReplayOptions
+from tiered_kv.sim.trace_replay import ReplayOptions
 
 
 @dataclass(frozen=True)

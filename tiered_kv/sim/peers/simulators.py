@@ -133,7 +133,7 @@ def ours_kvcache(df: pl.DataFrame, capacities_blocks, policy: str) -> np.ndarray
     from tiered_kv.sim.peers.trie_belady import optimal_trie_curve
     from tiered_kv.sim.peers.trie_fifo import fifo_trie_curve
     from tiered_kv.sim.peers.trie_lru import lru_trie_curve
-    from tiered_kv.sim.replay import compile_trace
+    from tiered_kv.sim.trace_replay import compile_trace
 
     t = from_compiled(compile_trace(df, get_semantics("kvcache-ai").options))
     curve = {"lru": lru_trie_curve, "optimal": optimal_trie_curve, "fifo": fifo_trie_curve}[policy]
@@ -229,7 +229,7 @@ def ours_lmcache(df: pl.DataFrame, capacities_chunks) -> np.ndarray:
     """
     from tiered_kv.sim.curves import lru_curve
     from tiered_kv.sim.peers.semantics import get_semantics
-    from tiered_kv.sim.replay import compile_trace
+    from tiered_kv.sim.trace_replay import compile_trace
 
     trace = compile_trace(df, get_semantics("lmcache").options)
     chunks = np.maximum(np.asarray(capacities_chunks, dtype=np.int64).reshape(-1), 1)

@@ -136,7 +136,7 @@ def _chained_nodes(dense, offsets, n_ids):
 
 
 def from_compiled(trace) -> TrieTrace:
-    """A :class:`TrieTrace` from a :class:`tiered_kv.sim.replay.CompiledTrace` (its replay order,
+    """A :class:`TrieTrace` from a :class:`tiered_kv.sim.trace_replay.CompiledTrace` (its replay order,
     token weights and warm-up)."""
     counted = np.asarray(trace.counted, dtype=bool)
     warmup = int(np.argmax(counted)) if counted.any() else counted.shape[0]

@@ -11,7 +11,7 @@ at a time, an admission mask, SSD wear): :mod:`.fifo` (``fifo``, ``sieve``, ``s3
 them takes, :mod:`.plugin` the small-class API for user policies (docs/policies.md).
 Importing this package registers every family; plug-ins defined elsewhere
 (kvcache.ai's prefix-trie policies in :mod:`tiered_kv.sim.peers`) register themselves into the
-same registry. This package may import :mod:`tiered_kv.sim.replay` and :mod:`tiered_kv.units`,
+same registry. This package may import :mod:`tiered_kv.sim.trace_replay` and :mod:`tiered_kv.units`,
 nothing else of the simulator.
 """
 

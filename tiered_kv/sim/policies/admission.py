@@ -13,7 +13,7 @@ stream only (never on what the policy holds), so one mask serves every policy an
   ``counters=0`` counts exactly (a dict, no false positives), for tests.
 - ``write-points`` (:class:`WritePoints`): write only where a write-point strategy says so; it
   takes the per-access boolean array ("is a write point") or a function of the trace returning
-  one; the strategies themselves live with the workload (:mod:`tiered_kv.sim.replay`'s users).
+  one; the strategies themselves live with the workload (:mod:`tiered_kv.sim.trace_replay`'s users).
 - :class:`AllOf`: the conjunction of several filters.
 """
 
@@ -27,7 +27,7 @@ import numpy as np
 
 from tiered_kv.sim.aot import njit
 from tiered_kv.sim.policies.registry import check_range
-from tiered_kv.sim.replay import CompiledTrace
+from tiered_kv.sim.trace_replay import CompiledTrace
 
 
 @njit(cache=True)

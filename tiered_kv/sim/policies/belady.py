@@ -24,7 +24,7 @@ from tiered_kv.sim.policies.registry import (
     check_range,
     register_policy,
 )
-from tiered_kv.sim.replay import CompiledTrace
+from tiered_kv.sim.trace_replay import CompiledTrace
 
 
 def next_use(trace: CompiledTrace) -> np.ndarray:

@@ -35,7 +35,7 @@ import numpy as np
 from tiered_kv.sim.aot import njit
 from tiered_kv.sim.policies.admission import get_admission
 from tiered_kv.sim.policies.registry import DEFAULT_BYTES_PER_TOKEN, PolicyRun, check_capacity, check_range
-from tiered_kv.sim.replay import CompiledTrace
+from tiered_kv.sim.trace_replay import CompiledTrace
 
 DAY_S = 86400.0
 

@@ -38,7 +38,7 @@ from tiered_kv.sim.policies.registry import (
     check_capacity,
     register_policy,
 )
-from tiered_kv.sim.replay import CompiledTrace
+from tiered_kv.sim.trace_replay import CompiledTrace
 
 
 @njit(cache=True, aot="int64[::1], int32[::1], float64[::1], float64[::1], int64[::1], int64, int64, float64[::1], "

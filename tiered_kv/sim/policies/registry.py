@@ -1,7 +1,7 @@
 """The policy registry and what every policy shares: the protocol, the result type, capacities.
 
 A policy is a frozen, validated config plus a pure function of (config, event stream) ->
-decisions: :meth:`Policy.run` reads a :class:`~tiered_kv.sim.replay.CompiledTrace` (the events,
+decisions: :meth:`Policy.run` reads a :class:`~tiered_kv.sim.trace_replay.CompiledTrace` (the events,
 with their simulated clock: the trace's timestamps) and returns, per request, how many leading
 blocks were present at lookup (:class:`PolicyRun`). No wall clock, no globals, no randomness.
 Counting (hit tokens, warm-up, classes) is the replay engine's job, not the policy's.
@@ -25,7 +25,7 @@ from typing import Any, ClassVar, Protocol
 
 import numpy as np
 
-from tiered_kv.sim.replay import CompiledTrace
+from tiered_kv.sim.trace_replay import CompiledTrace
 
 #: Default KV format for byte capacities: DeepSeek-V3 MLA in bf16, 61 layers x (512 + 64)
 #: x 2 bytes = 70,272 bytes per token. Pass another value for other models or FP4.

@@ -6,7 +6,7 @@ TTL at once and chooses the best per-class (or shared) TTLs for an SSD capacity;
 is the offline-optimal retention frontier (exact at its breakpoints, with the proof);
 :mod:`.occupancy` counts peak stored bytes and the watermark view; :mod:`.report` runs one whole
 analysis for the CLI, the benchmark and figure 11. This package may import
-:mod:`tiered_kv.sim.replay` and the LRU kernel of :mod:`tiered_kv.sim.policies`; nothing below it
+:mod:`tiered_kv.sim.trace_replay` and the LRU kernel of :mod:`tiered_kv.sim.policies`; nothing below it
 imports it.
 """
 

@@ -44,7 +44,7 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit
 
-from tiered_kv.sim.replay import CompiledTrace
+from tiered_kv.sim.trace_replay import CompiledTrace
 from tiered_kv.sim.retention.gaps import Gaps
 
 

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit
 
-from tiered_kv.sim.replay import CompiledTrace
+from tiered_kv.sim.trace_replay import CompiledTrace
 
 DAY_S = 86_400.0
 

@@ -27,7 +27,7 @@ import numpy as np
 import polars as pl
 from numba import njit
 
-from tiered_kv.sim.replay import CompiledTrace
+from tiered_kv.sim.trace_replay import CompiledTrace
 
 MECHANISMS = ("lru", "weighted", "ttl-priority", "quotas")
 _MODE = {name: i for i, name in enumerate(MECHANISMS)}

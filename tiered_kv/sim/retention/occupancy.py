@@ -22,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from tiered_kv.sim.replay import CompiledTrace
+from tiered_kv.sim.trace_replay import CompiledTrace
 from tiered_kv.sim.retention.frontier import Frontier
 from tiered_kv.sim.retention.gaps import Gaps
 

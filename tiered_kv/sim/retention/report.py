@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from tiered_kv.sim.replay import CompiledTrace
+from tiered_kv.sim.trace_replay import CompiledTrace
 from tiered_kv.sim.retention import occupancy as O
 from tiered_kv.sim.retention.frontier import oracle_frontier
 from tiered_kv.sim.retention.gaps import DAY_S, StorageModel, cross_class_tokens, reuse_gaps

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from tiered_kv.sim.replay import CompiledTrace
+from tiered_kv.sim.trace_replay import CompiledTrace
 from tiered_kv.sim.retention.gaps import DAY_S, Gaps
 
 

@@ -29,7 +29,7 @@ import numpy as np
 import polars as pl
 from numba import njit
 
-from tiered_kv.sim.replay import CompiledTrace
+from tiered_kv.sim.trace_replay import CompiledTrace
 
 STRATEGIES = ("every-block", "turn-ends", "turn-ends+interval", "common-prefixes")
 

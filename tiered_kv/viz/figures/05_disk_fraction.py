@@ -26,7 +26,7 @@ PUBLISHED_DISK_FRACTION = 0.56
 def run(quick: bool):
     """(preset, config, cluster result, day-2 requests); cached: figure 06 reuses it."""
     from tiered_kv.sim.cluster import ClusterConfig, simulate_cluster
-    from tiered_kv.sim.replay import compile_trace
+    from tiered_kv.sim.trace_replay import compile_trace
     from tiered_kv.sim.workload.synth import generate
 
     preset = "ci" if quick else "mixed"

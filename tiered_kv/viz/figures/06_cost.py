@@ -29,7 +29,7 @@ def build(quick: bool) -> FigureResult:
 
     from tiered_kv.sim.cluster import ClusterConfig, simulate_cluster
     from tiered_kv.sim.cluster import latency as L
-    from tiered_kv.sim.replay import compile_trace
+    from tiered_kv.sim.trace_replay import compile_trace
     from tiered_kv.sim.traces import load_trace, shipped_trace
 
     cfg = L.preset()

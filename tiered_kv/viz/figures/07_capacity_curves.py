@@ -24,7 +24,7 @@ def curve_frame(trace_name: str = "conversation", belady_points: int = 25) -> tu
     """Long frame (policy, capacity_tokens, capacity_bytes, token_hit_rate) for one shipped trace."""
     from tiered_kv.sim import curves as C
     from tiered_kv.sim.policies import DEFAULT_BYTES_PER_TOKEN
-    from tiered_kv.sim.replay import compile_trace
+    from tiered_kv.sim.trace_replay import compile_trace
     from tiered_kv.sim.traces import load_trace, shipped_trace
 
     trace = compile_trace(load_trace(shipped_trace(trace_name)))

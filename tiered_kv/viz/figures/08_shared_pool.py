@@ -45,7 +45,7 @@ def build(quick: bool) -> FigureResult:
     import altair as alt
 
     from tiered_kv.sim.cluster import ROUTINGS, ClusterConfig, simulate_cluster
-    from tiered_kv.sim.replay import compile_trace
+    from tiered_kv.sim.trace_replay import compile_trace
     from tiered_kv.sim.traces import load_trace, shipped_trace
 
     trace = compile_trace(load_trace(shipped_trace("conversation")))

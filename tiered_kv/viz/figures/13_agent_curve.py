@@ -32,7 +32,7 @@ def curve_table(warmup_days: float | None = None, hour: int = 12, seed: int = 0)
     from dataclasses import replace
 
     from tiered_kv.sim.curves import lru_curve
-    from tiered_kv.sim.replay import compile_trace
+    from tiered_kv.sim.trace_replay import compile_trace
     from tiered_kv.sim.traces import load_trace, shipped_trace
     from tiered_kv.sim.workload import CURVE_CAPACITIES, FIG9_TOOL_AGENT, PRESETS, hour_slice
 
