@@ -364,9 +364,9 @@ Values from `L.preset()`, `L.miss_ttft`, `L.hit_ttft`, `L.ttft_components` and
 {_cli(r['cli'])} The workload: {w['requests']:,} requests, {w['block_accesses']:,} block accesses,
 {w['unique_blocks']:,} distinct blocks.
 
-## Cluster throughput (`tiered-kv bench sim --json`, key `cluster`; `tiered_kv/bench/_cluster.py`)
+## Cluster throughput (`tiered-kv bench sim --json`, key `cluster`; `tiered_kv/bench/_cluster_throughput.py`)
 
-Command: `.venv/bin/python -c "from tiered_kv.bench._cluster import run_cluster_bench; print(run_cluster_bench(None))"`
+Command: `.venv/bin/python -c "from tiered_kv.bench._cluster_throughput import run_cluster_bench; print(run_cluster_bench(None))"`
 (same function `tiered-kv bench sim` calls; `--no-cluster` skips it). Workload:
 `synth.generate("mixed", 14, 0)`; cluster: 10 machines, cache-aware routing, GPU tier 2M tokens and
 host window tier 200 states per machine, shared LRU SSD pool of 2e9 tokens.

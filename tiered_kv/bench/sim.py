@@ -34,7 +34,7 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--scales", default="1,4,16", help="trace multiples for the scaling table (default 1,4,16)")
     parser.add_argument("--capacity", type=int, default=1_000_000, help="capacity in tokens for Belady and replay")
     from tiered_kv.bench._cli_startup import add_arguments as add_cli_arguments  # start-up (issue 13)
-    from tiered_kv.bench._cluster import add_arguments as add_cluster_arguments  # cluster model
+    from tiered_kv.bench._cluster_throughput import add_arguments as add_cluster_arguments  # cluster model
 
     add_cluster_arguments(parser)
     add_cli_arguments(parser)
@@ -163,8 +163,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         result.update(run_cli_bench(args.trace, args.cli_repeat))
         result["targets"].update(TARGETS)
         result["meets_targets"].update(result["cli"]["meets_targets"])
-    if not args.no_cluster:  # the cluster model's 14-day run (tiered_kv/bench/_cluster.py)
-        from tiered_kv.bench._cluster import run_cluster_bench
+    if not args.no_cluster:  # the cluster model's 14-day run (tiered_kv/bench/_cluster_throughput.py)
+        from tiered_kv.bench._cluster_throughput import run_cluster_bench
 
         result["cluster"] = run_cluster_bench(args)
     return result

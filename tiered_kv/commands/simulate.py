@@ -46,7 +46,7 @@ def register(parser: argparse.ArgumentParser) -> None:
                         help="override the semantics' warm-up fraction (requests replayed, not counted)")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     # Cluster options (--nodes, --routing, --synth, ...): their run path branches off in run().
-    from tiered_kv.commands._cluster import add_arguments as add_cluster_arguments
+    from tiered_kv.commands._cluster_options import add_arguments as add_cluster_arguments
 
     add_cluster_arguments(parser)
 
@@ -118,11 +118,11 @@ def print_result(result: dict[str, Any]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from tiered_kv.commands import _cluster
+    from tiered_kv.commands import _cluster_options
     from tiered_kv.commands._common import jsonable
 
-    if _cluster.is_cluster(args):  # the cluster + latency model answers (tiered_kv/commands/_cluster.py)
-        result = _cluster.run_cluster(args)
+    if _cluster_options.is_cluster(args):  # the cluster + latency model answers (commands/_cluster_options.py)
+        result = _cluster_options.run_cluster(args)
     elif not args.trace:
         raise ValueError("--trace PATH is required (or --synth PRESET with the cluster options)")
     else:
@@ -130,7 +130,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(jsonable(result), indent=2, default=str, allow_nan=False))
     elif "cluster" in result:
-        _cluster.print_cluster(result)
+        _cluster_options.print_cluster(result)
     else:
         print_result(result)
     return 0
