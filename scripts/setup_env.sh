@@ -27,7 +27,8 @@ fi
 case ",${EXTRAS:-}," in
   *,peers,*) scripts/fetch_peers.sh "$VENV" ;;
 esac
-# The simulator's kernels compiled ahead of time (tiered_kv/sim/aot.py): curves and simulate then
-# start without importing numba. Never fails the setup: without a C compiler it says so in one
-# line and the simulator JIT-compiles them with numba instead.
-"$VENV/bin/python" -m tiered_kv.sim.aot || echo "setup: ahead-of-time kernels not built; the simulator will JIT-compile them instead"
+# One run of curves and simulate fills numba's on-disk cache (cache=True kernels), so the first
+# command a user types loads machine code instead of compiling it. Never fails the setup.
+"$VENV/bin/tiered-kv" curves --trace conversation --json >/dev/null \
+  && "$VENV/bin/tiered-kv" simulate --trace conversation --policy lru --capacity 10000000 --json >/dev/null \
+  || echo "setup: simulator kernels not compiled yet; the first curves or simulate run compiles them"

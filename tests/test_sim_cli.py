@@ -87,8 +87,7 @@ print(sorted(m for m in sys.modules if m.startswith("tiered_kv.commands.")))
     assert heavy == []
     assert set(commands) <= {"tiered_kv.commands.curves", "tiered_kv.commands.simulate",
                              "tiered_kv.commands._common", "tiered_kv.commands._cluster_options",
-                             "tiered_kv.commands._args",  # flag types: argparse, math, re only
-                             "tiered_kv.commands._belady_compile"}  # os, glob, hashlib, subprocess only
+                             "tiered_kv.commands._args"}  # flag types: argparse, math, re only
 
 
 def _docs_command(tmp_path):

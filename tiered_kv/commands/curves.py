@@ -71,19 +71,15 @@ def _pick(n: int, k: int | None) -> list[int]:
 
 
 def compute_curves(trace, sem, capacities, ttls, belady_idx: list[int], progress: bool = True,
-                   fifo_trie: bool = False, compiling=None) -> dict[str, Any]:
+                   fifo_trie: bool = False) -> dict[str, Any]:
     """Every curve of the JSON output for a compiled trace (field names: docs/semantics.md).
 
     Belady comes as hit tokens and token hit rates (None where not computed); with
     ``fifo_trie`` (or kvcache.ai's semantics) the FIFO-trie curve of ``bench peers`` too.
-    ``compiling`` is the process of :func:`tiered_kv.commands._belady_compile.start` (or
-    :func:`tiered_kv.sim.policies.precompile.start`) compiling Belady's kernel meanwhile; it is
-    waited for just before Belady runs.
     """
     import numpy as np
 
     from tiered_kv.sim import curves as C
-    from tiered_kv.sim.policies import precompile
     from tiered_kv.sim.policies.belady import next_use
 
     caps = np.asarray(capacities, dtype=np.float64)
@@ -114,7 +110,6 @@ def compute_curves(trace, sem, capacities, ttls, belady_idx: list[int], progress
         lru = C.lru_curve(trace, caps, keys)
         lru_hit = lru.hit_tokens
         if belady_idx:
-            precompile.wait(compiling)
             bel = C.belady_curve(trace, caps[belady_idx], progress=progress, nxt=nxt)
             for j, i in enumerate(belady_idx):
                 belady_hits[i] = int(bel.hit_tokens[j])
@@ -150,12 +145,6 @@ def compute_curves(trace, sem, capacities, ttls, belady_idx: list[int], progress
 
 
 def run(args: argparse.Namespace) -> int:
-    from tiered_kv.commands import _belady_compile
-
-    # first run: Belady's kernel compiles on the second core while numpy and numba load, the
-    # trace loads and the other kernel compiles here (tiered_kv.sim.policies.precompile); the
-    # check needs no numba, so the helper starts before this process imports it
-    compiling = _belady_compile.start() if args.belady_points != 0 and args.semantics != "kvcache-ai" else None
     import numpy as np
 
     from tiered_kv.commands._common import jsonable, load_compiled
@@ -172,7 +161,7 @@ def run(args: argparse.Namespace) -> int:
         caps = C.default_capacities(trace, args.points)
     ttls = C.default_ttls(trace, args.ttl_points)
     out = compute_curves(trace, sem, caps, ttls, _pick(len(caps), args.belady_points), progress=not args.json,
-                         fifo_trie=args.fifo_trie, compiling=compiling)
+                         fifo_trie=args.fifo_trie)
     out.update({"trace": str(args.trace), "semantics": sem.name, "bytes_per_token": bpt})
     if args.policy:
         if sem.lru_policy == "lru-trie":

@@ -1,8 +1,7 @@
 """Trace-driven simulation of the tiered KV cache, one subpackage per idea.
 
 In import order, each part using only those before it (``tests/test_import_graph.py``):
-:mod:`.aot` (the kernels' lazy ``njit``: an extension compiled ahead of time at install when a
-call fits it, else numba, imported only then), :mod:`.traces` (read and validate a trace once),
+:mod:`.traces` (read and validate a trace once),
 :mod:`.workload` (synthetic multi-day traffic and its calibration), :mod:`.trace_replay` (the compiled trace and the one replay engine),
 :mod:`.trace_cache` (that compiled trace kept on disk between runs), :mod:`.policies` (the
 registry, the policy families and the zoo), :mod:`.curves` (every capacity or TTL

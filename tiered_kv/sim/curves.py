@@ -56,17 +56,16 @@ import math
 from dataclasses import dataclass, field
 
 import numpy as np
+from numba import njit
 
-from tiered_kv.sim.aot import njit
 from tiered_kv.sim.policies.belady import Belady, belady_stack, next_use
-from tiered_kv.sim.policies.jit import call
 from tiered_kv.sim.trace_replay import CompiledTrace
 
 #: Key of an access that can never hit (first touch of its block): above every capacity.
 COLD = np.int64(2**62)
 
 
-@njit(cache=True, aot="int64[::1], int32[::1], int64")
+@njit(cache=True)
 def _stack_distances(offsets, blocks, n_unique):  # pragma: no cover - compiled
     """Prefix-max LRU stack distance of every access (COLD when the block is new)."""
     m = blocks.shape[0]
@@ -111,7 +110,7 @@ def _stack_distances(offsets, blocks, n_unique):  # pragma: no cover - compiled
 
 def lru_keys(trace: CompiledTrace) -> np.ndarray:
     """int64 [m]: prefix-max stack distance (blocks) per access; COLD for first touches."""
-    return call(_stack_distances, trace.offsets, trace.blocks, trace.n_unique)
+    return _stack_distances(trace.offsets, trace.blocks, trace.n_unique)
 
 
 def ttl_keys(trace: CompiledTrace, nxt: np.ndarray | None = None) -> np.ndarray:
@@ -297,7 +296,7 @@ def default_ttls(trace: CompiledTrace, n: int = 100) -> np.ndarray:
 # every registered policy at every capacity: hit tokens and SSD writes
 
 
-@njit(cache=True, aot="int32[::1], int64")
+@njit(cache=True)
 def _raw_stack_distances(blocks, n_unique):  # pragma: no cover - compiled
     """LRU stack distance of every access (no prefix max; COLD when the block is new)."""
     m = blocks.shape[0]
@@ -342,7 +341,7 @@ def lru_written_tokens(trace: CompiledTrace, capacities_tokens) -> np.ndarray:
     caps = np.asarray(capacities_tokens, dtype=np.float64)
     blocks = np.where(np.isinf(caps), float(trace.n_unique + 1),
                       np.floor(np.where(np.isinf(caps), 0.0, caps) / trace.uniform_block_size)).astype(np.int64)
-    d = call(_raw_stack_distances, trace.blocks, trace.n_unique)
+    d = _raw_stack_distances(trace.blocks, trace.n_unique)
     order = np.argsort(d, kind="stable")
     ds = d[order]
     cum = np.concatenate([[0], np.cumsum(trace.chunk_tokens[order])])

@@ -32,8 +32,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 import numpy as np
-
-from tiered_kv.sim.aot import njit
+from numba import njit
 
 #: Next-use value of a node that is never used again (sorts after every request index).
 _NEVER_OFFSET = 1

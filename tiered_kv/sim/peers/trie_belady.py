@@ -29,8 +29,8 @@ entries), kept as an independent reference for the tests and for per-request ans
 from __future__ import annotations
 
 import numpy as np
+from numba import njit
 
-from tiered_kv.sim.aot import njit
 from tiered_kv.sim.peers.trie import TrieTrace, check_capacities, lookup, replay_at, underfilled_mask
 from tiered_kv.sim.policies.belady import stack_hist
 

@@ -13,8 +13,8 @@ many capacities cheap is that FIFO never reorders: see :func:`fifo_trie_curve`.
 from __future__ import annotations
 
 import numpy as np
+from numba import njit
 
-from tiered_kv.sim.aot import njit
 from tiered_kv.sim.peers.trie import TrieTrace, check_capacities, lookup, replay_at, underfilled_mask
 
 

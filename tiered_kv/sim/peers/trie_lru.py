@@ -24,8 +24,8 @@ replay (a linked list in that order) that the policy and the tests use.
 from __future__ import annotations
 
 import numpy as np
+from numba import njit
 
-from tiered_kv.sim.aot import njit
 from tiered_kv.sim.peers.trie import TrieTrace, check_capacities, lookup, replay_at, underfilled_mask
 
 

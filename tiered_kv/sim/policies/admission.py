@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
+from numba import njit
 
-from tiered_kv.sim.aot import njit
 from tiered_kv.sim.policies.registry import check_range
 from tiered_kv.sim.trace_replay import CompiledTrace
 

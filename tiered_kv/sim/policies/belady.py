@@ -11,11 +11,10 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 import numpy as np
+from numba import njit
 
-from tiered_kv.sim.aot import njit
 from tiered_kv.sim.policies.blockwise import BlockPolicy
 from tiered_kv.sim.policies.frequency import heap_pop, heap_push
-from tiered_kv.sim.policies.jit import call
 from tiered_kv.sim.policies.registry import (
     DEFAULT_BYTES_PER_TOKEN,
     PolicyRun,
@@ -37,7 +36,7 @@ def next_use(trace: CompiledTrace) -> np.ndarray:
     return nxt
 
 
-@njit(cache=True, aot="int64[::1], int32[::1], int64[::1], int64[::1], int64, int64")
+@njit(cache=True)
 def _belady_kernel(offsets, blocks, depth, nxt_use, n_unique, capacity):  # pragma: no cover - compiled
     # Blocks never used again ("dead") have the largest keys, so they are always evicted first;
     # which dead block goes first cannot change any later hit (none is accessed again), so they
@@ -155,8 +154,8 @@ class Belady:
         cap = capacity_blocks(trace, self.capacity_tokens)
         cap_i = np.int64(min(cap, trace.n_unique + 1)) if math.isfinite(cap) else np.int64(trace.n_unique + 1)
         nxt = next_use(trace) if nxt is None else nxt
-        hit, any_present, written = call(_belady_kernel, trace.offsets, trace.blocks, trace.depth.astype(np.int64),
-                                         nxt, trace.n_unique, cap_i)
+        hit, any_present, written = _belady_kernel(trace.offsets, trace.blocks, trace.depth.astype(np.int64),
+                                                   nxt, trace.n_unique, cap_i)
         return PolicyRun(hit, {"prefix_closed": bool(np.array_equal(hit, any_present)),
                                **_wear_extra(trace, hit, written, cap, self.bytes_per_token)})
 
@@ -209,8 +208,8 @@ def belady_stack(trace: CompiledTrace, capacities_blocks, nxt: np.ndarray | None
     cls = trace.class_codes[trace.access_request].astype(np.int64)
     blocks = trace.blocks.astype(np.int64)
     whist = np.zeros(bounds.shape[0] + 1, np.int64)
-    hist = call(stack_pass, blocks, nxt, nxt, np.int64(trace.n_accesses), weight, cls, n_cls, trace.n_unique, bounds,
-                trace.chunk_tokens.astype(np.int64), whist)
+    hist = stack_pass(blocks, nxt, nxt, np.int64(trace.n_accesses), weight, cls, n_cls, trace.n_unique, bounds,
+                      trace.chunk_tokens.astype(np.int64), whist)
     cum = np.cumsum(hist, axis=1)
     at = np.searchsorted(bounds, caps[live])
     out[:, live] = cum[:, at]
@@ -284,8 +283,7 @@ def stack_hist(items, cand, res, never, weight, cls, n_cls, n_items, bounds):  #
                       np.zeros(0, np.int64))
 
 
-@njit(cache=True, aot="int64[::1], int64[::1], int64[::1], int64, int64[::1], int64[::1], int64, int64, int64[::1], "
-                         "int64[::1], int64[::1]")
+@njit(cache=True)
 def stack_pass(items, cand, res, never, weight, cls, n_cls, n_items, bounds, wweight,
                whist):  # pragma: no cover - compiled
     """One pass of a priority stack algorithm over accesses, for the capacities ``bounds`` (sorted, > 0).

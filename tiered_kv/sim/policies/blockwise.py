@@ -31,8 +31,8 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
+from numba import njit
 
-from tiered_kv.sim.aot import njit
 from tiered_kv.sim.policies.admission import get_admission
 from tiered_kv.sim.policies.registry import DEFAULT_BYTES_PER_TOKEN, PolicyRun, check_capacity, check_range
 from tiered_kv.sim.trace_replay import CompiledTrace

@@ -28,9 +28,8 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 import numpy as np
+from numba import njit
 
-from tiered_kv.sim.aot import njit
-from tiered_kv.sim.policies.jit import call
 from tiered_kv.sim.policies.registry import (
     DEFAULT_BYTES_PER_TOKEN,
     PolicyRun,
@@ -41,8 +40,7 @@ from tiered_kv.sim.policies.registry import (
 from tiered_kv.sim.trace_replay import CompiledTrace
 
 
-@njit(cache=True, aot="int64[::1], int32[::1], float64[::1], float64[::1], int64[::1], int64, int64, float64[::1], "
-                         "float64, float64, boolean, boolean[::1]")
+@njit(cache=True)
 def _cache_kernel(offsets, blocks, weights, times, req_class, n_unique, n_classes, ttl_by_class,
                   high, low, record, inserted):  # pragma: no cover - compiled
     n = offsets.shape[0] - 1
@@ -151,8 +149,8 @@ def run_cache_kernel(trace: CompiledTrace, *, ttl_by_class: np.ndarray | None = 
     ttl = np.full(k, np.inf) if ttl_by_class is None else np.asarray(ttl_by_class, dtype=np.float64)
     w = np.ones(trace.n_accesses, np.float64) if weights is None else np.asarray(weights, np.float64)
     ins = np.zeros(0, np.bool_) if inserted is None else inserted
-    return call(_cache_kernel, trace.offsets, trace.blocks, w, trace.timestamps, trace.class_codes.astype(np.int64),
-                trace.n_unique, k, ttl, float(high), float(high if low is None else low), record, ins)
+    return _cache_kernel(trace.offsets, trace.blocks, w, trace.timestamps, trace.class_codes.astype(np.int64),
+                         trace.n_unique, k, ttl, float(high), float(high if low is None else low), record, ins)
 
 
 def _wear_extra(trace: CompiledTrace, hit_blocks: np.ndarray, inserted: np.ndarray, capacity_blocks: float,

@@ -30,8 +30,8 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 import numpy as np
+from numba import njit
 
-from tiered_kv.sim.aot import njit
 from tiered_kv.sim.policies.blockwise import BlockPolicy, ll_init, ll_push_head, ll_unlink
 from tiered_kv.sim.policies.registry import check_range, register_policy
 

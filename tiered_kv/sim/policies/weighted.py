@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 import numpy as np
+from numba import njit
 
-from tiered_kv.sim.aot import njit
 from tiered_kv.sim.policies.blockwise import BlockPolicy, ll_init, ll_push_head, ll_unlink
 from tiered_kv.sim.policies.registry import register_policy
 
