@@ -96,7 +96,7 @@ def test_line_style_legends_are_drawn_as_dashed_strokes():
 
     import vl_convert as vlc
 
-    from tiered_kv.viz import replay
+    from tiered_kv.viz import bounded_replay
     from tiered_kv.viz.style import dashed_lines
 
     frame = pl.DataFrame({"x": [1, 2, 3] * 2, "y": [1, 2, 3, 2, 3, 4], "s": ["p50"] * 3 + ["p99"] * 3})
@@ -105,7 +105,7 @@ def test_line_style_legends_are_drawn_as_dashed_strokes():
     assert legend.count("stroke-dasharray") >= 1 and "p50" in legend and "p99" in legend
     assert "<circle" not in legend
     for source in (inspect.getsource(_figure("08_shared_pool")), inspect.getsource(_figure("10_p99_admission")),
-                   inspect.getsource(replay.ReplayDashboard.refresh)):
+                   inspect.getsource(bounded_replay.ReplayDashboard.refresh)):
         assert "dashed_lines(" in source and "StrokeDash(" not in source  # dashes only through the helper
 
 

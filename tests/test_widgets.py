@@ -344,7 +344,7 @@ def test_tour_moves_real_chunks_through_a_zarr_store(tmp_path):
 
 
 def test_replay_dashboard_reads_the_grid_and_the_compute_formula():
-    from tiered_kv.viz.replay import ReplayDashboard, ReplayMeasurements, compute_frame
+    from tiered_kv.viz.bounded_replay import ReplayDashboard, ReplayMeasurements, compute_frame
 
     comp = compute_frame(3, 3, 32768, 128)
     assert comp["layer_tokens"].to_list() == [6 * 32768, 3 * 32768 + 3 * 128]

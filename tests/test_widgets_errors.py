@@ -96,14 +96,14 @@ def _dashboard(kind: str):
         d = fp4.FP4Dashboard(size="small")
         return d, d.seed_slider, fp4, "error_frame"
     if kind == "replay":
-        from tiered_kv.viz import replay
+        from tiered_kv.viz import bounded_replay
 
         errors = pl.DataFrame({"window_tokens": [8, 8], "replay_tokens": [2, 32], "exact_bound_tokens": [15, 15],
                                "kl_nats": [0.5, 0.0], "agreement": [0.8, 1.0]})
         loc = pl.DataFrame({"window_tokens": [8], "distance_tokens": [4], "attention_share": [0.6],
                             "uniform_share": [0.5]})
-        d = replay.ReplayDashboard(replay.ReplayMeasurements("fake", 3, 3, errors, loc))
-        return d, d.replay, replay, "compute_frame"
+        d = bounded_replay.ReplayDashboard(bounded_replay.ReplayMeasurements("fake", 3, 3, errors, loc))
+        return d, d.replay, bounded_replay, "compute_frame"
     if kind == "retention":
         from tiered_kv.viz import retention as R
         from tiered_kv.viz import retention_dashboard as RD

@@ -13,7 +13,7 @@ object, which is what ``tests/test_widgets.py`` checks):
 - :mod:`.one_watermark`: one GC watermark against the 3 d / 7 d TTL pair, per class (figure 14, notebook 03).
 - :mod:`.write_points`: where to write to the SSD tier (figure 19, notebook 03) and the short-prompt
   crossover of recompute against loading (notebook 04).
-- :mod:`.fp4`, :mod:`.ttft`, :mod:`.trace_replay`, :mod:`.tour`: notebooks 02, 04, 01 and 00.
+- :mod:`.fp4`, :mod:`.ttft`, :mod:`.bounded_replay`, :mod:`.tour`: notebooks 02, 04, 01 and 00.
 - :mod:`.gallery`: the figures of ``tiered-kv reproduce`` with their claims (notebook 05).
 - :mod:`.policy_arena`: every policy's hit rate and SSD wear at every capacity, computed once;
   the arena dashboard over it (notebook 07) and figure 16.
