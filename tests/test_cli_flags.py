@@ -104,3 +104,50 @@ def test_curves_expose_belady_hit_tokens_and_the_fifo_trie_curve(capsys):
             assert h / plain["input_tokens"] == pytest.approx(r)
     assert main(base + ["--fifo-trie"]) == 0
     assert len(json.loads(capsys.readouterr().out)["fifo_trie_hit_tokens"]) == 4
+
+
+@pytest.mark.parametrize("argv,flag,range_", [
+    # the library's own parameter names reached the user: "days:", "policy:", "preset:"
+    (["simulate", "--synth", "mixed", "--days", "0"], "--days", "(0, 3650]"),
+    (["simulate", "--synth", "mixed", "--days", "5000"], "--days", "(0, 3650]"),
+    (["simulate", "--synth", "mixed", "--days", "two weeks"], "--days", "(0, 3650]"),
+    (SIM + ["--policy", "nosuch"], "--policy", "s3fifo"),
+    (["simulate", "--synth", "nosuch"], "--synth", "mixed"),
+    (["retention", "--synth", "nosuch"], "--synth", "chatbot, agent, mixed, ci"),
+    (["retention", "--synth", "mixed", "--days", "0"], "--days", "(0, 3650]"),
+    (["curves", "--trace", "conversation", "--policy", "nosuch", "--points", "2"], "--policy", "s3fifo"),
+    (["day", "generate", "ROOT", "--days", "0"], "--days", "(0, 60]"),
+    (["bench", "synth", "--days", "0"], "--days", "> 0"),
+])
+def test_errors_name_the_flag_typed_not_the_parameter(argv, flag, range_, capsys, tmp_path):
+    argv = [str(tmp_path / "day") if a == "ROOT" else a for a in argv]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    first = err.splitlines()[0]
+    assert flag in first and range_ in first, err
+    for internal in ("days:", "policy:", "preset:"):
+        assert f"error: {internal}" not in first, err
+    assert "Traceback" not in err and not (tmp_path / "day").exists()
+
+
+def test_simulate_help_lists_every_registered_policy(capsys):
+    import tiered_kv.sim.peers  # noqa: F401 - kvcache.ai's trie policies register here
+    from tiered_kv.sim.policies import policy_names
+
+    with pytest.raises(SystemExit):
+        main(["simulate", "--help"])
+    text = " ".join(capsys.readouterr().out.split())  # argparse wraps lines
+    names = policy_names()
+    assert len(names) >= 17 and {"s3fifo", "arc", "lru-trie", "belady-nobypass"} <= set(names)
+    for name in names:
+        assert f" {name}," in text or f" {name} (" in text, name
+
+
+def test_a_library_parameter_name_becomes_the_flag():
+    from tiered_kv.commands._args import name_flags
+
+    flags = {"days": "--days", "preset": "--synth"}
+    assert name_flags("days: must be in (0, 3650], got 0.0", flags) == "--days: must be in (0, 3650], got 0.0"
+    assert name_flags("SynthConfig.preset: bad", flags) == "--synth: bad"
+    assert name_flags("--days: already a flag", flags) == "--days: already a flag"
+    assert name_flags("seed: not a flag here", flags) == "seed: not a flag here"

@@ -45,7 +45,7 @@ def discover(package: ModuleType, only: str | None = None) -> list[ModuleType]:
 
 def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     """The parser; given ``argv``, only the subcommand it names is imported and registered."""
-    from tiered_kv.commands._args import Parser  # errors as one line naming the flag
+    from tiered_kv.commands._args import Parser, flag_names  # errors as one line naming the flag
 
     parser = Parser(
         prog="tiered-kv",
@@ -59,7 +59,8 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
         p = sub.add_parser(module.NAME, help=module.HELP, description=module.__doc__,
                            formatter_class=argparse.RawDescriptionHelpFormatter)
         module.register(p)
-        p.set_defaults(_run=module.run, _fast_exit=getattr(module, "FAST_EXIT", False))
+        p.set_defaults(_run=module.run, _fast_exit=getattr(module, "FAST_EXIT", False),
+                       _flags=flag_names(p, getattr(module, "PARAMETER_FLAGS", None)))
     return parser
 
 
@@ -82,7 +83,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _run(argv: Sequence[str] | None) -> tuple[int, bool]:
     """(exit status, whether the command that ran may end the process without teardown)."""
-    from tiered_kv.commands._args import join_negative_values
+    from tiered_kv.commands._args import join_negative_values, name_flags
 
     argv = join_negative_values(sys.argv[1:] if argv is None else argv)  # --capacity -5GiB reaches its check
     parser = build_parser(argv)
@@ -99,8 +100,9 @@ def _run(argv: Sequence[str] | None) -> tuple[int, bool]:
     try:
         return int(args._run(args) or 0), fast_exit
     except (ValueError, FileNotFoundError) as exc:
-        # Bad input is reported as one clear line, not a traceback.
-        print(f"tiered-kv {args.command}: error: {exc}", file=sys.stderr)
+        # Bad input is reported as one clear line, not a traceback, naming the flag the user
+        # typed where the library named its own parameter ("days:" -> "--days:").
+        print(f"tiered-kv {args.command}: error: {name_flags(str(exc), args._flags)}", file=sys.stderr)
         return 2, fast_exit
 
 if __name__ == "__main__":

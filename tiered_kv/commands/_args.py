@@ -172,3 +172,107 @@ def check_ttl_classes(per_class: dict[str, float], classes: Sequence[str]) -> No
             if len(unknown) == 1 else "; --class NAME labels every request of the trace with one class")
     raise ValueError(f"--ttl: classes {unknown} are not in the trace (its classes: {list(classes)})"
                      f"{hint}, or give --ttl DURATION for every class")
+
+
+#: Length of a synthetic workload: the generator's range (tiered_kv.sim.workload.synth.generate).
+MAX_SYNTH_DAYS = 3650.0
+
+
+def synth_days() -> Callable[[str], float]:
+    """Days of synthetic traffic: ``14`` (a bare number is days), ``14d``, ``36h``; in (0, 3650]."""
+    what = f"a duration in (0, {MAX_SYNTH_DAYS:g}] days (e.g. 14, 14d, 36h)"
+
+    def parse(text: str) -> float:
+        from tiered_kv.units import parse_duration
+
+        t = text.strip()
+        try:
+            days = float(t) if re.fullmatch(r"[0-9_]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?", t) \
+                else parse_duration(t, name="--days") / 86_400.0
+        except ValueError:
+            raise _fail(what, text) from None
+        if not (0 < days <= MAX_SYNTH_DAYS):
+            raise _fail(what, text)
+        return days
+
+    return parse
+
+
+def synth_preset() -> Callable[[str], str]:
+    """A preset of the synthetic workload generator (its registry: ``PRESETS``)."""
+
+    def parse(text: str) -> str:
+        from tiered_kv.sim.workload.synth import PRESETS
+
+        if text not in PRESETS:
+            raise _fail(f"one of {', '.join(PRESETS)}", text)
+        return text
+
+    return parse
+
+
+def registered_policies() -> list[str]:
+    """Every registered policy name, kvcache.ai's prefix-trie ones (registered by the peers package) included."""
+    import tiered_kv.sim.peers  # noqa: F401 - registers lru-trie, fifo-trie, belady-trie
+    from tiered_kv.sim.policies import policy_names
+
+    return policy_names()
+
+
+def policy_name() -> Callable[[str], str]:
+    """A registered policy name (the registry is read when the flag is given, not at start-up)."""
+
+    def parse(text: str) -> str:
+        names = registered_policies()
+        if text not in names:
+            raise _fail(f"one of {', '.join(names)}", text)
+        return text
+
+    return parse
+
+
+def lazy_help(render: Callable[[], str]) -> type[argparse.Action]:
+    """A store action whose help text is ``render()``, called only when help is printed.
+
+    Why: a flag's help may list a registry (every policy) that costs imports a command's own
+    run does not always need; argparse reads ``action.help`` only while formatting help.
+    """
+
+    class Store(argparse.Action):
+        help = property(lambda self: render(), lambda self, _value: None)
+
+        def __call__(self, parser, namespace, values, option_string=None):  # noqa: D102 - argparse's hook
+            setattr(namespace, self.dest, values)
+
+    return Store
+
+
+def flag_names(parser: argparse.ArgumentParser, aliases: dict[str, str] | None = None) -> dict[str, str]:
+    """Internal parameter name -> the flag a user types, for ``parser`` and its sub-parsers.
+
+    A flag's ``dest`` (``bytes_per_token``) is its own parameter name; ``aliases`` adds those
+    whose value reaches the library under another name (``preset`` from ``--synth``).
+    """
+    out: dict[str, str] = {}
+    for action in parser._actions:
+        longs = [s for s in action.option_strings if s.startswith("--")]
+        if longs and action.dest not in out:
+            out[action.dest] = longs[0]
+        if isinstance(action, argparse._SubParsersAction):  # bench NAME: its benchmarks' flags
+            for sub in action.choices.values():
+                for k, v in flag_names(sub).items():
+                    out.setdefault(k, v)
+    out.update(aliases or {})
+    return out
+
+
+#: "days: must be ..." or "SynthConfig.days: must be ...": the library's way to name a parameter.
+_PARAMETER = re.compile(r"^(?:[A-Z]\w*\.)?([a-z_]\w*): ")
+
+
+def name_flags(message: str, flags: dict[str, str]) -> str:
+    """``message`` with a leading internal parameter name replaced by the flag the user typed."""
+    m = _PARAMETER.match(message)
+    if m is None or m.group(1) not in flags:
+        return message
+    return f"{flags[m.group(1)]}: {message[m.end():]}"

@@ -39,9 +39,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--gpu-capacity", default=None, metavar="TOKENS|BYTES", type=_args.capacity(), help="per-machine GPU prefix tier (default 0)")
     g.add_argument("--host-capacity", default=None, metavar="BYTES", type=_args.size_bytes(),
                    help="per-machine host window tier (default 0: every hit replays R tokens)")
-    g.add_argument("--synth", default=None, metavar="PRESET", help="synthetic workload preset instead of --trace "
-                   "(chatbot, agent, mixed, ci)")
-    g.add_argument("--days", default="1d", metavar="DURATION", help="length of the synthetic workload (e.g. 14 or 14d)")
+    g.add_argument("--synth", default=None, metavar="PRESET", type=_args.synth_preset(),
+                   help="synthetic workload preset instead of --trace (chatbot, agent, mixed, ci)")
+    g.add_argument("--days", default="1d", metavar="DURATION", type=_args.synth_days(),
+                   help="length of the synthetic workload, in (0, 3650] days (e.g. 14 or 14d; default 1)")
     g.add_argument("--seed", type=int, default=0, help="seed of the synthetic workload and of random routing")
     g.add_argument("--admission", action="store_true",
                    help="TTFT model: recompute instead of loading when loading would be slower")
@@ -55,7 +56,6 @@ def _trace(args: argparse.Namespace):
     from tiered_kv.commands._common import load_compiled
     from tiered_kv.sim.peers.semantics import get_semantics
     from tiered_kv.sim.trace_replay import compile_trace
-    from tiered_kv.units import parse_duration
 
     if args.synth and args.trace:
         raise ValueError("give either --trace or --synth, not both")
@@ -66,8 +66,7 @@ def _trace(args: argparse.Namespace):
         return trace, str(args.trace), sem
     from tiered_kv.sim.workload.synth import generate
 
-    days_text = str(args.days)
-    days = parse_duration(days_text if days_text[-1:].isalpha() else days_text + "d", name="--days") / 86_400.0
+    days = float(args.days)  # days (tiered_kv.commands._args.synth_days)
     sem = get_semantics(args.semantics)
     return compile_trace(generate(args.synth, days, args.seed), sem.options), f"synth {args.synth} ({days:g} days)", sem
 

@@ -21,6 +21,8 @@ import json
 import math
 
 NAME = "retention"
+#: Library parameters fed by a flag of another name, for error messages (tiered_kv.cli).
+PARAMETER_FLAGS = {"preset": "--synth"}
 HELP = "hit rate vs stored byte-days per class, oracle frontier, best per-class TTLs for a capacity"
 
 
@@ -29,10 +31,10 @@ def register(parser: argparse.ArgumentParser) -> None:
 
     src = parser.add_mutually_exclusive_group(required=True)
     src.add_argument("--trace", metavar="PATH", help="trace file, or a shipped trace name (conversation)")
-    src.add_argument("--synth", metavar="PRESET", help="synthetic workload preset (tiered_kv.sim.workload.synth: "
-                                                        "chatbot, agent, mixed, ci)")
-    parser.add_argument("--days", default=None, metavar="D", help="days of synthetic traffic (with --synth; "
-                                                                  "default 14)")
+    src.add_argument("--synth", metavar="PRESET", type=_args.synth_preset(),
+                     help="synthetic workload preset (tiered_kv.sim.workload.synth: chatbot, agent, mixed, ci)")
+    parser.add_argument("--days", default=None, metavar="D", type=_args.synth_days(),
+                        help="days of synthetic traffic, in (0, 3650] (with --synth; e.g. 14 or 36h; default 14)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the synthetic workload (default 0)")
     parser.add_argument("--format", default="auto", choices=["auto", "mooncake", "bailian", "generic"],
                         help="trace format (default: detected from the file)")
@@ -51,18 +53,13 @@ def register(parser: argparse.ArgumentParser) -> None:
 def load(args: argparse.Namespace):
     """(compiled trace, label) for --trace or --synth/--days/--seed."""
     from tiered_kv.sim.trace_replay import compile_trace
-    from tiered_kv.units import parse_duration
 
     if args.synth is not None:
         from tiered_kv.sim.workload.synth import generate
 
-        text = "14" if args.days is None else str(args.days)
-        try:
-            days = float(text) * 86_400.0  # a bare number means days here
-        except ValueError:
-            days = parse_duration(text, name="--days")
-        frame = generate(args.synth, days / 86_400.0, args.seed)
-        return compile_trace(frame), f"synth {args.synth}, {days / 86_400.0:g} days, seed {args.seed}"
+        days = 14.0 if args.days is None else float(args.days)  # days (tiered_kv.commands._args.synth_days)
+        frame = generate(args.synth, days, args.seed)
+        return compile_trace(frame), f"synth {args.synth}, {days:g} days, seed {args.seed}"
     if args.days is not None:
         raise ValueError("--days: only with --synth (a trace file has its own span)")
     from tiered_kv.sim.traces import load_trace, resolve_trace_path

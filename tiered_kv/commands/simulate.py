@@ -18,10 +18,12 @@ import json
 from typing import Any
 
 NAME = "simulate"
-HELP = "replay a trace through a retention policy (lru, ttl, watermark, belady) and report hit rates"
+HELP = "replay a trace through any registered retention policy (lru, ttl, belady, the zoo) and report hit rates"
 #: Nothing is left to flush or close when run() returns: the tiered-kv process may end without
 #: interpreter teardown (tiered_kv.cli.main).
 FAST_EXIT = True
+#: Library parameters fed by a flag of another name, for error messages (tiered_kv.cli).
+PARAMETER_FLAGS = {"preset": "--synth"}
 
 
 def register(parser: argparse.ArgumentParser) -> None:
@@ -29,9 +31,8 @@ def register(parser: argparse.ArgumentParser) -> None:
     from tiered_kv.commands._common import add_trace_arguments
 
     add_trace_arguments(parser, required=False)  # --synth may replace --trace (cluster model)
-    parser.add_argument("--policy", default="lru", metavar="POLICY",
-                        help="lru, ttl, watermark or belady (default: lru); kvcache.ai's trie variants "
-                             "lru-trie, belady-trie, fifo-trie (tiered_kv.sim.peers)")
+    parser.add_argument("--policy", default="lru", metavar="POLICY", type=_args.policy_name(),
+                        action=_args.lazy_help(_policy_help))
     parser.add_argument("--capacity", default=None, metavar="TOKENS|BYTES", type=_args.capacity(),
                         help="cache size: tokens (2000000) or bytes with a unit (64GiB); "
                              "default unlimited (watermark needs one)")
@@ -49,6 +50,13 @@ def register(parser: argparse.ArgumentParser) -> None:
     from tiered_kv.commands._cluster_options import add_arguments as add_cluster_arguments
 
     add_cluster_arguments(parser)
+
+
+def _policy_help() -> str:
+    from tiered_kv.commands._args import registered_policies
+
+    return (f"a registered policy: {', '.join(registered_policies())} (default: lru; under --semantics "
+            "kvcache-ai, lru and belady run as lru-trie and belady-trie; docs/policies.md)")
 
 
 def simulate_single(args: argparse.Namespace) -> dict[str, Any]:
