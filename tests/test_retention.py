@@ -17,9 +17,9 @@ from tiered_kv.cli import main
 from tiered_kv.sim import retention as R
 from tiered_kv.sim.curves import infinite_bound, ttl_curve
 from tiered_kv.sim.policies import get_policy
-from tiered_kv.sim.trace_replay import compile_trace, replay
 from tiered_kv.sim.retention import occupancy as O
 from tiered_kv.sim.retention.report import analyze
+from tiered_kv.sim.trace_replay import compile_trace, replay
 from tiered_kv.sim.traces import SCHEMA, load_trace, random_trace, shipped_trace, validate_frame
 
 CHUNK = 12.0  # bytes per chunk in the tiny traces (3 B/token x 4 tokens)

@@ -12,7 +12,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tiered_kv.viz import retention as R
+from tiered_kv.sim.retention import settings as R
 from tiered_kv.viz.retention_dashboard import RetentionDashboard, evaluate
 
 BS = 4  # tokens per block in the small traces
@@ -33,7 +33,7 @@ def _trace(rng: np.random.Generator, n: int, classes=("chatbot", "api")) -> pl.D
         next_id += extra
         prefixes.append(blocks)
         length = (len(blocks) - 1) * BS + int(rng.integers(1, BS + 1))
-        rows.append({"timestamp_s": float(t), "input_length": length, "block_ids": blocks,
+        rows.append({"request_id": len(rows), "timestamp_s": float(t), "input_length": length, "block_ids": blocks,
                      "block_size": BS, "traffic_class": classes[int(rng.integers(len(classes)))]})
     return pl.DataFrame(rows)
 

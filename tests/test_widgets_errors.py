@@ -105,12 +105,13 @@ def _dashboard(kind: str):
         d = bounded_replay.ReplayDashboard(bounded_replay.ReplayMeasurements("fake", 3, 3, errors, loc))
         return d, d.replay, bounded_replay, "compute_frame"
     if kind == "retention":
-        from tiered_kv.viz import retention as R
+        from tiered_kv.sim.retention import settings as R
         from tiered_kv.viz import retention_dashboard as RD
 
         rng = np.random.default_rng(0)
-        frame = pl.DataFrame([{"timestamp_s": float(i), "input_length": 8, "block_ids": [0, int(rng.integers(1, 9))],
-                               "block_size": 4, "traffic_class": "chatbot"} for i in range(60)])
+        frame = pl.DataFrame([{"request_id": i, "timestamp_s": float(i), "input_length": 8,
+                               "block_ids": [0, int(rng.integers(1, 9))], "block_size": 4,
+                               "traffic_class": "chatbot"} for i in range(60)])
         d = RD.RetentionDashboard(R.build_table(frame))
         return d, d.ttl_sliders["chatbot"], RD, "evaluate"
     if kind == "economics":

@@ -2,7 +2,7 @@
 
 Target: a slider move redraws in under 200 ms. Measured here:
 
-- ``build``: the one-time scan (:func:`tiered_kv.viz.retention.build_table`), numba warm-up
+- ``build``: the one-time scan (:func:`tiered_kv.sim.retention.settings.build_table`), numba warm-up
   excluded (timed separately as ``jit_warmup_s``);
 - ``move``: one slider move end to end in the kernel: evaluate the setting (hit rates, TTL and
   capacity curves, occupancy, effective retention), build the altair chart and hand its spec to
@@ -44,15 +44,15 @@ def run(args: argparse.Namespace) -> dict:
     from tqdm import tqdm
 
     from tiered_kv.sim.policies import TTL
+    from tiered_kv.sim.retention import settings as R
     from tiered_kv.sim.trace_replay import compile_trace, replay
     from tiered_kv.sim.traces import load_trace, shipped_trace
-    from tiered_kv.viz import retention as R
     from tiered_kv.viz.retention_dashboard import RetentionDashboard, evaluate
 
     path = Path(args.trace) if Path(args.trace).exists() else shipped_trace(args.trace)
     frame = load_trace(path)
     t0 = time.perf_counter()
-    R.build_table(frame.head(200))  # numba: compile or load from the on-disk cache
+    R.build_table(frame.head(200))  # the replay engine's numba kernels: compile or load from the cache
     jit = time.perf_counter() - t0
     t0 = time.perf_counter()
     table = R.build_table(frame)

@@ -7,9 +7,9 @@ every notebook executes headless in seconds, while a researcher gets full-size r
 Modules (one per notebook idea; each dashboard keeps the frames of its last redraw on the
 object, which is what ``tests/test_widgets.py`` checks):
 
-- :mod:`.retention`: one scan of a trace into a table; hit rates, TTL/capacity curves, SSD
-  occupancy and effective retention at any per-class TTL / capacity / watermark (notebook 03).
-- :mod:`.retention_dashboard`: sliders over that table, real trace and synthetic workload.
+- :mod:`.retention_dashboard`: sliders over a :mod:`tiered_kv.sim.retention.settings` table (hit rates,
+  TTL/capacity curves, SSD occupancy and effective retention at any per-class TTL / capacity /
+  watermark), real trace and synthetic workload (notebook 03).
 - :mod:`.one_watermark`: one GC watermark against the 3 d / 7 d TTL pair, per class (figure 14, notebook 03).
 - :mod:`.write_points`: where to write to the SSD tier (figure 19, notebook 03) and the short-prompt
   crossover of recompute against loading (notebook 04).

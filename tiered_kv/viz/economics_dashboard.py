@@ -95,8 +95,8 @@ def build_analysis(trace: CompiledTrace | pl.DataFrame, *, bytes_per_token: floa
                    ttl_points: int = 48, frontier_points: int = 48, title: str = "",
                    precompute: bool = True) -> EconomicsAnalysis:
     """Everything the dashboard shows, from a compiled trace or a trace frame (slow part, once)."""
-    from tiered_kv.sim.trace_replay import compile_trace
     from tiered_kv.sim.retention.report import _frontier_points, pair_ttls, ttl_grid
+    from tiered_kv.sim.trace_replay import compile_trace
 
     if isinstance(trace, pl.DataFrame):
         trace = compile_trace(trace)

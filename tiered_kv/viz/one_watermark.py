@@ -29,8 +29,8 @@ SIZES = {"small": ("ci", 8.0), "full": ("mixed", 14.0)}
 def study(size: str | None = None) -> tuple[dict, str]:
     """(:func:`~tiered_kv.sim.retention.gc.one_watermark_study` result, a line naming the workload)
     for seed 0 of :data:`SIZES` at ``size`` (default: :func:`tiered_kv.viz.notebook_size`)."""
-    from tiered_kv.sim.trace_replay import compile_trace
     from tiered_kv.sim.retention.gc import one_watermark_study
+    from tiered_kv.sim.trace_replay import compile_trace
     from tiered_kv.sim.workload import generate
     from tiered_kv.viz import notebook_size
 

@@ -1,6 +1,6 @@
 """The retention dashboard: per-class TTL, watermark and SSD capacity sliders on one trace.
 
-Everything slow happens once, in :func:`tiered_kv.viz.retention.build_table`; a slider move
+Everything slow happens once, in :func:`tiered_kv.sim.retention.settings.build_table`; a slider move
 evaluates the precomputed table (:func:`evaluate`) and swaps the chart in place. The summary
 table above the chart shows each class's token hit rate, effective retention and the SSD
 tier's peak and mean resident KV.
@@ -17,8 +17,8 @@ import ipywidgets as widgets
 import numpy as np
 import polars as pl
 
+from tiered_kv.sim.retention import settings as R
 from tiered_kv.units import format_bytes, format_duration, format_tokens
-from tiered_kv.viz import retention as R
 from tiered_kv.viz.widgets import (
     ChartView,
     control,

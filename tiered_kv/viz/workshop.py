@@ -116,8 +116,8 @@ def _synthetic(size: str):
 
 def expected(exercise_id: str, size: str | None = None) -> float | bool:
     """The answer the package computes for ``exercise_id`` at ``size`` (default: notebook size)."""
+    from tiered_kv.sim.retention import settings as R
     from tiered_kv.viz import notebook_size
-    from tiered_kv.viz import retention as R
 
     size = size or notebook_size()
     ex = exercise(exercise_id)

@@ -48,10 +48,10 @@ def strategies(size: str | None = None) -> tuple[pl.DataFrame, str]:
     Synthetic workload of :data:`SIZES`, seed 0, 3 d agent / 7 d chatbot TTLs; at full size also the
     shipped conversation trace (one hour, unlimited retention). Bytes at the SSD tier's bytes per token.
     """
-    from tiered_kv.sim.trace_replay import compile_trace
     from tiered_kv.sim.retention.gaps import default_bytes_per_token
     from tiered_kv.sim.retention.report import pair_ttls
     from tiered_kv.sim.retention.write_points import compare_strategies
+    from tiered_kv.sim.trace_replay import compile_trace
     from tiered_kv.sim.workload import generate
     from tiered_kv.viz import notebook_size
 

@@ -4,8 +4,9 @@
 pass over reuse gaps that the rest reads; :mod:`.ttl` answers per-class TTL curves for every
 TTL at once and chooses the best per-class (or shared) TTLs for an SSD capacity; :mod:`.frontier`
 is the offline-optimal retention frontier (exact at its breakpoints, with the proof);
-:mod:`.occupancy` counts peak stored bytes and the watermark view; :mod:`.report` runs one whole
-analysis for the CLI, the benchmark and figure 11. This package may import
+:mod:`.occupancy` counts peak stored bytes and the watermark view; :mod:`.settings` evaluates any
+per-class TTL / capacity / watermark setting from one table (the retention dashboard's sliders);
+:mod:`.report` runs one whole analysis for the CLI, the benchmark and figure 11. This package may import
 :mod:`tiered_kv.sim.trace_replay` and the LRU kernel of :mod:`tiered_kv.sim.policies`; nothing below it
 imports it.
 """

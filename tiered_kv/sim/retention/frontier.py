@@ -44,8 +44,8 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit
 
-from tiered_kv.sim.trace_replay import CompiledTrace
 from tiered_kv.sim.retention.gaps import Gaps
+from tiered_kv.sim.trace_replay import CompiledTrace
 
 
 @njit(cache=True)

@@ -22,9 +22,9 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from tiered_kv.sim.trace_replay import CompiledTrace
 from tiered_kv.sim.retention.frontier import Frontier
 from tiered_kv.sim.retention.gaps import Gaps
+from tiered_kv.sim.trace_replay import CompiledTrace
 
 # --------------------------------------------------------------------------------------------
 # peak stored bytes: occupancy at evenly spaced instants

@@ -27,8 +27,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from tiered_kv.sim.trace_replay import CompiledTrace
 from tiered_kv.sim.retention.gaps import DAY_S, Gaps
+from tiered_kv.sim.trace_replay import CompiledTrace
 
 
 @dataclass(frozen=True, eq=False)

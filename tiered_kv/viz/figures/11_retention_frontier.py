@@ -36,8 +36,8 @@ def storage_unit(byte_days_max: float) -> tuple[str, float]:
 def build_data(preset: str, days: float, seed: int):
     """(curves+frontier frame, markers frame, analysis) for one synthetic run."""
     from tiered_kv.sim import retention as R
-    from tiered_kv.sim.trace_replay import compile_trace
     from tiered_kv.sim.retention.report import RetentionConfig, analyze
+    from tiered_kv.sim.trace_replay import compile_trace
     from tiered_kv.sim.workload.synth import generate
 
     trace = compile_trace(generate(preset, days, seed))

@@ -19,10 +19,10 @@ TITLE = "Write points: token hit rate and SSD bytes written per strategy"
 
 
 def table(quick: bool) -> pl.DataFrame:
-    from tiered_kv.sim.trace_replay import compile_trace
     from tiered_kv.sim.retention.gaps import default_bytes_per_token
     from tiered_kv.sim.retention.report import pair_ttls
     from tiered_kv.sim.retention.write_points import compare_strategies
+    from tiered_kv.sim.trace_replay import compile_trace
     from tiered_kv.sim.traces import load_trace, shipped_trace
     from tiered_kv.sim.workload import generate
 
