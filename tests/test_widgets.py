@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tiered_kv.sim.retention import settings as R
-from tiered_kv.viz.retention_dashboard import RetentionDashboard, evaluate
+from tiered_kv.viz.retention import RetentionDashboard, evaluate
 
 BS = 4  # tokens per block in the small traces
 

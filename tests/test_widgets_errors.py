@@ -106,7 +106,7 @@ def _dashboard(kind: str):
         return d, d.replay, bounded_replay, "compute_frame"
     if kind == "retention":
         from tiered_kv.sim.retention import settings as R
-        from tiered_kv.viz import retention_dashboard as RD
+        from tiered_kv.viz import retention as RD
 
         rng = np.random.default_rng(0)
         frame = pl.DataFrame([{"request_id": i, "timestamp_s": float(i), "input_length": 8,

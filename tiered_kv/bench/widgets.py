@@ -47,7 +47,7 @@ def run(args: argparse.Namespace) -> dict:
     from tiered_kv.sim.retention import settings as R
     from tiered_kv.sim.trace_replay import compile_trace, replay
     from tiered_kv.sim.traces import load_trace, shipped_trace
-    from tiered_kv.viz.retention_dashboard import RetentionDashboard, evaluate
+    from tiered_kv.viz.retention import RetentionDashboard, evaluate
 
     path = Path(args.trace) if Path(args.trace).exists() else shipped_trace(args.trace)
     frame = load_trace(path)

@@ -7,7 +7,7 @@ every notebook executes headless in seconds, while a researcher gets full-size r
 Modules (one per notebook idea; each dashboard keeps the frames of its last redraw on the
 object, which is what ``tests/test_widgets.py`` checks):
 
-- :mod:`.retention_dashboard`: sliders over a :mod:`tiered_kv.sim.retention.settings` table (hit rates,
+- :mod:`.retention`: sliders over a :mod:`tiered_kv.sim.retention.settings` table (hit rates,
   TTL/capacity curves, SSD occupancy and effective retention at any per-class TTL / capacity /
   watermark), real trace and synthetic workload (notebook 03).
 - :mod:`.one_watermark`: one GC watermark against the 3 d / 7 d TTL pair, per class (figure 14, notebook 03).

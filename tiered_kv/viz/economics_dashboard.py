@@ -307,7 +307,7 @@ def economics_dashboard(analysis: EconomicsAnalysis, **kwargs) -> widgets.VBox:
 # --- the workloads of notebook 03 -------------------------------------------------------------
 
 #: synthetic chatbot + agent workload at each notebook size: (preset, rate factor, days), as in
-#: :mod:`tiered_kv.viz.retention_dashboard`
+#: :mod:`tiered_kv.viz.retention`
 SYNTH_SIZES = {"small": ("ci", 1.0, 3.0), "full": ("mixed", 0.125, 14.0)}
 
 

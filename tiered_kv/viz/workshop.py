@@ -102,14 +102,14 @@ def exercise(exercise_id: str) -> Exercise:
 
 @lru_cache(maxsize=4)
 def _conversation(size: str):
-    from tiered_kv.viz.retention_dashboard import conversation_table
+    from tiered_kv.viz.retention import conversation_table
 
     return conversation_table(size)
 
 
 @lru_cache(maxsize=4)
 def _synthetic(size: str):
-    from tiered_kv.viz.retention_dashboard import synthetic_table
+    from tiered_kv.viz.retention import synthetic_table
 
     return synthetic_table(size)
 
