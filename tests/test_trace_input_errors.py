@@ -1,4 +1,4 @@
-"""Bad trace files: one line naming file, line (or row) and field, exit status 2 (issue 17)."""
+"""Bad trace files: one line naming file, line (or row) and field, exit status 2."""
 
 import pytest
 
@@ -14,6 +14,15 @@ CASES = [
     ("bad8.jsonl", b'\xff\xfe{"a":1}\n', ":1: not UTF-8 text"),
     ("bad.parquet", b"garbage\n", "not a readable Parquet trace"),
 ]
+
+#: A generic JSONL trace whose line 2 holds a bad token (or block) id: polars gives the whole
+#: column one type, so line 1's good ids read as strings or floats too; the error must say line 2.
+_GOOD = b'{"timestamp_s": 0, "block_size": 4, "%s": [1, 2, 3]}\n'
+_BAD = b'{"timestamp_s": 1, "block_size": 4, "%s": [1, %s, 3]}\n'
+for _field, _blank in ((b"token_ids", b""), (b"block_ids", b"\n")):  # a blank line moves the bad one to 3
+    for _i, _value in enumerate((b"-5", b'"x"', b"1.5", b"true", b"null", b"99999999999999999999")):
+        CASES.append((f"{_field.decode()}{_i}.jsonl", _GOOD % _field + _blank + _BAD % (_field, _value),
+                      f":{3 if _blank else 2}: field '{_field.decode()}' must be a list of integers >= 0"))
 
 
 @pytest.mark.parametrize("name,data,msg", CASES)

@@ -34,6 +34,34 @@ def _check_csv_fields(path: Path, raw: pl.DataFrame) -> None:
                     raise ValueError(f"{path}:{r + 2}: field {col!r} must hold integers >= 0, got {value!r}")
 
 
+def _first_bad_id_row(ids: pl.Series) -> int | None:
+    """The first row of a list column holding anything but integers >= 0 (None: every row is fine)."""
+    inner = ids.dtype.inner if isinstance(ids.dtype, pl.List) else None
+    if inner is not None and inner.is_integer():
+        bad = (ids.list.min() < 0).fill_null(False) | ids.list.eval(pl.element().is_null()).list.any().fill_null(False)
+        return int(np.flatnonzero(bad.to_numpy())[0]) if bad.any() else None
+    for r, values in enumerate(ids.to_list()):
+        if not isinstance(values, list) or any(isinstance(v, bool) or not isinstance(v, int) or v < 0
+                                               for v in values):
+            return r
+    return None
+
+
+def _refuse_ids(path: Path, jsonl: bool, where, ids: pl.Series) -> None:
+    """Raise naming the first line whose ``token_ids``/``block_ids`` are not integers >= 0, if any.
+
+    Why the slow pass for JSONL: polars infers one type for the whole column, so a string or a
+    float on line 2 turns line 1's integers into strings or floats too; only the raw JSON of
+    each line says which line is wrong.
+    """
+    row = _first_bad_id_row(ids)
+    if row is None:
+        return
+    if jsonl:
+        scan_jsonl_for_error(path, {})  # names the true line when the column's type hid it
+    raise ValueError(f"{where(row)}: field {ids.name!r} must hold integers >= 0")
+
+
 def load_generic(path: Path, traffic_class: str | None, block_size: int | None) -> pl.DataFrame:
     suffix = path.suffix.lower()
     if suffix in (".parquet", ".pq"):
@@ -70,8 +98,8 @@ def load_generic(path: Path, traffic_class: str | None, block_size: int | None) 
             raise ValueError(f"{path}: cannot read as JSONL ({exc})") from None
     if raw.height == 0:
         raise ValueError(f"{path}: the trace is empty (no requests)")
-    where = (lambda r: f"{path}:{line_of_row(path, r)}") if suffix not in (".parquet", ".pq", ".csv") \
-        else (lambda r: f"{path}: row {r}")
+    jsonl = suffix not in (".parquet", ".pq", ".csv")
+    where = (lambda r: f"{path}:{line_of_row(path, r)}") if jsonl else (lambda r: f"{path}: row {r}")
     ts_col = "timestamp_s" if "timestamp_s" in raw.columns else "timestamp" if "timestamp" in raw.columns else None
     if ts_col is None:
         raise ValueError(f"{path}: field 'timestamp_s' (seconds) is missing")
@@ -92,6 +120,7 @@ def load_generic(path: Path, traffic_class: str | None, block_size: int | None) 
         raise ValueError(f"{where(row)}: field 'block_size' must be >= 1")
     from tiered_kv.keys import chain_ids
 
+    _refuse_ids(path, jsonl, where, raw["token_ids" if "token_ids" in raw.columns else "block_ids"])
     if "token_ids" in raw.columns:
         tokens = raw["token_ids"].to_list()
         bss = bs_col.to_list()
@@ -99,8 +128,6 @@ def load_generic(path: Path, traffic_class: str | None, block_size: int | None) 
         for i, (toks, bs) in enumerate(zip(tokens, bss, strict=True)):
             if not toks:
                 raise ValueError(f"{where(i)}: field 'token_ids' is empty")
-            if any((not isinstance(t, int)) or t < 0 for t in toks):
-                raise ValueError(f"{where(i)}: field 'token_ids' must hold integers >= 0")
             chained.append(chain_ids([toks[j:j + bs] for j in range(0, len(toks), bs)]))
             lengths.append(len(toks))
         blocks = pl.Series("block_ids", chained, dtype=pl.List(pl.UInt64()))
@@ -114,8 +141,6 @@ def load_generic(path: Path, traffic_class: str | None, block_size: int | None) 
                                  f"len(token_ids) ({lengths[row]})")
     else:
         ids = raw["block_ids"]
-        if (ids.explode().drop_nulls().cast(pl.Int64, strict=False) < 0).any():
-            raise ValueError(f"{path}: field 'block_ids' must hold integers >= 0")
         blocks = chain_column(ids)
         if "input_length" in raw.columns:
             input_length = raw["input_length"].cast(pl.Int64)
