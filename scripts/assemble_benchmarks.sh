@@ -1,18 +1,8 @@
 #!/usr/bin/env bash
-# BENCHMARKS.md = the summary + every benchmarks/results/*.md (each written by a record script
-# from its benchmark's JSON). Re-run after updating a results file: it first re-renders
-# benchmarks/SUMMARY.md from the JSONs (scripts/summary_record.py).
+# BENCHMARKS.md = benchmarks/SUMMARY.md + every benchmarks/results/*.md, each page re-rendered from
+# its JSON by its benchmark's module. The one command behind it (see its --help):
+#   tiered-kv bench record NAME FILE.json   # record a new run of benchmark NAME, then reassemble
+#   tiered-kv bench record all              # re-render every page from the committed JSONs, reassemble
 set -euo pipefail
 cd "$(dirname "$0")/.."
-"${PYTHON:-.venv/bin/python}" scripts/summary_record.py
-{
-  cat benchmarks/SUMMARY.md
-  for f in benchmarks/results/*.md; do
-    echo
-    echo "---"
-    echo
-    # demote headings one level so each results file is a section of this page
-    sed -e 's/^#/##/' "$f"
-  done
-} > BENCHMARKS.md
-echo "wrote BENCHMARKS.md"
+"${TIERED_KV:-.venv/bin/tiered-kv}" bench record all

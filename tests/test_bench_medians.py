@@ -7,6 +7,8 @@ import argparse
 import itertools
 import statistics
 
+import pytest
+
 from tiered_kv.bench import kernels, peers
 
 
@@ -28,11 +30,13 @@ def test_cpu_pair_is_the_median_of_alternating_calls():
 
 
 def test_kernel_entry_pairs_each_call_with_its_clone():
-    e = kernels._entry((2.0, 1.0, [1.0, 2.0, 4.0], [1.0, 1.0, 2.0]), 1000, 4.0, 8 * 1000 / 1.0 / 1e9, None)
-    assert e["seconds"] == 2.0 and e["seconds_all"] == [1.0, 2.0, 4.0]
-    assert e["ratio_vs_clone"] == e["gbps"] / e["clone_gbps"]
-    # each call's ratio: (4 B/elem / its seconds) / (8 B/elem / its clone's seconds)
-    assert e["ratio_vs_clone_all"] == [0.5, 0.25, 0.25]
+    # path calls 1, 3, 2 s at 4 B/element; the clone timed before each 1, 1, 4 s at 8 B/element.
+    # Per call (4 / t) / (8 / c) = 0.5, 1/6, 1.0 -> median 0.5, worked out by hand; the ratio of
+    # the medians, (4 / 2) / (8 / 1) = 0.25, pairs calls that were not timed together.
+    e = kernels._entry((2.0, 1.0, [1.0, 3.0, 2.0], [1.0, 1.0, 4.0]), 1000, 4.0, 8 * 1000 / 1.0 / 1e9, None)
+    assert e["ratio_vs_clone_all"] == pytest.approx([0.5, 1 / 6, 1.0])
+    assert e["ratio_vs_clone"] == pytest.approx(0.25)
+    assert kernels._ratio_cell(e) == "**0.500x** (0.167x-1.00x, 3 pairs)"
 
 
 def test_peers_rounds_interleave_and_keep_every_round():

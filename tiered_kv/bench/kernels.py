@@ -27,6 +27,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from tiered_kv.bench._pages import Page, Paired, Row, ms, ratio, spread, standard_page, yes
+
 NAME = "kernels"
 HELP = "FP4 quantize/dequantize and sliding-window attention throughput (GB/s vs clone / peak)"
 
@@ -245,3 +247,94 @@ def _run(args: argparse.Namespace, torch, device, dtype, size: int, cuda: bool) 
         "attention": "(2*|q| + |k| + |v|) * elem_bytes / |q| (output counted as |q|)",
     }
     return result
+
+
+# ------------------------------------------------------------------------------------ the record
+#: Targets (goals set when the kernels were specified; not measurements).
+CPU_RATIO_TARGET = 0.25   # CPU FP4 paths at least a quarter of clone bandwidth
+GPU_TBPS_TARGET = 3.5     # H200 FP4 quantize/dequantize, about 75 % of 4.8 TB/s
+
+
+def kernel_ratio(e: dict) -> Paired | None:
+    """A path's ratio vs clone: each call against the clone timed just before it, their median
+    and range (``ratio_vs_clone_all``). The clone's own time includes the page faults of its fresh
+    output, which differ from call to call, so only calls timed together are compared."""
+    runs = e.get("ratio_vs_clone_all")
+    return Paired.of(runs) if runs else None
+
+
+def _ratio_cell(e: dict) -> str:
+    p = kernel_ratio(e)
+    return "-" if p is None else p.text(bold=True)
+
+
+def _clone_line(r: dict) -> str:
+    c = r["clone"]
+    gbps = [c["bytes_per_element"] * r["elements"] / s / 1e9 for s in c.get("seconds_all", [c["seconds"]])]
+    return f"Clone alone (its own timing pass): {spread(gbps, lambda g: f'{g:.1f} GB/s')}."
+
+
+def _attention_rows(a: dict) -> list[str]:
+    sh, rows = a["shape"], []
+    for path, e in a.items():
+        if isinstance(e, dict) and "gbps" in e:
+            rows.append(f"| attention Tq {sh['Tq']}, Tk {sh['Tk']}, {sh['Hq']}/{sh['Hkv']} heads, D {sh['D']}, "
+                        f"W {sh['window']} | forward | {path} | {spread(e.get('seconds_all', [e['seconds']]), ms)} | "
+                        f"{e['gbps']:.2f} ({e['tflops'] * 1e3:.1f} GFLOP/s) | {_ratio_cell(e)} |")
+    return rows
+
+
+def render_record(r: dict) -> str:
+    """The kernels section from the JSON of one ``tiered-kv bench kernels --json`` run."""
+    lines = [f"Device `{r['device']}`, torch {r['torch']}, {r['threads']} thread(s), {r['dtype']} input "
+             f"shaped {r['shape']} ({r['elements']:,} elements), clock: {r['clock']}. Each path is timed "
+             "right after a clone of the same input; the ratio of each call is against the clone "
+             "timed just before it, and the cell is the median of those paired ratios (their range, "
+             "how many). Bytes per element: "
+             + "; ".join(f"{k}: {v}" for k, v in r["bytes_per_element_formulas"].items()) + ".",
+             "", _clone_line(r), "",
+             "| format | op | path | seconds per call | GB/s (median) | ratio vs clone (median of paired calls) |",
+             "|---|---|---|---|---:|---|"]
+    for fmt, ops in r["fp4"].items():
+        for op, paths in ops.items():
+            for path, e in paths.items():
+                lines.append(f"| {fmt} | {op} | {path} | {spread(e.get('seconds_all', [e['seconds']]), ms)} | "
+                             f"{e['gbps']:.2f} | {_ratio_cell(e)} |")
+    return "\n".join(lines + _attention_rows(r["attention"]))
+
+
+def _summary_cpu(k: dict) -> tuple[str, str]:
+    parts, met = [], []
+    for op in ("dequantize", "quantize"):
+        cells = []
+        for fmt, ops in k["fp4"].items():
+            path = "numba" if "numba" in ops[op] else next(iter(ops[op]))
+            p = kernel_ratio(ops[op][path])
+            cells.append(f"{fmt.upper()} {p.text()}")
+            met.append(f"{fmt.upper()} {op} {yes(p.median >= CPU_RATIO_TARGET)}")
+        parts.append(f"{op} " + ", ".join(cells))
+    ref = [kernel_ratio(ops[op]["torch"]).median for ops in k["fp4"].values() for op in ops if "torch" in ops[op]]
+    tail = f" ({path} path; torch reference medians {ratio(min(ref))}-{ratio(max(ref))})" if ref else ""
+    return "; ".join(parts) + " of clone bandwidth (median of paired calls, their range)" + tail, "; ".join(met)
+
+
+def _summary_gpu(k: dict) -> tuple[str, str]:
+    gb = {f"{fmt.upper()} {op}": ops[op]["triton"]["gbps"] for fmt, ops in k["fp4"].items() for op in ops
+          if "triton" in ops[op]}
+    return (", ".join(f"{n} {v / 1e3:.2f} TB/s" for n, v in gb.items()) + f" on {k['device']}",
+            "; ".join(f"{n} {yes(v / 1e3 >= GPU_TBPS_TARGET)}" for n, v in gb.items()))
+
+
+PAGES = (
+    Page("kernels", lambda r: standard_page("FP4 kernels (`tiered-kv bench kernels`)", "kernels", r,
+                                            "tiered-kv bench kernels --json", render_record(r)),
+         "tiered-kv bench kernels --json"),
+    Page("kernels_gpu", lambda r: standard_page(
+        "FP4 kernels on the GPU (`bash benchmarks/gpu_check.sh`: `tiered-kv bench kernels`)", "kernels_gpu", r,
+        "tiered-kv bench kernels --json", render_record(r)), "tiered-kv bench kernels --json"),
+)
+SUMMARY = (
+    Row("FP4 kernels, CPU", ("kernels",), lambda *_: f">= {CPU_RATIO_TARGET}x clone (issue 2)", _summary_cpu),
+    Row("FP4 kernels, H200", ("kernels_gpu",), lambda *_: f">= {GPU_TBPS_TARGET} TB/s (issue 2)", _summary_gpu,
+        pending="bash benchmarks/gpu_check.sh"),
+)

@@ -5,7 +5,8 @@ and ``fifo``, and LMCache's cache simulator (``lru``), on the same trace and the
 capacities as tiered-kv under the matching ``--semantics`` preset, in this one process run.
 For every peer and policy it reports the hit tokens from both sides, ``identical`` (every
 point equal, not just the rate) and ``speedup_vs_peer`` = peer wall time / tiered-kv wall time
-for the whole curve, medians of ``--repeat`` rounds interleaved (peer, ours, peer, ours, ...),
+for the whole curve, per round of ``--repeat`` rounds interleaved (peer, ours, peer, ours, ...) and
+the median of those ratios kept (each time's median too),
 every round recorded (``peer_seconds_all``, ``ours_seconds_all``, and the CPU times).
 
 What is timed: the peer from its own parsed input (kvcache.ai: ``run_cpp_sweep`` on its
@@ -21,8 +22,8 @@ ARC, SLRU, 2Q, S3-FIFO, SIEVE, Belady; :data:`tiered_kv.sim.peers.libcachesim.PA
 block-level trace (every block access one request for one unit-size object) at
 ``--libcachesim-points`` capacities in blocks, log-spaced over the same token range, compares
 block hits (``identical``) and times the whole curve on both sides, ``--libcachesim-repeat``
-rounds interleaved (peer, ours, peer, ours, ...), median kept (``speedup_vs_peer`` = peer median
-/ ours median). The peer runs libCacheSim's C loop over its oracleGeneral file (written once,
+rounds interleaved (peer, ours, peer, ours, ...), median kept (``speedup_vs_peer`` = the median
+over the rounds of peer time / ours time). The peer runs libCacheSim's C loop over its oracleGeneral file (written once,
 not timed); ours runs the zoo kernel on the compiled trace (compiled once, not timed).
 
 Installs nothing: a missing peer is reported (``available: false`` with the install command).
@@ -32,9 +33,12 @@ from __future__ import annotations
 
 import argparse
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from tiered_kv.bench._pages import Page, Paired, Row, sec, spread, standard_page, yes
 
 NAME = "peers"
 PEERS = ("kvcache-simulator", "lmcache", "libcachesim")
@@ -93,6 +97,8 @@ def _timed_compare(peer_fn, ours_fn, repeat: int, ours_policy: str) -> dict:
     rec.update({"repeat": int(max(1, repeat)), "peer_seconds_all": runs["peer"]["wall"],
                 "ours_seconds_all": runs["ours"]["wall"], "peer_cpu_seconds_all": runs["peer"]["cpu"],
                 "ours_cpu_seconds_all": runs["ours"]["cpu"]})
+    # the speed-ups: peer / ours of each round (the two timed one after the other), their median
+    rec["speedup_vs_peer"], rec["cpu_speedup_vs_peer"] = (p.median for p in speedups(rec))
     return rec
 
 
@@ -292,3 +298,57 @@ def run(args: argparse.Namespace) -> dict:
         result.pop("capacities_tokens")
         result.pop("capacities_blocks")
     return result
+
+
+# ------------------------------------------------------------------------------------ the record
+def _runs(v: dict, key: str) -> list[float]:
+    return v.get(f"{key}_all", [v[key]])
+
+
+def speedups(v: dict) -> tuple[Paired, Paired]:
+    """(wall, CPU) peer / tiered-kv per interleaved round: median and range of the rounds' ratios."""
+    return (Paired.between(_runs(v, "peer_seconds"), _runs(v, "ours_seconds")),
+            Paired.between(_runs(v, "peer_cpu_seconds"), _runs(v, "ours_cpu_seconds")))
+
+
+def _compared(r: dict, peer: str) -> list[tuple[str, dict]]:
+    return [(pol, v) for pol, v in r.get(peer, {}).items() if isinstance(v, dict) and "identical" in v]
+
+
+def render_record(r: dict) -> str:
+    """The peers section from the JSON of one ``tiered-kv bench peers --json`` run."""
+    lines = [f"Trace `{Path(r['trace']).name}` ({r['requests']:,} requests, {r['block_size']}-token blocks), "
+             f"{r['points']} capacities log-spaced from {r['capacities_tokens'][0]:,.0f} to "
+             f"{r['capacities_tokens'][-1]:,.0f} tokens. One-off costs left out of every timing: numba kernels "
+             f"{sec(r['numba_warmup_seconds'])}. {r['note']}. Speed-up = peer time / tiered-kv time of each "
+             "round (the two timed one after the other), the median of those ratios with their range.", "",
+             f"Every point identical on every peer and policy: **{r['identical']}** ({r['peers_run']} comparisons).",
+             "", "| peer | policy | tiered-kv policy | identical (mismatches) | peer wall | tiered-kv wall | "
+             "speed-up, wall | speed-up, CPU |", "|---|---|---|---|---|---|---|---|"]
+    for peer in ("kvcache-simulator", "lmcache"):
+        for pol, v in _compared(r, peer):
+            wall, cpu = speedups(v)
+            lines.append(f"| {peer} | {pol} | `{v['ours_policy']}` | {v['identical']} ({v['mismatches']}) | "
+                         f"{spread(_runs(v, 'peer_seconds'), sec)} | {spread(_runs(v, 'ours_seconds'), sec)} | "
+                         f"{wall.text()} | {cpu.text()} |")
+    for peer in ("kvcache-simulator", "lmcache", "libcachesim"):
+        st = r.get(peer, {}).get("status")
+        if st is not None and not st.get("available", True):
+            lines.append(f"\n{peer}: not available here ({st.get('detail', '')}).")
+    return "\n".join(lines)
+
+
+def _summary(p: dict) -> tuple[str, str]:
+    recs = [(peer, pol, speedups(v)) for peer in ("kvcache-simulator", "lmcache") for pol, v in _compared(p, peer)]
+    sp = [f"{pol} vs {peer} {w.text()} wall / {c.text()} CPU" for peer, pol, (w, c) in recs]
+    met = [f"identical {yes(bool(p['identical']))}"] + [
+        f"{pol} vs {peer} faster {yes(w.median > 1)} wall, {yes(c.median > 1)} CPU" for peer, pol, (w, c) in recs]
+    return (f"identical hit tokens at all {p['points']} capacities: {p['identical']}; speed-up (median of "
+            "paired rounds, their range) " + ", ".join(sp)), "; ".join(met)
+
+
+PAGES = (Page("peers", lambda r: standard_page("Parity and speed against the public simulators (`tiered-kv bench peers`)",
+                                               "peers", r, "tiered-kv bench peers --json", render_record(r)),
+              "tiered-kv bench peers --json"),)
+SUMMARY = (Row("parity with kvcache-simulator (lru, optimal, fifo) and LMCache (lru)", ("peers",),
+               lambda *_: "identical, faster (issue 8)", _summary),)

@@ -17,11 +17,15 @@ accesses); the output states the scale and the number of accesses measured.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import resource
 import statistics
 import time
+from pathlib import Path
 from typing import Any
+
+from tiered_kv.bench._pages import Page, Paired, Row, brief, recorded, yes
 
 NAME = "policies"
 HELP = "replay time of every policy on the 14-day synthetic mixed workload (median of interleaved repeats)"
@@ -66,6 +70,28 @@ def _stats(xs: list[float]) -> dict:
     return {"median_s": statistics.median(xs), "min_s": min(xs), "max_s": max(xs), "runs_s": xs}
 
 
+def timed_rounds(names: list[str], repeat: int, job, done=lambda name, out: None, clock=time.perf_counter,
+                 cpu_clock=_cpu) -> tuple[dict[str, list[float]], dict[str, list[float]], list[str]]:
+    """Wall and CPU seconds of ``job(name)()`` for every name once per round, ``repeat`` rounds,
+    the order rotated by one each round (so no policy always runs first, after the same neighbour,
+    or at the same point of a drift in the machine's load), and the order they ran in. Only the
+    call is timed: ``job(name)`` sets it up (builds the policy) before the clock starts, and
+    ``done(name, what the call returned)`` runs after it stops."""
+    wall: dict[str, list[float]] = {n: [] for n in names}
+    cpu: dict[str, list[float]] = {n: [] for n in names}
+    ran: list[str] = []
+    for r in range(repeat):
+        for name in names[r % len(names):] + names[: r % len(names)]:
+            call = job(name)
+            t0, c0 = clock(), cpu_clock()
+            out = call()
+            wall[name].append(clock() - t0)
+            cpu[name].append(cpu_clock() - c0)
+            done(name, out)
+            ran.append(name)
+    return wall, cpu, ran
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     from tiered_kv.sim.policies import DEFAULT_BYTES_PER_TOKEN, policy_names
     from tiered_kv.sim.trace_replay import compile_trace
@@ -98,23 +124,21 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         make(name, 8 * small.uniform_block_size, bpt).run(small)
     warmup_s = time.perf_counter() - t0
 
-    wall: dict[str, list[float]] = {n: [] for n in names}
-    cpu: dict[str, list[float]] = {n: [] for n in names}
     result: dict[str, dict] = {}
     inp = int(trace.input_length[trace.counted].sum())
-    for r in range(args.repeat):
-        order = names[r % len(names):] + names[: r % len(names)]
-        for name in order:
-            pol = make(name, cap, bpt)
-            t0, c0 = time.perf_counter(), _cpu()
-            res = pol.run(trace)
-            wall[name].append(time.perf_counter() - t0)
-            cpu[name].append(_cpu() - c0)
-            if name not in result:
-                hit = int(trace.hit_tokens_from_blocks(res.hit_blocks)[trace.counted].sum())
-                result[name] = {"token_hit_rate": hit / inp if inp else 0.0,
-                                "ssd_bytes_written": float(res.extra.get("ssd_bytes_written", float("nan"))),
-                                "drive_writes_per_day": float(res.extra.get("drive_writes_per_day", float("nan")))}
+
+    def job(name: str):
+        pol = make(name, cap, bpt)
+        return lambda: pol.run(trace)
+
+    def keep(name: str, res) -> None:
+        if name not in result:
+            hit = int(trace.hit_tokens_from_blocks(res.hit_blocks)[trace.counted].sum())
+            result[name] = {"token_hit_rate": hit / inp if inp else 0.0,
+                            "ssd_bytes_written": float(res.extra.get("ssd_bytes_written", float("nan"))),
+                            "drive_writes_per_day": float(res.extra.get("drive_writes_per_day", float("nan")))}
+
+    wall, cpu, _ = timed_rounds(names, args.repeat, job, keep)
     per_policy = {}
     for name in names:
         w = _stats(wall[name])
@@ -133,3 +157,155 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "cpu_total_s": _cpu() - cpu0,
         "load_average_1m": {"start": load0, "end": os.getloadavg()[0] if hasattr(os, "getloadavg") else None},
     }
+
+
+# ------------------------------------------------------------------------------------ the record
+COMMAND = "tiered-kv bench policies --json"
+PEERS_COMMAND = "tiered-kv bench peers --skip kvcache-simulator,lmcache --json"
+#: The line for a numba kernel: a 14-day replay of the mixed workload within 30 s.
+REPLAY_TARGET_S = 30.0
+
+
+def _t(x: float) -> str:
+    """Seconds, or milliseconds below one second."""
+    return f"{x:.2f} s" if x >= 1 else f"{1e3 * x:.0f} ms"
+
+
+def _runs(xs: list[float]) -> str:
+    return ", ".join(_t(x) for x in xs)
+
+
+def _bytes(n: float | None) -> str:
+    if n is None or not math.isfinite(n):
+        return "n/a"
+    for unit, scale in (("PiB", 2.0**50), ("TiB", 2.0**40), ("GiB", 2.0**30), ("MiB", 2.0**20)):
+        if n >= scale:
+            return f"{n / scale:.3g} {unit}"
+    return f"{n:.3g} B"
+
+
+def _g(x: float | None) -> str:
+    return "n/a" if x is None or not math.isfinite(x) else f"{x:.3g}"
+
+
+def _load(d: dict | None) -> str:
+    if not d or d.get("start") is None:
+        return "not available"
+    return f"{d['start']:.1f} at the start, {d['end']:.1f} at the end"
+
+
+def _replay_rows(pols: dict) -> str:
+    rows = []
+    for name, d in pols.items():
+        rate = d["accesses_per_s"]
+        rows.append(f"| `{name}` | {_t(d['median_s'])} | {_t(d['min_s'])}-{_t(d['max_s'])} | {_t(d['cpu_median_s'])} | "
+                    f"{'n/a' if rate is None else f'{rate / 1e6:.1f}'} | {d['token_hit_rate']:.2%} | "
+                    f"{_bytes(d['ssd_bytes_written'])} | {_g(d['drive_writes_per_day'])} | {_runs(d['runs_s'])} |")
+    return "\n".join(rows)
+
+
+def render_replays(r: dict | None) -> str:
+    """The replay-time section from the JSON of ``tiered-kv bench policies --json`` (None: none yet)."""
+    if r is None:
+        return "## 14-day replay time per policy\n\nNo `tiered-kv bench policies --json` record yet.\n"
+    w, pols, cap = r["workload"], r["policies"], r["capacity_tokens"]
+    scale = ("the preset's own rates (full scale)" if w["scale"] == 1.0 else
+             f"**{w['scale']:g} of the preset's request rates** (not the full 14-day workload: the times below "
+             f"are for {w['block_accesses']:,} accesses)")
+    slowest = max(pols, key=lambda n: pols[n]["median_s"])
+    worst = pols[slowest]["median_s"]
+    return f"""## 14-day replay time per policy
+
+Written from the JSON of `{recorded(r, COMMAND)[0]}`.
+
+Workload: the synthetic `{w['preset']}` preset ({' + '.join(w['classes'])}), {w['days']:g} days, seed {w['seed']},
+at {scale}: {w['requests']:,} requests, {w['block_accesses']:,} block accesses of {w['block_size']}-token
+blocks, {w['distinct_blocks']:,} distinct blocks. One replay per policy at one capacity:
+{r['capacity_fraction']:g} of the footprint = {cap:,} tokens ({_bytes(cap * r['bytes_per_token'])} at
+{r['bytes_per_token']:,.0f} B/token); `ttl` is a {r['ttl_seconds'] / 86400:g}-day idle TTL under that capacity,
+`watermark` the same capacity in bytes (high 0.95, low 0.85). Each time is the policy's own `run`
+(hits, SSD wear; `belady` includes its next-use pass): median of {r['repeat']} interleaved rounds (every
+policy once per round, the order rotated by one each round), the spread min-max and every run;
+generation {_t(r['generate_s'])}, compilation {_t(r['compile_s'])} and the numba warm-up
+{_t(r['warmup_s'])} are outside every timing. Whole run: {r['cpu_total_s']:.0f} s of CPU. Load average
+(1 minute): {_load(r.get('load_average_1m'))}, on the 2-core development machine shared with other
+jobs (see the summary above), so absolute times are pessimistic.
+
+| policy | replay (median) | spread | CPU (median) | M accesses/s | token hit rate | SSD written | drive writes/day | every run |
+|---|---:|---:|---:|---:|---:|---:|---:|---|
+{_replay_rows(pols)}
+
+Slowest: `{slowest}` at {_t(worst)} (the line for a kernel: a 14-day replay within
+{REPLAY_TARGET_S:.0f} s: {"yes" if worst <= REPLAY_TARGET_S else "**no**"}); all {len(pols)} policies one after the other: \
+{_t(sum(d["median_s"] for d in pols.values()))}.
+"""
+
+
+def _libcachesim_speedup(d: dict, key: str = "seconds") -> Paired:
+    """libCacheSim / tiered-kv of each interleaved round, median and range."""
+    return Paired.between(d[f"peer_{key}_all"], d[f"ours_{key}_all"])
+
+
+def _peer_rows(pairs: dict) -> str:
+    rows = []
+    for name, d in pairs.items():
+        cpu = (_libcachesim_speedup(d, "cpu_seconds").text(lambda x: f"{x:.1f}x") if "peer_cpu_seconds_all" in d
+               else f"{d['cpu_speedup_vs_peer']:.1f}x")
+        rows.append(f"| {name} | `{d['ours_policy']}` | {'yes' if d['identical'] else '**no**'} | "
+                    f"{_t(d['peer_seconds'])} ({_runs(d['peer_seconds_all'])}) | "
+                    f"{_t(d['ours_seconds'])} ({_runs(d['ours_seconds_all'])}) | "
+                    f"{_libcachesim_speedup(d).text(lambda x: f'{x:.1f}x')} | {cpu} |")
+    return "\n".join(rows)
+
+
+def render_peers(r: dict | None) -> str:
+    """The libCacheSim section from the JSON of ``tiered-kv bench peers --json`` (None: none yet)."""
+    lcs = (r or {}).get("libcachesim")
+    if not lcs:
+        return "## libCacheSim side by side\n\nNo libcachesim section in a `tiered-kv bench peers --json` record yet.\n"
+    status = lcs["status"]
+    if not status["available"]:
+        return f"## libCacheSim side by side\n\nlibCacheSim did not run: {status['detail']}.\n"
+    pairs = {k: v for k, v in lcs.items() if isinstance(v, dict) and "identical" in v}
+    caps = lcs["capacities_blocks"]
+    ratios = sorted(_libcachesim_speedup(d).median for d in pairs.values())
+    same = sum(d["identical"] for d in pairs.values())
+    return f"""## libCacheSim side by side
+
+Written from the libcachesim section of the JSON of `{recorded(r, PEERS_COMMAND)[0]}` (trace `{Path(r['trace']).name}`,
+{r['requests']:,} requests). libCacheSim {status['detail']} (PyPI `libcachesim`) and the zoo replay the same
+block-level trace ({lcs['block_accesses']:,} accesses, each a request for one unit-size object) at
+{len(caps)} capacities from {caps[0]:,} to {caps[-1]:,} blocks; {lcs['timing']}, {lcs['repeat']} rounds. A side's
+time is its whole curve: libCacheSim's `process_trace` over its `oracleGeneral` binary trace (written
+once, untimed) at every capacity; the zoo's kernel at every capacity (its first load untimed).
+Speed-up = libCacheSim time / tiered-kv time of each round, the median of those ratios with their
+range (wall; CPU beside it).
+
+| libCacheSim | tiered-kv | identical hits | libCacheSim (median, every run) | tiered-kv (median, every run) | speed-up | CPU speed-up |
+|---|---|---|---:|---:|---:|---:|
+{_peer_rows(pairs)}
+
+Identical hit counts at every capacity for {same} of {len(pairs)} policies; median speed-ups
+{ratios[0]:.1f}x to {ratios[-1]:.1f}x (median over the policies {statistics.median(ratios):.1f}x). Where the
+definitions differ (Belady's bypass, SLRU's segment rounding) docs/policies.md says how they are made to agree.
+"""
+
+
+def render_record(policies: dict | None, peers: dict | None) -> str:
+    """The policy arena page from the two JSONs (either may be missing)."""
+    return ("# Policy arena: replay time of every policy, and libCacheSim side by side\n\n"
+            "Written by `tiered-kv bench record policies` from `benchmarks/results/policies.json` and "
+            "`benchmarks/results/policies_peers.json`; nothing here is typed by hand.\n\n"
+            + render_replays(policies) + "\n" + render_peers(peers))
+
+
+def _summary(p: dict, pp: dict) -> tuple[str, str]:
+    slowest = max(p["policies"], key=lambda k: p["policies"][k]["median_s"])
+    worst = p["policies"][slowest]["median_s"]
+    return (f"slowest 14-day replay {slowest} {brief(worst)} (median) of {len(p['policies'])} policies; "
+            f"libCacheSim identical: {pp['identical']}"), yes(worst <= REPLAY_TARGET_S and bool(pp["identical"]))
+
+
+PAGES = (Page("policies", render_record, COMMAND, extra=("policies_peers",)),)
+SUMMARY = (Row("policy zoo: 14-day replay per policy; libCacheSim side by side", ("policies", "policies_peers"),
+               lambda *_: f"<= {REPLAY_TARGET_S:g} s per replay; identical hits (issue 15)", _summary),)

@@ -24,6 +24,8 @@ from typing import Any
 
 import numpy as np
 
+from tiered_kv.bench._pages import Page, Row, brief, recorded, yes
+
 NAME = "sim"
 HELP = "simulator speed: one-pass curves vs per-point replay, Belady, replay throughput, scaling"
 
@@ -168,3 +170,211 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
         result["cluster"] = run_cluster_bench(args)
     return result
+
+
+# ------------------------------------------------------------------------------------ the record
+COMMAND = "tiered-kv bench sim --json"
+CLI_COMMAND = "tiered-kv bench sim --json --no-cluster --scales 1 --cli-repeat 5"
+#: The 14-day cluster run's goal (the JSON's ``cluster.meets_target`` says whether it was met).
+CLUSTER_TARGET = ">= 10 M accesses in <= 60 s"
+
+RATIONALE = """## What was chosen and why
+- **numba** (`cache=True`) for the sequential loops: the event replay (per-class LRU lists with
+  exact TTL expiry and watermark eviction in one kernel), the Fenwick-tree stack distances and the
+  Belady heap. Each decision depends on the state the previous one left, so numpy cannot
+  vectorise them, and a plain Python loop over them is far slower.
+- **One pass per curve**: a block is a leading hit iff the running maximum of its request's
+  stack distances (LRU) or reuse times (TTL) is within the capacity or TTL, so a sorted array and
+  a cumulative sum of token weights answer all points (proof in `tiered_kv/sim/curves.py`).
+  The evaluation buckets each access under the first threshold it fits (binary search over the
+  k points) and sums the buckets with one bincount: O(n log k) instead of sorting all n keys.
+- **Belady**: lazy-deletion max-heap keyed by (next use, depth); blocks at their last use are only
+  counted, never heaped (they are always the first to go, and which one goes cannot change a later
+  hit).
+- Per-class TTLs: one LRU list per class with a global touch counter instead of an expiry heap,
+  with the same expiry predicate as the brute-force replay (`now - last_touch > ttl`), so there
+  are no float rounding differences between a heap and the lookup check.
+"""
+
+
+def _s(x: float) -> str:
+    return f"{x:.3f} s" if x < 1 else f"{x:.2f} s"
+
+
+def _runs(r: dict, name: str) -> str:
+    runs = r.get("runs_s", {}).get(name)
+    return f" ({', '.join(f'{x:.3f}' for x in runs)})" if runs and len(runs) > 1 else ""
+
+
+def _met(ok: bool) -> str:
+    return "yes" if ok else "**no**"
+
+
+def _conversation_rows(r: dict) -> list[str]:
+    c, t, m = r["conversation"], r["targets"], r["meets_targets"]
+    return [
+        f"| LRU curve ({c['lru_capacities']} capacities) + TTL curve ({c['ttl_points']} TTLs), one pass each | "
+        f"{_s(c['curves_s'])}{_runs(c, 'curves_s')} | <= {t['curves_s']:g} s | {_met(m['curves_s'])} |",
+        f"| the same {c['lru_capacities'] + c['ttl_points']} points as one event replay each (baseline, one run) | "
+        f"{_s(c['per_point_replay_s'])} | | |",
+        f"| one-pass speed-up over per-point replay (one baseline run over the median) | "
+        f"{c['curves_speedup_vs_per_point']:.0f}x | | |",
+        f"| Belady (MIN with bypass) at one capacity, next-use included | {_s(c['belady_one_capacity_s'])}"
+        f"{_runs(c, 'belady_one_capacity_s')} | <= {t['belady_one_capacity_s']:g} s | {_met(m['belady_one_capacity_s'])} |",
+        f"| Belady curve at the same capacities, one stack pass | {_s(c['belady_curve_s'])}{_runs(c, 'belady_curve_s')} | | |",
+        f"| LRU event replay throughput | {c['lru_replay_accesses_per_s'] / 1e6:.1f} M block accesses/s "
+        f"({_s(c['lru_replay_s'])}{_runs(c, 'lru_replay_s')}) | >= {t['lru_replay_accesses_per_s'] / 1e6:g} M/s | "
+        f"{_met(m['lru_replay_accesses_per_s'])} |",
+        f"| numba JIT warm-up (every kernel's first call; loads the on-disk cache when filled) | "
+        f"{_s(r['jit_warmup_s'])} | reported, not timed | |",
+        f"| trace load (polars JSONL) / compile to flat arrays | {_s(r['load_trace_s'])} / {_s(r['compile_trace_s'])} | | |",
+    ]
+
+
+def _cluster_lines(cl: dict) -> list[str]:
+    cfg, ok = cl["config"], cl["meets_target"]
+    return [
+        "", "## Cluster model: a 14-day two-class run (`cluster` key)", "",
+        f"{cl['workload']}: {cl['requests']:,} requests, {cl['block_accesses']:,} block accesses "
+        f"({cl['unique_blocks']:,} distinct) through {cfg['nodes']} machines ({cfg['routing']} routing) with "
+        f"GPU, host and SSD tiers. Generate {_s(cl['generate_s'])}, compile {_s(cl['compile_trace_s'])}, "
+        f"JIT warm-up {_s(cl['jit_warmup_s'])}; the cluster replay **{_s(cl['cluster_s'])}** "
+        f"({cl['cluster_accesses_per_s'] / 1e6:.1f} M accesses/s; target {CLUSTER_TARGET}: "
+        f"{_met(ok['block_accesses_ge_10M'] and ok['cluster_s_le_60'])}), {cl['slowdown_vs_single_lru']:.1f}x one "
+        f"single-cache LRU replay of the same trace ({_s(cl['single_lru_s'])}, the baseline in the same run, one "
+        f"run each); peak RSS {cl['peak_rss_bytes'] / 2**30:.2f} GiB; token hit rate {cl['token_hit_rate']:.1%}, "
+        f"{cl['disk_token_fraction']:.1%} of input tokens from the SSD tier."]
+
+
+def render_record(r: dict) -> str:
+    """The simulator page from the JSON of one ``tiered-kv bench sim --json`` run."""
+    c = r["conversation"]
+    command, note = recorded(r, COMMAND)
+    lines = [
+        "# Simulator benchmark (`tiered-kv bench sim`)", "",
+        f"Written by `tiered-kv bench record sim` from `benchmarks/results/sim.json`, the JSON of one run of "
+        f"`{command}` (trace `{r['trace']}`, Belady and replay at {r['capacity_tokens']:,} tokens, "
+        f"median of {r['repeat']} timed runs after a warm-up call; every run in brackets, seconds). {note}", "",
+        f"## Conversation trace ({c['requests']:,} requests, {c['block_accesses']:,} block accesses, "
+        f"{c['unique_blocks']:,} distinct blocks)", "",
+        "| measurement | result | target | met? |", "|---|---|---|---|", *_conversation_rows(r), "",
+        "## Scaling (copies of the trace shifted in time and in block ids, so they share nothing)", "",
+        "| trace | block accesses | LRU+TTL curves | Belady, one capacity | Belady curve | LRU replay | replay throughput |",
+        "|---|---:|---:|---:|---:|---:|---:|"]
+    for k, v in r["scaling"].items():
+        lines.append(f"| {k} | {v['block_accesses']:,} | {_s(v['curves_s'])} | {_s(v['belady_one_capacity_s'])} | "
+                     f"{_s(v['belady_curve_s'])} | {_s(v['lru_replay_s'])} | {v['lru_replay_accesses_per_s'] / 1e6:.1f} M/s |")
+    if "cluster" in r:
+        lines += _cluster_lines(r["cluster"])
+    if "cli" in r:
+        cli = r["cli"]
+        lines += ["", f"CLI start-up in the same run (whole processes, median of {cli['repeat']}): `curves` "
+                  f"{_s(cli['curves']['warm_s'])} warm / {_s(cli['curves']['cold_s'])} cold, `simulate` "
+                  f"{_s(cli['simulate']['warm_s'])} / {_s(cli['simulate']['cold_s'])} (the quiet record with every "
+                  "run is the CLI start-up section, `tiered-kv bench record sim_cli`)."]
+    return "\n".join(lines) + "\n\n" + RATIONALE
+
+
+def _cli_runs(xs: list[float]) -> str:
+    return ", ".join(f"{x:.2f}" for x in xs)
+
+
+def _ms_or_s(x: float) -> str:
+    return f"{x:.2f} s" if x >= 1 else f"{1e3 * x:.1f} ms"
+
+
+def _cli_cell(d: dict, key: str) -> str:
+    return f"{d[key + '_s']:.2f} s ({_cli_runs(d[key + '_runs_s'])})" if key + "_s" in d else "-"
+
+
+def _cli_build(cli: dict) -> str:
+    """What the cold column measured: the ahead-of-time build when the run had one, else numba."""
+    if "aot_build" not in cli:
+        return ("*Cold*: a fresh empty `NUMBA_CACHE_DIR` and trace cache for every run, so the trace is read "
+                "from its file and every kernel the command needs is compiled by numba.")
+    state = ("present and fresh: the cold runs took their kernels from it and never imported numba"
+             if cli["aot_build"] else "**absent or stale**: every run compiled or loaded its kernels with numba")
+    return ("*Cold*: a fresh empty `NUMBA_CACHE_DIR` and trace cache for every run, so the trace is read from "
+            "its file and each kernel the command needs comes from the ahead-of-time build this run had "
+            f"(`numba.pycc`, since removed) or, where the build does not serve it, is compiled. The build was {state}. "
+            "*Cold, numba*: the same with the build switched off: each kernel compiled by numba.")
+
+
+def render_cli(r: dict) -> str:
+    """The CLI start-up page from the JSON of ``tiered-kv bench sim --json --cli-repeat N``."""
+    cli, conv = r["cli"], r["conversation"]
+    targets, meets = cli["targets"], cli["meets_targets"]
+    command, note = recorded(r, CLI_COMMAND)
+    rows = "\n".join(f"| `{cli['commands'][n]}` | {_cli_cell(cli[n], 'warm')} | {_cli_cell(cli[n], 'cold')} | "
+                     f"{_cli_cell(cli[n], 'cold_jit')} |" for n in ("curves", "simulate"))
+    load = cli.get("load_average_1m")
+    numpy_row = (f"| baseline: a process that only imports numpy (`numpy_imports_s`) | {_s2(cli['numpy_imports_s'])} "
+                 f"({_cli_runs(cli['numpy_imports_runs_s'])}) | | |\n" if "numpy_imports_s" in cli else "")
+    return f"""# CLI start-up of the simulator commands (`tiered-kv bench sim`: `cli_warm_s`, `cli_cold_s`)
+
+Written by `tiered-kv bench record sim_cli` from `benchmarks/results/sim_cli.json`, the JSON of one run of:
+
+```bash
+{command}
+```
+
+Whole processes, output discarded, median of {cli['repeat']} interleaved runs (every run in
+brackets). *Warm*: numba's cache holds every kernel and the compiled-trace cache holds the trace
+(both filled by one unmeasured run). {_cli_build(cli)} Machine load (1-minute load average) when the
+run ended: {f"{load:.1f}" if load is not None else "not available"}. {note}
+
+| command | warm | cold | cold, numba |
+|---|---:|---:|---:|
+{rows}
+
+| figure | measured | target | met? |
+|---|---:|---:|---|
+| `cli_warm_s` (slower command, warm) | {_s2(r['cli_warm_s'])} | <= {_s2(targets['cli_warm_s'])} | {_met(meets['cli_warm_s'])} |
+| `cli_cold_s` (slower command, cold) | {_s2(r['cli_cold_s'])} | <= {_s2(targets['cli_cold_s'])} | {_met(meets['cli_cold_s'])} |
+{numpy_row}| baseline: a process that only imports numpy and numba (`imports_s`) | {_s2(cli['imports_s'])} ({_cli_runs(cli['imports_runs_s'])}) | | |
+
+The work itself, in the same run (median of {r['repeat']} after a warm-up call, conversation trace):
+LRU + TTL curves at {conv['lru_capacities']} + {conv['ttl_points']} points {_ms_or_s(conv['curves_s'])}; the Belady curve at
+the same {conv['lru_capacities']} capacities in one stack pass {_ms_or_s(conv['belady_curve_s'])} (one Belady replay at one
+capacity: {_ms_or_s(conv['belady_one_capacity_s'])}); one LRU replay {_ms_or_s(conv['lru_replay_s'])}. Trace load
+{_ms_or_s(r['load_trace_s'])}, compile {_ms_or_s(r['compile_trace_s'])}; first kernel calls (warm-up) in that process {_ms_or_s(r['jit_warmup_s'])}.
+"""
+
+
+def _s2(x: float) -> str:
+    return f"{x:.2f} s"
+
+
+def _summary(d: dict) -> tuple[str, str]:
+    c, cl = d["conversation"], d["cluster"]
+    m = (f"LRU+TTL curves {brief(c['curves_s'])}; Belady one capacity {brief(c['belady_one_capacity_s'])}; "
+         f"LRU replay {c['lru_replay_accesses_per_s'] / 1e6:.1f} M accesses/s; 14-day cluster "
+         f"({cl['block_accesses'] / 1e6:.1f} M accesses) {brief(cl['cluster_s'])}")
+    keys = ("curves_s", "belady_one_capacity_s", "lru_replay_accesses_per_s")
+    met = [yes(d["meets_targets"][k]) for k in keys] + [yes(all(cl["meets_target"].values()))]
+    return m, "; ".join(met)
+
+
+def _summary_cli(d: dict) -> tuple[str, str]:
+    """Warm and cold start; beside the cold start of the ahead-of-time build, the numba path's."""
+    cli = d["cli"]
+    slower = lambda key: max(cli[n][key] for n in ("curves", "simulate"))  # noqa: E731
+    if "cold_jit_s" in cli["curves"]:
+        cold = (f"cold {brief(d['cli_cold_s'])} with the ahead-of-time build, {brief(slower('cold_jit_s'))} "
+                "through numba (the path without the build)")
+    else:
+        cold = f"cold {brief(d['cli_cold_s'])} through numba (this JSON has no ahead-of-time figures)"
+    return (f"warm {brief(d['cli_warm_s'])}, {cold}; slower command, medians",
+            f"warm {yes(d['meets_targets']['cli_warm_s'])}; cold {yes(d['meets_targets']['cli_cold_s'])}")
+
+
+PAGES = (Page("sim", render_record, COMMAND), Page("sim_cli", render_cli, CLI_COMMAND))
+SUMMARY = (
+    Row("LRU + TTL curves, Belady at one capacity, replay throughput (conversation trace); 14-day cluster run",
+        ("sim",), lambda d: (f"<= {d['targets']['curves_s']:g} s; <= {d['targets']['belady_one_capacity_s']:g} s; "
+                             f">= {d['targets']['lru_replay_accesses_per_s'] / 1e6:g} M/s; {CLUSTER_TARGET} "
+                             "(issues 5, 6)"), _summary),
+    Row("CLI start-up, whole `curves` / `simulate` processes, warm and cold numba cache", ("sim_cli",),
+        lambda d: f"<= {d['targets']['cli_warm_s']:g} s warm, <= {d['targets']['cli_cold_s']:g} s cold (issue 13)",
+        _summary_cli),
+)

@@ -20,6 +20,8 @@ import statistics
 import time
 from typing import Any
 
+from tiered_kv.bench._pages import Page, Row, brief, sec, spread, standard_page
+
 NAME = "synth"
 HELP = "synthetic workload: generation speed of the 14-day mixed preset and the calibration table"
 
@@ -73,3 +75,59 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         out["calibration"] = {"quick": bool(args.quick_calibration), "reports": reports,
                               "all_within": all(r["within"] for rep in reports for r in rep["rows"])}
     return out
+
+
+# ------------------------------------------------------------------------------------ the record
+def _calib_value(v: float) -> str:
+    return f"{v:.4f}" if abs(v) < 10 else f"{v:,.0f}"
+
+
+def _calibration(cal: dict) -> list[str]:
+    reps = cal["reports"]
+    took = ", ".join(f"seed {p['seed']} in {sec(p['seconds'])}" for p in reps)
+    lines = ["", f"Calibration table ({'reduced sizes' if cal['quick'] else 'full size'}; "
+             f"`calibration_report(seed)`, {took}):",
+             "", "| class | metric | target | tolerance | " + " | ".join(f"seed {p['seed']}" for p in reps)
+             + " | within (all seeds) | source |", "|" + "---|" * (6 + len(reps))]
+    for i, row in enumerate(reps[0]["rows"]):
+        tol = (f"±{row['tolerance']:.0%}" if row["tolerance_kind"] == "relative"
+               else f"±{_calib_value(row['tolerance'])}")
+        vals = " | ".join(_calib_value(p["rows"][i]["achieved"]) for p in reps)
+        ok = all(p["rows"][i]["within"] for p in reps)
+        lines.append(f"| {row['traffic_class']} | {row['metric']} | {_calib_value(row['target'])} | {tol} | "
+                     f"{vals} | {'yes' if ok else 'NO'} | {row['source']} |")
+    return lines + ["", f"Every statistic within its tolerance on every seed: **{cal['all_within']}**."]
+
+
+def render_record(r: dict) -> str:
+    """The synth section from the JSON of one ``tiered-kv bench synth --json`` run."""
+    g = r["generate"]
+    lines = [f"`generate(PRESETS['{r['preset']}'], {r['days']:g} days, seed)` for seeds {r['seeds']}, "
+             f"{r['repeat']} round(s) through the seeds:", "",
+             "| seconds per trace | block accesses (median) | requests (median) | accesses/s | peak RSS |",
+             "|---|---:|---:|---|---:|",
+             f"| {spread(g['seconds_all'], sec)} | {g['block_accesses']:,.0f} | {g['requests']:,.0f} | "
+             f"{spread([c['accesses_per_s'] for c in g['calls']], lambda x: f'{x / 1e6:.2f} M')} | "
+             f"{g['peak_rss_mib']:,.0f} MiB |"]
+    return "\n".join(lines + (_calibration(r["calibration"]) if r.get("calibration") else []))
+
+
+def _summary(s: dict) -> tuple[str, str]:
+    g = s["generate"]
+    m = (f"{g['block_accesses'] / 1e6:.1f} M block accesses in {brief(g['seconds'])} (median of "
+         f"{len(g['seconds_all'])})")
+    cal = s.get("calibration")
+    if not cal:
+        return m, "-"
+    seeds = ", ".join(str(p["seed"]) for p in cal["reports"])
+    out = [f"{r['traffic_class']} {r['metric']} (seed {p['seed']}: {r['achieved']:.4g}, target {r['target']:.4g})"
+           for p in cal["reports"] for r in p["rows"] if not r["within"]]
+    met = "yes" if cal["all_within"] else "no: outside " + ", ".join(out)
+    return m + f"; calibration {'(reduced) ' if cal['quick'] else ''}seeds {seeds}", met
+
+
+PAGES = (Page("synth", lambda r: standard_page(
+    "Synthetic multi-day workload: generation speed and calibration (`tiered-kv bench synth`)", "synth", r,
+    "tiered-kv bench synth --json", render_record(r)), "tiered-kv bench synth --json"),)
+SUMMARY = (Row("synthetic 14-day workload generation and calibration", ("synth",),
+               lambda *_: "every calibration statistic within tolerance (issue 14)", _summary),)

@@ -18,7 +18,8 @@ For each prompt length N (held-out stdlib text), four cases, each a real prefill
 
 Repeats are interleaved (repeat 1 of every length and case, then repeat 2, ...; the case
 order rotates between repeats), and each case is reported as the median with its
-interquartile range. A length whose median miss is faster than a shorter length's is flagged
+interquartile range; every repeat is kept (``repeats_ms``), and a speed-up over the miss is
+taken per repeat (the cases of one repeat run one after the other) and its median reported. A length whose median miss is faster than a shorter length's is flagged
 (``anomalies``): on a shared machine that means the run was disturbed.
 
 FLOPs (``torch.utils.flop_counter.FlopCounterMode`` on meta tensors, so 32K costs no compute):
@@ -34,6 +35,7 @@ import os
 import statistics
 import tempfile
 
+from tiered_kv.bench._pages import Page, Paired, Row, ratio, recorded, yes
 from tiered_kv.flops import prefill_flops  # noqa: F401 - re-exported: the benchmark reports it
 
 NAME = "ttft"
@@ -210,8 +212,13 @@ def measure_ttft(lengths=LENGTHS, *, model=None, checkpoint=None, repeats: int =
                 row.update({f"{s}_ms": res.timings_s.get(s, 0.0) * 1e3 for s in STAGES})
                 rows.append(row)
     df = pl.DataFrame(rows)
-    if raw:
-        return df
+    return df if raw else aggregate(df)
+
+
+def aggregate(df):
+    """Every repeat of :func:`measure_ttft` (``raw=True``) to medians with the interquartile range."""
+    import polars as pl
+
     return (df.group_by("length_tokens", "case", maintain_order=True)
             .agg(pl.all().exclude("repeat", "decoder_from_host").median(),
                  pl.col("ttft_ms").quantile(0.25, "linear").alias("ttft_ms_q1"),
@@ -244,6 +251,22 @@ def summarize(df) -> tuple[dict, list[str]]:
     return per, anomalies
 
 
+def repeats_ms(every) -> dict[str, dict[str, list[float]]]:
+    """Every repeat's TTFT (ms) per length and case, in repeat order: ``[length][case][repeat]``.
+
+    A repeat runs every case of a length one after the other, so the i-th entries of two cases
+    were timed together and make a pair."""
+    out: dict[str, dict[str, list[float]]] = {}
+    for row in every.sort("length_tokens", "repeat").iter_rows(named=True):
+        out.setdefault(str(row["length_tokens"]), {}).setdefault(row["case"], []).append(row["ttft_ms"])
+    return out
+
+
+def paired_speedup(runs: dict[str, list[float]], case: str) -> Paired:
+    """miss / ``case`` of each repeat (timed together), their median and range."""
+    return Paired.between(runs["miss"], runs[case])
+
+
 def run(args: argparse.Namespace) -> dict:
     import sys
 
@@ -251,13 +274,15 @@ def run(args: argparse.Namespace) -> dict:
 
     torch.set_num_threads(args.threads)
     model, source = load_model(args.checkpoint)
-    df = measure_ttft(args.lengths, model=model, repeats=args.repeats, suffix=args.suffix,
-                      block_size=args.block_size, fmt=args.fmt, store_dir=args.store_dir)
+    every = measure_ttft(args.lengths, model=model, repeats=args.repeats, suffix=args.suffix,
+                         block_size=args.block_size, fmt=args.fmt, store_dir=args.store_dir, raw=True)
+    df = aggregate(every)
     per, anomalies = summarize(df)
     for a in anomalies:
         print(f"ttft: warning: {a}", file=sys.stderr)
     ttft = {n: {c: d[f"{c}_ms"] for c in CASES} for n, d in per.items()}
-    speedup = {n: d["miss_ms"] / d["ssd_cold_hit_ms"] for n, d in per.items()}
+    runs = repeats_ms(every)
+    speedup = {n: paired_speedup(runs[n], "ssd_cold_hit").median for n in per}
     stages = {}
     for n in per:
         sub = {row["case"]: row for row in df.filter(df["length_tokens"] == int(n)).iter_rows(named=True)}
@@ -286,12 +311,127 @@ def run(args: argparse.Namespace) -> dict:
         "cold_read_method": "posix_fadvise(POSIX_FADV_DONTNEED) on every store file before each cold case",
         "store_filesystem": filesystem_of(store_root),
         "lengths": per, "anomalies": anomalies,
-        "ttft_ms": ttft, "speedup_ssd_hit_vs_miss": speedup,
-        "speedup_ssd_warm_hit_vs_miss": {n: d["miss_ms"] / d["ssd_warm_hit_ms"] for n, d in per.items()},
-        "speedup_ssd_host_hit_vs_miss": {n: d["miss_ms"] / d["ssd_host_hit_ms"] for n, d in per.items()},
+        "ttft_ms": ttft, "repeats_ms": runs, "speedup_ssd_hit_vs_miss": speedup,
+        "speedup_ssd_warm_hit_vs_miss": {n: paired_speedup(runs[n], "ssd_warm_hit").median for n in per},
+        "speedup_ssd_host_hit_vs_miss": {n: paired_speedup(runs[n], "ssd_host_hit").median for n in per},
         "stages_ms": stages,
         "prefill_flops": flops, "prefill_flops_ratio": flops["prefill_flops_ratio"],
         "median_speedup_ssd_hit_vs_miss": statistics.median(speedup.values()) if speedup else None,
     }
     result.update(extra)
     return result
+
+
+# ------------------------------------------------------------------------------------ the record
+#: Goals: an SSD hit at least 10x faster than a miss at 32K tokens; bounded-replay prefill FLOPs
+#: at most 0.55 of the decoder-only baseline's.
+SPEEDUP_TARGET_32K = 10.0
+FLOPS_RATIO_TARGET = 0.55
+TITLES = {"ttft": "TTFT: cold and warm SSD hits against a miss",
+          "ttft_short": "TTFT of short prompts: where loading starts to beat recomputing"}
+COMMANDS = {"ttft": "tiered-kv bench ttft --json --repeats 5",
+            "ttft_short": "tiered-kv bench ttft --json --repeats 5 --lengths 64 96 128 192 256 384 512 768 1024 "
+                          "--block-size 32 --suffix 32"}
+
+
+def speedup(r: dict, n: str, case: str) -> Paired | None:
+    """miss / ``case`` at length ``n`` per repeat, median and range; None for a JSON that kept
+    only medians (runs before ``repeats_ms`` was recorded)."""
+    runs = r.get("repeats_ms", {}).get(n)
+    return paired_speedup(runs, case) if runs else None
+
+
+def _speedup_cell(r: dict, n: str, case: str, old_key: str) -> str:
+    p = speedup(r, n, case)
+    return p.text(lambda x: f"{x:.1f}x") if p else f"{r[old_key][n]:.1f}x"
+
+
+def _ms(d: dict, case: str) -> str:
+    return f"{d[case + '_ms']:,.0f} ({d[case + '_ms_q1']:,.0f}-{d[case + '_ms_q3']:,.0f})"
+
+
+def _rows(r: dict) -> str:
+    rows = []
+    for n, d in sorted(r["lengths"].items(), key=lambda kv: int(kv[0])):
+        rows.append(f"| {int(n):,} | {_ms(d, 'miss')} | {_ms(d, 'ssd_cold_hit')} | {_ms(d, 'ssd_warm_hit')} | "
+                    f"{_ms(d, 'ssd_host_hit')} | {_speedup_cell(r, n, 'ssd_cold_hit', 'speedup_ssd_hit_vs_miss')} | "
+                    f"{_speedup_cell(r, n, 'ssd_host_hit', 'speedup_ssd_host_hit_vs_miss')} | "
+                    f"{d['decoder_window_reuse']:.0%} ({d['ssd_host_hit_decoder_tokens']:.0f} tokens) |")
+    return "\n".join(rows)
+
+
+def _speedup_note(r: dict) -> str:
+    if "repeats_ms" in r:
+        return ("Speed-ups: miss / hit of each repeat (the cases of a repeat run one after the other), the "
+                "median of those ratios with their range.")
+    return ("Speed-ups: median miss / median hit; this run's JSON kept only the medians, so the ratio "
+            "could not be taken per repeat (a re-run records every repeat, `repeats_ms`).")
+
+
+def render_page(r: dict, stem: str) -> str:
+    """The page of a ``tiered-kv bench ttft --json`` run: ``stem`` is ttft or ttft_short."""
+    from tiered_kv.measured_crossover import crossover_from_record
+
+    command, machine = recorded(r, COMMANDS[stem])
+    machine = f"Machine: {machine}.\n\n" if (r.get("recorded") or {}).get("machine") else ""
+    crossover = crossover_from_record(r, f"{stem}.json")[1]
+    anomalies = "\n".join(f"- {a}" for a in r["anomalies"]) or "- none (every miss is slower than the shorter one's)"
+    f = r["prefill_flops"]
+    return f"""# {TITLES[stem]}
+
+Written by `tiered-kv bench record {stem}` from `benchmarks/results/{stem}.json`, the JSON of one run of:
+
+```bash
+{command}
+```
+
+{machine}Model `{r['model']}` ({r['params']:,} parameters, W={r['window_tokens']}, R={r['replay_tokens']}),
+{r['fmt']} global KV in {r['block_size_tokens']}-token chunks, the cached previous turn is the prompt
+minus its last {r['suffix_tokens']} tokens, {r['threads']} torch thread(s), {r['repeats']} interleaved
+repeats per case. Cold reads: {r['cold_read_method']} (store file system: {r['store_filesystem']}).
+Each cell: median TTFT in ms (interquartile range). The SSD+host case continues the decoder
+from the host tier's exact decoder windows when it has them (last column: how often, and the
+decoder tokens that cost). {_speedup_note(r)}
+
+| prompt (tokens) | miss | SSD hit, cold | SSD hit, warm | SSD + host hit | speedup cold hit | speedup SSD+host | decoder windows reused |
+|---:|---:|---:|---:|---:|---:|---:|---:|
+{_rows(r)}
+
+Recompute-vs-load crossover from these medians
+(`tiered_kv.sim.cluster.latency.measured_crossover_tokens`): {crossover}.
+
+Anomalies flagged by the benchmark:
+{anomalies}
+
+Prefill FLOPs at {f['tokens']:,} tokens (FlopCounterMode): bounded replay (R={f['replay_tokens']}) /
+decoder-only baseline = {f['prefill_flops_ratio']:.3f}; with the decoder over all tokens
+{f['full_decoder_ratio']:.3f}; layer-token model {f['layer_token_ratio']:.3f}.
+"""
+
+
+def _summary(t: dict) -> tuple[str, str]:
+    n = max(t["lengths"], key=int)
+    cells, cold = [], None
+    for name, case, key in (("cold SSD hit", "ssd_cold_hit", "speedup_ssd_hit_vs_miss"),
+                            ("warm", "ssd_warm_hit", "speedup_ssd_warm_hit_vs_miss"),
+                            ("SSD+host", "ssd_host_hit", "speedup_ssd_host_hit_vs_miss")):
+        p = speedup(t, n, case)
+        value = p.median if p else t[key][n]
+        cold = value if cold is None else cold
+        cells.append(f"{name} {p.text() if p else ratio(value) + ' (ratio of medians)'}")
+    return (f"at {int(n):,} tokens: " + ", ".join(cells) + " faster than a miss", yes(cold >= SPEEDUP_TARGET_32K))
+
+
+def _flops(t: dict) -> tuple[str, str]:
+    r = t["prefill_flops_ratio"]
+    return f"{r:.3f}", yes(r <= FLOPS_RATIO_TARGET)
+
+
+PAGES = (Page("ttft", lambda r: render_page(r, "ttft"), COMMANDS["ttft"]),
+         Page("ttft_short", lambda r: render_page(r, "ttft_short"), COMMANDS["ttft_short"]))
+SUMMARY = (
+    Row("TTFT, SSD hit vs miss (medians of interleaved repeats)", ("ttft",),
+        lambda *_: f">= {SPEEDUP_TARGET_32K:g}x at 32K (issue 4)", _summary),
+    Row("prefill FLOPs, bounded replay / decoder-only baseline at 32K", ("ttft",),
+        lambda *_: f"<= {FLOPS_RATIO_TARGET} (issue 4)", _flops),
+)

@@ -11,30 +11,24 @@ The short-prompt crossover: :func:`crossover_table`, :func:`crossover_curves` an
 :func:`crossover_chart` show the prompt length below which recomputing a prompt is as fast as
 loading its whole KV from the SSD tier, from the latency model
 (:func:`tiered_kv.sim.cluster.latency.recompute_crossover_tokens`); :func:`measured_crossover`
-reads the CPU engine's measurement (``benchmarks/results/ttft.json``). Nothing here computes a
+(from :mod:`tiered_kv.measured_crossover`) reads the CPU engine's measurement
+(``benchmarks/results/ttft.json``). Nothing here computes a
 hit or a latency: the numbers come from those functions.
 """
 
 from __future__ import annotations
 
-import json
-import math
 from functools import lru_cache
-from pathlib import Path
 
 import numpy as np
 import polars as pl
+
+from tiered_kv.measured_crossover import TTFT_JSON, TTFT_SHORT_JSON, crossover_from_record, measured_crossover
 
 GIB = float(1 << 30)
 
 #: Synthetic workload per notebook size: (preset, days). Small is figure 19's quick mode.
 SIZES = {"small": ("ci", 3.0), "full": ("mixed", 14.0)}
-
-#: The CPU engine's TTFT measurement (``tiered-kv bench ttft --json``, written by scripts/ttft_record.py).
-TTFT_JSON = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "ttft.json"
-#: The same benchmark at short prompts (64-1,024 tokens, 32-token chunks and suffix), the run made
-#: for the crossover: :func:`measured_crossover` reads it first when it exists.
-TTFT_SHORT_JSON = TTFT_JSON.with_name("ttft_short.json")
 
 #: SSD-tier read bandwidths (GiB/s) of :func:`crossover_table`; 40 GiB/s is the presets' 3FS figure.
 BANDWIDTHS_GIB_S = (5.0, 10.0, 20.0, 40.0, 80.0)
@@ -160,43 +154,6 @@ def crossover_chart(max_tokens: int = 1024, title: str | None = None):
         panels.append(alt.layer(lines, rule).properties(width=260, height=180, title=name))
     chart = alt.hconcat(*panels)
     return chart.properties(title=title) if title else chart
-
-
-def measured_crossover(path: Path | str | None = None) -> tuple[pl.DataFrame, str]:
-    """(the CPU engine's median miss and cold SSD hit TTFT per prompt length, ms; a line with the
-    crossover by :func:`~tiered_kv.sim.cluster.latency.measured_crossover_tokens`). The line says
-    when a hit already wins at the shortest measured length (the crossover then lies below it).
-    Without ``path``: the short-prompt run (:data:`TTFT_SHORT_JSON`) when there is one, else
-    :data:`TTFT_JSON`."""
-
-    if path is None:
-        path = TTFT_SHORT_JSON if TTFT_SHORT_JSON.exists() else TTFT_JSON
-    path = Path(path)
-    if not path.exists():
-        return pl.DataFrame(schema={"prompt_tokens": pl.Int64, "miss_ms": pl.Float64, "ssd_cold_hit_ms": pl.Float64}), \
-            f"no measurement at {path} (run `tiered-kv bench ttft --json`)"
-    return crossover_from_record(json.loads(path.read_text()), path.name)
-
-
-def crossover_from_record(rec: dict, source: str) -> tuple[pl.DataFrame, str]:
-    """:func:`measured_crossover` of a ``bench ttft --json`` record already read (``source`` names it)."""
-    from tiered_kv.sim.cluster import latency as L
-
-    table = pl.DataFrame([{"prompt_tokens": int(k), "miss_ms": v["miss_ms"], "ssd_cold_hit_ms": v["ssd_cold_hit_ms"]}
-                          for k, v in rec["lengths"].items()]).sort("prompt_tokens")
-    n = L.measured_crossover_tokens(table["prompt_tokens"], table["miss_ms"], table["ssd_cold_hit_ms"])
-    first = int(table["prompt_tokens"][0])
-    if math.isinf(n):
-        line = "a cold SSD hit is never faster than a miss at the measured lengths"
-    elif n <= first:
-        line = (f"a cold SSD hit is already faster at the shortest measured prompt ({first:,} tokens): "
-                f"the crossover lies below {first:,} tokens (not measured in this run)")
-    else:
-        line = f"crossover at about {n:,.0f} tokens (interpolated in log length)"
-    lens = ", ".join(f"{int(n):,}" for n in table["prompt_tokens"])
-    setup = (f"{rec.get('params', 0):,} parameters, {rec.get('fmt', '?')} KV in {rec.get('block_size_tokens', '?')}-token "
-             f"chunks, prompts of {lens} tokens, medians of {rec.get('repeats', '?')} interleaved repeats; {source}")
-    return table, f"CPU engine ({setup}): {line}"
 
 
 __all__ = ["BANDWIDTHS_GIB_S", "SIZES", "crossover_chart", "crossover_curves", "crossover_table",

@@ -1,22 +1,17 @@
-"""Write benchmarks/results/contention.md from the JSON of `tiered-kv bench contention --json`.
+"""The page of ``tiered-kv bench contention`` (benchmarks/results/contention.md) and its summary row.
 
-    tiered-kv bench contention --json > /tmp/contention.json
-    python scripts/contention_record.py /tmp/contention.json "tiered-kv bench contention --json" "machine note"
-    scripts/assemble_benchmarks.sh
-
-The JSON is also copied to benchmarks/results/contention.json (figure 18 of `tiered-kv reproduce
---quick` draws it). Every number comes from the JSON; nothing here is typed by hand.
+Rendered from the run's JSON alone; kept apart from the runner and the latency model beside it
+(:mod:`.contention`, :mod:`._contention_report`) so the page can be re-rendered without either.
 """
 
 from __future__ import annotations
 
-import json
 import math
-import shutil
-import sys
-from pathlib import Path
 
-RESULTS = Path(__file__).resolve().parent.parent / "benchmarks" / "results"
+from tiered_kv.bench._pages import Page, Row
+
+COMMAND = "tiered-kv bench contention --json"
+
 CLASSES = (("restore", "restores"), ("miss", "misses"))
 
 
@@ -44,7 +39,9 @@ def _policy(adm: bool) -> str:
     return "admission" if adm else "always load"
 
 
-def render(r: dict, command: str, note: str = "") -> str:
+def render_record(r: dict) -> str:
+    """The contention page from the JSON of one ``tiered-kv bench contention --json`` run."""
+    command, note = r.get("recorded", {}).get("command", COMMAND), r.get("recorded", {}).get("machine", "")
     sc, cal, s = r["scenario"], r["calibration"], r["summary"]
     rows, link_rows = [], []
     for p in r["points"]:
@@ -109,7 +106,7 @@ def render(r: dict, command: str, note: str = "") -> str:
     slow = sorted(p["compute_slowdown"] for p in r["points"])
     return f"""# Tail latency under contention: restores and misses sharing one store link
 
-Written by `scripts/contention_record.py` from the JSON of one run of:
+Written by `tiered-kv bench record contention` from `benchmarks/results/contention.json`, the JSON of one run of:
 
 ```bash
 {command}
@@ -170,19 +167,17 @@ slowdown):
 """
 
 
-def main(argv: list[str]) -> int:
-    src = Path(argv[1])
-    r = json.loads(src.read_text())
-    command = argv[2] if len(argv) > 2 else "tiered-kv bench contention --json"
-    note = argv[3] if len(argv) > 3 else ""
-    out = RESULTS / "contention.md"
-    out.write_text(render(r, command, note))
-    dest = RESULTS / "contention.json"
-    if src.resolve() != dest.resolve():
-        shutil.copyfile(src, dest)
-    print(f"wrote {out} and {dest}")
-    return 0
+def _summary(c: dict) -> tuple[str, str]:
+    m = c["summary"]["model_over_measured"]
+    return ("model / measured, median over the points: restore p50 " + _x(m["restore"]["p50"]["median"])
+            + f", p99 {_x(m['restore']['p99']['median'])}; miss p50 {_x(m['miss']['p50']['median'])}, "
+            f"p99 {_x(m['miss']['p99']['median'])}"), "side by side (see section)"
 
 
-if __name__ == "__main__":
-    sys.exit(main(sys.argv))
+def _x(v: float) -> str:
+    return f"{v:.3f}x" if v < 1 else f"{v:.2f}x" if v < 10 else f"{v:.1f}x"
+
+
+PAGES = (Page("contention", render_record, COMMAND),)
+SUMMARY = (Row("p50/p99 TTFT of restores and misses sharing one store link, measured beside the latency model",
+               ("contention",), lambda *_: "measured and modelled side by side (issue 16)", _summary),)

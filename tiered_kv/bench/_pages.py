@@ -1,0 +1,149 @@
+"""What every benchmark's record shares: how a figure and its spread are written, and the two
+shapes a benchmark declares (:class:`Page`, its section of BENCHMARKS.md; :class:`Row`, its line
+of the summary table).
+
+A page is rendered from its JSON alone, so re-rendering the committed JSON gives the committed
+page and nothing in it can be typed by hand. Statistics are medians of interleaved repeats with
+their range, never a best-of. A ratio against a baseline is taken per paired repeat (the path
+and the baseline timed one after the other) and the median of those ratios reported with their
+range: a ratio of the two medians pairs runs that were not timed together, and a repeat that
+went badly on one side only (a 0.26x beside 0.9x) disappears into it.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+Fmt = Callable[[float], str]
+
+#: The machine note of a record that names none: the development machine as the December 2026
+#: runs used it, beside a training job at idle priority.
+DEFAULT_MACHINE = ("the development machine, 2 CPU cores, no GPU. A model training job was running on "
+                   "both cores at normal priority while this benchmark ran at idle priority (nice 19, "
+                   "autogroup nice 19), so absolute times are pessimistic, by several times; the ratios "
+                   "are against baselines measured in the same run, interleaved with it.")
+
+
+def ms(x: float) -> str:
+    return f"{1e3 * x:,.1f} ms" if x < 1 else f"{x:,.2f} s"
+
+
+def sec(x: float) -> str:
+    return f"{x:,.3f} s" if x < 10 else f"{x:,.1f} s"
+
+
+def brief(x: float) -> str:
+    """Seconds as the summary table writes them: whole milliseconds below one second."""
+    return f"{x * 1e3:.0f} ms" if x < 1 else f"{x:.2f} s" if x < 100 else f"{x:,.0f} s"
+
+
+def ratio(x: float) -> str:
+    return f"{x:.3f}x" if x < 1 else f"{x:.2f}x" if x < 10 else f"{x:,.1f}x"
+
+
+def yes(ok: bool) -> str:
+    return "yes" if ok else "no"
+
+
+def spread(values: Sequence[float], fmt: Fmt) -> str:
+    """``median (min-max, n runs)`` of ``values``; just the value for a single run."""
+    vals = [float(v) for v in values]
+    if not vals:
+        return "-"
+    med = statistics.median(vals)
+    if len(vals) == 1:
+        return f"{fmt(med)} (1 run)"
+    return f"{fmt(med)} ({fmt(min(vals))}-{fmt(max(vals))}, {len(vals)} runs)"
+
+
+def span(values: Sequence[float], fmt: Fmt) -> str:
+    """``min-max`` of ``values`` (the spread beside a median shown elsewhere)."""
+    vals = [float(v) for v in values]
+    return f"{fmt(min(vals))}-{fmt(max(vals))}" if len(vals) > 1 else "1 run"
+
+
+def paired_ratios(num: Sequence[float], den: Sequence[float]) -> list[float]:
+    """``num[i] / den[i]`` of paired repeats (a baseline and the path timed beside it).
+
+    The two lists must be the same length: a repeat without its partner is not a pair."""
+    if len(num) != len(den):
+        raise ValueError(f"paired ratios need as many baseline runs as path runs, got {len(num)} and {len(den)}")
+    return [a / b for a, b in zip(num, den, strict=True) if b > 0]
+
+
+@dataclass(frozen=True)
+class Paired:
+    """The median of per-repeat ratios with their range and count."""
+
+    median: float
+    low: float
+    high: float
+    n: int
+
+    @classmethod
+    def of(cls, ratios: Sequence[float]) -> Paired:
+        vals = [float(r) for r in ratios]
+        if not vals:
+            raise ValueError("a paired ratio needs at least one repeat")
+        return cls(statistics.median(vals), min(vals), max(vals), len(vals))
+
+    @classmethod
+    def between(cls, num: Sequence[float], den: Sequence[float]) -> Paired:
+        return cls.of(paired_ratios(num, den))
+
+    def text(self, fmt: Fmt = ratio, bold: bool = False) -> str:
+        """``0.78x (0.26x-0.91x, 5 pairs)``: the median, then the repeats' own range."""
+        med = f"**{fmt(self.median)}**" if bold else fmt(self.median)
+        if self.n == 1:
+            return f"{med} (1 pair)"
+        return f"{med} ({fmt(self.low)}-{fmt(self.high)}, {self.n} pairs)"
+
+
+@dataclass(frozen=True)
+class Page:
+    """One section of BENCHMARKS.md: ``benchmarks/results/<name>.md`` from ``<name>.json``.
+
+    ``render`` gets the JSON (with its ``recorded`` entry: the command and machine note) and,
+    for each name in ``extra``, that JSON or None when it is missing; ``command`` is what
+    ``tiered-kv bench record`` stores when it is given none."""
+
+    name: str
+    render: Callable[..., str]
+    command: str
+    extra: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Row:
+    """One line of the summary table: the JSONs it reads (the first names the command) and how."""
+
+    area: str
+    files: tuple[str, ...]
+    target: Callable[..., str]                  # the goal, from the JSONs when they carry it
+    figure: Callable[..., tuple[str, str]]      # (measured, met?) from the loaded JSONs
+    pending: str = ""  # the command still to run when its JSON is missing ("" reads "no result")
+
+
+def recorded(r: dict, default_command: str) -> tuple[str, str]:
+    """(command, machine note) of a record; the defaults when the JSON names none."""
+    rec = r.get("recorded") or {}
+    return rec.get("command") or default_command, rec.get("machine", DEFAULT_MACHINE)
+
+
+def standard_page(title: str, name: str, r: dict, default_command: str, body: str) -> str:
+    """The usual frame: title, where the page comes from, the command, the machine, the body."""
+    command, machine = recorded(r, default_command)
+    return f"""# {title}
+
+Written by `tiered-kv bench record {name}` from `benchmarks/results/{name}.json`, the JSON of one run of:
+
+```bash
+{command}
+```
+
+Machine: {machine}
+
+{body}
+"""
