@@ -130,13 +130,8 @@ def _is_interpreting() -> bool:
 
 
 def _has_numba() -> bool:
-    if sys.byteorder != "little":  # pragma: no cover - fp4_cpu packs pairs as uint16
-        return False
-    try:
-        import numba  # noqa: F401
-    except ImportError:  # pragma: no cover - numba is a declared dependency
-        return False
-    return True
+    """Whether the numba CPU path (fp4_cpu, numba is a dependency) applies: it packs pairs as uint16."""
+    return sys.byteorder == "little"
 
 
 #: On the CPU, ``backend="auto"`` uses the fused numba loops from this many elements up; below

@@ -14,6 +14,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from tiered_kv.kernels.swa import sliding_window_attention
+
 #: Query-chunk size for inference attention; bounds the score matrix per call.
 _MAX_SCORES = 1 << 24
 
@@ -28,14 +30,6 @@ def _swa_reference(q, k, v, window, q_offset, *, k_offset=0, scale=None, backend
     out = F.scaled_dot_product_attention(q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1),
                                          attn_mask=mask, scale=scale, enable_gqa=True)
     return out.transpose(0, 1)
-
-
-def _swa_function():
-    try:
-        from tiered_kv.kernels.swa import sliding_window_attention
-    except ImportError:  # kernels not landed in this checkout: same math, masked SDPA
-        return _swa_reference
-    return sliding_window_attention
 
 
 def windowed_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: int, q_offset: int,
@@ -60,7 +54,7 @@ def windowed_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window
     if window is None or q.device.type == "meta":
         fn = _swa_reference
     else:
-        fn = _swa_function()
+        fn = sliding_window_attention
     outs = []
     for a in range(0, tq, chunk):
         b = min(tq, a + chunk)

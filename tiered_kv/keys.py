@@ -24,7 +24,6 @@ import numpy as np
 
 KEY_BYTES = 16
 _ROOT = bytes(KEY_BYTES)
-_FALLBACK_FORMATS = ("mxfp4", "nvfp4")
 _MASK63 = (1 << 63) - 1
 
 
@@ -33,11 +32,9 @@ RAW_FORMATS = ("bf16", "fp32")
 
 
 def _known_formats() -> tuple[str, ...]:
-    """KV formats the FP4 kernels implement (falls back to the two OCP/NVIDIA names), plus raw."""
-    try:
-        from tiered_kv.kernels.fp4 import FORMATS
-    except ImportError:  # kernels not importable (e.g. a partial checkout)
-        return _FALLBACK_FORMATS + RAW_FORMATS
+    """KV formats the FP4 kernels implement, plus raw (imported here: keys stay torch-free until asked)."""
+    from tiered_kv.kernels.fp4 import FORMATS
+
     return tuple(FORMATS) + RAW_FORMATS
 
 
@@ -45,10 +42,8 @@ def _scale_block(fmt: str) -> int:
     """Elements per FP4 scale along head_dim (MXFP4 32, NVFP4 16; 1 for raw formats)."""
     if fmt in RAW_FORMATS:
         return 1
-    try:
-        from tiered_kv.kernels.fp4 import BLOCK
-    except ImportError:
-        return 32
+    from tiered_kv.kernels.fp4 import BLOCK
+
     return int(BLOCK[fmt])
 
 
