@@ -1,5 +1,5 @@
 """The retention-economics dashboard: SSD capacity and per-class TTL sliders over the TTL curves
-and the oracle frontier (issue 9's notebook section).
+and the oracle frontier (notebook 03's economics section).
 
 Everything is computed by :mod:`tiered_kv.sim.retention` once, in :func:`build_analysis`: the
 reuse gaps, the per-class :class:`~tiered_kv.sim.retention.TTLModel`, the oracle frontier, and
