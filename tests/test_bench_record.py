@@ -220,3 +220,47 @@ def test_bad_input_is_one_line_and_writes_nothing(argv, match, root: Path, tmp_p
     assert main(["bench", "record", *argv, "--root", str(root)]) == 2
     assert match in capsys.readouterr().err
     assert (root / "benchmarks" / "results" / "widgets.json").read_text() == before
+
+
+# --- benchmarks and figures -----------------------------------------------------------------------
+#: Arrows between the benchmarks and the figures still to remove (a figure that measures live
+#: through a benchmark's function). The test fails on any other, and on these once they are gone.
+KNOWN_ARROWS = {("tiered_kv.viz.figures.02_ttft", "tiered_kv.bench.ttft"),
+                ("tiered_kv.viz.figures.18_contention", "tiered_kv.bench.contention")}
+
+
+def _imports(path: Path) -> set[str]:
+    """Every module a file imports, lazily or not, by statement or by importlib with a literal."""
+    import ast
+
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            found.update([node.module, *(f"{node.module}.{a.name}" for a in node.names)])
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.startswith("tiered_kv."):
+            found.add(node.value)  # importlib.import_module("tiered_kv...") and lists of such names
+    return found
+
+
+def test_benchmarks_and_figures_do_not_import_each_other():
+    arrows = set()
+    for here, there in (("bench", "viz"), ("viz", "bench")):
+        for path in sorted((ROOT / "tiered_kv" / here).rglob("*.py")):
+            name = "tiered_kv." + ".".join(path.relative_to(ROOT / "tiered_kv").with_suffix("").parts)
+            arrows |= {(name, m) for m in _imports(path) if m.startswith(f"tiered_kv.{there}.")
+                       or m == f"tiered_kv.{there}"}
+    owners = {(a, b.rsplit(".", 1)[0] if b.rsplit(".", 1)[0] in {k[1] for k in KNOWN_ARROWS} else b)
+              for a, b in arrows}
+    assert owners - KNOWN_ARROWS == set(), "benchmarks and figures import each other"
+    assert KNOWN_ARROWS - owners == set(), "no longer imported: remove from KNOWN_ARROWS"
+
+
+def test_the_widgets_benchmark_is_a_command_beside_its_dashboard(capsys):
+    from tiered_kv.viz import retention_timing
+
+    assert retention_timing.NAME == "widgets" and "widgets" in record.pages()
+    with pytest.raises(SystemExit):
+        main(["bench", "widgets", "--help"])
+    assert "slider move of the retention dashboard" in capsys.readouterr().out

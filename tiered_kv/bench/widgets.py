@@ -1,107 +1,15 @@
-"""Slider redraw time of the retention dashboard on the real Mooncake conversation trace.
+"""The record of ``tiered-kv bench widgets`` (the retention dashboard's slider redraw): its page
+and its summary line, rendered from the benchmark's JSON.
 
-Target: a slider move redraws in under 200 ms. Measured here:
-
-- ``build``: the one-time scan (:func:`tiered_kv.sim.retention.settings.build_table`), numba warm-up
-  excluded (timed separately as ``jit_warmup_s``);
-- ``move``: one slider move end to end in the kernel: evaluate the setting (hit rates, TTL and
-  capacity curves, occupancy, effective retention), build the altair chart and hand its spec to
-  the widget (``RetentionDashboard.refresh``), over a sweep of TTL, capacity and watermark
-  values; p50/p95/max in milliseconds. The browser's own vega render is not included;
-- baseline, measured in the same run: what a dashboard without the table would do per move,
-  event replays of the trace through the simulator's TTL policy (``tiered_kv.sim.policies.TTL``,
-  numba): one for the point, and one per point of the TTL and capacity curves the dashboard draws
-  (run in full for two moves). ``speedup`` = baseline view / evaluate. A single replay is also
-  reported: for one point alone, the simulator's replay is as fast as a table lookup.
+The measurement sits beside the dashboard it times (:mod:`tiered_kv.viz.retention_timing`), so
+this package never imports the figures; only the JSON crosses.
 """
 
 from __future__ import annotations
 
-import argparse
-import math
-import time
-
-import numpy as np
-
 from tiered_kv.bench._pages import Page, Row, ratio, sec, standard_page, yes
 
-NAME = "widgets"
-HELP = "retention dashboard: slider redraw time on the real trace vs one event replay per move"
 
-
-def register(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--trace", default="conversation", help="trace path or shipped name (default: conversation)")
-    parser.add_argument("--moves", type=int, default=24, help="slider moves to time (default 24)")
-
-
-def _ms(values: list[float]) -> dict:
-    a = np.asarray(values) * 1e3
-    return {"p50_ms": float(np.percentile(a, 50)), "p95_ms": float(np.percentile(a, 95)), "max_ms": float(a.max()),
-            "n": int(a.size)}
-
-
-def run(args: argparse.Namespace) -> dict:
-    from pathlib import Path
-
-    from tqdm import tqdm
-
-    from tiered_kv.sim.policies import TTL
-    from tiered_kv.sim.retention import settings as R
-    from tiered_kv.sim.trace_replay import compile_trace, replay
-    from tiered_kv.sim.traces import load_trace, shipped_trace
-    from tiered_kv.viz.retention import RetentionDashboard, evaluate
-
-    path = Path(args.trace) if Path(args.trace).exists() else shipped_trace(args.trace)
-    frame = load_trace(path)
-    t0 = time.perf_counter()
-    R.build_table(frame.head(200))  # the replay engine's numba kernels: compile or load from the cache
-    jit = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    table = R.build_table(frame)
-    build = time.perf_counter() - t0
-    dash = RetentionDashboard(table, title="bench")
-    cls = table.classes[0]
-    hi_ttl, footprint = table.duration_s, float(table.distinct_blocks * table.block_size)
-    ttls = np.geomspace(5.0, hi_ttl, max(args.moves // 2, 2))[::-1]
-    caps = np.geomspace(footprint, 16 * table.block_size, max(args.moves - len(ttls), 2))
-    moves, evals, baseline, views = [], [], [], []
-    compiled = compile_trace(frame)
-    for i, value in enumerate(tqdm([*[("ttl", t) for t in ttls], *[("cap", c) for c in caps]],
-                                   desc="slider moves", unit="move")):
-        kind, v = value
-        slider = dash.ttl_sliders[cls] if kind == "ttl" else dash.capacity_slider
-        t0 = time.perf_counter()
-        slider.value = float(v)  # observe -> refresh: evaluate + chart + widget spec
-        moves.append(time.perf_counter() - t0)
-        setting = dash.setting()
-        t0 = time.perf_counter()
-        evaluate(table, setting)
-        evals.append(time.perf_counter() - t0)
-        cap = None if math.isinf(setting.capacity_tokens) else int(setting.capacity_blocks(table.block_size)
-                                                                   * table.block_size)
-        if i % 4 == 0:  # one replay per point is slow; a quarter of the settings is enough
-            t0 = time.perf_counter()
-            replay(compiled, TTL(ttl_seconds={cls: setting.ttl_s[0]}, capacity_tokens=cap))
-            baseline.append(time.perf_counter() - t0)
-        if i in (0, len(ttls)):  # the whole view by replays: point + TTL curve + capacity curve
-            t0 = time.perf_counter()
-            for ttl in R.ttl_grid(table):
-                replay(compiled, TTL(ttl_seconds={cls: float(ttl)}, capacity_tokens=cap))
-            for c in R.capacity_grid(table):
-                replay(compiled, TTL(ttl_seconds={cls: setting.ttl_s[0]}, capacity_tokens=int(c)))
-            views.append(time.perf_counter() - t0 + baseline[-1] if baseline else 0.0)
-    move, ev, base, view = _ms(moves), _ms(evals), _ms(baseline), _ms(views)
-    return {
-        "trace": str(path.name), "requests": int(frame.height), "block_lookups": int(table.touch_start.size),
-        "table_rows": int(table.weight.size), "jit_warmup_s": jit, "build_s": build,
-        "move": move, "evaluate": ev, "baseline_one_replay": base, "baseline_view_by_replays": view,
-        "view_points": int(1 + len(R.ttl_grid(table)) + len(R.capacity_grid(table))),
-        "speedup_view_evaluate_vs_replays": view["p50_ms"] / ev["p50_ms"] if ev["p50_ms"] else math.nan,
-        "target_ms": 200.0, "meets_target_p95": move["p95_ms"] < 200.0,
-    }
-
-
-# ------------------------------------------------------------------------------------ the record
 def _row(name: str, d: dict) -> str:
     return f"| {name} | {d['p50_ms']:,.1f} | {d['p95_ms']:,.1f} | {d['max_ms']:,.1f} | {d['n']} |"
 

@@ -7,6 +7,7 @@ tests: speed targets are checked by reading their output, recorded in BENCHMARKS
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 
 import tiered_kv.bench
@@ -16,9 +17,15 @@ NAME = "bench"
 HELP = "run a benchmark (kernels, store, sim, ttft, ...) and print its figures"
 
 
+#: Benchmarks that sit beside what they time instead of in :mod:`tiered_kv.bench` (a figure's
+#: widget is timed in the figures' own package, so the benchmarks never import the figures).
+BESIDE = ("tiered_kv.viz.retention_timing",)
+
+
 def register(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="bench", metavar="BENCHMARK", required=True)
-    for module in discover(tiered_kv.bench):
+    beside = [importlib.import_module(name) for name in BESIDE]
+    for module in sorted([*discover(tiered_kv.bench), *beside], key=lambda m: m.NAME):
         p = sub.add_parser(module.NAME, help=module.HELP, description=module.__doc__,
                            formatter_class=argparse.RawDescriptionHelpFormatter)
         p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
