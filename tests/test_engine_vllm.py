@@ -1,0 +1,192 @@
+"""A real vLLM engine (CPU build, in .venv-engine) storing and loading its KV through the SSD tier.
+
+Every engine is a process of the engine venv (tiered_kv.connectors.client), one-process vLLM with
+a tiny random Llama built here (2 layers, 2 KV heads of 64 dims, 32-token blocks). Engines, in
+order, sharing one module-scoped state so that the suite starts as few as it can:
+
+- R: no connector, no prefix cache, no chunking: the reference greedy tokens and logits;
+- A: bf16 connector, prefix caching, chunked prefill (64-token batches): stores, captures a trace;
+- K: stores a long new prompt and is SIGKILLed while its chunks are being written;
+- B: a fresh engine on the same store: loads what A stored (expected cached tokens, identical
+  greedy tokens), survives K's debris, and treats a corrupted chunk as a miss;
+- F: MXFP4 connector: first-token log-probabilities of a tier hit beside R's.
+
+Without the engine venv these tests skip with the command that makes it; under CI (``CI`` set,
+as .ci/run has it) a missing engine venv is a failure, never a skip.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tiered_kv.connectors.client import EngineProcess, EngineUnavailable, build_model, engine_python
+
+BS = 32
+CHUNK = 64  # max_num_batched_tokens of engine A: every prompt here is prefilled in chunks
+
+
+def _engine_or_skip() -> None:
+    try:
+        engine_python()
+    except EngineUnavailable as exc:
+        if os.environ.get("CI"):
+            pytest.fail(f"CI needs the engine venv (make test creates it): {exc}")
+        pytest.skip(str(exc))
+
+
+pytestmark = pytest.mark.slow
+
+
+def _prompts() -> dict[str, list[int]]:
+    rng = random.Random(25)
+    draw = lambda n: [rng.randrange(1, 1000) for _ in range(n)]  # noqa: E731
+    base = draw(300)
+    return {
+        "base": base,                          # 9 full blocks + 12 tokens
+        "shared": base[:200] + draw(110),      # shares 6 full blocks (192 tokens) with base
+        "long": draw(700),                     # 11 chunks of 64 tokens, 21 full blocks
+        "exact": draw(4 * BS),                 # a multiple of the block size: its last block is never loaded
+    }
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    _engine_or_skip()
+    root = tmp_path_factory.mktemp("engine")
+    model = build_model(root / "model")
+    prompts = _prompts()
+    names = list(prompts)
+    state = {"root": root, "model": str(model), "prompts": prompts, "names": names,
+             "store": str(root / "store"), "capture": str(root / "capture.jsonl")}
+    with EngineProcess(log=root / "R.log") as eng:
+        eng.start(model=str(model), prefix_caching=False, store=None)
+        state["ref"] = dict(zip(names, eng.generate([prompts[n] for n in names], max_tokens=6, logprobs=20),
+                                strict=True))
+    with EngineProcess(log=root / "A.log") as eng:
+        eng.start(model=str(model), store=state["store"], capture=state["capture"], max_num_batched_tokens=CHUNK)
+        order = ["base", "shared", "long", "exact", "base"]
+        state["A"] = list(zip(order, eng.generate([prompts[n] for n in order], max_tokens=6), strict=True))
+    return state
+
+
+def test_engine_a_measures_partial_prefix_hits_and_stores_chunked_prefills(world):
+    got = {(i, n): r for i, (n, r) in enumerate(world["A"])}
+    assert got[(0, "base")]["connector"]["hit_tokens"] == 0
+    # a shared 200-token prefix is 6 whole blocks: a partial hit at block granularity
+    assert got[(1, "shared")]["connector"]["hit_tokens"] == 6 * BS
+    assert got[(1, "shared")]["cached_tokens"] == 6 * BS
+    assert got[(2, "long")]["connector"]["hit_tokens"] == 0
+    # the repeat finds all 9 full blocks of base in the tier (stored chunk by chunk while prefilling)
+    assert got[(4, "base")]["connector"]["hit_tokens"] == 9 * BS
+    for i, (name, r) in enumerate(world["A"]):
+        assert r["tokens"] == world["ref"][name]["tokens"], f"request {i} ({name}): chunked + cached != reference"
+
+
+def test_a_fresh_engine_loads_what_an_earlier_one_stored(world):
+    prompts, names = world["prompts"], world["names"]
+    with EngineProcess(log=world["root"] / "B.log") as eng:
+        eng.start(model=world["model"], store=world["store"], prefix_caching=True)
+        results = dict(zip(names, eng.generate([prompts[n] for n in names], max_tokens=6), strict=True))
+    expect = {"base": 9 * BS, "shared": 9 * BS, "long": 21 * BS, "exact": 3 * BS}
+    for name in names:
+        r = results[name]
+        full = len(prompts[name]) // BS
+        assert r["connector"]["hit_tokens"] == full * BS, name
+        # vLLM's own prefix cache first (shared's first 6 blocks, after base), the tier for the rest,
+        # never the block of the last token
+        c = r["connector"]
+        assert c["local_tokens"] == (6 * BS if name == "shared" else 0), name
+        assert c["local_tokens"] + c["loaded_tokens"] == expect[name], name
+        assert r["cached_tokens"] == expect[name], name
+        assert r["tokens"] == world["ref"][name]["tokens"], f"{name}: bf16 tier hit changed greedy tokens"
+
+
+def test_captured_trace_replays_to_the_hits_the_connector_measured(world):
+    from tiered_kv.connectors.parity import parity
+
+    report = parity(world["capture"], "lru")
+    assert report["requests"] == 5
+    assert report["measured"] == [0, 6 * BS, 0, 0, 9 * BS]  # what the engine saw (test above)
+    assert report["identical"], report
+
+
+def _partials(store: str) -> list[Path]:
+    return [p for p in Path(store).rglob("*") if ".partial" in p.name]
+
+
+def _chunks_at(store: str, index: int) -> list[Path]:
+    """Chunk files of the store whose header says block ``index`` (read with the codec, no engine)."""
+    from tiered_kv import codec
+
+    out = []
+    for path in (Path(store) / "chunks").rglob("*"):
+        if path.is_file() and ".partial" not in path.name:
+            try:
+                if codec.read_header(path.read_bytes()[:codec.HEADER_PROBE]).index == index:
+                    out.append(path)
+            except (codec.CorruptChunk, ValueError):
+                continue
+    return out
+
+
+def _verify(store: str) -> subprocess.CompletedProcess:
+    cli = Path(sys.executable).parent / "tiered-kv"
+    return subprocess.run([str(cli), "store", "verify", store, "--json"], capture_output=True, text=True)
+
+
+def test_a_kill_mid_save_leaves_no_chunk_that_loads_and_a_corrupt_chunk_is_a_miss(world):
+    rng = random.Random(7)
+    victim = [rng.randrange(1, 1000) for _ in range(4000)]
+    full = len(victim) // BS
+    eng = EngineProcess(log=world["root"] / "K.log")
+    eng.start(model=world["model"], store=world["store"], prefix_caching=False)
+    eng.proc.stdin.write(json.dumps({"cmd": "generate", "prompts": [victim], "max_tokens": 1}) + "\n")
+    eng.proc.stdin.flush()
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not _partials(world["store"]) and eng.proc.poll() is None:
+        time.sleep(0.001)
+    eng.kill()
+    verify = _verify(world["store"])
+    assert verify.returncode == 0 and json.loads(verify.stdout)["corrupt"] == [], verify.stdout + verify.stderr
+    with EngineProcess(log=world["root"] / "B2.log") as fresh:
+        fresh.start(model=world["model"], store=world["store"], prefix_caching=False)
+        (after_kill,) = fresh.generate([victim], max_tokens=3)  # what survived the kill, then the rest stored
+        (complete,) = fresh.generate([victim], max_tokens=3)
+        broken = _chunks_at(world["store"], 100)
+        assert len(broken) == 1  # only the victim has 101+ blocks
+        raw = bytearray(broken[0].read_bytes())
+        raw[len(raw) // 2] ^= 0xFF
+        broken[0].write_bytes(bytes(raw))
+        (corrupted,) = fresh.generate([victim], max_tokens=3)
+    print(f"after the kill {after_kill['connector']['hit_tokens']} of {full * BS} tokens were stored")
+    assert after_kill["connector"]["hit_tokens"] % BS == 0
+    assert complete["connector"]["hit_tokens"] == full * BS
+    assert corrupted["connector"]["hit_tokens"] == 100 * BS  # the corrupt chunk and everything after: a miss
+    assert after_kill["tokens"] == complete["tokens"] == corrupted["tokens"]
+
+
+def test_fp4_first_token_logits_stay_close_to_bf16(world):
+    prompt = world["prompts"]["long"]
+    ref = world["ref"]["long"]["first_logprobs"]
+    with EngineProcess(log=world["root"] / "F.log") as eng:
+        eng.start(model=world["model"], store=str(world["root"] / "store-mxfp4"), fmt="mxfp4", prefix_caching=False)
+        miss, hit = eng.generate([prompt, prompt], max_tokens=1, logprobs=20)
+    assert miss["connector"]["hit_tokens"] == 0 and hit["connector"]["loaded_tokens"] == 21 * BS
+    common = sorted(set(ref) & set(hit["first_logprobs"]))
+    assert len(common) >= 10
+    diff = np.abs(np.array([hit["first_logprobs"][t] - ref[t] for t in common]))
+    miss_diff = np.abs(np.array([miss["first_logprobs"][t] - ref[t] for t in common if t in miss["first_logprobs"]]))
+    print(f"mxfp4 tier hit: max |dlogprob| over the top-{len(common)} tokens = {diff.max():.4f} "
+          f"(a miss: {miss_diff.max():.4f})")
+    assert diff.max() < 0.5
+    assert miss_diff.max() < 1e-2  # the miss computes in bf16 like the reference
+    assert diff.max() > miss_diff.max()  # FP4 does change the KV: the comparison can see it

