@@ -12,7 +12,7 @@ import pytest
 from tiered_kv.cli import main
 from tiered_kv.sim.cluster import contention as C
 from tiered_kv.sim.cluster import latency as L
-from tiered_kv.tiers.ssd_bandwidth import TokenBucket
+from tiered_kv.tiers.ssd.bandwidth import TokenBucket
 
 TINY = ["--model-preset", "tiny", "--streams", "2", "--requests", "8", "--median-tokens", "96", "--block-size", "32",
         "--suffix", "8", "--calibration", "2", "--calibration-repeats", "1", "--no-progress"]

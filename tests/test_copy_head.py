@@ -13,7 +13,7 @@ from tiered_kv.engine import Engine, fp4_roundtrip, namespace_for
 from tiered_kv.model import EncoderDecoder, load_checkpoint, preset, save_checkpoint
 from tiered_kv.testing.models import scaled_tiny_model
 from tiered_kv.tiers.host import HostTier
-from tiered_kv.tiers.ssd import SSDTier
+from tiered_kv.tiers.ssd import SSDConfig, SSDTier
 from tiered_kv.train import _load_init, loss_on
 
 DIM = 16
@@ -113,7 +113,7 @@ def test_engine_hits_equal_the_uncached_forward(model, tmp_path):
     ns = namespace_for(model, fmt="mxfp4", block_size=16)
     rt = lambda kv: fp4_roundtrip(kv, ns)  # noqa: E731
     t = _tokens(120, seed=2)
-    ssd = SSDTier(str(tmp_path / "s"), namespace=ns, background_touch=False)
+    ssd = SSDTier(str(tmp_path / "s"), namespace=ns, config=SSDConfig(background_touch=False))
     a = Engine(model, ssd, HostTier("16MiB"), replay=R, name="a", reuse_decoder_windows=True)
     b = Engine(model, ssd, HostTier("16MiB"), replay=R, name="b")
     a.prefill(t[:90])

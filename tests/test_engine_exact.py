@@ -8,7 +8,7 @@ from tiered_kv.engine import Engine, fp4_roundtrip, namespace_for
 from tiered_kv.model import EncoderDecoder, preset
 from tiered_kv.testing.models import scaled_tiny_model
 from tiered_kv.tiers.host import HostTier
-from tiered_kv.tiers.ssd import SSDTier
+from tiered_kv.tiers.ssd import SSDConfig, SSDTier
 
 
 @pytest.fixture(scope="module")
@@ -31,7 +31,7 @@ def _chunks(ssd, tokens, n_blocks):
 def _conversation(model, ssd_path, writes, block=16, replay=8, turns=3, seed=3):
     """Each turn on a new machine (no host state): every turn's new blocks come from a replay."""
     ns = namespace_for(model, block_size=block)
-    ssd = SSDTier(str(ssd_path), namespace=ns, background_touch=False)
+    ssd = SSDTier(str(ssd_path), namespace=ns, config=SSDConfig(background_touch=False))
     t = _tokens(16 + 40 * turns, seed)
     results = []
     for k in range(turns):
@@ -45,7 +45,7 @@ def test_host_miss_turn_stores_exact_blocks(model, tmp_path):
     ns, ssd, t, results = _conversation(model, tmp_path / "exact", "exact")
     assert not results[1].encoder_exact and results[1].computed_tokens["store_catch_up"] > 0
     n_blocks = (16 + 40 * 3) // 16
-    ref_ssd = SSDTier(str(tmp_path / "ref"), namespace=ns, background_touch=False)
+    ref_ssd = SSDTier(str(tmp_path / "ref"), namespace=ns, config=SSDConfig(background_touch=False))
     Engine(model, ref_ssd, HostTier("16MiB")).prefill(t[: 16 + 40 * 3])
     assert _chunks(ssd, t, n_blocks) == _chunks(ref_ssd, t, n_blocks)
 
@@ -54,7 +54,7 @@ def test_approximate_writes_differ_and_skip_writes_nothing(model, tmp_path):
     """The alternatives are real: 'approximate' stores different bytes, 'skip' stores no new block."""
     ns, ssd, t, _ = _conversation(model, tmp_path / "approx", "approximate")
     n_blocks = (16 + 40 * 3) // 16
-    ref_ssd = SSDTier(str(tmp_path / "ref"), namespace=ns, background_touch=False)
+    ref_ssd = SSDTier(str(tmp_path / "ref"), namespace=ns, config=SSDConfig(background_touch=False))
     Engine(model, ref_ssd, HostTier("16MiB")).prefill(t[: 16 + 40 * 3])
     assert _chunks(ssd, t, n_blocks) != _chunks(ref_ssd, t, n_blocks)
     _, ssd_skip, _, res = _conversation(model, tmp_path / "skip", "skip")
@@ -65,7 +65,8 @@ def test_approximate_writes_differ_and_skip_writes_nothing(model, tmp_path):
 def test_bad_ssd_writes_setting_is_named(model, tmp_path):
     ns = namespace_for(model, block_size=16)
     with pytest.raises(ValueError, match="ssd_writes"):
-        Engine(model, SSDTier(str(tmp_path / "s"), namespace=ns, background_touch=False), ssd_writes="maybe")
+        Engine(model, SSDTier(str(tmp_path / "s"), namespace=ns, config=SSDConfig(background_touch=False)),
+               ssd_writes="maybe")
 
 
 def test_decoder_windows_reused_with_block_256_and_replay_128(model, tmp_path):
@@ -73,7 +74,7 @@ def test_decoder_windows_reused_with_block_256_and_replay_128(model, tmp_path):
     m = model.with_settings(window=100)
     assert m.cfg.exact_replay_tokens > 128
     ns = namespace_for(m, block_size=256)
-    ssd = SSDTier(str(tmp_path / "d"), namespace=ns, background_touch=False)
+    ssd = SSDTier(str(tmp_path / "d"), namespace=ns, config=SSDConfig(background_touch=False))
     e = Engine(m, ssd, HostTier("64MiB"), replay=128, reuse_decoder_windows=True)
     t = _tokens(420, seed=6)
     first = e.prefill(t[:300])
@@ -95,7 +96,7 @@ def test_unquantized_global_kv_ablation(model, tmp_path, fmt):
     """Raw chunks: the SSD tier returns the KV cast to the format, and a cached prefill equals
     the uncached forward with that cast (no FP4 anywhere)."""
     ns = namespace_for(model, fmt=fmt, block_size=16)
-    ssd = SSDTier(str(tmp_path / fmt), namespace=ns, background_touch=False)
+    ssd = SSDTier(str(tmp_path / fmt), namespace=ns, config=SSDConfig(background_touch=False))
     t = _tokens(100, seed=9)
     e = Engine(model, ssd, HostTier("16MiB"), replay=model.cfg.exact_replay_tokens)
     e.prefill(t[:70])
@@ -118,11 +119,11 @@ def test_catch_up_is_byte_identical_at_the_small_presets_shapes(tmp_path):
     model = EncoderDecoder(preset("small")).eval()
     ns = namespace_for(model, fmt="fp32", block_size=64)
     t = _tokens(2200, seed=5)
-    ssd = SSDTier(str(tmp_path / "shared"), namespace=ns, background_touch=False)
+    ssd = SSDTier(str(tmp_path / "shared"), namespace=ns, config=SSDConfig(background_touch=False))
     Engine(model, ssd, HostTier("1GiB"), name="a").prefill(t[:1600])
     res = Engine(model, ssd, HostTier("1GiB"), name="b").prefill(t)  # no host state: replay + catch-up
     assert res.hit_tokens["ssd"] == 1600 and res.computed_tokens["store_catch_up"] > 0
-    ref = SSDTier(str(tmp_path / "ref"), namespace=ns, background_touch=False)
+    ref = SSDTier(str(tmp_path / "ref"), namespace=ns, config=SSDConfig(background_touch=False))
     Engine(model, ref, HostTier("1GiB"), name="uncached").prefill(t)
     n_blocks = 2200 // 64
     assert _chunks(ssd, t, n_blocks) == _chunks(ref, t, n_blocks)

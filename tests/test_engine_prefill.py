@@ -6,7 +6,7 @@ import torch
 from tiered_kv.engine import Engine, fp4_roundtrip, namespace_for
 from tiered_kv.testing.models import scaled_tiny_model
 from tiered_kv.tiers.host import HostTier
-from tiered_kv.tiers.ssd import SSDTier
+from tiered_kv.tiers.ssd import SSDConfig, SSDTier
 
 BLOCK = 16
 
@@ -22,7 +22,7 @@ def ns(model):
 
 
 def _ssd(path, ns):
-    return SSDTier(str(path), namespace=ns, background_touch=False)
+    return SSDTier(str(path), namespace=ns, config=SSDConfig(background_touch=False))
 
 
 def _tokens(n, seed=1):

@@ -21,7 +21,7 @@ SOURCES = {"tiered_kv": ROOT / "tiered_kv", "tiered_kv.kernels": ROOT / "kernels
 SIM_PACKAGES = ["traces", "workload", "policies", "peers", "cluster", "retention"]
 #: Circles known to exist outside the simulator, left to their owners. The test fails on any
 #: other circle, and on these once they are gone, so the list can only shrink. (The SSD tier's
-#: ssd_io/ssd_layout/ssd_object circle is gone since 1207c0c: tiers/ssd_stores.py opens stores.)
+#: ssd_io/ssd_layout/ssd_object circle is gone since 1207c0c; tiers/ssd/backend.py opens stores.)
 KNOWN_CYCLES: list[list[str]] = []
 
 

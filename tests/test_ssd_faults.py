@@ -3,7 +3,7 @@
 * a directory where a chunk file should be: a miss, reported, removed; verify reports it;
 * a shard directory replaced by a file: the next put repairs it; verify removes it at once;
 * a garbage root zarr.json: `tiered-kv store verify` exits 1 and rewrites it;
-* the capacity bound under 4 concurrent writer processes (tiers/ssd_usage.py states it);
+* the capacity bound under 4 concurrent writer processes (tiers/ssd/usage.py states it);
 * read/write bandwidth limits shared by every tier of a process on one store.
 (Full disk and bad put arguments are in the shared suite, tiered_kv/testing/store_suite/.)
 """
@@ -20,13 +20,11 @@ import torch
 from tiered_kv.cli import main
 from tiered_kv.keys import block_keys
 from tiered_kv.testing import store_suite as suite
-from tiered_kv.tiers import ssd_bandwidth
-from tiered_kv.tiers import ssd_layout as layout
-from tiered_kv.tiers.ssd import SSDTier
+from tiered_kv.tiers.ssd import SSDTier, bandwidth, layout
 
 
 def _tier(path, **kw) -> SSDTier:
-    return SSDTier(path, namespace=suite.namespace(), clock=suite.Clock(), background_touch=False, **kw)
+    return suite.make_tier(path, **kw)
 
 
 def test_directory_where_a_chunk_should_be_is_a_reported_miss_and_removed(tmp_path):
@@ -196,7 +194,7 @@ def test_bandwidth_limit_is_shared_by_the_processes_of_a_group(tmp_path):
         assert os.getpgrp() == os.getpgid(procs[0].pid)
         total = sum(o[0] for o in outs)
         span = max(o[2] for o in outs) - min(o[1] for o in outs)
-        burst = rate * ssd_bandwidth.BURST_SECONDS
+        burst = rate * bandwidth.BURST_SECONDS
         assert total == 4 * nbytes
         assert span >= 0.85 * (total - burst) / rate, (span, total / rate)  # one link, not two
         with pytest.raises(ValueError, match="read_bandwidth: this process group already limits"):
@@ -205,7 +203,7 @@ def test_bandwidth_limit_is_shared_by_the_processes_of_a_group(tmp_path):
         hold.set()
         for proc in procs:
             proc.join(timeout=60)
-    path = ssd_bandwidth.group_state_path(str(tmp_path.resolve()), "read")
+    path = bandwidth.group_state_path(str(tmp_path.resolve()), "read")
     assert not os.path.exists(path)  # the last user removed the state
     assert _tier(tmp_path, read_bandwidth=2 * rate).read_limit.rate == 2 * rate
 

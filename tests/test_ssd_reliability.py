@@ -19,8 +19,7 @@ from zarr.storage import LocalStore
 
 from tiered_kv.keys import block_keys
 from tiered_kv.testing import store_suite as suite
-from tiered_kv.tiers import ssd_layout as layout
-from tiered_kv.tiers.ssd import SSDTier
+from tiered_kv.tiers.ssd import SSDConfig, SSDTier, layout
 
 
 @pytest.mark.slow
@@ -49,7 +48,7 @@ def test_writers_readers_and_gc_share_a_store(tmp_path):
     assert sum(o["wrong"] for o in outs) == 0
     assert sum(o["checked_blocks"] for o in readers) > 0, outs  # the readers did see hits
     assert all(o["ops"] > 0 for o in outs), outs
-    tier = SSDTier(LocalStore(tmp_path), namespace=suite.namespace(), background_touch=False)
+    tier = SSDTier(LocalStore(tmp_path), namespace=suite.namespace(), config=SSDConfig(background_touch=False))
     report = tier.verify()
     assert report["corrupt"] == [] and report["strays"] == []
 
@@ -74,7 +73,7 @@ def test_sigkill_mid_put_leaves_nothing_that_reads_as_valid(tmp_path):
     from tiered_kv.keys import Namespace
 
     ns = Namespace(model="kill", fmt="mxfp4", block_size=64, kv_heads=8, head_dim=256)
-    tier = SSDTier(store_dir, namespace=ns, background_touch=False, partial_grace=0.0, orphan_grace=0.0)
+    tier = SSDTier(store_dir, namespace=ns, config=SSDConfig(background_touch=False, partial_grace=0.0, orphan_grace=0.0))
     # every chunk that is visible is complete: a full read + CRC of the store finds nothing corrupt
     report = tier.verify(repair=False)
     assert report["corrupt"] == [] and report["chunks_ok"] >= 16
@@ -90,7 +89,7 @@ def test_sigkill_mid_put_leaves_nothing_that_reads_as_valid(tmp_path):
 
 
 def test_truncated_file_on_disk_is_a_miss_and_removed(tmp_path):
-    tier = SSDTier(tmp_path, namespace=suite.namespace(), clock=suite.Clock(), background_touch=False)
+    tier = SSDTier(tmp_path, namespace=suite.namespace(), clock=suite.Clock(), config=SSDConfig(background_touch=False))
     toks = torch.arange(32)
     tier.put(toks, suite.make_kv(32), "c")
     path = tmp_path / layout.chunk_path(block_keys(toks, tier.namespace)[2])
@@ -105,13 +104,13 @@ def test_deleted_metadata_objects_are_recreated(tmp_path):
     import zarr
 
     ns = suite.namespace()
-    tier = SSDTier(tmp_path, namespace=ns, clock=suite.Clock(), background_touch=False)
+    tier = SSDTier(tmp_path, namespace=ns, clock=suite.Clock(), config=SSDConfig(background_touch=False))
     toks = torch.arange(16)
     tier.put(toks, suite.make_kv(16), "c")
     (tmp_path / "zarr.json").unlink()
     (tmp_path / f"namespaces/{ns.digest.hex()}/zarr.json").unlink()
     assert tier.get_prefix(toks).blocks == 2  # chunks are self-describing
-    again = SSDTier(tmp_path, namespace=ns, clock=suite.Clock(), background_touch=False)
+    again = SSDTier(tmp_path, namespace=ns, clock=suite.Clock(), config=SSDConfig(background_touch=False))
     assert zarr.open_group(str(tmp_path), mode="r").attrs["tiered_kv"]["layout"] == layout.LAYOUT
     assert again.stats()["chunks"] == 2
 
@@ -119,11 +118,11 @@ def test_deleted_metadata_objects_are_recreated(tmp_path):
 def test_access_records_survive_gc_of_their_tail(tmp_path):
     clock = suite.Clock()
     ns = suite.namespace()
-    probe = SSDTier(tmp_path / "probe", namespace=ns, clock=clock, background_touch=False)
+    probe = SSDTier(tmp_path / "probe", namespace=ns, clock=clock, config=SSDConfig(background_touch=False))
     probe.put(torch.arange(8), suite.make_kv(8), "c")
     chunk = probe.stats()["bytes"]
-    tier = SSDTier(tmp_path / "s", namespace=ns, clock=clock, ttl="1d", background_touch=False, auto_gc=False,
-                   capacity_bytes=int(3.5 * chunk), high_watermark=0.99, low_watermark=0.9)
+    tier = SSDTier(tmp_path / "s", namespace=ns, clock=clock, ttl="1d", capacity_bytes=int(3.5 * chunk),
+                   high_watermark=0.99, low_watermark=0.9, config=SSDConfig(background_touch=False, auto_gc=False))
     long, short = torch.arange(32), torch.arange(24)
     tier.put(long, suite.make_kv(32), "c")
     clock.advance(0.5 * suite.DAY)

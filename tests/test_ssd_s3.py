@@ -28,10 +28,12 @@ from tiered_kv.keys import block_keys  # noqa: E402
 from tiered_kv.testing import store_suite as suite  # noqa: E402
 from tiered_kv.testing.local_s3 import LocalS3  # noqa: E402
 from tiered_kv.testing.store_suite import SSDTierSuite  # noqa: E402
-from tiered_kv.tiers import ssd_layout as layout  # noqa: E402
-from tiered_kv.tiers.ssd import SSDTier  # noqa: E402
-from tiered_kv.tiers.ssd_object import StoreAccessError  # noqa: E402
-from tiered_kv.tiers.ssd_stores import describe  # noqa: E402
+from tiered_kv.tiers.ssd import (  # noqa: E402
+    SSDConfig,
+    SSDTier,
+    StoreAccessError,  # noqa: E402
+    layout,  # noqa: E402
+)
 
 
 @pytest.fixture(scope="module")
@@ -65,7 +67,7 @@ class TestObstoreMemoryStore(SSDTierSuite):
 
 
 def _tier(store, **kw) -> SSDTier:
-    return SSDTier(store, namespace=suite.namespace(), clock=suite.Clock(), background_touch=False, **kw)
+    return suite.make_tier(store, **kw)
 
 
 def test_put_if_absent_verifies_what_is_there(s3):
@@ -126,9 +128,9 @@ def test_url_and_cli_use_the_environment(s3, monkeypatch, capsys):
     for k, v in s3.env().items():
         monkeypatch.setenv(k, v)
     url = f"s3://{s3.default_bucket}/{_prefix()}"
-    t = SSDTier(url, namespace=suite.namespace(), background_touch=False)
+    t = SSDTier(url, namespace=suite.namespace(), config=SSDConfig(background_touch=False))
     t.put(torch.arange(24), suite.make_kv(24), "agent")
-    assert describe(t.store).startswith(url)
+    assert t.backend.name.startswith(url)
     assert main(["store", "stats", url, "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["chunks"] == 3
     assert main(["store", "verify", url, "--json"]) == 0
@@ -228,7 +230,7 @@ def test_sigkill_mid_put_leaves_nothing_that_reads_as_valid(s3):
             os.unlink(ready)
     assert proc.exitcode == -signal.SIGKILL
     ns = suite.kill_namespace(4, 128)
-    tier = SSDTier(suite.open_spec(spec), namespace=ns, background_touch=False, orphan_grace=0.0)
+    tier = SSDTier(suite.open_spec(spec), namespace=ns, config=SSDConfig(background_touch=False, orphan_grace=0.0))
     report = tier.verify(repair=False)  # one PUT per chunk: nothing partial, nothing stray
     assert report["corrupt"] == [] and report["strays"] == [] and report["chunks_ok"] >= 16
     hit = tier.get_prefix(torch.arange(64 * 16))
@@ -262,7 +264,7 @@ def test_writers_readers_and_two_gc_instances_share_a_bucket(s3):
     assert all(o["ops"] > 0 for o in outs), outs
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        report = SSDTier(suite.open_spec(spec), namespace=suite.namespace(), background_touch=False).verify()
+        report = SSDTier(suite.open_spec(spec), namespace=suite.namespace(), config=SSDConfig(background_touch=False)).verify()
     assert report["corrupt"] == [] and report["strays"] == []
 
 

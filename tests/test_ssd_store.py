@@ -10,8 +10,8 @@ from zarr.storage import LocalStore, MemoryStore
 
 from tiered_kv.codec import ChunkHeader
 from tiered_kv.testing.store_suite import SSDTierSuite
-from tiered_kv.tiers.ssd_gc import RetentionPolicy, plan_gc, reachable
-from tiered_kv.tiers.ssd_layout import AccessRecord, access_path
+from tiered_kv.tiers.ssd.layout import AccessRecord, access_path
+from tiered_kv.tiers.ssd.retention import RetentionPolicy, plan_gc, reachable
 
 
 class TestMemoryStore(SSDTierSuite):
@@ -35,7 +35,7 @@ class TestFsspecMemoryStore(SSDTierSuite):
         pytest.importorskip("fsspec")
         import uuid
 
-        from tiered_kv.tiers.ssd_stores import open_store
+        from tiered_kv.tiers.ssd.backend import open_store
 
         return lambda: open_store(f"memory://tkv-{uuid.uuid4().hex}")
 
@@ -147,3 +147,48 @@ def test_ttl_plan_matches_brute_force(forest, now, ttl_a, ttl_b):
         anyt = max((t for c, t in events if c is None), default=-math.inf)
         keep = any(now - max(max(t for c2, t in events if c2 == c), anyt) <= ttl[c] for c in classes)
         assert (key in plan.expired) == (not keep)
+
+
+def test_open_backend_decides_the_store_kind_once(tmp_path):
+    """Each kind of store gets its backend, and every backend (wrapped or not) has the one interface."""
+    from obstore.store import MemoryStore as ObjectMemory
+    from zarr.storage import LocalStore, MemoryStore, ObjectStore
+
+    from tiered_kv.tiers.ssd import Backend, open_backend
+    from tiered_kv.tiers.ssd.bandwidth import paced
+    from tiered_kv.tiers.ssd.object_backend import ObjectBackend
+    from tiered_kv.tiers.ssd.zarr_backend import LocalBackend, ZarrBackend
+
+    local = open_backend(tmp_path / "a")
+    assert type(local) is LocalBackend and local.direct and local.name == str(tmp_path / "a")
+    assert type(open_backend(LocalStore(tmp_path / "b"), io_threads=0)) is LocalBackend
+    assert type(open_backend(MemoryStore())) is ZarrBackend
+    assert type(open_backend(ObjectStore(ObjectMemory()))) is ObjectBackend
+    wrapped = paced(local, 1e9, None, None)
+    for b in (local, open_backend(MemoryStore()), open_backend(ObjectStore(ObjectMemory())), wrapped):
+        assert isinstance(b, Backend)
+    assert open_backend(wrapped) is wrapped and wrapped.read_limit.rate == 1e9 and wrapped.write_limit is None
+    wrapped.close()
+
+
+def test_settings_are_checked_and_sorted_into_config_or_retention(tmp_path):
+    from tiered_kv.testing.store_suite import Clock, namespace
+    from tiered_kv.tiers.ssd import SSDConfig, SSDTier
+
+    with pytest.raises(ValueError, match="io_threads"):
+        SSDConfig(io_threads=-1)
+    with pytest.raises(ValueError, match="link_bandwidth"):
+        SSDConfig(link_bandwidth="1MiB/s", read_bandwidth="1MiB/s")
+    assert SSDConfig(gc_interval="2m", orphan_grace="1h").gc_interval == 120.0
+    with pytest.raises(TypeError, match=r"'background_touch'.*config=SSDConfig"):
+        SSDTier(tmp_path, namespace=namespace(), background_touch=False)
+    policy = RetentionPolicy.make(capacity_bytes="1MiB", ttl="1d")
+    with pytest.raises(ValueError, match="retention: give a RetentionPolicy or its settings"):
+        SSDTier(tmp_path, namespace=namespace(), retention=policy, ttl="2d")
+    with SSDTier(tmp_path, namespace=namespace(), retention=policy) as t:
+        assert t.policy is policy and t.usage is not None  # a finite capacity keeps a usage ledger
+    with SSDTier(tmp_path, namespace=namespace(), capacity_bytes="1MiB", ttl="1d", high_watermark=0.7,
+                 low_watermark=0.5, traffic_classes=["agent"], clock=Clock()) as t:
+        assert t.policy.high_watermark == 0.7 and t.policy.traffic_classes == ("agent",)
+    with SSDTier(tmp_path, namespace=namespace()) as t:
+        assert t.usage is None  # unbounded: nothing written under usage/

@@ -249,7 +249,7 @@ def check_chunk(buf: bytes, *, key: bytes | None = None, ns_digest: bytes | None
     """Fast read-path check of a whole chunk: lengths, CRC32C, key and namespace (no JSON).
 
     ``buf`` must be ``bytes`` (google-crc32c reads only immutable buffers; the stores' buffers
-    wrap ``bytes`` already, see :func:`tiered_kv.tiers.ssd_layout.as_bytes`).
+    wrap ``bytes`` already, see :func:`tiered_kv.tiers.ssd.layout.as_bytes`).
     """
     if len(buf) < PREFIX.size + TRAILER:
         raise CorruptChunk(f"truncated: {len(buf)} bytes")

@@ -28,7 +28,7 @@ import torch.nn.functional as F
 from tiered_kv.engine import Engine, fp4_roundtrip, namespace_for
 from tiered_kv.model import EncoderDecoder
 from tiered_kv.tiers.host import HostTier
-from tiered_kv.tiers.ssd import SSDTier
+from tiered_kv.tiers.ssd import SSDConfig, SSDTier
 
 
 def _kl(exact: torch.Tensor, other: torch.Tensor) -> float:
@@ -62,7 +62,7 @@ def prefix_drift(model: EncoderDecoder, conversations: list[torch.Tensor], *, tu
     with tempfile.TemporaryDirectory(prefix="tkv-drift-") as root:
         for c, mode in it:
             conv = conversations[c].long()
-            ssd = SSDTier(f"{root}/{c}-{mode}", namespace=ns, background_touch=False)
+            ssd = SSDTier(f"{root}/{c}-{mode}", namespace=ns, config=SSDConfig(background_touch=False))
             for k in range(turns):
                 n = first + k * step
                 prompt = conv[:n]
@@ -71,7 +71,7 @@ def prefix_drift(model: EncoderDecoder, conversations: list[torch.Tensor], *, tu
                     logits, _ = model.decode(prompt, 0, fp4_roundtrip(kv, ns))
                     # what an uncached prefill through the engine stores: the reference for the SSD tier
                     ref_root = f"{root}/uncached-{c}-{k}"
-                    ref_ssd = SSDTier(ref_root, namespace=ns, background_touch=False)
+                    ref_ssd = SSDTier(ref_root, namespace=ns, config=SSDConfig(background_touch=False))
                     Engine(model, ref_ssd, HostTier("1GiB"), replay=replay, name="uncached").prefill(prompt)
                     exact_cache[(c, k)] = (logits[-1], ref_ssd.get_prefix(prompt).kv(torch.float32))
                     shutil.rmtree(ref_root, ignore_errors=True)

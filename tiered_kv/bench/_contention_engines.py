@@ -56,9 +56,9 @@ def _seed_store(model, root: str, ns, work: dict, tokens: list, progress: bool) 
     import torch
     from tqdm.auto import tqdm
 
-    from tiered_kv.tiers.ssd import SSDTier
+    from tiered_kv.tiers.ssd import SSDConfig, SSDTier
 
-    tier = SSDTier(root, namespace=ns, background_touch=False)
+    tier = SSDTier(root, namespace=ns, config=SSDConfig(background_touch=False))
     idx = np.flatnonzero(work["restore"])
     with torch.no_grad():
         for i in tqdm(idx, desc="contention: seeding restores", unit="prefix", disable=not progress, leave=False):
@@ -86,9 +86,9 @@ def _calibrate(model, ns, root: str, work: dict, tokens: list, count: int, repea
 
     from tiered_kv.engine import Engine
     from tiered_kv.tiers.host import HostTier
-    from tiered_kv.tiers.ssd import SSDTier
+    from tiered_kv.tiers.ssd import SSDConfig, SSDTier
 
-    tier = SSDTier(root, namespace=ns, background_touch=False)
+    tier = SSDTier(root, namespace=ns, config=SSDConfig(background_touch=False))
     engine = Engine(model, tier, HostTier("1GiB", name="calibration"), name="calibration")
     chosen = []
     for mask, want in ((work["restore"], count - count // 2), (~work["restore"], count // 2)):
@@ -144,12 +144,12 @@ def run_point(model, ns, seed_root: str, root: str, work: dict, tokens: list, ar
     """
     from tiered_kv.engine import Engine
     from tiered_kv.tiers.host import HostTier
-    from tiered_kv.tiers.ssd import SSDTier
+    from tiered_kv.tiers.ssd import SSDConfig, SSDTier
 
     shutil.copytree(seed_root, root)
     limit = None if math.isinf(bandwidth) else bandwidth
     kw = {"link_bandwidth": limit} if link == "shared" else {"read_bandwidth": limit, "write_bandwidth": limit}
-    tier = SSDTier(root, namespace=ns, **kw)
+    tier = SSDTier(root, namespace=ns, config=SSDConfig(**kw))
     bucket = tier.read_limit
     count, streams = len(tokens), int(work["stream"].max()) + 1
     ready = np.full(count, math.nan)

@@ -24,7 +24,7 @@ PRESETS = ("tiny", "small")
 
 def parse_bandwidth(value) -> float:
     """Bytes/s from '256KiB/s', a number or 'inf' (no limit: math.inf)."""
-    from tiered_kv.tiers.ssd_bandwidth import parse_rate
+    from tiered_kv.tiers.ssd.bandwidth import parse_rate
 
     if isinstance(value, str) and value.strip().lower() in ("inf", "none", "unlimited"):
         return math.inf

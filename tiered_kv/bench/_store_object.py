@@ -95,8 +95,7 @@ def _case(label: str, ns, tokens, base, args, run_id: str) -> dict:
 
     from tiered_kv import codec
     from tiered_kv.keys import block_keys
-    from tiered_kv.tiers import ssd_layout as layout
-    from tiered_kv.tiers.ssd import SSDTier
+    from tiered_kv.tiers.ssd import SSDConfig, SSDTier, layout
 
     n_blocks = len(tokens) // ns.block_size
     g = torch.Generator().manual_seed(0)
@@ -119,8 +118,8 @@ def _case(label: str, ns, tokens, base, args, run_id: str) -> dict:
     for r in range(args.repeat):
         tier_prefix, raw_prefix = f"tkv-bench-{run_id}/{label}-{r}/tier", f"tkv-bench-{run_id}/{label}-{r}/raw"
         tier_store, raw_store = _child(base, tier_prefix), _child(base, raw_prefix)
-        tier = SSDTier(tier_store, namespace=ns, auto_gc=False, background_touch=False,
-                       io_concurrency=args.concurrency)
+        tier = SSDTier(tier_store, namespace=ns,
+                       config=SSDConfig(auto_gc=False, background_touch=False, io_concurrency=args.concurrency))
         puts = [("put", lambda tier=tier: tier.put_quantized(tokens, chunks, "bench")),
                 ("raw_put", lambda s=raw_store: _raw_put(s, paths, objs, args.concurrency))]
         for name, fn in (puts if r % 2 == 0 else puts[::-1]):
@@ -159,8 +158,8 @@ def run_object(args, cases: dict, tokens) -> dict:
     """The object-store variant of `bench store` (``cases``: label -> Namespace)."""
     from contextlib import ExitStack
 
-    from tiered_kv.tiers import ssd_object
-    from tiered_kv.tiers.ssd_stores import open_store
+    from tiered_kv.tiers.ssd import open_backend
+    from tiered_kv.tiers.ssd.object_backend import ObjectBackend, is_object_url
 
     if args.concurrency < 1:
         raise ValueError(f"--concurrency: must be >= 1, got {args.concurrency}")
@@ -172,12 +171,12 @@ def run_object(args, cases: dict, tokens) -> dict:
             base = s3.store(s3.bucket(), "bench")
             where = f"local moto S3 server at {s3.endpoint} (child process)"
         else:
-            zstore = open_store(args.url)
-            if not ssd_object.is_object_store(zstore):
+            if not is_object_url(args.url):
                 raise ValueError(f"--url: must be an object-store URL (s3://bucket/prefix), got {args.url!r}")
-            ssd_object.check_access(zstore)
-            base = zstore.store
-            where = ssd_object.store_url(zstore)
+            backend = open_backend(args.url)  # (checks the bucket can be reached)
+            assert isinstance(backend, ObjectBackend)
+            base = backend.obs_store
+            where = backend.name
         run_id = uuid.uuid4().hex[:8]
         sizes = {label: _case(label, ns, tokens, base, args, run_id) for label, ns in cases.items()}
     worst = lambda key: min(s[key] for s in sizes.values())

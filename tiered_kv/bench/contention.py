@@ -13,7 +13,7 @@ another machine), so they read them, replay R tokens and compute the tail. The o
 misses: they compute everything and write their blocks. Arrivals are a seeded Poisson stream,
 dealt round robin to ``--streams`` engines (threads, each with its own host tier), which share
 one :class:`~tiered_kv.tiers.ssd.SSDTier` on a local directory, whose bandwidth is limited by
-``link_bandwidth=`` (``--link shared``: one token bucket for reads and writes, as the latency
+``SSDConfig(link_bandwidth=)`` (``--link shared``: one token bucket for reads and writes, as the latency
 model's one queue) or ``read_bandwidth=``/``write_bandwidth=`` (``--link split``).
 
 How a request runs (the structure of :func:`tiered_kv.sim.cluster.latency.simulate_queue`): at

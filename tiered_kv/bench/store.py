@@ -120,8 +120,7 @@ def _size_case(label: str, ns, tokens, root: Path, args, pool) -> dict:
 
     from tiered_kv import codec
     from tiered_kv.keys import block_keys
-    from tiered_kv.tiers import ssd_layout as layout
-    from tiered_kv.tiers.ssd import SSDTier
+    from tiered_kv.tiers.ssd import SSDConfig, SSDTier, layout
 
     n_blocks = len(tokens) // ns.block_size
     g = torch.Generator().manual_seed(0)
@@ -149,8 +148,8 @@ def _size_case(label: str, ns, tokens, root: Path, args, pool) -> dict:
 
     for r in range(args.repeat):
         base = root / f"{label}-{r}"
-        tier = SSDTier(base / "tier", namespace=ns, auto_gc=False, io_threads=args.io_threads,
-                       precreate_shards=True)  # steady state: shard dirs exist
+        tier = SSDTier(base / "tier", namespace=ns,  # steady state: shard dirs exist
+                       config=SSDConfig(auto_gc=False, io_threads=args.io_threads, precreate_shards=True))
         for d in ("raw", "rawp"):
             (base / d).mkdir()
         raw_paths = [base / "raw" / f"{i:06d}" for i in range(n_blocks)]
@@ -182,8 +181,8 @@ def _size_case(label: str, ns, tokens, root: Path, args, pool) -> dict:
         _drop_cache(raw_paths)
         timed("raw_read_cold", partial(_raw_read, raw_paths, None))
         if r == 0:  # end to end once: FP4 quantize on this CPU + put
-            t2 = SSDTier(base / "tier2", namespace=ns, background_touch=False, auto_gc=False,
-                         precreate_shards=True)
+            t2 = SSDTier(base / "tier2", namespace=ns,
+                         config=SSDConfig(background_touch=False, auto_gc=False, precreate_shards=True))
             os.sync()
             timed("put_with_quantize", partial(t2.put, tokens, kv, "bench"))
             t2.close()

@@ -113,7 +113,7 @@ def _policy(*args):
     """RetentionPolicy.make, with errors naming the flags the user typed."""
     import re
 
-    from tiered_kv.tiers.ssd_gc import RetentionPolicy
+    from tiered_kv.tiers.ssd import RetentionPolicy
 
     try:
         return RetentionPolicy.make(*args)
@@ -123,31 +123,28 @@ def _policy(*args):
 
 
 def _open(path_arg: str):
-    """The store at PATH (a directory or URL), or a one-line error if it is not an SSD-tier store."""
-    from tiered_kv.tiers import ssd_layout as layout
-    from tiered_kv.tiers import ssd_object
-    from tiered_kv.tiers.ssd_stores import open_store
+    """The store at PATH (a directory or URL) as a backend, or a one-line error if it is not an
+    SSD-tier store."""
+    from tiered_kv.tiers.ssd import layout, open_backend
 
     if "://" in path_arg and not path_arg.startswith("file://"):
-        store = open_store(path_arg)
-        if ssd_object.is_object_store(store):
-            ssd_object.check_access(store)
+        backend = open_backend(path_arg)
         where = path_arg
     else:
         path = Path(path_arg.removeprefix("file://")).expanduser()
         if not path.is_dir():
             raise FileNotFoundError(f"PATH: no store directory at {path}")
-        store = open_store(path)
+        backend = open_backend(path)
         where = str(path)
-    if not layout.is_store(store):
+    if not layout.is_store(backend):
         raise ValueError(f"PATH: {where} is not an SSD-tier store (no zarr.json with tiered_kv layout "
                          "attributes and no chunks/); nothing to do")
-    return store
+    return backend
 
 
 def run(args: argparse.Namespace) -> int:
     from tiered_kv.tiers.ssd import store_gc, store_stats, store_verify
-    from tiered_kv.tiers.ssd_gc import parse_part
+    from tiered_kv.tiers.ssd.retention import parse_part
     from tiered_kv.units import parse_duration
 
     progress = not args.no_progress and not args.json
@@ -159,13 +156,14 @@ def run(args: argparse.Namespace) -> int:
         grace = parse_duration(args.partial_grace, name="--partial-grace")
         now = _now(args.now)
         part = parse_part(args.part)
-    store = _open(args.path)
+    backend = _open(args.path)
     if args.action == "stats":
-        report = store_stats(store, now=time.time(), policy=policy, progress=progress)
+        report = store_stats(backend, now=time.time(), policy=policy, progress=progress)
     elif args.action == "verify":
-        report = store_verify(store, repair=not args.no_repair, progress=progress)
+        report = store_verify(backend, repair=not args.no_repair, progress=progress)
     else:
-        report = store_gc(store, policy, now=now, dry_run=args.dry_run, progress=progress,
+        report = store_gc(backend, policy, now=now, dry_run=args.dry_run, progress=progress,
                           partial_grace=grace, part=part)
+    backend.close()
     _print(report, args.json)
     return 1 if args.action == "verify" and report["problems"] else 0

@@ -75,13 +75,13 @@ class Tour:
 
     def __post_init__(self) -> None:
         from tiered_kv.engine import Engine, namespace_for
-        from tiered_kv.tiers.ssd import SSDTier
+        from tiered_kv.tiers.ssd import SSDConfig, SSDTier
 
         self.model, self.model_description = tour_model(self.size)
         cfg = self.model.cfg
         self.namespace = namespace_for(self.model, fmt="mxfp4", block_size=min(256, cfg.window * 4))
         self.ssd = SSDTier(self.root / "ssd.zarr", namespace=self.namespace, ttl={"chatbot": "7d"},
-                           background_touch=False)
+                           config=SSDConfig(background_touch=False))
         self.engine = Engine(self.model, self.ssd, name="machine0")
         self.prompt = prompt_text(PROMPT_BYTES[self.size])
 

@@ -18,7 +18,16 @@ so ``from tiered_kv.testing.store_suite import ...`` reaches all of them:
 
 from __future__ import annotations
 
-from tiered_kv.testing.store_suite.base import BS, DAY, Clock, SuiteBase, make_kv, namespace, reference_kv
+from tiered_kv.testing.store_suite.base import (
+    BS,
+    DAY,
+    Clock,
+    SuiteBase,
+    make_kv,
+    make_tier,
+    namespace,
+    reference_kv,
+)
 from tiered_kv.testing.store_suite.contract import ContractTests
 from tiered_kv.testing.store_suite.faults import FaultTests
 from tiered_kv.testing.store_suite.faulty_stores import (
@@ -54,6 +63,6 @@ class SSDTierSuite(FaultTests, RetentionTests, ContractTests):
 __all__ = [
     "BS", "CAPACITY_BLOCKS", "DAY", "STRESS_PROMPTS", "Clock", "ContractTests", "FaultTests", "FullDiskStore",
     "RetentionTests", "SSDTierSuite", "SuiteBase", "SyncFullDiskStore", "SyncVanishingStore", "VanishingStore",
-    "bandwidth_reader", "capacity_namespace", "capacity_writer", "kill_namespace", "kill_target", "make_kv",
+    "bandwidth_reader", "capacity_namespace", "capacity_writer", "kill_namespace", "kill_target", "make_kv", "make_tier",
     "namespace", "open_spec", "reference_kv", "stress_kv", "stress_references", "stress_tokens", "stress_worker",
 ]

@@ -8,11 +8,13 @@ multi-process workers) all build stores, tiers and expected values the same way.
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
 from tiered_kv.keys import Namespace
-from tiered_kv.tiers.ssd import SSDTier
+from tiered_kv.tiers.ssd import SSDConfig, SSDTier
 
 BS = 8
 DAY = 86400.0
@@ -58,5 +60,16 @@ class SuiteBase:
         raise NotImplementedError
 
     def tier(self, store, clock=None, fmt="mxfp4", **kw) -> SSDTier:
-        return SSDTier(store, namespace=namespace(fmt), clock=clock or Clock(), background_touch=False, **kw)
+        return make_tier(store, namespace(fmt), clock or Clock(), **kw)
+
+
+_CONFIG_FIELDS = {f.name for f in dataclasses.fields(SSDConfig)}
+
+
+def make_tier(store, ns: Namespace | None = None, clock=None, **settings) -> SSDTier:
+    """A tier with access records written inline; ``settings`` may mix SSDConfig fields and
+    retention settings (the tests name each the way a user would)."""
+    config = {"background_touch": False} | {k: v for k, v in settings.items() if k in _CONFIG_FIELDS}
+    retention = {k: v for k, v in settings.items() if k not in _CONFIG_FIELDS}
+    return SSDTier(store, namespace=ns or namespace(), clock=clock or Clock(), config=SSDConfig(**config), **retention)
 

@@ -14,8 +14,7 @@ import torch
 
 from tiered_kv.keys import Namespace, block_keys
 from tiered_kv.testing.store_suite.base import BS, Clock, SuiteBase, make_kv, reference_kv
-from tiered_kv.tiers import ssd_layout as layout
-from tiered_kv.tiers.ssd import SSDTier
+from tiered_kv.tiers.ssd import SSDConfig, SSDTier, layout
 
 
 class ContractTests(SuiteBase):
@@ -102,7 +101,7 @@ class ContractTests(SuiteBase):
     def test_paths_are_hashes_only(self, make_store):
         store = make_store()
         ns = Namespace(model="../../etc/passwd", fmt="mxfp4", block_size=BS, kv_heads=2, head_dim=32)
-        t = SSDTier(store, namespace=ns, clock=Clock(), background_touch=False)
+        t = SSDTier(store, namespace=ns, clock=Clock(), config=SSDConfig(background_touch=False))
         t.put(torch.arange(16), make_kv(16), "../evil class/..")
         t.get_prefix(torch.arange(16), "../evil class/..")
         import zarr.core.sync as zs

@@ -24,8 +24,7 @@ from tiered_kv.testing.store_suite.faulty_stores import (
     SyncVanishingStore,
     VanishingStore,
 )
-from tiered_kv.tiers import ssd_layout as layout
-from tiered_kv.tiers.ssd import StoreFullWarning
+from tiered_kv.tiers.ssd import StoreFullWarning, layout
 
 
 class FaultTests(SuiteBase):
@@ -128,15 +127,16 @@ class FaultTests(SuiteBase):
     def test_garbage_root_zarr_json_is_detected_and_rewritten(self, make_store, garbage):
         import zarr
 
-        from tiered_kv.tiers.ssd import store_verify
+        from tiered_kv.tiers.ssd import open_backend, store_verify
 
         store = make_store()
         self.tier(store).put(torch.arange(16), make_kv(16), "c")
         sync(store.set("zarr.json", layout.buffer(garbage)))
-        report = store_verify(store, repair=False)
+        backend = open_backend(store)
+        report = store_verify(backend, repair=False)
         assert report["problems"] == 1 and report["metadata"][0][0] == "zarr.json"
-        report = store_verify(store)
-        assert report["problems"] == 1 and store_verify(store)["problems"] == 0
+        report = store_verify(backend)
+        assert report["problems"] == 1 and store_verify(backend)["problems"] == 0
         assert zarr.open_group(store, mode="r").attrs["tiered_kv"]["layout"] == layout.LAYOUT
         sync(store.set("zarr.json", layout.buffer(garbage)))
         with pytest.warns(RuntimeWarning, match="repaired zarr.json"):

@@ -15,7 +15,7 @@ from zarr.core.sync import sync
 
 from tiered_kv.keys import block_keys
 from tiered_kv.testing.store_suite.base import DAY, Clock, SuiteBase, make_kv
-from tiered_kv.tiers import ssd_layout as layout
+from tiered_kv.tiers.ssd import layout
 
 
 class RetentionTests(SuiteBase):
@@ -111,7 +111,7 @@ class RetentionTests(SuiteBase):
         assert len(first["expired_by_class"]) <= 1 and second["bytes_after"] == 0
 
     def test_gc_spares_chunks_read_after_its_scan(self, make_store, monkeypatch):
-        from tiered_kv.tiers import ssd_maintenance
+        from tiered_kv.tiers.ssd import maintenance
 
         clock = Clock()
         t = self.tier(make_store(), clock, ttl="1h")
@@ -119,13 +119,13 @@ class RetentionTests(SuiteBase):
         t.put(old, make_kv(16), "c")
         t.put(fresh, make_kv(16), "c")
         clock.advance(7200)  # both expired when GC scans
-        real = ssd_maintenance.layout.scan_records
+        real = maintenance.scan.scan_records
 
-        def reader_in_between(store):
+        def reader_in_between(backend):
             assert t.get_prefix(fresh, "c").blocks == 2  # a reader returns it between scan and delete
-            return real(store)
+            return real(backend)
 
-        monkeypatch.setattr(ssd_maintenance.layout, "scan_records", reader_in_between)
+        monkeypatch.setattr(maintenance.scan, "scan_records", reader_in_between)
         report = t.gc()
         assert report["removed_chunks"] == 2 and report["spared_by_fresh_access"] == 2
         monkeypatch.undo()

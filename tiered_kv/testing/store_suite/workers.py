@@ -17,7 +17,7 @@ import torch
 
 from tiered_kv.keys import Namespace
 from tiered_kv.testing.store_suite.base import BS, Clock, namespace
-from tiered_kv.tiers.ssd import SSDTier
+from tiered_kv.tiers.ssd import SSDConfig, SSDTier
 
 STRESS_PROMPTS = 6
 
@@ -59,7 +59,8 @@ def stress_worker(role: str, root, seconds: float, seed: int, barrier, results, 
     part = role[2:] or None if role.startswith("gc") else None
     role = "gc" if role.startswith("gc") else role
     tier = SSDTier(open_spec(root), namespace=namespace(), capacity_bytes=12_000, high_watermark=0.9,
-                   low_watermark=0.5, orphan_grace=0.0, auto_gc=(role == "writer"), background_touch=False)
+                   low_watermark=0.5,
+                   config=SSDConfig(orphan_grace=0.0, auto_gc=role == "writer", background_touch=False))
     out = {"role": role, "ops": 0, "checked_blocks": 0, "wrong": 0, "hits": 0, "errors": ""}
     from tiered_kv import codec
 
@@ -103,7 +104,7 @@ def kill_target(root, ready_path: str, kv_heads: int = 8, head_dim: int = 256) -
 
     torch.set_num_threads(1)
     ns = kill_namespace(kv_heads, head_dim)
-    tier = SSDTier(open_spec(root), namespace=ns, background_touch=False, io_threads=4)
+    tier = SSDTier(open_spec(root), namespace=ns, config=SSDConfig(background_touch=False, io_threads=4))
     kv = torch.randn(64 * 16, 2, kv_heads, head_dim)
     i = 0
     while True:
@@ -132,7 +133,7 @@ def capacity_writer(store_spec, capacity: int, seconds: float, seed: int, barrie
     torch.set_num_threads(1)
     ns = capacity_namespace()
     tier = SSDTier(open_spec(store_spec), namespace=ns, capacity_bytes=capacity, high_watermark=0.9,
-                   low_watermark=0.5, orphan_grace=0.0, background_touch=False)
+                   low_watermark=0.5, config=SSDConfig(orphan_grace=0.0, background_touch=False))
     from tiered_kv import codec
 
     g = torch.Generator().manual_seed(seed)
@@ -164,7 +165,7 @@ def bandwidth_reader(root: str, rate: float, n_tokens: int, reads: int, barrier,
     reports (bytes, monotonic start, end), then keeps its tier open until ``hold`` is set."""
     import time as _time
 
-    tier = SSDTier(root, namespace=namespace(), clock=Clock(), background_touch=False, read_bandwidth=rate)
+    tier = SSDTier(root, namespace=namespace(), clock=Clock(), config=SSDConfig(background_touch=False, read_bandwidth=rate))
     toks = torch.arange(n_tokens)
     barrier.wait()
     t0, nbytes = _time.monotonic(), 0

@@ -1,6 +1,8 @@
 """Read and write bandwidth limits of the SSD tier: token buckets shared per store and process group.
 
-An experiment knob, not a production throttle: ``SSDTier(..., read_bandwidth="2GiB/s")``
+An experiment knob, not a production throttle, and so a wrapper (:class:`PacedBackend`) around
+whichever backend the store has, rather than code inside each backend:
+``SSDTier(..., config=SSDConfig(read_bandwidth="2GiB/s"))``
 emulates a client whose link to the store carries 2 GiB/s, so a benchmark on a laptop can ask
 what a DeepSeek-like 40 GiB/s client, or a congested one, would see. Every ``SSDTier`` of one
 *process group* (``os.getpgrp()``: a command and the worker processes it forks or spawns) that
@@ -40,6 +42,7 @@ import tempfile
 import threading
 import time
 import weakref
+from collections.abc import Callable, Sequence
 
 from tiered_kv.units import parse_bytes
 
@@ -278,3 +281,69 @@ def release(bucket: TokenBucket | None) -> None:
     finalizer = getattr(bucket, "_finalizer", None)
     if finalizer is not None:
         finalizer()
+
+
+class PacedBackend:
+    """A backend whose reads and writes pass through token buckets (either may be None).
+
+    Reads are paced by the bytes a ``read_prefix`` returned, writes by the bytes of each object
+    before it is handed to the backend; scans and GC are not paced (they are the store's own
+    maintenance, not a client's traffic). Every other call goes to the wrapped backend.
+    """
+
+    def __init__(self, inner, read_limit: TokenBucket | None, write_limit: TokenBucket | None) -> None:
+        self.inner = inner
+        self.read_limit = read_limit
+        self.write_limit = write_limit
+
+    def __getattr__(self, name: str):
+        return getattr(self.inner, name)
+
+    @property
+    def name(self) -> str:
+        return self.inner.name
+
+    def read_prefix(self, paths: Sequence[str]) -> list[bytes]:
+        out = self.inner.read_prefix(paths)
+        if self.read_limit is not None and out:
+            self.read_limit.wait(sum(len(b) for b in out))
+        return out
+
+    def write(self, items: Sequence[tuple[str, bytes]], *, create: bool = False, verify=None) -> list:
+        if self.write_limit is not None:
+            self.write_limit.wait(sum(len(b) for _, b in items))
+        return self.inner.write(items, create=create, verify=verify)
+
+    def write_stream(self, n: int, make: Callable[[int], tuple[str, bytes]], *, create: bool = False,
+                     verify=None) -> tuple[list, list[int]]:
+        limit = self.write_limit
+
+        def paced(j: int) -> tuple[str, bytes]:
+            item = make(j)
+            if limit is not None:
+                limit.wait(len(item[1]))
+            return item
+
+        return self.inner.write_stream(n, paced, create=create, verify=verify)
+
+    def close(self) -> None:
+        self.inner.close()
+        limits, self.read_limit, self.write_limit = {id(b): b for b in (self.read_limit, self.write_limit)}, None, None
+        for bucket in limits.values():
+            release(bucket)
+
+
+def paced(backend, read_bandwidth: float | None, write_bandwidth: float | None, link_bandwidth: float | None):
+    """``backend`` behind the process group's buckets for its store, or itself when unlimited.
+
+    Rates are bytes/s (:func:`parse_rate`); ``link_bandwidth`` is one bucket for both directions.
+    """
+    if read_bandwidth is None and write_bandwidth is None and link_bandwidth is None:
+        return backend
+    where = backend.name
+    if link_bandwidth is not None:
+        read = write = shared_bucket(where, "link", link_bandwidth, name="link_bandwidth")
+    else:
+        read = shared_bucket(where, "read", read_bandwidth, name="read_bandwidth")
+        write = shared_bucket(where, "write", write_bandwidth, name="write_bandwidth")
+    return PacedBackend(backend, read, write)

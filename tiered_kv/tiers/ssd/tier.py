@@ -3,18 +3,16 @@
 A cache hit on the global KV is what makes prefill cheap, so this tier is keyed by the exact
 token prefix (:mod:`tiered_kv.keys`), stores one FP4 chunk object per full block
 (:mod:`tiered_kv.codec`) and keeps them under per-class TTLs and a disk-usage watermark
-(:mod:`tiered_kv.tiers.ssd_gc`). The store is the only shared state: several processes may put,
-get and gc one store at once, with no central index. Layout: :mod:`tiered_kv.tiers.ssd_layout`.
+(:mod:`tiered_kv.tiers.ssd.retention`). The store is the only shared state: several processes
+may put, get and gc one store at once, with no central index. Layout:
+:mod:`tiered_kv.tiers.ssd.layout`.
 
-I/O is batched per call (:mod:`tiered_kv.tiers.ssd_io`): stores with zarr's sync API
-(LocalStore, MemoryStore) are driven synchronously, because hand-offs to zarr's event loop cost
-more than a warm chunk read; fsspec stores go through zarr's async API with ``asyncio.gather``
-under a concurrency bound; object stores (``s3://...`` or an obstore store) talk to obstore
-directly, one PUT per chunk with put-if-absent (:mod:`tiered_kv.tiers.ssd_object`). A
-``get_prefix`` reads chunks in order and stops at the first miss; its access record is written
-by a background thread. ``read_bandwidth``/``write_bandwidth`` (or ``link_bandwidth``, one bucket
-for both) pace the I/O through a token bucket shared by every tier of the process group on that
-store (:mod:`tiered_kv.tiers.ssd_bandwidth`).
+The tier talks to its store through one backend, chosen once when it is opened
+(:func:`tiered_kv.tiers.ssd.backend.open_backend`: a local directory, any zarr store, or an
+object store), in batches per call. A ``get_prefix`` reads chunks in order and stops at the
+first miss; its access record is written by a background thread. Optional parts wrap the
+backend or sit beside it: emulated bandwidth (:class:`tiered_kv.tiers.ssd.bandwidth.PacedBackend`)
+and, with a finite capacity, the shared usage ledger (:mod:`tiered_kv.tiers.ssd.usage`).
 
 Failure behaviour, each covered by ``tests/test_ssd_reliability.py``, ``tests/test_ssd_faults.py``
 and, on an S3 server, ``tests/test_ssd_s3.py``:
@@ -29,7 +27,7 @@ and, on an S3 server, ``tests/test_ssd_s3.py``:
 * a file where a shard directory should be, and a ``zarr.json`` that is not a Zarr group, are
   repaired by the next writer (and reported by ``verify``);
 * with a finite capacity, usage is bounded under any number of writers
-  (:mod:`tiered_kv.tiers.ssd_usage` states the bound).
+  (:mod:`tiered_kv.tiers.ssd.usage` states the bound).
 """
 
 from __future__ import annotations
@@ -43,22 +41,24 @@ from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, TypedDict
 
 from zarr.core.sync import sync
 
 from tiered_kv import codec
 from tiered_kv.keys import KEY_BYTES, Namespace, as_token_array, block_keys
-from tiered_kv.tiers import ssd_layout as layout
-from tiered_kv.tiers import ssd_object
-from tiered_kv.tiers import ssd_usage as usage
-from tiered_kv.tiers.ssd_bandwidth import parse_rate, release, shared_bucket
-from tiered_kv.tiers.ssd_gc import RetentionPolicy, check_class
-from tiered_kv.tiers.ssd_layout import ALREADY_PRESENT
-from tiered_kv.tiers.ssd_maintenance import store_gc, store_stats, store_verify
-from tiered_kv.tiers.ssd_stores import describe, make_io, open_store
-from tiered_kv.units import parse_duration
+from tiered_kv.tiers.ssd import layout, usage
+from tiered_kv.tiers.ssd.backend import open_backend
+from tiered_kv.tiers.ssd.bandwidth import paced
+from tiered_kv.tiers.ssd.config import SSDConfig
+from tiered_kv.tiers.ssd.layout import ALREADY_PRESENT
+from tiered_kv.tiers.ssd.maintenance import store_gc, store_stats, store_verify
+from tiered_kv.tiers.ssd.retention import RetentionPolicy, check_class
 
-__all__ = ["Hit", "SSDTier", "StoreFullWarning", "store_gc", "store_stats", "store_verify"]
+if TYPE_CHECKING:  # typing.Unpack is Python 3.11+; the annotations are never evaluated
+    from typing_extensions import Unpack
+
+__all__ = ["Hit", "RetentionArgs", "SSDTier", "StoreFullWarning"]
 
 _FULL_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
 
@@ -110,90 +110,88 @@ class Hit:
         return codec.dequantize_chunks(self.chunks(device), dtype)
 
 
+class RetentionArgs(TypedDict, total=False):
+    """The retention settings ``SSDTier`` also takes one by one (see :meth:`RetentionPolicy.make`)."""
+
+    capacity_bytes: float | int | str
+    high_watermark: float
+    low_watermark: float
+    ttl: float | str | dict
+    traffic_classes: tuple[str, ...] | list[str] | None
+
+
 class SSDTier:
     """Global KV chunks in a Zarr v3 store (see the module docstring).
 
     ``store``: a path, a URL (``s3://bucket/prefix``: obstore, configured from the environment;
-    ``memory://``: fsspec), a zarr v3 Store, an obstore store, or None for ``~/.cache/tiered-kv/ssd``.
-    ``capacity_bytes`` (int or "100GiB"), ``high_watermark``/``low_watermark`` (fractions),
-    ``ttl`` (a duration for all classes or ``{"agent": "3d", "chatbot": "7d"}``),
-    ``traffic_classes`` (if given, ``put`` rejects others), ``io_threads`` (stores with zarr's
-    sync API: threads per batch, 1 = the caller's; 0 forces zarr's async API), ``clock`` (seconds; injected so
-    tests and simulations drive days in milliseconds), ``gc_interval`` (a duration: run ``gc``
-    in a background thread that often), ``auto_gc`` (with a finite capacity: after each put, run
-    ``gc`` when the store's shared usage estimate is above the high watermark; the bound this
-    gives under concurrent writers is in :mod:`tiered_kv.tiers.ssd_usage`),
-    ``precreate_shards`` (LocalStore: create the 16 shard directories now rather than on first
-    use), ``read_bandwidth``/``write_bandwidth`` (bytes/s or "2GiB/s": an experiment knob that
-    emulates a client's link, shared by every tier of this process group on the same store),
-    ``link_bandwidth`` (instead of those two: one limit that reads and writes share).
+    ``memory://``: fsspec), a zarr v3 Store, an obstore store, a backend, or None for
+    ``~/.cache/tiered-kv/ssd``. ``clock`` (seconds; injected so tests and simulations drive days
+    in milliseconds). What to keep is a :class:`RetentionPolicy`, given whole as ``retention`` or
+    by its settings: ``capacity_bytes`` (int or "100GiB"), ``high_watermark``/``low_watermark``
+    (fractions), ``ttl`` (a duration for all classes or ``{"agent": "3d", "chatbot": "7d"}``),
+    ``traffic_classes`` (if given, ``put`` rejects others). How to drive the store is an
+    :class:`~tiered_kv.tiers.ssd.config.SSDConfig`.
     """
 
-    def __init__(self, store=None, *, namespace: Namespace, capacity_bytes=math.inf,
-                 high_watermark: float = 0.9, low_watermark: float = 0.8, ttl=None,
-                 clock: Callable[[], float] = time.time, traffic_classes=None,
-                 gc_interval=None, auto_gc: bool = True, io_threads: int = 1,
-                 io_concurrency: int = layout.IO_CONCURRENCY,
-                 orphan_grace: float = 60.0, partial_grace: float = 300.0,
-                 background_touch: bool = True, precreate_shards: bool = False,
-                 read_bandwidth=None, write_bandwidth=None, link_bandwidth=None) -> None:
+    def __init__(self, store=None, *, namespace: Namespace, clock: Callable[[], float] = time.time,
+                 config: SSDConfig | None = None, retention: RetentionPolicy | None = None,
+                 **retention_args: Unpack[RetentionArgs]) -> None:
         if not isinstance(namespace, Namespace):
             raise ValueError(f"namespace: must be a tiered_kv.keys.Namespace, got {type(namespace).__name__}")
         if not callable(clock):
             raise ValueError("clock: must be a callable returning seconds")
-        if not isinstance(io_concurrency, int) or io_concurrency < 1:
-            raise ValueError(f"io_concurrency: must be an integer >= 1, got {io_concurrency!r}")
+        self.config = config = SSDConfig() if config is None else config
+        if not isinstance(config, SSDConfig):
+            raise ValueError(f"config: must be a tiered_kv.tiers.ssd.SSDConfig, got {type(config).__name__}")
+        self.policy = _policy(retention, retention_args)
         self.namespace = namespace
-        self.policy = RetentionPolicy.make(capacity_bytes, high_watermark, low_watermark, ttl, traffic_classes)
-        read_rate = parse_rate(read_bandwidth, name="read_bandwidth")
-        write_rate = parse_rate(write_bandwidth, name="write_bandwidth")
-        link_rate = parse_rate(link_bandwidth, name="link_bandwidth")
-        if link_rate is not None and (read_rate is not None or write_rate is not None):
-            raise ValueError("link_bandwidth: one limit for reads and writes together; leave read_bandwidth "
-                             "and write_bandwidth unset with it")
-        self.store = open_store(store)
-        if ssd_object.is_object_store(self.store):
-            ssd_object.check_access(self.store)
-        where = describe(self.store)
-        if link_rate is not None:
-            self.read_limit = self.write_limit = shared_bucket(where, "link", link_rate, name="link_bandwidth")
-        else:
-            self.read_limit = shared_bucket(where, "read", read_rate, name="read_bandwidth")
-            self.write_limit = shared_bucket(where, "write", write_rate, name="write_bandwidth")
-        self.io = make_io(self.store, io_threads=io_threads, concurrency=io_concurrency,
-                          read_limit=self.read_limit, write_limit=self.write_limit, on_repair=self._repaired)
-        self.usage = usage.Usage(self.store, self.io)
         self.clock = clock
-        self.auto_gc = auto_gc
-        self.io_concurrency = io_concurrency
-        self.orphan_grace = parse_duration(orphan_grace, name="orphan_grace")
-        self.partial_grace = parse_duration(partial_grace, name="partial_grace")
+        backend = open_backend(store, io_threads=config.io_threads, concurrency=config.io_concurrency,
+                               on_repair=self._repaired)
+        self.backend = paced(backend, config.read_bandwidth, config.write_bandwidth, config.link_bandwidth)
+        bounded = config.auto_gc and not math.isinf(self.policy.capacity_bytes)
+        self.usage = usage.UsageLedger(self.backend, usage.high_mark(self.policy)) if bounded else None
         self.counters: Counter = Counter()
         self._lock = threading.Lock()
         self._gc_lock = threading.Lock()
         self._headers: dict = {}  # GC's header cache (object stores: path -> (ETag, header))
-        self._touches = ThreadPoolExecutor(1, thread_name_prefix="ssd-touch") if background_touch else None
+        self._touches = ThreadPoolExecutor(1, thread_name_prefix="ssd-touch") if config.background_touch else None
         self._pending: set[Future] = set()
         self._gc_stop = threading.Event()
         self._gc_thread: threading.Thread | None = None
         self._open_layout()
-        if precreate_shards:
-            layout.precreate_shards(self.store)
-        if gc_interval is not None:
-            self.start_gc_thread(parse_duration(gc_interval, name="gc_interval"))
+        if config.precreate_shards:
+            self.backend.precreate_shards()
+        if config.gc_interval is not None:
+            self.start_gc_thread(config.gc_interval)
+
+    @property
+    def store(self):
+        """The zarr v3 Store behind the backend (what other zarr clients open)."""
+        return self.backend.store
+
+    @property
+    def read_limit(self):
+        """The token bucket pacing reads (None: unlimited)."""
+        return getattr(self.backend, "read_limit", None)
+
+    @property
+    def write_limit(self):
+        """The token bucket pacing writes (None: unlimited)."""
+        return getattr(self.backend, "write_limit", None)
 
     # ------------------------------------------------------------------ helpers
 
     def _open_layout(self) -> None:
         """Root and namespace groups; garbage ``zarr.json`` is rewritten (and reported)."""
         try:
-            fixed = sync(layout.ensure_layout(self.store, self.namespace))
+            fixed = sync(layout.ensure_layout(self.backend, self.namespace))
         except OSError as exc:
             if exc.errno not in _FULL_ERRNOS:
                 raise
             self.counters["store_full"] += 1
             warnings.warn(StoreFullWarning(
-                f"SSD tier store {describe(self.store)} is full "
+                f"SSD tier store {self.backend.name} is full "
                 f"({errno.errorcode.get(exc.errno, exc.errno)}): could not write the metadata of namespace "
                 f"{self.namespace.model!r}; stored chunks are readable, puts will fail until space is freed "
                 "(free space, lower capacity_bytes, or run gc)"), stacklevel=3)
@@ -203,7 +201,7 @@ class SSDTier:
 
     def _repaired(self, path: str, reason: str) -> None:
         self.counters["repaired"] += 1
-        warnings.warn(f"SSD tier: repaired {path} in {describe(self.store)}: {reason}",
+        warnings.warn(f"SSD tier: repaired {path} in {self.backend.name}: {reason}",
                       RuntimeWarning, stacklevel=3)
 
     def _keys(self, tokens_or_key) -> list[bytes]:
@@ -283,13 +281,12 @@ class SSDTier:
                          lambda missing: [chunks[m - first_block] for m in missing], cls)
 
     def _put(self, keys: list[bytes], first: int, quantize, cls: str) -> int:
-        bounded = self.auto_gc and not math.isinf(self.policy.capacity_bytes)
         written, nbytes = self._write_missing(keys, first, quantize, cls)
         self.counters["puts"] += 1
         self.counters["blocks_written"] += written
-        if bounded and nbytes:  # the bound of tiers/ssd_usage.py: ledger first, then the estimate
+        if self.usage is not None and nbytes:  # the bound of ssd/usage.py: ledger first, then the estimate
             self.usage.add(nbytes)
-            if self.usage.estimate() > usage.high_mark(self.policy):
+            if self.usage.over_mark():
                 self._gc_for_room()  # (estimates again: saves a GC if another just ran)
         return written
 
@@ -299,7 +296,7 @@ class SSDTier:
         if waited:
             self._gc_lock.acquire()
         try:
-            if not waited or self.usage.estimate() > usage.high_mark(self.policy):
+            if not waited or self.usage.over_mark():
                 self.counters["auto_gc"] += 1
                 self.gc()
         finally:
@@ -314,7 +311,7 @@ class SSDTier:
             return False
 
     def _write_missing(self, keys: list[bytes], first: int, quantize, cls: str) -> tuple[int, int]:
-        present = self.io.present_for_put([layout.chunk_path(k) for k in keys[first:]])
+        present = self.backend.present_for_put([layout.chunk_path(k) for k in keys[first:]])
         missing = [first + i for i, p in enumerate(present) if not p]
         if not missing:
             return 0, 0
@@ -328,7 +325,7 @@ class SSDTier:
                                    traffic_class=cls, created=now)
             return layout.chunk_path(keys[i]), obj
 
-        results, sizes = self.io.write_stream(len(missing), make, create=True, verify=self._valid_existing)
+        results, sizes = self.backend.write_stream(len(missing), make, create=True, verify=self._valid_existing)
         self.counters["already_present"] += sum(1 for r in results if r is ALREADY_PRESENT)
         failed = [(i, r) for i, r in zip(missing, results, strict=True) if r is not None and r is not ALREADY_PRESENT]
         if not failed:
@@ -336,14 +333,14 @@ class SSDTier:
                     sum(n for n, r in zip(sizes, results, strict=True) if r is None))
         first_bad = min(i for i, _ in failed)
         # Chunks past the first failure cannot be reached by a lookup: do not leave them behind.
-        self.io.delete([layout.chunk_path(keys[i]) for i, r in zip(missing, results, strict=True)
+        self.backend.delete([layout.chunk_path(keys[i]) for i, r in zip(missing, results, strict=True)
                         if i > first_bad and r is None])
         ok = [n for i, n, r in zip(missing, sizes, results, strict=True) if i < first_bad and r is None]
         exc = dict(failed)[first_bad]
         if isinstance(exc, OSError) and exc.errno in _FULL_ERRNOS:
             self.counters["store_full"] += 1
             warnings.warn(StoreFullWarning(
-                f"SSD tier store {describe(self.store)} is full ({errno.errorcode.get(exc.errno, exc.errno)}): "
+                f"SSD tier store {self.backend.name} is full ({errno.errorcode.get(exc.errno, exc.errno)}): "
                 f"stored {len(ok)} of {len(missing)} new blocks of this put; chunks already in the store are "
                 "intact. Free space, lower capacity_bytes, or run gc."), stacklevel=4)
             return len(ok), sum(ok)
@@ -368,7 +365,7 @@ class SSDTier:
         return hit
 
     def _read(self, keys: list[bytes]) -> Hit:
-        raws = self.io.read_prefix([layout.chunk_path(k) for k in keys])
+        raws = self.backend.read_prefix([layout.chunk_path(k) for k in keys])
         digest = self.namespace.digest
         for i, (key, raw) in enumerate(zip(keys, raws, strict=False)):
             try:
@@ -384,7 +381,7 @@ class SSDTier:
     def _remove_corrupt(self, path: str, reason: str) -> None:
         self.counters["corrupt_removed"] += 1
         warnings.warn(f"SSD tier: removed corrupt chunk {path}: {reason}", RuntimeWarning, stacklevel=4)
-        self.io.delete([path])
+        self.backend.delete([path])
 
     # ------------------------------------------------------------------ access, contains, delete
 
@@ -392,7 +389,7 @@ class SSDTier:
         rec = layout.AccessRecord(key, cls, float(self.clock()))
 
         def write_record() -> None:
-            (err,) = self.io.write([(layout.access_path(key, cls), rec.encode())])
+            (err,) = self.backend.write([(layout.access_path(key, cls), rec.encode())])
             if err is not None:
                 raise err
 
@@ -419,7 +416,7 @@ class SSDTier:
         if isinstance(exc, OSError) and exc.errno in _FULL_ERRNOS:
             self.counters["store_full"] += 1
             warnings.warn(StoreFullWarning(
-                f"SSD tier store {describe(self.store)} is full: an access record was not written "
+                f"SSD tier store {self.backend.name} is full: an access record was not written "
                 "(the read succeeded; this prefix may look older to LRU)"), stacklevel=4)
         else:
             warnings.warn(f"SSD tier: access record not written ({exc!r}); the read succeeded",
@@ -443,15 +440,15 @@ class SSDTier:
         keys = self._keys(tokens_or_key)
         if not keys:
             return False
-        return all(self.io.exists([layout.chunk_path(k) for k in keys]))
+        return all(self.backend.exists([layout.chunk_path(k) for k in keys]))
 
     def delete(self, tokens_or_key) -> int:
         """Delete the chunks of every full block of ``tokens`` (or one key); return how many existed."""
         keys = self._keys(tokens_or_key)
         paths = [layout.chunk_path(k) for k in keys]
 
-        present = self.io.exists(paths)
-        self.io.delete(paths)
+        present = self.backend.exists(paths)
+        self.backend.delete(paths)
         return sum(present)
 
     # ------------------------------------------------------------------ maintenance
@@ -459,25 +456,25 @@ class SSDTier:
     def stats(self, *, quick: bool = False, progress: bool = False) -> dict:
         """Chunks, bytes, by class, by namespace, age histogram, and this process's counters."""
         self.flush()
-        return store_stats(self.store, now=float(self.clock()), policy=self.policy, progress=progress,
+        return store_stats(self.backend, now=float(self.clock()), policy=self.policy, progress=progress,
                            counters=dict(self.counters), quick=quick)
 
     def verify(self, *, repair: bool = True, progress: bool = False) -> dict:
         """Read every chunk and check it; with ``repair`` remove corrupt chunks and stale partials."""
         self.flush()
-        return store_verify(self.store, repair=repair, partial_grace=self.partial_grace, progress=progress)
+        return store_verify(self.backend, repair=repair, partial_grace=self.config.partial_grace, progress=progress)
 
     def gc(self, now: float | None = None, dry_run: bool = False, *, progress: bool = False, part=None) -> dict:
         """Apply TTLs, orphan cleanup and the watermarks at ``now`` (default: the injected clock).
 
         ``part=(i, n)`` (or ``"i/n"``): act as GC instance ``i`` of ``n``, deleting only in its
-        share of the key space (see :mod:`tiered_kv.tiers.ssd_object`).
+        share of the key space (see :mod:`tiered_kv.tiers.ssd.object_backend`).
         """
         self.flush()
         now = float(self.clock()) if now is None else float(now)
-        report = store_gc(self.store, self.policy, now=now, dry_run=dry_run, orphan_grace=self.orphan_grace,
-                          partial_grace=self.partial_grace, progress=progress, part=part, io=self.io,
-                          header_cache=self._headers)
+        report = store_gc(self.backend, self.policy, now=now, dry_run=dry_run,
+                          orphan_grace=self.config.orphan_grace, partial_grace=self.config.partial_grace,
+                          progress=progress, part=part, header_cache=self._headers)
         if not dry_run:
             self.counters["gc_removed"] += report["removed_chunks"]
         return report
@@ -509,11 +506,7 @@ class SSDTier:
         if self._touches is not None:
             self._touches.shutdown(wait=True)
             self._touches = None
-        self.io.close()
-        limits, self.read_limit, self.write_limit = {id(b): b for b in (self.read_limit, self.write_limit)}, None, None
-        for bucket in limits.values():
-            release(bucket)
-        self.io.read_limit = self.io.write_limit = None
+        self.backend.close()
 
     def __enter__(self) -> SSDTier:
         return self
@@ -529,3 +522,18 @@ def _check_tensor_data(t, name: str) -> None:
                          "(the SSD tier keeps bytes, not autograd graphs)")
     if getattr(t, "is_meta", False):
         raise ValueError(f"{name}: is on the meta device (shape only, no data); pass a tensor that holds values")
+
+
+def _policy(retention: RetentionPolicy | None, args: dict) -> RetentionPolicy:
+    """The tier's policy: ``retention`` as given, or one made from the settings typed one by one."""
+    unknown = sorted(set(args) - set(RetentionArgs.__annotations__))
+    if unknown:
+        raise TypeError(f"SSDTier: unexpected keyword {unknown[0]!r}; retention settings are "
+                        f"{sorted(RetentionArgs.__annotations__)}, I/O settings go in config=SSDConfig(...)")
+    if retention is None:
+        return RetentionPolicy.make(**args)
+    if args:
+        raise ValueError(f"retention: give a RetentionPolicy or its settings ({sorted(args)}), not both")
+    if not isinstance(retention, RetentionPolicy):
+        raise ValueError(f"retention: must be a RetentionPolicy, got {type(retention).__name__}")
+    return retention

@@ -1,5 +1,8 @@
 """How full the store is, known to every writer without a central index: the capacity bound.
 
+An optional part of the tier: only a tier with a finite ``capacity_bytes`` and ``auto_gc`` keeps
+a ledger (:class:`UsageLedger`); an unbounded tier writes nothing under ``usage/``.
+
 Each writer used to know only its own writes, so 4 writers on a 3 MB store reached 6.5 MB
 before one of them ran GC. Now the store itself carries what a writer needs, in small objects
 next to the chunks (``usage/``):
@@ -48,15 +51,12 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import re
 import time
 import uuid
 from dataclasses import dataclass, field
 
-from zarr.core.sync import sync
-
-from tiered_kv.tiers import ssd_layout as layout
+from tiered_kv.tiers.ssd import layout
 
 USAGE = "usage/"
 LEDGER_IDLE_S = 3600.0
@@ -98,21 +98,11 @@ class UsageView:
         return total
 
 
-def _list(store) -> list[str]:
-    root = layout.local_root(store)
-    if root is not None:
-        try:
-            return [USAGE + n for n in os.listdir(root / USAGE) if not n.endswith(".partial")]
-        except (FileNotFoundError, NotADirectoryError):
-            return []
-    return sync(layout.list_keys(store, USAGE))
-
-
-def read_view(store, *, ledgers_only: bool = False) -> UsageView:
+def read_view(backend, *, ledgers_only: bool = False) -> UsageView:
     """Read every ledger (and baseline) object; unreadable ones count as absent."""
     view = UsageView()
     paths = []
-    for p in _list(store):
+    for p in backend.listing(USAGE)[0]:
         if m := _WRITER_RE.fullmatch(p):
             view.ledger_paths.setdefault(m.group(1), []).append((int(m.group(2)), p))
         elif not ledgers_only and _SHARD_RE.fullmatch(p):
@@ -120,7 +110,7 @@ def read_view(store, *, ledgers_only: bool = False) -> UsageView:
     for entries in view.ledger_paths.values():
         entries.sort()
         paths.append(entries[-1][1])  # a writer's newest entry; older ones are stale
-    for path, data in zip(paths, layout.get_many(store, paths, None), strict=True):
+    for path, data in zip(paths, backend.get_many(paths), strict=True):
         if data is None or isinstance(data, Exception):
             continue
         try:
@@ -141,31 +131,9 @@ def read_view(store, *, ledgers_only: bool = False) -> UsageView:
     return view
 
 
-def measure_shard(store, shard: str) -> int:
+def measure_shard(backend, shard: str) -> int:
     """Bytes of the objects under ``chunks/<shard>/`` (partial writes included: an overcount)."""
-    prefix = f"{layout.CHUNKS}{shard}/"
-    root = layout.local_root(store)
-    if root is not None:
-        total = 0
-        try:
-            for e in os.scandir(root / prefix):
-                if e.is_file(follow_symlinks=False):
-                    total += e.stat(follow_symlinks=False).st_size
-        except (FileNotFoundError, NotADirectoryError):
-            return 0
-        return total
-    from tiered_kv.tiers import ssd_object
-
-    if ssd_object.is_object_store(store):
-        return ssd_object.size_of_prefix(store, prefix)
-
-    async def size() -> int:
-        try:
-            return await store.getsize_prefix(prefix)
-        except FileNotFoundError:
-            return 0
-
-    return sync(size())
+    return backend.size_of_prefix(f"{layout.CHUNKS}{shard}/")
 
 
 def baseline_items(shard_bytes: dict[str, int], snapshot: dict[str, int]) -> list[tuple[str, bytes]]:
@@ -178,25 +146,25 @@ def baseline_items(shard_bytes: dict[str, int], snapshot: dict[str, int]) -> lis
             for h, b in sorted(shard_bytes.items())]
 
 
-class Usage:
+class UsageLedger:
     """One writer's side of the ledger (see the module docstring)."""
 
-    def __init__(self, store, io) -> None:
-        self.store = store
-        self.io = io
+    def __init__(self, backend, high_mark: float) -> None:
+        self.backend = backend
+        self.high_mark = high_mark
         self.writer = uuid.uuid4().hex[:16]
         self.written = 0
         self.seq = 0
-        from tiered_kv.tiers import ssd_object
 
-        # an object store overwrites one name atomically and cheaply: no new name per put there
-        self.rename_free = ssd_object.is_object_store(store)
+    def over_mark(self) -> bool:
+        """Is the store's usage estimate above the high watermark (in bytes)?"""
+        return self.estimate() > self.high_mark
 
     def estimate(self) -> int:
-        view = read_view(self.store)
+        view = read_view(self.backend)
         missing = [h for h in layout.SHARDS if h not in view.baselines]
         if missing:  # first use of this store: measure those shards once, for everyone
-            measured = {h: measure_shard(self.store, h) for h in missing}
+            measured = {h: measure_shard(self.backend, h) for h in missing}
             self._write(baseline_items(measured, view.ledgers))
             for h, b in measured.items():
                 view.baselines[h] = Baseline(b, dict(view.ledgers))
@@ -208,41 +176,41 @@ class Usage:
             return
         self.written += int(nbytes)
         doc = json.dumps({"written": self.written, "t": time.time()}).encode()
-        if self.rename_free:
+        if self.backend.rename_free:  # one name, overwritten atomically
             self.seq = 1
             self._write([(writer_path(self.writer, self.seq), doc)])
             return
         self.seq += 1
         self._write([(writer_path(self.writer, self.seq), doc)])
         if self.seq > 1:
-            self.io.delete([writer_path(self.writer, self.seq - 1)])
+            self.backend.delete([writer_path(self.writer, self.seq - 1)])
 
     def _write(self, items) -> None:
-        for err in self.io.write(items):
+        for err in self.backend.write(items):
             if err is not None:
                 raise err
 
 
-def after_gc(store, io, before: UsageView, shard_bytes: dict[str, int]) -> None:
+def after_gc(backend, before: UsageView, shard_bytes: dict[str, int]) -> None:
     """Write the baselines of the shards a GC pass owns (``before``: the ledgers read before
     its scan), then fold idle ledgers away."""
-    for err in io.write(baseline_items(shard_bytes, before.ledgers)):
+    for err in backend.write(baseline_items(shard_bytes, before.ledgers)):
         if err is not None:
             raise err
     stale = [p for entries in before.ledger_paths.values() for _, p in entries[:-1]]  # a writer died mid-swap
     if stale:
-        io.delete(stale)
+        backend.delete(stale)
     now = time.time()
     if not any(now - t >= LEDGER_IDLE_S for t in before.ledger_time.values()):
         return
-    view = read_view(store)
+    view = read_view(backend)
     if len(view.baselines) < len(layout.SHARDS):
         return
     folded = [w for w, n in view.ledgers.items()
               if now - view.ledger_time.get(w, now) >= LEDGER_IDLE_S
               and all(b.ledgers.get(w) == n for b in view.baselines.values())]
     if folded:
-        io.delete([p for w in folded for _, p in view.ledger_paths[w]])
+        backend.delete([p for w in folded for _, p in view.ledger_paths[w]])
 
 
 def high_mark(policy) -> float:

@@ -1,14 +1,15 @@
 """Whole-store operations of the SSD tier: stats, verify, gc (used by SSDTier and `tiered-kv store`).
 
-They need no namespace: every chunk carries its own header. They work on any store the tier
-works on (a local directory, zarr's MemoryStore, fsspec, object stores), because they see it
-only through :func:`tiered_kv.tiers.ssd_layout.scan`.
+They need no namespace: every chunk carries its own header. They take a backend
+(:func:`tiered_kv.tiers.ssd.backend.open_backend`), so they work on any store the tier works on
+(a local directory, zarr's MemoryStore, fsspec, object stores), and see it only through
+:func:`tiered_kv.tiers.ssd.scan.scan`.
 
 ``store_gc`` with ``part=(i, n)`` is one of ``n`` collectors that each own a range of shards
-(see :mod:`tiered_kv.tiers.ssd_object` for why every instance scans everything and deletes
-only its own). Before deleting it re-reads the access records and spares chunks whose access
+(see :mod:`tiered_kv.tiers.ssd.object_backend` for why every instance scans everything and
+deletes only its own). Before deleting it re-reads the access records and spares chunks whose access
 became newer than its scan; a corrupt object is read again and removed only if it still fails.
-After a pass it writes the usage baselines of its shards (:mod:`tiered_kv.tiers.ssd_usage`).
+After a pass it writes the usage baselines of its shards (:mod:`tiered_kv.tiers.ssd.usage`).
 """
 
 from __future__ import annotations
@@ -19,9 +20,9 @@ from collections import Counter
 from zarr.core.sync import sync
 
 from tiered_kv.codec import CorruptChunk, verify_chunk
-from tiered_kv.tiers import ssd_layout as layout
-from tiered_kv.tiers import ssd_usage as usage
-from tiered_kv.tiers.ssd_gc import (
+from tiered_kv.tiers.ssd import layout, scan, usage
+from tiered_kv.tiers.ssd.backend import Backend
+from tiered_kv.tiers.ssd.retention import (
     RetentionPolicy,
     class_times,
     owned_shards,
@@ -30,30 +31,28 @@ from tiered_kv.tiers.ssd_gc import (
     reachable,
     rehome_records,
 )
-from tiered_kv.tiers.ssd_stores import make_io, open_store
 
 AGE_BUCKETS = ((3600.0, "<1h"), (86400.0, "1h-1d"), (3 * 86400.0, "1d-3d"), (7 * 86400.0, "3d-7d"),
                (math.inf, ">=7d"))
 
 
-def _scan(store, *, full: bool, progress: bool, desc: str, cache: dict | None = None) -> layout.Scan:
+def _scan(backend: Backend, *, full: bool, progress: bool, desc: str, cache: dict | None = None) -> scan.Scan:
     if not progress:
-        return layout.scan(store, full=full, cache=cache)
+        return scan.scan(backend, full=full, cache=cache)
     from tqdm import tqdm
 
     bar = tqdm(desc=desc, unit="obj", leave=False, delay=1.0)
     try:
-        return layout.scan(store, full=full, progress=bar.update, on_total=lambda n: setattr(bar, "total", n),
+        return scan.scan(backend, full=full, progress=bar.update, on_total=lambda n: setattr(bar, "total", n),
                            cache=cache)
     finally:
         bar.close()
 
 
-def store_stats(store, *, now: float, policy: RetentionPolicy | None = None, progress: bool = False,
+def store_stats(backend: Backend, *, now: float, policy: RetentionPolicy | None = None, progress: bool = False,
                 counters: dict | None = None, quick: bool = False) -> dict:
     """Summary of a store: chunks, bytes, per class and namespace, age since last access."""
-    store = open_store(store)
-    s = _scan(store, full=False, progress=progress, desc="scanning chunk headers")
+    s = _scan(backend, full=False, progress=progress, desc="scanning chunk headers")
     total = sum(h.nbytes for h in s.chunks.values())
     out: dict = {"chunks": len(s.chunks), "bytes": total}
     if quick:
@@ -77,7 +76,7 @@ def store_stats(store, *, now: float, policy: RetentionPolicy | None = None, pro
         "by_class": by_class, "by_namespace": by_ns, "age_since_last_access": ages,
         "access_records": len(s.records), "corrupt_objects": len(s.corrupt), "stray_objects": len(s.strays),
         "payload_bytes": sum(h.payload_len for h in s.chunks.values()),
-        "usage_estimate_bytes": usage.read_view(store).estimate(),
+        "usage_estimate_bytes": usage.read_view(backend).estimate(),
     })
     if policy is not None:
         cap = policy.capacity_bytes
@@ -88,34 +87,33 @@ def store_stats(store, *, now: float, policy: RetentionPolicy | None = None, pro
     return out
 
 
-def store_verify(store, *, repair: bool = True, partial_grace: float = 300.0, progress: bool = False) -> dict:
+def store_verify(backend: Backend, *, repair: bool = True, partial_grace: float = 300.0, progress: bool = False) -> dict:
     """Read and CRC-check every chunk; report (and with ``repair`` remove) what is broken.
 
     ``problems`` counts what was wrong (corrupt objects, obstacles, garbage metadata, strays
     that can be removed); a live writer's recent ``.partial`` files are not problems.
     """
-    store = open_store(store)
-    metadata = sync(layout.check_metadata(store, repair=repair))
-    s = _scan(store, full=True, progress=progress, desc="verifying chunks")
-    strays = layout.removable_strays(store, s.strays, partial_grace)
+    metadata = sync(layout.check_metadata(backend, repair=repair))
+    s = _scan(backend, full=True, progress=progress, desc="verifying chunks")
+    strays = backend.removable(s.strays, partial_grace)
     report = {"chunks_ok": len(s.chunks), "bytes_ok": sum(h.nbytes for h in s.chunks.values()),
               "corrupt": sorted(s.corrupt.items()), "strays": sorted(s.strays),
               "metadata": sorted(metadata),
               "unreachable_chunks": len(s.chunks) - len(reachable(s.chunks)), "repaired": False,
               "problems": len(s.corrupt) + len(strays) + len(metadata)}
     if repair:
-        sync(layout.delete_all(store, list(s.corrupt) + strays))
+        backend.delete(list(s.corrupt) + strays)
         report["repaired"] = True
         report["removed_objects"] = len(s.corrupt) + len(strays)
     return report
 
 
-def _still_corrupt(store, paths: list[str]) -> list[str]:
+def _still_corrupt(backend: Backend, paths: list[str]) -> list[str]:
     """The corrupt chunk objects that fail again on a fresh read (another writer may have
     replaced one since the scan); obstacles and other objects are returned as they are."""
     out = []
     chunk_paths = [p for p in paths if layout._CHUNK_RE.fullmatch(p)]
-    fresh = dict(zip(chunk_paths, layout.get_many(store, chunk_paths, None), strict=True))
+    fresh = dict(zip(chunk_paths, backend.get_many(chunk_paths), strict=True))
     for p in paths:
         if p not in fresh:
             out.append(p)
@@ -132,8 +130,8 @@ def _still_corrupt(store, paths: list[str]) -> list[str]:
     return out
 
 
-def store_gc(store, policy: RetentionPolicy, *, now: float, dry_run: bool = False, orphan_grace: float = 60.0,
-             partial_grace: float = 300.0, progress: bool = False, part=None, io=None,
+def store_gc(backend: Backend, policy: RetentionPolicy, *, now: float, dry_run: bool = False,
+             orphan_grace: float = 60.0, partial_grace: float = 300.0, progress: bool = False, part=None,
              header_cache: dict | None = None) -> dict:
     """One GC pass: TTL, orphans, watermark LRU, plus corrupt objects and stale partial writes.
 
@@ -142,9 +140,8 @@ def store_gc(store, policy: RetentionPolicy, *, now: float, dry_run: bool = Fals
     """
     part = parse_part(part)
     owned = set(owned_shards(part))
-    store = open_store(store)
-    before = None if dry_run else usage.read_view(store, ledgers_only=True)  # the ledgers, before the scan
-    s = _scan(store, full=False, progress=progress, desc="scanning chunk headers", cache=header_cache)
+    before = None if dry_run else usage.read_view(backend, ledgers_only=True)  # the ledgers, before the scan
+    s = _scan(backend, full=False, progress=progress, desc="scanning chunk headers", cache=header_cache)
     plan = plan_gc(s.chunks, s.records, policy, now, orphan_grace=orphan_grace)
 
     def mine(path: str) -> bool:
@@ -155,14 +152,14 @@ def store_gc(store, policy: RetentionPolicy, *, now: float, dry_run: bool = Fals
     spared = 0
     drop, write, sources = plan.drop_records, plan.write_records, plan.record_sources
     if gone and not dry_run:  # readers may have touched chunks since the scan: re-read records
-        fresh = layout.scan_records(store)
+        fresh = scan.scan_records(backend)
         again = plan_gc(s.chunks, fresh, policy, now, orphan_grace=orphan_grace)
         kept = gone - set(again.removed)
         spared = sum(1 for k in kept if mine(s.paths[k]))
         gone &= set(again.removed)
         drop, write, sources = rehome_records(s.chunks, fresh, gone)
     ours = [k for k in plan.removed if k in gone and mine(s.paths[k])]
-    strays = [p for p in layout.removable_strays(store, s.strays, partial_grace) if mine(p)]
+    strays = [p for p in backend.removable(s.strays, partial_grace) if mine(p)]
     corrupt = [p for p in s.corrupt if mine(p)]
     removed_bytes = sum(s.chunks[k].nbytes for k in ours)
     ours_set = set(ours)
@@ -181,28 +178,23 @@ def store_gc(store, policy: RetentionPolicy, *, now: float, dry_run: bool = Fals
     }
     if dry_run:
         return report
-    corrupt = _still_corrupt(store, corrupt)
+    corrupt = _still_corrupt(backend, corrupt)
+    # Children before parents: a reader never sees a parent vanish under a surviving child.
+    backend.delete([s.paths[k] for k in sorted(ours, key=lambda k: -s.chunks[k].index)])
+    # a moved record is written by the owner of the record it replaces (the removed tail's);
+    # a record that cannot be written only makes its prefix look older
+    moved = [(layout.access_path(r.key, r.traffic_class), r) for r in write]
+    backend.write([(p, r.encode()) for p, r in moved if mine(sources[p])])
+    backend.delete([p for p in drop if mine(p)] + corrupt + strays)
+    usage.after_gc(backend, before, _shard_bytes(s, owned, gone))
+    return report
 
-    async def apply() -> None:
-        # Children before parents: a reader never sees a parent vanish under a surviving child.
-        order = sorted(ours, key=lambda k: -s.chunks[k].index)
-        await layout.delete_all(store, [s.paths[k] for k in order])
-        # a moved record is written by the owner of the record it replaces (the removed tail's)
-        moved = [(layout.access_path(r.key, r.traffic_class), r) for r in write]
-        await layout.bounded(store.set(p, layout.buffer(r.encode())) for p, r in moved if mine(sources[p]))
-        await layout.delete_all(store, [p for p in drop if mine(p)] + corrupt + strays)
 
-    sync(apply())
-    shard_bytes = dict.fromkeys(owned, 0)
+def _shard_bytes(s: scan.Scan, owned: set[str], gone: set[bytes]) -> dict[str, int]:
+    """Chunk bytes left in each shard a GC pass owns (its usage baselines)."""
+    out = dict.fromkeys(owned, 0)
     for key, h in s.chunks.items():
         shard = layout.shard_of(s.paths[key])
-        if shard in shard_bytes and key not in gone:
-            shard_bytes[shard] += h.nbytes
-    own_io = io is None
-    io = make_io(store) if own_io else io
-    try:
-        usage.after_gc(store, io, before, shard_bytes)
-    finally:
-        if own_io:
-            io.close()
-    return report
+        if shard in out and key not in gone:
+            out[shard] += h.nbytes
+    return out

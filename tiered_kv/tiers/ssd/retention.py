@@ -2,7 +2,7 @@
 
 DeepSeek keeps agent traffic 3 days and chatbot traffic 7 days, while the store reclaims space
 by LRU under a disk-usage watermark. Both rules run here, on a snapshot of the store (chunk
-headers and access records from :func:`tiered_kv.tiers.ssd_layout.scan`), at a time ``now``
+headers and access records from :func:`tiered_kv.tiers.ssd.scan.scan`), at a time ``now``
 given by the caller, so tests and the simulator drive days in milliseconds and nothing reads
 the wall clock.
 
@@ -29,7 +29,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from tiered_kv.codec import ChunkHeader
-from tiered_kv.tiers.ssd_layout import AccessRecord, access_path
+from tiered_kv.tiers.ssd.layout import SHARDS, AccessRecord, access_path
 from tiered_kv.units import parse_bytes, parse_duration
 
 _ROOT = bytes(16)
@@ -235,8 +235,6 @@ def parse_part(part) -> tuple[int, int] | None:
 
 def owned_shards(part: tuple[int, int] | None) -> str:
     """The shards (hex digits) GC instance ``part`` owns: ``n`` contiguous ranges of the 16."""
-    from tiered_kv.tiers.ssd_layout import SHARDS
-
     if part is None:
         return SHARDS
     i, n = part

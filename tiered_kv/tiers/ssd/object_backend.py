@@ -1,10 +1,10 @@
-"""The SSD tier on object storage (S3 and S3-compatible services, GCS, Azure) through obstore.
+"""The SSD tier's backend for object storage (S3 and S3-compatible services, GCS, Azure) through obstore.
 
 ``SSDTier("s3://bucket/prefix", ...)`` or ``SSDTier(obstore.store.S3Store(...), ...)``: the
 store is wrapped in zarr's ``ObjectStore``, so the layout, the scans of ``stats``/``verify``/
 ``gc`` and ``tiered-kv store`` run on it unchanged, byte for byte the same objects as on a
-local directory (:mod:`tiered_kv.tiers.ssd_layout`). The hot path talks to obstore directly
-(:class:`ObjectChunkIO`), where zarr adds nothing but an event-loop hop and a copy.
+local directory (:mod:`tiered_kv.tiers.ssd.layout`). The hot path talks to obstore directly
+(:class:`ObjectBackend`), where zarr adds nothing but an event-loop hop and a copy.
 
 Crash safety without rename: a chunk is one object written by one PUT, which S3 makes visible
 whole or not at all, so a writer killed mid-put leaves nothing (no ``.partial`` files either).
@@ -52,7 +52,8 @@ from datetime import timedelta
 
 from zarr.core.sync import sync
 
-from tiered_kv.tiers import ssd_layout as layout
+from tiered_kv.tiers.ssd import layout
+from tiered_kv.tiers.ssd.zarr_backend import ZarrBackend
 
 OBJECT_SCHEMES = ("s3", "s3a", "gs", "gcs", "az", "azure", "abfs", "abfss")
 ACCESS_TIMEOUT_S = 20.0
@@ -70,12 +71,6 @@ def is_object_url(url: str) -> bool:
 
 def is_obstore_store(obj) -> bool:
     return type(obj).__module__.startswith("obstore")
-
-
-def is_object_store(store) -> bool:
-    from zarr.storage import ObjectStore
-
-    return isinstance(store, ObjectStore)
 
 
 def _require_obstore():
@@ -111,10 +106,8 @@ def open_object_store(store):
     return ObjectStore(store)
 
 
-def store_url(store) -> str | None:
-    """``s3://bucket/prefix`` (and the endpoint, when one is set) of an object store."""
-    if not is_object_store(store):
-        return None
+def store_url(store) -> str:
+    """``s3://bucket/prefix`` (and the endpoint, when one is set) of a zarr ``ObjectStore``."""
     inner = store.store
     cfg = getattr(inner, "config", {}) or {}
     prefix = (getattr(inner, "prefix", None) or "").strip("/")
@@ -169,52 +162,61 @@ def access_error(store, exc: BaseException, timeout: float) -> StoreAccessError:
     return StoreAccessError(f"store {url}: {type(exc).__name__}: {_first_line(exc)}")
 
 
-def check_access(store, timeout: float = ACCESS_TIMEOUT_S) -> None:
-    """List the store's prefix once; raise :class:`StoreAccessError` if that fails or hangs."""
-    import obstore as obs
+class ObjectBackend(ZarrBackend):
+    """An object store: obstore's requests on the hot path, put-if-absent, bulk deletes, ETags.
 
-    async def probe() -> None:
-        await asyncio.wait_for(obs.list_with_delimiter_async(store.store), timeout)
+    Scans (listings, header reads) go through the zarr ``ObjectStore`` it inherits."""
 
-    try:
-        sync(probe())
-    except StoreAccessError:
-        raise
-    except Exception as exc:  # noqa: BLE001 - classified into one line
-        raise access_error(store, exc, timeout) from None
+    rename_free = True  # one PUT replaces an object atomically and cheaply: usage keeps one name
 
-
-def size_of_prefix(store, prefix: str) -> int:
-    """Total bytes of the objects under ``prefix`` (one LIST, pages of 1000)."""
-    import obstore as obs
-
-    async def total() -> int:
-        n = 0
-        async for batch in obs.list(store.store, prefix=prefix):
-            n += sum(m["size"] for m in batch)
-        return n
-
-    return sync(total())
-
-
-class ObjectChunkIO:
-    """:class:`~tiered_kv.tiers.ssd_io.ChunkIO` for obstore: concurrent requests, put-if-absent."""
-
-    def __init__(self, store, *, concurrency: int = layout.IO_CONCURRENCY, read_limit=None,
-                 write_limit=None, on_repair: Callable[[str, str], None] | None = None) -> None:
-        self.store = store
+    def __init__(self, store, *, concurrency: int = layout.IO_CONCURRENCY,
+                 on_repair: Callable[[str, str], None] | None = None) -> None:
+        super().__init__(store, io_threads=0, concurrency=concurrency, on_repair=on_repair)
         self.obs_store = store.store
-        self.concurrency = concurrency
         self.batch = concurrency
-        self.threads = 1
-        self.root = None
-        self.sync_path = False
-        self.read_limit = read_limit
-        self.write_limit = write_limit
-        self.on_repair = on_repair
 
-    def close(self) -> None:
-        pass
+    @property
+    def name(self) -> str:
+        return store_url(self.store)
+
+    def check_access(self, timeout: float = ACCESS_TIMEOUT_S) -> None:
+        """List the store's prefix once; raise :class:`StoreAccessError` if that fails or hangs."""
+        import obstore as obs
+
+        async def probe() -> None:
+            await asyncio.wait_for(obs.list_with_delimiter_async(self.obs_store), timeout)
+
+        try:
+            sync(probe())
+        except StoreAccessError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - classified into one line
+            raise access_error(self.store, exc, timeout) from None
+
+    def size_of_prefix(self, prefix: str) -> int:
+        """Total bytes of the objects under ``prefix`` (one LIST, pages of 1000)."""
+        import obstore as obs
+
+        async def total() -> int:
+            n = 0
+            async for batch in obs.list(self.obs_store, prefix=prefix):
+                n += sum(m["size"] for m in batch)
+            return n
+
+        return sync(total())
+
+    def versions(self, prefix: str) -> dict[str, str]:
+        """``{path: version}`` (ETag, else size and mtime) of the objects under ``prefix``, one listing."""
+        import obstore as obs
+
+        async def listing() -> dict[str, str]:
+            out = {}
+            async for batch in obs.list(self.obs_store, prefix=prefix):
+                for m in batch:
+                    out[m["path"]] = m.get("e_tag") or f"{m['size']}@{m['last_modified']}"
+            return out
+
+        return sync(listing())
 
     # ------------------------------------------------------------------ reads
 
@@ -241,8 +243,6 @@ class ObjectChunkIO:
                 except FileNotFoundError:
                     stop[0] = min(stop[0], i)
                     return
-                if self.read_limit is not None:
-                    await self.read_limit.wait_async(len(data))
                 out[i] = data
 
         await asyncio.gather(*(one(i) for i in range(n)))
@@ -278,7 +278,7 @@ class ObjectChunkIO:
     # ------------------------------------------------------------------ writes
 
     def write(self, items: Sequence[tuple[str, bytes]], *, create: bool = False, verify=None) -> list:
-        """PUT every object; per item None, :data:`~tiered_kv.tiers.ssd_layout.ALREADY_PRESENT` or the
+        """PUT every object; per item None, :data:`~tiered_kv.tiers.ssd.layout.ALREADY_PRESENT` or the
         exception. ``create``: put-if-absent; an existing object is kept if ``verify(path, data)``."""
         items = list(items)
         res, _ = self.write_stream(len(items), items.__getitem__, create=create, verify=verify)
@@ -317,8 +317,6 @@ class ObjectChunkIO:
                     sem.release()
                     raise
                 sizes[j] = len(data)
-                if self.write_limit is not None:
-                    await self.write_limit.wait_async(len(data))
                 tasks.append(asyncio.ensure_future(one(j, path, data)))
         finally:
             await asyncio.gather(*tasks)
@@ -327,7 +325,6 @@ class ObjectChunkIO:
     async def _put(self, path: str, data: bytes, create: bool, verify):
         import obstore as obs
         from obstore.exceptions import AlreadyExistsError, PreconditionError
-
 
         try:
             if not create:
@@ -352,6 +349,21 @@ class ObjectChunkIO:
             return exc
 
     def delete(self, paths: Sequence[str]) -> None:
-        """Bulk deletes (up to 1000 keys a request), in the order given."""
+        """Bulk deletes (S3 DeleteObjects and the like: up to 1000 keys a request, one request
+        after the other, in the order given); a key already gone is fine."""
         if paths:
-            sync(layout.bulk_delete(self.obs_store, list(paths)))
+            sync(_bulk_delete(self.obs_store, list(paths)))
+
+
+async def _bulk_delete(obs_store, paths: list[str]) -> None:
+    import obstore as obs
+
+    for lo in range(0, len(paths), 1000):
+        try:
+            await obs.delete_async(obs_store, paths[lo:lo + 1000])
+        except FileNotFoundError:  # stores without a bulk delete report a missing key
+            for p in paths[lo:lo + 1000]:
+                try:
+                    await obs.delete_async(obs_store, p)
+                except FileNotFoundError:
+                    pass

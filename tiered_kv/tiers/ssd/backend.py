@@ -1,0 +1,113 @@
+"""One interface to every store the SSD tier runs on, and the one place a store's kind is decided.
+
+A store is named by a local path, a URL (``s3://``, ``gs://``, ``az://`` through obstore;
+``memory://`` and other fsspec URLs through zarr's FsspecStore), a zarr v3 ``Store`` or an
+obstore store object; ``None`` is the default directory (``$TIERED_KV_SSD`` or
+``~/.cache/tiered-kv/ssd``). :func:`open_backend` turns it into a :class:`Backend` once, when
+the tier (or ``tiered-kv store``) opens it; nothing downstream asks again what kind of store
+it has. Three backends implement the protocol:
+
+- :class:`~tiered_kv.tiers.ssd.zarr_backend.LocalBackend`: a directory on this machine (a
+  LocalStore, or a zarr wrapper around one): direct file reads, ``os.scandir`` listings,
+  repair of obstacles, ``.partial`` ages;
+- :class:`~tiered_kv.tiers.ssd.zarr_backend.ZarrBackend`: any other zarr v3 store (MemoryStore,
+  fsspec), through zarr's sync API where the store has one, else its async API;
+- :class:`~tiered_kv.tiers.ssd.object_backend.ObjectBackend`: S3 and the like through obstore
+  (put-if-absent, bulk deletes, ETags that let GC skip headers it has read).
+
+What they share is the layout (:mod:`tiered_kv.tiers.ssd.layout`): byte for byte the same
+objects on every backend. Optional behaviour wraps a backend rather than living in it:
+bandwidth emulation (:class:`tiered_kv.tiers.ssd.bandwidth.PacedBackend`).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Protocol, runtime_checkable
+
+from zarr.abc.store import Store
+
+from tiered_kv.tiers.ssd import layout, object_backend
+from tiered_kv.tiers.ssd.zarr_backend import LocalBackend, ZarrBackend
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """What the tier, its scans and its GC need from a store (results per path, in order)."""
+
+    store: Store  # the zarr view: group documents, and what other zarr clients open
+    rename_free: bool  # overwriting one name is cheap and atomic (usage ledgers keep one name)
+
+    @property
+    def name(self) -> str: ...  # the store as a user would name it, for messages
+    def read_prefix(self, paths: Sequence[str]) -> list[bytes]: ...
+    def exists(self, paths: Sequence[str]) -> list[bool]: ...
+    def present_for_put(self, paths: Sequence[str]) -> list[bool]: ...
+    def write(self, items: Sequence[tuple[str, bytes]], *, create: bool = False, verify=None) -> list: ...
+    def write_stream(self, n: int, make: Callable[[int], tuple[str, bytes]], *, create: bool = False,
+                     verify=None) -> tuple[list, list[int]]: ...
+    def delete(self, paths: Sequence[str]) -> None: ...
+    def get_many(self, paths: list[str], byte_range=None, on_done: Callable[[int], None] | None = None
+                 ) -> list[bytes | None | Exception]: ...
+    def listing(self, prefix: str) -> tuple[list[str], dict[str, str]]: ...
+    def versions(self, prefix: str) -> dict[str, str] | None: ...
+    def size_of_prefix(self, prefix: str) -> int: ...
+    def removable(self, strays: list[str], grace: float) -> list[str]: ...
+    def is_dir(self, path: str) -> bool: ...
+    def has_chunks(self) -> bool: ...
+    def precreate_shards(self) -> None: ...
+    def check_access(self) -> None: ...
+    def close(self) -> None: ...
+
+
+def open_backend(store: Store | str | os.PathLike | Backend | None, *, io_threads: int = 1,
+                 concurrency: int = layout.IO_CONCURRENCY,
+                 on_repair: Callable[[str, str], None] | None = None) -> Backend:
+    """The backend for ``store`` (see the module docstring); a Backend is returned as it is.
+
+    ``io_threads``: threads per batch on stores with zarr's sync API (1: the caller's; 0: use
+    zarr's async API). Object stores are checked here: unreachable, no such bucket or rejected
+    credentials raise :class:`~tiered_kv.tiers.ssd.object_backend.StoreAccessError`.
+    """
+    if isinstance(store, Backend):
+        return store
+    from zarr.storage import ObjectStore
+
+    zstore = open_store(store)
+    if isinstance(zstore, ObjectStore):
+        backend: Backend = object_backend.ObjectBackend(zstore, concurrency=concurrency, on_repair=on_repair)
+        backend.check_access()
+        return backend
+    root = getattr(zstore, "root", None)  # LocalStore, and zarr wrappers around one
+    if isinstance(root, (str, Path)):
+        return LocalBackend(zstore, Path(root), io_threads=io_threads, concurrency=concurrency, on_repair=on_repair)
+    return ZarrBackend(zstore, io_threads=io_threads, concurrency=concurrency, on_repair=on_repair)
+
+
+def open_store(store: Store | str | os.PathLike | None) -> Store:
+    """A zarr v3 Store from a Store, a local path, a URL, an obstore store, or None (the default dir)."""
+    from zarr.storage import LocalStore
+
+    if store is None:
+        store = layout.default_store_path()
+    if isinstance(store, str) and "://" in store and not store.startswith("file://"):
+        if object_backend.is_object_url(store):
+            return object_backend.open_object_store(store)
+        from zarr.storage import FsspecStore  # memory://, ... (needs the fsspec backend)
+
+        return FsspecStore.from_url(store)
+    if isinstance(store, str) and store.startswith("file://"):
+        store = store[len("file://"):]
+    if isinstance(store, (str, os.PathLike)):
+        path = Path(store).expanduser()
+        if path.exists() and not path.is_dir():
+            raise ValueError(f"store: {path} exists and is not a directory")
+        path.mkdir(parents=True, exist_ok=True)
+        return LocalStore(path)
+    if isinstance(store, Store):
+        return store
+    if object_backend.is_obstore_store(store):
+        return object_backend.open_object_store(store)
+    raise ValueError(f"store: must be a path, a URL, a zarr v3 Store or an obstore store, got {type(store).__name__}")
