@@ -10,6 +10,8 @@ model that needs its window and looks beyond it. A model at the level of a byte 
   given the 3,840 bytes before them, against the *same* bytes given only the 512 before them
   (so the difference is what the extra 3,328 bytes of context bought, never what the targets
   are). Per-sample differences give a 95% interval.
+- ``gain_decomposition``: the gain again with the far global KV swapped for another window's
+  and with the global KV round-tripped through FP4: does the gain live in what the tiers hold?
 - ``context_curve``: the same 256 target bytes scored after 64 .. 16,384 bytes of context:
   where the model stops gaining.
 - ``copy_probe``: a diagnostic of the mechanism the gain needs. A 128-byte held-out span is
@@ -72,13 +74,18 @@ def _starts(stream: torch.Tensor, n: int, before: int, after: int, seed: int) ->
 
 @torch.no_grad()
 def target_losses(model: EncoderDecoder, stream: torch.Tensor, starts: list[int], context: int,
-                  target: int = TARGET_BYTES, batch: int = 8) -> torch.Tensor:
-    """Per-sample mean loss (nats/byte) of ``stream[s:s+target]`` given ``context`` bytes before s."""
+                  target: int = TARGET_BYTES, batch: int = 8, kv_edit=None) -> torch.Tensor:
+    """Per-sample mean loss (nats/byte) of ``stream[s:s+target]`` given ``context`` bytes before s.
+
+    ``kv_edit(kv, indices)``, when given, replaces the global KV [B,T,2,Hkv,D] of the batch
+    holding samples ``indices`` before the decoder reads it (an FP4 round trip, a swap).
+    """
     out = []
     for i in range(0, len(starts), batch):
         seqs = torch.stack([stream[s - context: s + target].long() for s in starts[i:i + batch]])
+        rt = None if kv_edit is None else (lambda kv, idx=range(i, i + seqs.shape[0]): kv_edit(kv, idx))
         # inputs seqs[:, :-1] predict seqs[:, 1:]; the last ``target`` predictions are the targets
-        logits = model.forward_batched(seqs[:, :-1])[:, -target:]
+        logits = model.forward_batched(seqs[:, :-1], kv_roundtrip=rt)[:, -target:]
         loss = F.cross_entropy(logits.flatten(0, 1).float(), seqs[:, -target:].flatten(), reduction="none")
         out.append(loss.view(-1, target).mean(1))
     return torch.cat(out)
@@ -115,6 +122,65 @@ def long_context_gain(model: EncoderDecoder, stream: torch.Tensor, *, window: in
             "full_context_bytes": full, "short_context_bytes": short, "target_bytes": target,
             "window_bytes": window, "samples": n,
             "full_context_nats_per_byte": float(lf.mean()), "short_context_nats_per_byte": float(ls.mean())}
+
+
+def gain_decomposition(model: EncoderDecoder, stream: torch.Tensor, *, window: int = 4096, short: int = 512,
+                       target: int = TARGET_BYTES, n: int = 64, seed: int = 2, formats=("mxfp4", "nvfp4"),
+                       block_size: int = 64) -> dict:
+    """Where the long-context gain lives: the gain as served, with the far global KV swapped
+    for another window's, and with the global KV round-tripped through FP4 as the SSD tier
+    stores it.
+
+    Why: a gain that survives swapping the far KV (positions more than ``short`` bytes before
+    the targets) does not come from what the tiers hold, and then FP4 or replay error in that
+    KV could destroy long-range information without the gain moving. Sample ``i`` reads the
+    far KV of sample ``i+1`` (mod n), a window of other text at the same positions, so the
+    KV keeps its statistics and only its content changes; the near KV, the tokens and every
+    window cache are its own. The windows are those of :func:`long_context_gain` (same seed).
+    An FP4 round trip applies to both contexts, so its row is the gain the model keeps when
+    every read of the global KV goes through the store's format.
+    """
+    from tiered_kv.engine import fp4_roundtrip, namespace_for
+
+    full = window - target
+    far = full - short  # positions [0, far) of a full-context input are the far KV
+    starts = _starts(stream, n, full, target, seed)
+    lf = target_losses(model, stream, starts, full, target)
+    ls = target_losses(model, stream, starts, short, target)
+
+    def swap(kv: torch.Tensor, idx) -> torch.Tensor:
+        donors = torch.stack([stream[starts[(j + 1) % n] - full: starts[(j + 1) % n] + target - 1].long()
+                              for j in idx])
+        out = kv.clone()
+        out[:, :far] = model.global_kv_batched(donors)[:, :far].to(kv.dtype)
+        return out
+
+    gain, lo, hi = _mean_ci(ls - lf)
+    rows = [{"variant": "as served", "gain_nats": gain, "ci95": [lo, hi],
+             "full_context_nats_per_byte": float(lf.mean()), "short_context_nats_per_byte": float(ls.mean())}]
+    lf_swap = target_losses(model, stream, starts, full, target, kv_edit=swap)
+    g, lo, hi = _mean_ci(ls - lf_swap)
+    rows.append({"variant": "far global KV swapped", "gain_nats": g, "ci95": [lo, hi],
+                 "full_context_nats_per_byte": float(lf_swap.mean()),
+                 "short_context_nats_per_byte": float(ls.mean())})
+    for fmt in formats:
+        ns = namespace_for(model, fmt=fmt, block_size=block_size)
+
+        def fp4(kv: torch.Tensor, idx, ns=ns) -> torch.Tensor:
+            return torch.stack([fp4_roundtrip(kv[b].float(), ns).to(kv.dtype) for b in range(kv.shape[0])])
+
+        lf_q = target_losses(model, stream, starts, full, target, kv_edit=fp4)
+        ls_q = target_losses(model, stream, starts, short, target, kv_edit=fp4)
+        g, lo, hi = _mean_ci(ls_q - lf_q)
+        rows.append({"variant": f"{fmt} round trip", "gain_nats": g, "ci95": [lo, hi],
+                     "full_context_nats_per_byte": float(lf_q.mean()),
+                     "short_context_nats_per_byte": float(ls_q.mean())})
+    for row in rows:
+        row["share_of_served_gain"] = row["gain_nats"] / gain if gain else float("nan")
+    return {"variants": rows, "samples": n, "far_positions": far, "short_context_bytes": short,
+            "full_context_bytes": full, "target_bytes": target, "fp4_block_tokens": block_size,
+            "swap_removes_share": 1 - rows[1]["share_of_served_gain"] if gain else float("nan"),
+            "fp4_costs_share": {r["variant"].split()[0]: 1 - r["share_of_served_gain"] for r in rows[2:]}}
 
 
 def context_curve(model: EncoderDecoder, stream: torch.Tensor, contexts=CONTEXTS, *, target: int = TARGET_BYTES,
@@ -165,6 +231,7 @@ def evaluate_checkpoint(model: EncoderDecoder, stream: torch.Tensor, *, samples:
     return {
         "heldout_nats_per_byte": heldout_loss(model, stream),
         **long_context_gain(model, stream, n=samples),
+        "gain_decomposition": gain_decomposition(model, stream, n=samples),
         "context_curve": context_curve(model, stream, contexts, n=curve_samples, progress=progress),
         "copy_probe": copy_probe(model, stream, [d for d in (256, 1024, 2048)
                                                  if d + 2 * 128 < min(model.cfg.max_seq_len, stream.numel() - 1)]),

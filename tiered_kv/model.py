@@ -143,12 +143,13 @@ PRESETS: dict[str, ModelConfig] = {
                         dec_layers=2, mlp_hidden=128, window=16, replay=8, max_seq_len=2048),
     # For measurements: a few million parameters, W=512, R=128, with the options that help a
     # copy mechanism through the global KV form in a CPU-sized run (see the fields' comments).
-    # The default checkpoint is trained in two stages, the first without the copy head
+    # No copy head: the served model reads its context only through the KV the tiers hold.
+    # The default checkpoint is trained in two stages, the first without the distance penalty
     # (tiered_kv.train.TRAIN_PRESETS).
     "small": ModelConfig(name="small", d_model=192, n_heads=6, kv_heads=2, head_dim=32, enc_layers=3,
                          dec_layers=3, mlp_hidden=512, window=512, replay=128, max_seq_len=65536,
                          cross_rope=False, cross_smear=True, qk_norm=True, cross_logit_scale=2.0,
-                         untied_output=True, embed_init_std=1.0, copy_head_dim=64, cross_recency=True),
+                         untied_output=True, embed_init_std=1.0, cross_recency=True),
 }
 
 
@@ -414,10 +415,7 @@ class EncoderDecoder(nn.Module):
         if targets is not None and self.copy_head is None:
             raise ValueError("forward_batched: targets= is for a model with a copy head")
         c = self.cfg
-        x = self.embed(tokens)
-        for layer in self.encoder:
-            x = layer.forward_batched(x, c.window)
-        kv = self._project(self.enc_norm(x), torch.arange(tokens.shape[1], device=tokens.device))
+        kv = self.global_kv_batched(tokens)
         if kv_roundtrip is not None:
             kv = kv_roundtrip(kv)
         gk, gv = kv[..., 0, :, :], kv[..., 1, :, :]
@@ -425,6 +423,14 @@ class EncoderDecoder(nn.Module):
         for layer in self.decoder:
             y = layer.forward_batched(y, c.window, gk, gv)
         return self._output_batched(y, kv, tokens, targets)
+
+    def global_kv_batched(self, tokens: torch.Tensor) -> torch.Tensor:
+        """The global KV [B,T,2,Hkv,D] of a batch of sequences that start at position 0: what
+        the SSD tier would hold for them (before FP4)."""
+        x = self.embed(tokens)
+        for layer in self.encoder:
+            x = layer.forward_batched(x, self.cfg.window)
+        return self._project(self.enc_norm(x), torch.arange(tokens.shape[1], device=tokens.device))
 
     def _project(self, h: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         c = self.cfg

@@ -123,22 +123,6 @@ TRAIN_PRESETS: dict[str, TrainConfig] = {
     "small": TrainConfig(steps=1200, batch=8, seq_len=1024, lr=3e-3, warmup=50, threads=2, amp=True,
                          curriculum=((0.0, 1024), (0.25, 2048), (0.5, 4096)), recall_prob=0.5,
                          recall_weight=2.0, eval_every=100, save_every=25),
-    # Second stage, from the first stage's weights (``--init``): natural text plus two copied
-    # spans of 64-512 bytes per 2K sequence, each from >= 600 bytes earlier, so that copying
-    # through the global KV (an induction mechanism) is learnt; 13 M tokens of natural text
-    # alone did not teach it (the long-context gain stayed at 0.000).
-    "small-recall": TrainConfig(steps=360, batch=4, seq_len=2048, lr=1e-3, warmup=20, threads=2, amp=True,
-                                recall_prob=1.0, recall_span=(64, 512), recall_distance=600, recall_copies=2,
-                                eval_every=60, save_every=20),
-    # Second stage over ``small`` (``--init`` its checkpoint): adds the copy head
-    # (:mod:`tiered_kv.copy_head`) and the cross-attention's distance penalty
-    # (``ModelConfig.cross_recency``), and trains everything on 2K then 4K sequences with the
-    # same recall augmentation, scalars at 10x the learning rate (a first run at 1x left the
-    # head's match weights and recency slope near their inits); sized so both stages together
-    # stay within 90 minutes on 2 cores.
-    "small-copy": TrainConfig(steps=300, batch=4, seq_len=2048, lr=1e-3, warmup=20, threads=2, amp=True,
-                              curriculum=((0.0, 2048), (0.3, 4096)), recall_prob=0.5, recall_weight=2.0,
-                              scalar_lr_mult=10.0, eval_every=60, save_every=20),
     # Second stage over ``small`` (``--init`` its checkpoint) for a model that reads its context
     # only through the KV the tiers hold: no copy head (a pointer puts mass on earlier token
     # ids directly), the cross-attention's learned distance penalty added, and every sequence
@@ -151,11 +135,9 @@ TRAIN_PRESETS: dict[str, TrainConfig] = {
 }
 
 #: Model preset each training preset trains, and settings it replaces in that preset: the
-#: first stage of ``small`` trains it without the copy head, which the second stage adds.
-MODEL_OF = {"tiny": "tiny", "small": "small", "small-recall": "small", "small-copy": "small", "small-kv": "small"}
-MODEL_SETTINGS: dict[str, dict] = {"small": {"copy_head_dim": 0, "cross_recency": False},
-                                   "small-recall": {"copy_head_dim": 0, "cross_recency": False},
-                                   "small-kv": {"copy_head_dim": 0}}
+#: first stage of ``small`` trains it without the distance penalty, which the second adds.
+MODEL_OF = {"tiny": "tiny", "small": "small", "small-kv": "small"}
+MODEL_SETTINGS: dict[str, dict] = {"small": {"cross_recency": False}}
 
 
 @dataclass(frozen=True)

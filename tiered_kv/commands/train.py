@@ -17,15 +17,15 @@ HELP = "train the encoder-decoder (byte-level, stdlib sources) and save a checkp
 
 
 def register(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--preset", default="small", help="training preset: tiny, small (stage 1 of the default checkpoint), small-copy (stage 2, "
-                             "with --init), small-recall")
+    parser.add_argument("--preset", default="small", help="training preset: tiny, small (stage 1 of the default checkpoint), small-kv (stage 2, "
+                             "with --init)")
     parser.add_argument("--steps", type=int, default=None, help="override the preset's step count")
     parser.add_argument("--seed", type=int, default=None, help="override the seed (default 0)")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: the preset's, 2 for small)")
     parser.add_argument("--out", type=Path, default=None,
                         help="checkpoint path (default data/checkpoints/PRESET.pt)")
     parser.add_argument("--init", type=Path, default=None,
-                        help="start from this checkpoint's weights (a second stage, e.g. --preset small-copy "
+                        help="start from this checkpoint's weights (a second stage, e.g. --preset small-kv "
                              "--init data/checkpoints/small-base.pt; modules the stage adds start fresh)")
     parser.add_argument("--no-resume", action="store_true",
                         help="start from scratch even if OUT.partial.pt (saved every few steps) exists")
