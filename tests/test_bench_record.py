@@ -225,8 +225,7 @@ def test_bad_input_is_one_line_and_writes_nothing(argv, match, root: Path, tmp_p
 # --- benchmarks and figures -----------------------------------------------------------------------
 #: Arrows between the benchmarks and the figures still to remove (a figure that measures live
 #: through a benchmark's function). The test fails on any other, and on these once they are gone.
-KNOWN_ARROWS = {("tiered_kv.viz.figures.02_ttft", "tiered_kv.bench.ttft"),
-                ("tiered_kv.viz.figures.18_contention", "tiered_kv.bench.contention")}
+KNOWN_ARROWS = {("tiered_kv.viz.figures.18_contention", "tiered_kv.bench.contention")}
 
 
 def _imports(path: Path) -> set[str]:

@@ -92,7 +92,7 @@ def test_measured_crossover_reads_the_benchmark_json(tmp_path):
 
 def test_measured_crossover_prefers_the_short_prompt_run(tmp_path, monkeypatch):
     """Without a path, the run made for the crossover (short prompts) is read when it exists."""
-    from tiered_kv import measured_crossover as M
+    from tiered_kv.measure import crossover as M
 
     long_run = {"params": 10, "fmt": "mxfp4", "lengths": {"1024": {"miss_ms": 30.0, "ssd_cold_hit_ms": 20.0}}}
     # miss - hit: -10 ms at 64 tokens, +20 ms at 256: zero a third of the way in log length,

@@ -11,7 +11,7 @@ The short-prompt crossover: :func:`crossover_table`, :func:`crossover_curves` an
 :func:`crossover_chart` show the prompt length below which recomputing a prompt is as fast as
 loading its whole KV from the SSD tier, from the latency model
 (:func:`tiered_kv.sim.cluster.latency.recompute_crossover_tokens`); :func:`measured_crossover`
-(from :mod:`tiered_kv.measured_crossover`) reads the CPU engine's measurement
+(from :mod:`tiered_kv.measure.crossover`) reads the CPU engine's measurement
 (``benchmarks/results/ttft.json``). Nothing here computes a
 hit or a latency: the numbers come from those functions.
 """
@@ -23,7 +23,7 @@ from functools import lru_cache
 import numpy as np
 import polars as pl
 
-from tiered_kv.measured_crossover import TTFT_JSON, TTFT_SHORT_JSON, crossover_from_record, measured_crossover
+from tiered_kv.measure.crossover import TTFT_JSON, TTFT_SHORT_JSON, crossover_from_record, measured_crossover
 
 GIB = float(1 << 30)
 

@@ -5,7 +5,7 @@ it. The model (:mod:`tiered_kv.sim.cluster.latency`) prices a miss as a*n + b*n^
 DeepSeek-V3's FLOPs, with one machine FLOP/s calibrated so that a 128K miss takes 13 s; a hit
 loads the prefix's KV at 3FS-class read bandwidth and replays R tokens. The hit time is not
 tuned. The right panel is TTFT measured on this machine with the trained small model and the
-real tiers (:func:`tiered_kv.bench.ttft.measure_ttft`): a CPU and a tiny model, so absolute
+real tiers (:func:`tiered_kv.measure.ttft.measure_ttft`): a CPU and a tiny model, so absolute
 milliseconds differ; the hit/miss gap is the comparable part.
 """
 
@@ -29,7 +29,7 @@ CASE_COLORS = {
     "SSD hit, page cache warm (replay)": "#98df8a",
     "SSD + host hit (no replay)": "#9467bd",
 }
-#: The measured cases of :func:`tiered_kv.bench.ttft.measure_ttft`, named as in the model panel.
+#: The measured cases of :func:`tiered_kv.measure.ttft.measure_ttft`, named as in the model panel.
 MEASURED_CASES = {"miss": MISS, "ssd_cold_hit": "SSD hit, page cache dropped (replay)",
                   "ssd_warm_hit": "SSD hit, page cache warm (replay)", "ssd_hit": "SSD hit, page cache warm (replay)",
                   "ssd_host_hit": "SSD + host hit (no replay)"}
@@ -60,7 +60,7 @@ def _measured(quick: bool) -> tuple[pl.DataFrame | None, str]:
     if quick:  # loading the model and the tiers alone takes longer than a quick build may
         return None, "not measured in quick mode (run `tiered-kv reproduce` or `tiered-kv bench ttft`)"
     try:
-        from tiered_kv.bench.ttft import measure_ttft
+        from tiered_kv.measure.ttft import measure_ttft
 
         lengths = (1024, 4096, 16384, 32768)
         df = measure_ttft(lengths, progress=False)
