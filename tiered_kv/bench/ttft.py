@@ -1,26 +1,13 @@
-"""Time to first token on this machine, with the trained model and real tiers, and prefill FLOPs.
+"""``tiered-kv bench ttft``: time to first token on this machine, with the trained model and real
+tiers (:func:`tiered_kv.measure.ttft.measure_ttft`: a miss, a cold and a warm SSD hit, an
+SSD + host hit), and prefill FLOPs; its record is rendered from the JSON.
 
-For each prompt length N (held-out stdlib text), four cases, each a real prefill through
-:class:`tiered_kv.engine.Engine`:
-
-- ``miss``: empty SSD and host tiers; the encoder runs over all N tokens.
-- ``ssd_cold_hit``: a previous turn of N - ``suffix`` tokens was prefilled by *another* engine
-  sharing the SSD tier; this machine's host tier is empty, so the encoder windows are rebuilt
-  by bounded replay of R tokens, and only the new tokens go through the encoder. Just before
-  it, every file of the store is dropped from the page cache with
-  ``posix_fadvise(POSIX_FADV_DONTNEED)`` (per file, no root needed; the JSON says so and names
-  the file system: on tmpfs nothing can be dropped and the read stays warm).
-- ``ssd_warm_hit``: the same with the chunks in the page cache (read once, untimed, before).
-- ``ssd_host_hit``: the machine that served the previous turn: its host tier holds the encoder
-  windows at the prefix boundary (no replay) and, with ``reuse_decoder_windows`` on, the exact
-  decoder windows, so the decoder continues from them over the new tokens instead of
-  replaying R. How often that happened is reported (``decoder_window_reuse``).
-
-Repeats are interleaved (repeat 1 of every length and case, then repeat 2, ...; the case
-order rotates between repeats), and each case is reported as the median with its
-interquartile range; every repeat is kept (``repeats_ms``), and a speed-up over the miss is
-taken per repeat (the cases of one repeat run one after the other) and its median reported. A length whose median miss is faster than a shorter length's is flagged
-(``anomalies``): on a shared machine that means the run was disturbed.
+Each case is reported as the median with its interquartile range; every repeat is kept
+(``repeats_ms``), and a speed-up over the miss is taken per repeat (the cases of one repeat run
+one after the other) and the median of those ratios reported. How often the SSD + host case
+continued from the host tier's exact decoder windows is reported (``decoder_window_reuse``). A
+length whose median miss is faster than a shorter length's is flagged (``anomalies``): on a
+shared machine that means the run was disturbed.
 
 FLOPs (``torch.utils.flop_counter.FlopCounterMode`` on meta tensors, so 32K costs no compute):
 a decoder-only baseline of the same depth (L_e+L_d sliding-window layers) over all N tokens,
@@ -31,18 +18,24 @@ R tokens); ``prefill_flops_ratio`` = bounded replay / baseline.
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import tempfile
 
 from tiered_kv.bench._pages import Page, Paired, Row, ratio, recorded, yes
 from tiered_kv.flops import prefill_flops  # noqa: F401 - re-exported: the benchmark reports it
+from tiered_kv.measure.ttft import (  # noqa: F401 - the measurement this benchmark records
+    CASES,
+    LENGTHS,
+    aggregate,
+    drop_page_cache,
+    filesystem_of,
+    load_model,
+    measure_ttft,
+)
 
 NAME = "ttft"
 HELP = "measured TTFT (miss / cold and warm SSD hit / SSD+host hit, medians + IQR) and prefill FLOPs"
 
-LENGTHS = (1024, 4096, 16384, 32768)
-CASES = ("miss", "ssd_cold_hit", "ssd_warm_hit", "ssd_host_hit")
 
 
 def register(parser: argparse.ArgumentParser) -> None:
@@ -63,169 +56,6 @@ def register(parser: argparse.ArgumentParser) -> None:
                         help="also measure replay error (W x R grid), FP4 error and attention locality "
                              "on held-out text (slow: minutes)")
     parser.add_argument("--samples", type=int, default=6, help="held-out sequences for --replay-quality")
-
-
-def load_model(checkpoint=None):
-    """The trained small model (or a random one, flagged, when no checkpoint exists)."""
-    from pathlib import Path
-
-    from tiered_kv.model import EncoderDecoder, default_checkpoint, load_checkpoint, preset
-
-    path = Path(checkpoint) if checkpoint else default_checkpoint("small")
-    if path.exists():
-        model, _ = load_checkpoint(path)
-        return model, str(path)
-    if checkpoint:
-        raise FileNotFoundError(f"checkpoint {path} not found")
-    import torch
-
-    torch.manual_seed(0)
-    return EncoderDecoder(preset("small")).eval(), "random weights (no checkpoint found)"
-
-
-def _engines(model, store_root: str, ns, name: str):
-    from tiered_kv.engine import Engine
-    from tiered_kv.tiers.host import HostTier
-    from tiered_kv.tiers.ssd import SSDConfig, SSDTier
-
-    ssd = SSDTier(f"{store_root}/{name}", namespace=ns, config=SSDConfig(background_touch=False))
-    return ssd, Engine(model, ssd, HostTier("4GiB", name=f"{name}-a"), reuse_decoder_windows=True,
-                       name=f"{name}-a"), \
-        Engine(model, ssd, HostTier("4GiB", name=f"{name}-b"), name=f"{name}-b")
-
-
-def drop_page_cache(root: str) -> int:
-    """Ask the kernel to drop every file under ``root`` from the page cache; returns files done."""
-    done = 0
-    for dirpath, _, files in os.walk(root):
-        for f in files:
-            try:
-                fd = os.open(os.path.join(dirpath, f), os.O_RDONLY)
-            except OSError:
-                continue
-            try:
-                os.fsync(fd)  # dirty pages cannot be dropped
-                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-                done += 1
-            finally:
-                os.close(fd)
-    return done
-
-
-def filesystem_of(path: str) -> str:
-    """The file-system type of ``path`` from /proc/mounts (longest mount point prefix)."""
-    best, kind = "", "unknown"
-    try:
-        with open("/proc/mounts") as fh:
-            for line in fh:
-                parts = line.split()
-                if len(parts) >= 3 and os.path.realpath(path).startswith(parts[1]) and len(parts[1]) > len(best):
-                    best, kind = parts[1], parts[2]
-    except OSError:
-        pass
-    return kind
-
-
-def _quartiles(values: list[float]) -> tuple[float, float, float]:
-    if len(values) == 1:
-        return values[0], values[0], values[0]
-    q1, med, q3 = statistics.quantiles(values, n=4, method="inclusive")
-    return q1, med, q3
-
-
-def measure_ttft(lengths=LENGTHS, *, model=None, checkpoint=None, repeats: int = 5, suffix: int = 64,
-                 block_size: int = 256, fmt: str = "mxfp4", tokens=None, progress: bool = True,
-                 store_dir: str | None = None, raw: bool = False):
-    """Measured TTFT per (length, case): a polars frame of medians with ``ttft_ms_q1``/``_q3``.
-
-    ``model`` defaults to the trained checkpoint; ``tokens`` to held-out stdlib text. Small
-    lengths (say 256, 512) with the ``tiny`` preset make this a CI-sized measurement. ``raw``
-    returns every repeat instead of the medians.
-    """
-    import polars as pl
-    import torch
-
-    from tiered_kv.engine import STAGES, namespace_for
-
-    if model is None:
-        model, _ = load_model(checkpoint)
-    lengths = [int(n) for n in lengths]
-    if not isinstance(repeats, int) or repeats < 1:
-        raise ValueError(f"repeats: must be an integer >= 1, got {repeats!r}")
-    for n in lengths:
-        if n <= suffix or n > model.cfg.max_seq_len:
-            raise ValueError(f"lengths: each must be in ({suffix}, {model.cfg.max_seq_len}] tokens, got {n}")
-    if tokens is None:
-        from tiered_kv.replay_quality import load_heldout
-
-        tokens = load_heldout()
-    tokens = torch.as_tensor(tokens).long()
-    need = max(lengths)
-    if tokens.numel() < need:
-        tokens = tokens.repeat(need // tokens.numel() + 1)
-    ns = namespace_for(model, fmt=fmt, block_size=block_size)
-    rows = []
-    jobs = [(rep, n) for rep in range(repeats) for n in lengths]
-    it = jobs
-    if progress:
-        from tqdm.auto import tqdm
-
-        it = tqdm(jobs, desc="ttft", unit="length")
-    with tempfile.TemporaryDirectory(prefix="tkv-ttft-", dir=store_dir) as root:
-        setups = {}
-
-        def setup(n: int, tag: str):
-            prompt = tokens[:n]
-            _, fresh, _ = _engines(model, root, ns, f"miss-{tag}")
-            ssd, a, b = _engines(model, root, ns, f"hit-{tag}")
-            a.prefill(prompt[: n - suffix])  # the previous turn, served by machine a (not timed)
-            return prompt, fresh, ssd, a, b
-
-        def run_case(case: str, prompt, fresh, ssd, a, b):
-            # Nothing is stored, so each case sees exactly the previous turn's cached state.
-            if case == "miss":
-                return fresh.prefill(prompt, store=False)
-            if case == "ssd_cold_hit":
-                drop_page_cache(root)
-                return b.prefill(prompt, store=False)
-            if case == "ssd_warm_hit":
-                ssd.get_prefix(prompt)  # untimed read: the chunks are in the page cache
-                return b.prefill(prompt, store=False)
-            return a.prefill(prompt, store=False)
-
-        # Warm-up: every code path once at the smallest length (allocators, lazy kernels); not kept.
-        warm = setup(min(lengths), "warm")
-        for case in CASES:
-            run_case(case, *warm)
-        for rep, n in it:
-            if n not in setups:
-                setups[n] = setup(n, str(n))
-            order = CASES[rep % len(CASES):] + CASES[:rep % len(CASES)]
-            for case in order:
-                res = run_case(case, *setups[n])
-                row = {"length_tokens": n, "case": case, "repeat": rep, "ttft_ms": res.ttft_s * 1e3,
-                       "ssd_hit_tokens": res.hit_tokens["ssd"], "host_hit_tokens": res.hit_tokens["host"],
-                       "encoder_tokens": res.computed_tokens["encoder_suffix"],
-                       "encoder_replay_tokens": res.computed_tokens["encoder_replay"],
-                       "decoder_tokens": res.computed_tokens["decoder"], "store_ms": res.store_s * 1e3,
-                       "decoder_from_host": bool(res.decoder_from_host)}
-                row.update({f"{s}_ms": res.timings_s.get(s, 0.0) * 1e3 for s in STAGES})
-                rows.append(row)
-    df = pl.DataFrame(rows)
-    return df if raw else aggregate(df)
-
-
-def aggregate(df):
-    """Every repeat of :func:`measure_ttft` (``raw=True``) to medians with the interquartile range."""
-    import polars as pl
-
-    return (df.group_by("length_tokens", "case", maintain_order=True)
-            .agg(pl.all().exclude("repeat", "decoder_from_host").median(),
-                 pl.col("ttft_ms").quantile(0.25, "linear").alias("ttft_ms_q1"),
-                 pl.col("ttft_ms").quantile(0.75, "linear").alias("ttft_ms_q3"),
-                 pl.col("decoder_from_host").mean().alias("decoder_window_reuse"),
-                 pl.len().alias("repeats"))
-            .sort("length_tokens"))
 
 
 def summarize(df) -> tuple[dict, list[str]]:
@@ -370,7 +200,7 @@ def _speedup_note(r: dict) -> str:
 
 def render_page(r: dict, stem: str) -> str:
     """The page of a ``tiered-kv bench ttft --json`` run: ``stem`` is ttft or ttft_short."""
-    from tiered_kv.measured_crossover import crossover_from_record
+    from tiered_kv.measure.crossover import crossover_from_record
 
     command, machine = recorded(r, COMMANDS[stem])
     machine = f"Machine: {machine}.\n\n" if (r.get("recorded") or {}).get("machine") else ""
