@@ -51,9 +51,9 @@ def load_model(checkpoint=None):
 def _engines(model, store_root: str, ns, name: str):
     from tiered_kv.engine import Engine
     from tiered_kv.tiers.host import HostTier
-    from tiered_kv.tiers.ssd import SSDTier
+    from tiered_kv.tiers.ssd import SSDConfig, SSDTier
 
-    ssd = SSDTier(f"{store_root}/{name}", namespace=ns, background_touch=False)
+    ssd = SSDTier(f"{store_root}/{name}", namespace=ns, config=SSDConfig(background_touch=False))
     return ssd, Engine(model, ssd, HostTier("4GiB", name=f"{name}-a"), reuse_decoder_windows=True,
                        name=f"{name}-a"), \
         Engine(model, ssd, HostTier("4GiB", name=f"{name}-b"), name=f"{name}-b")
