@@ -197,6 +197,10 @@ def test_record_writes_the_json_the_page_and_benchmarks(root: Path, tmp_path: Pa
     assert "Machine: a test machine" in page and "(p95 77.0 ms)" in page
     assert "## Retention dashboard slider redraw" in (root / "BENCHMARKS.md").read_text()
     assert "p95 77 ms" in (root / "benchmarks" / "SUMMARY.md").read_text()
+    assert main(["bench", "record", "widgets", "--command", "tiered-kv bench widgets --json --moves 8",
+                 "--root", str(root)]) == 0
+    assert "`tiered-kv bench widgets --json --moves 8`" in (root / "benchmarks" / "SUMMARY.md").read_text()
+    assert json.loads((results / "widgets.json").read_text())["recorded"]["machine"] == "a test machine"
 
 
 def test_a_feeding_json_rerenders_the_page_it_feeds(root: Path):
@@ -218,7 +222,8 @@ def test_bad_input_is_one_line_and_writes_nothing(argv, match, root: Path, tmp_p
     argv = [a.format(missing=tmp_path / "none.json", bad=bad) for a in argv]
     before = (root / "benchmarks" / "results" / "widgets.json").read_text()
     assert main(["bench", "record", *argv, "--root", str(root)]) == 2
-    assert match in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert match in err and err.startswith("tiered-kv bench")
     assert (root / "benchmarks" / "results" / "widgets.json").read_text() == before
 
 

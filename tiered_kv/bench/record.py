@@ -123,7 +123,8 @@ def register(parser: argparse.ArgumentParser) -> None:
                         help="the record: " + ", ".join(names()) + "; or all (every committed JSON)")
     parser.add_argument("src", metavar="JSON", nargs="?", default=None,
                         help="the benchmark's --json output (default: re-render the committed one)")
-    parser.add_argument("--command", default=None, help="the command that wrote the JSON (default: the usual one)")
+    parser.add_argument("--command", dest="run_command", default=None,
+                        help="the command that wrote the JSON (default: the usual one)")
     parser.add_argument("--machine", default=None, help="a note on the machine and its load during the run")
     parser.add_argument("--root", default=str(ROOT), help="the checkout to write into (default: this one)")
 
@@ -132,9 +133,9 @@ def run(args: argparse.Namespace) -> dict:
     root = Path(args.root)
     results = root / "benchmarks" / "results"
     if args.name == "all":
-        if args.src or args.command or args.machine is not None:
+        if args.src or args.run_command or args.machine is not None:
             raise ValueError("NAME all: re-renders the committed JSONs; give no JSON, --command or --machine")
         written = [record(p.name, results) for p in pages().values() if (results / f"{p.name}.json").exists()]
     else:
-        written = [record(args.name, results, args.src, args.command, args.machine)]
+        written = [record(args.name, results, args.src, args.run_command, args.machine)]
     return {"wrote": [str(p) for p in written], "assembled": str(assemble(root))}
