@@ -187,3 +187,23 @@ def test_only_rebuilds_one_figure_and_keeps_the_other_sections(tmp_path):
     assert "04_prefill_compute (full)" in (tmp_path / "REPORT.md").read_text()
     with pytest.raises(SystemExit, match="no figure name contains"):
         main(["reproduce", "--quick", "--out", str(tmp_path), "--only", "no_such_figure"])
+
+
+def test_jobs_build_figures_in_processes_with_a_line_each(tmp_path, capsys):
+    """`--jobs 2` builds the figures in two processes: the same files and sections as one at a time;
+    each figure's bar is sized by its last build at that size, and off a terminal it is one line."""
+    from tiered_kv.commands.reproduce import last_build_s
+
+    only = ["--only", "01_kv_bytes", "06_cost"]
+    assert main(["reproduce", "--quick", "--out", str(tmp_path / "one"), "--jobs", "1", *only]) == 0
+    assert main(["reproduce", "--quick", "--out", str(tmp_path / "two"), "--jobs", "2", *only]) == 0
+    out = capsys.readouterr().out
+    for name in ("01_kv_bytes", "06_cost"):
+        assert out.count(f"{name} ") == 2 and " built in " in out  # stdout is not a terminal here
+        one, two = (json.loads((tmp_path / d / "sections" / f"{name}.json").read_text()) for d in ("one", "two"))
+        assert one["claims"] == two["claims"] and one["section"].split("_Built in")[0] == \
+            two["section"].split("_Built in")[0]
+        assert (tmp_path / "two" / f"{name}.png").stat().st_size > 1000
+        assert last_build_s(tmp_path / "two", name, "quick") == two["built_s"] > 0
+        assert last_build_s(tmp_path / "two", name, "full") is None  # another size: no estimate
+    assert last_build_s(tmp_path / "two", "no_such_figure", "quick") is None

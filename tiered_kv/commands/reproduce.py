@@ -2,7 +2,12 @@
 
 Each figure is computed by the package from the model, the simulator or a measurement on
 this machine; REPORT.md sets every published number beside the reproduced one, with the
-inputs used and the difference. ``--quick`` uses small sizes (for CI, under two minutes).
+inputs used and the difference. ``--quick`` uses small sizes (for CI).
+
+Each figure gets its own progress bar, sized by that figure's last build time at the same size
+(kept in its saved section), so a long figure shows how far along it is rather than a frozen
+line. ``--jobs N`` builds N figures at once in separate processes, the longest first: figures
+are independent, and most of them use one core.
 """
 
 from __future__ import annotations
@@ -10,6 +15,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import os
 import pkgutil
 import time
 from pathlib import Path
@@ -19,11 +25,21 @@ HELP = "regenerate all figures and figures/REPORT.md (published vs reproduced nu
 
 
 def register(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--quick", action="store_true", help="small sizes (CI); under 2 minutes")
+    from tiered_kv.commands import _args
+
+    parser.add_argument("--quick", action="store_true", help="small sizes (CI)")
     parser.add_argument("--out", type=Path, default=None, help="output folder (default: figures/)")
     parser.add_argument("--only", nargs="*", default=None, metavar="NAME",
                         help="build only figures whose name contains one of these strings; the "
                              "other figures' saved sections stay in REPORT.md")
+    parser.add_argument("--jobs", type=_args.int_at_least(1, "figures built at once"), default=default_jobs(),
+                        metavar="N", help="figures built at once, each in its own process (default: half the "
+                                          f"CPU cores, here {default_jobs()})")
+
+
+def default_jobs() -> int:
+    """Half the cores: the model figures run torch on two threads, the others one core each."""
+    return max(1, (os.cpu_count() or 1) // 2)
 
 
 def figure_modules():
@@ -40,8 +56,6 @@ def figure_modules():
 
 
 def run(args: argparse.Namespace) -> int:
-    from tqdm import tqdm
-
     from tiered_kv import FIGURES_DIR
 
     out: Path = args.out or FIGURES_DIR
@@ -55,15 +69,119 @@ def run(args: argparse.Namespace) -> int:
             raise SystemExit(f"reproduce --only: no figure name contains {' or '.join(args.only)!r}; "
                              f"figures: {names}")
     mode = "quick" if args.quick else "full"
-    for m in tqdm(mods, desc="figures", unit="fig"):
-        t0 = time.perf_counter()
-        result = m.build(quick=args.quick)
-        result.chart.save(str(out / f"{m.NAME}.svg"))
-        result.chart.save(str(out / f"{m.NAME}.png"), scale_factor=1.5)
-        save_section(out, m, result, mode, time.perf_counter() - t0)
+    expected = {m.NAME: last_build_s(out, m.NAME, mode) for m in mods}
+    t0 = time.perf_counter()
+    if args.jobs > 1 and len(mods) > 1:
+        _build_parallel(mods, out, args.quick, expected, args.jobs)
+    else:
+        for m in mods:
+            with FigureBar(m.NAME, expected[m.NAME]):
+                build_figure(m.__name__, out, args.quick)
     write_report(out, every, mode)
-    print(f"wrote {len(mods)} figures and {out / 'REPORT.md'}")
+    print(f"wrote {len(mods)} figures and {out / 'REPORT.md'} in {time.perf_counter() - t0:.0f} s")
     return 0
+
+
+def build_figure(module_name: str, out: Path, quick: bool) -> float:
+    """Build one figure, save its SVG, PNG and REPORT section; its build seconds."""
+    m = importlib.import_module(module_name)
+    t0 = time.perf_counter()
+    result = m.build(quick=quick)
+    result.chart.save(str(out / f"{m.NAME}.svg"))
+    result.chart.save(str(out / f"{m.NAME}.png"), scale_factor=1.5)
+    elapsed = time.perf_counter() - t0
+    save_section(out, m, result, "quick" if quick else "full", elapsed)
+    return elapsed
+
+
+def last_build_s(out: Path, name: str, mode: str) -> float | None:
+    """The figure's build seconds from its saved section at ``mode`` size, or None."""
+    try:
+        rec = json.loads((out / SECTIONS / f"{name}.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return float(rec["built_s"]) if rec.get("mode") == mode and rec.get("built_s") else None
+
+
+class FigureBar:
+    """One figure's progress bar: seconds elapsed against its last build time (ticked by a thread).
+
+    Why time: a figure's build is one call into the package, which reports no steps of its own;
+    its last build at the same size is the best estimate there is of how long it takes. A bar
+    without an estimate (first build) counts seconds. Used as a context manager around a build,
+    or driven by :meth:`tick` when the build runs in another process.
+    """
+
+    def __init__(self, name: str, expected_s: float | None, thread: bool = True) -> None:
+        import threading
+
+        from tqdm.auto import tqdm
+
+        self.t0 = time.perf_counter()
+        self.name = name
+        total = round(expected_s, 1) if expected_s else None
+        self.bar = tqdm(total=total, desc=name, unit="s", leave=True, disable=None,  # off when not a terminal
+                        bar_format="{desc:<28} {percentage:3.0f}%|{bar}| {n:.0f}/{total:.0f} s (last build)"
+                        if total else "{desc:<28} {n:.0f} s (first build)")
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True) if thread else None
+
+    def tick(self) -> None:
+        elapsed = time.perf_counter() - self.t0
+        self.bar.n = min(elapsed, self.bar.total * 0.99) if self.bar.total else elapsed
+        self.bar.refresh()
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.5):
+            self.tick()
+
+    def __enter__(self) -> FigureBar:
+        if self._thread is not None:
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.finish()
+
+    def finish(self) -> None:
+        self._stop.set()
+        if self._thread is not None and self._thread.is_alive():
+            self._thread.join()
+        elapsed = time.perf_counter() - self.t0
+        if self.bar.total:
+            self.bar.total = max(self.bar.total, round(elapsed, 1))
+        self.bar.n = elapsed
+        self.bar.refresh()
+        self.bar.close()
+        if self.bar.disable:  # a log, not a terminal: one line per figure instead of a bar
+            print(f"{self.name:<28} built in {elapsed:.1f} s", flush=True)
+
+
+def _build_parallel(mods, out: Path, quick: bool, expected: dict, jobs: int) -> None:
+    """Build ``mods`` in ``jobs`` processes, the longest (by last build) first, one bar each."""
+    import multiprocessing as mp
+    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+
+    order = sorted(mods, key=lambda m: -(expected[m.NAME] or 0.0))
+    bars: dict = {}
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("spawn")) as pool:
+        pending = {pool.submit(build_figure, m.__name__, out, quick): m for m in order}
+        try:
+            while pending:
+                for f in [f for f in pending if f.running() and f not in bars]:  # a bar when it starts
+                    bars[f] = FigureBar(pending[f].NAME, expected[pending[f].NAME], thread=False)
+                done, _ = wait(list(pending), timeout=0.5, return_when=FIRST_COMPLETED)
+                for bar in bars.values():
+                    bar.tick()
+                for f in done:
+                    m = pending.pop(f)
+                    (bars.pop(f, None) or FigureBar(m.NAME, expected[m.NAME], thread=False)).finish()
+                    f.result()  # a figure that failed stops the build with its own error
+        except BaseException:
+            pool.shutdown(wait=False, cancel_futures=True)
+            for bar in bars.values():
+                bar.bar.close()
+            raise
 
 
 SECTIONS = "sections"  #: sub-folder of the output holding one built section per figure (JSON)
@@ -72,7 +190,7 @@ SECTIONS = "sections"  #: sub-folder of the output holding one built section per
 def save_section(out: Path, module, result, mode: str, elapsed: float) -> None:
     """Keep one figure's REPORT section and claims, so a later ``--only`` run leaves it in REPORT.
 
-    Why: the full build takes most of an hour, and a figure whose inputs changed (a new
+    Why: the full build is the longest command, and a figure whose inputs changed (a new
     checkpoint, say) should be rebuilt alone without dropping the other figures' sections.
     The file is written to a temporary name and renamed, so a killed build leaves the old one.
     """
