@@ -67,3 +67,25 @@ class ConnectorSettings:
         if "store" not in extra:
             raise ValueError("kv_connector_extra_config['store']: missing; set it to a directory or s3://bucket/prefix")
         return cls(**dict(extra))
+
+
+def open_tier(settings: ConnectorSettings, namespace):
+    """The connector's :class:`~tiered_kv.tiers.ssd.SSDTier`; a store that cannot be opened is one line.
+
+    A bad setting stays the tier's own ``ValueError`` (it names the setting); anything else (an
+    unreachable bucket, a folder that cannot be written) becomes a ``RuntimeError`` naming the
+    store and what to check.
+    """
+    import time
+
+    from tiered_kv.tiers.ssd import SSDTier
+
+    try:
+        return SSDTier(settings.store, namespace=namespace, capacity_bytes=settings.capacity_bytes,
+                       ttl=settings.ttl, traffic_classes=settings.traffic_classes, clock=time.time)
+    except Exception as exc:  # noqa: BLE001 - an unreachable bucket or unwritable folder: one line
+        if isinstance(exc, ValueError) and type(exc).__name__ != "StoreAccessError":
+            raise  # a bad setting: the tier's message names it
+        text = " ".join(str(exc).split())[:300] or type(exc).__name__
+        raise RuntimeError(f"kv_connector_extra_config['store']: cannot open {settings.store!r} ({text}); check "
+                           "the path or URL and its credentials (AWS_* variables for s3://)") from None

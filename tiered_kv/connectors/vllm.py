@@ -54,9 +54,8 @@ from tiered_kv import codec
 from tiered_kv.connectors.blocks import engine_namespace, gather_blocks, scatter_blocks
 from tiered_kv.connectors.capture import CapturedRequest, TraceRecorder, key_id
 from tiered_kv.connectors.cpu_layout import TileLayout, probe_layout
-from tiered_kv.connectors.settings import SUPPORTED_VLLM, ConnectorSettings
+from tiered_kv.connectors.settings import SUPPORTED_VLLM, ConnectorSettings, open_tier
 from tiered_kv.keys import block_keys
-from tiered_kv.tiers.ssd import SSDTier
 
 if TYPE_CHECKING:
     from vllm.v1.core.sched.output import SchedulerOutput
@@ -135,7 +134,7 @@ class TieredKVConnector(KVConnectorBase_V1):
         self.block_size = self.layout.block_size
         self.namespace = engine_namespace(model=vllm_config.model_config.model, layout=self.layout,
                                           layers=layers, kv_heads=kv_heads, fmt=self.settings.fmt)
-        self.tier = self._open_tier()
+        self.tier = open_tier(self.settings, self.namespace)
         self.recorder = TraceRecorder(self.settings.capture) if self.settings.capture else None
         self._requests: dict[str, _Request] = {}
         self._caches: list[torch.Tensor] = []
@@ -161,18 +160,6 @@ class TieredKVConnector(KVConnectorBase_V1):
         isa = _get_attn_isa(spec.dtype, spec.block_size, spec.head_size, kv_dtype)
         layout = probe_layout(cpu_attn_reshape_and_cache, isa, spec.block_size, spec.head_size)
         return layout, len(groups[0].layer_names), spec.num_kv_heads
-
-    def _open_tier(self) -> SSDTier:
-        s = self.settings
-        try:
-            return SSDTier(s.store, namespace=self.namespace, capacity_bytes=s.capacity_bytes, ttl=s.ttl,
-                           traffic_classes=s.traffic_classes, clock=time.time)
-        except ValueError:
-            raise
-        except Exception as exc:  # noqa: BLE001 - an unreachable bucket or unwritable folder: one line
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise RuntimeError(f"kv_connector_extra_config['store']: cannot open {s.store!r} ({first}); check the "
-                               "path or URL and its credentials (AWS_* variables for s3://)") from None
 
     # ------------------------------------------------------------------ scheduler side
 
