@@ -49,7 +49,7 @@ def test_idle_quantiles_are_the_evictions_quantiles(res):
 
 def test_a_collector_with_no_eviction_gives_typed_empty_rows():
     trace = compile_trace(generate("ci", 0.5, seed=0))
-    run = G.run_gc(trace, "lru", 1e30, 1.0)
+    run = G.run_gc(trace, "lru", 1e30, bytes_per_token=1.0)
     frame = G.eviction_frame(run, trace.class_names)
     assert frame.height == 0 and frame.schema["mechanism"] == pl.Utf8
     res = G.one_watermark_study(trace)  # 7-day TTLs over half a day: little or nothing evicted

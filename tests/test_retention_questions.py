@@ -1,4 +1,4 @@
-"""Issue 14 analyses: one watermark under four collectors, and write points (brute-force references)."""
+"""Retention questions: one watermark under four collectors, and write points (brute-force references)."""
 
 from __future__ import annotations
 
@@ -64,11 +64,42 @@ def _brute_gc(trace, mech, cap, param, high=0.95, low=0.85):
                                               ("ttl-priority", [3.0, 10.0]), ("quotas", [0.5, 0.5])])
 def test_gc_kernel_equals_a_brute_force_replay(seed, mech, param):
     trace = compile_trace(random_trace(seed, 60, max_blocks=5, alphabet=2, max_gap_s=3))
-    run = G.run_gc(trace, mech, 8.0, 1.0, param=param)
+    run = G.run_gc(trace, mech, 8.0, bytes_per_token=0.25, param=param)  # 4-token blocks: 1 byte a chunk
     hits, evs = _brute_gc(trace, mech, 8.0, param)
     assert np.array_equal(run.hit_blocks, hits)
     assert [(int(c), float(i)) for c, i in zip(run.evicted_class, run.idle_s, strict=True)] == evs
     assert np.all(run.age_s >= run.idle_s)
+
+
+@pytest.mark.parametrize(("policy", "mech", "key"), [("gc-lru", "lru", None), ("gc-weighted", "weighted", "weights"),
+                                                     ("gc-ttl-priority", "ttl-priority", "ttl_seconds"),
+                                                     ("gc-quotas", "quotas", "shares")])
+def test_registered_collectors_replay_as_the_brute_force(policy, mech, key):
+    from tiered_kv.sim.policies import get_policy
+    from tiered_kv.sim.trace_replay import replay
+
+    trace = compile_trace(random_trace(7, 80, max_blocks=5, alphabet=2, max_gap_s=3))
+    param = {"weights": [1.0, 2.5], "ttl_seconds": [3.0, 10.0], "shares": [0.6, 0.4]}.get(key)
+    extra = {} if key is None else {key: dict(zip(trace.class_names, param, strict=True))}
+    pol = get_policy(policy, capacity_bytes=10.0, bytes_per_token=0.25, **extra)  # 4-token blocks: 1 byte each
+    res = replay(trace, pol)
+    hits, evs = _brute_gc(trace, mech, 10.0, param)
+    assert np.array_equal(res.hit_blocks_per_request, hits)
+    assert res.extra["evictions"] == len(evs) > 0
+    for code, name in enumerate(trace.class_names):
+        assert res.extra["effective_retention_s"][name]["evictions"] == sum(1 for c, _ in evs if c == code)
+
+
+def test_collector_parameters_are_checked():
+    from tiered_kv.sim.policies import get_policy
+
+    trace = compile_trace(random_trace(1, 20))
+    with pytest.raises(ValueError, match="gc-quotas shares: must sum to at most 1"):
+        get_policy("gc-quotas", capacity_bytes=8.0, shares={"chatbot": 0.7, "agent": 0.7}).run(trace)
+    with pytest.raises(ValueError, match=r"gc-weighted weights: classes \['api'\] are not in the trace"):
+        get_policy("gc-weighted", capacity_bytes=8.0, weights={"api": 2.0}).run(trace)
+    with pytest.raises(ValueError, match="gc-lru high/low"):
+        get_policy("gc-lru", capacity_bytes=8.0, high=0.5, low=0.9)
 
 
 def test_one_watermark_study_on_a_small_mixed_run():

@@ -71,6 +71,7 @@ def parse_ttls(values: list[str]) -> tuple[dict[str, float], float]:
 def build_policy(args: argparse.Namespace, sem) -> Any:
     """The policy object for --policy/--capacity/--ttl/--high/--low under semantics ``sem``."""
     from tiered_kv.sim.policies import DEFAULT_BYTES_PER_TOKEN, capacity_tokens_from, get_policy, policy_names
+    from tiered_kv.sim.policies.collectors import COLLECTORS
 
     bpt = args.bytes_per_token or DEFAULT_BYTES_PER_TOKEN
     cap = capacity_tokens_from(args.capacity, bytes_per_token=bpt, name="--capacity")
@@ -86,13 +87,13 @@ def build_policy(args: argparse.Namespace, sem) -> Any:
                           bytes_per_token=bpt)
     if args.ttl:
         raise ValueError(f"--ttl: only for --policy ttl, not {args.policy}")
-    if name == "watermark":
+    if name == "watermark" or name in COLLECTORS:  # sized in bytes, under --high/--low
         if cap is None:
-            raise ValueError("--policy watermark: needs --capacity (tokens or bytes)")
+            raise ValueError(f"--policy {name}: needs --capacity (tokens or bytes)")
         from tiered_kv.commands._args import check_watermarks
 
         check_watermarks(args.high, args.low)
-        return get_policy("watermark", capacity_bytes=int(cap * bpt), high=args.high, low=args.low,
+        return get_policy(name, capacity_bytes=int(cap * bpt), high=args.high, low=args.low,
                           bytes_per_token=bpt)
     if name in ("lru", "belady"):  # the KV format of their SSD wear figures
         return get_policy(name, capacity_tokens=cap, bytes_per_token=bpt)

@@ -3,7 +3,9 @@
 :mod:`.registry` sits at the bottom: the :class:`Policy` protocol, :class:`PolicyRun`, the
 registry (:func:`register_policy`, :func:`get_policy`, :func:`policy_names`) and capacity
 parsing; it imports no policy. Above it, one module per policy family, each with the numba
-kernel it runs: :mod:`.lru` (``lru``, ``ttl``, ``watermark``: one kernel) and :mod:`.belady`
+kernel it runs: :mod:`.lru` (``lru``, ``ttl``, ``watermark``: one kernel), :mod:`.collectors`
+(``gc-lru``, ``gc-weighted``, ``gc-ttl-priority``, ``gc-quotas``: one watermark collector with four
+victim rules, in the same kernel) and :mod:`.belady`
 (MIN with bypass; ``belady-nobypass``, libCacheSim's MIN). The zoo (:mod:`.blockwise`: one access
 at a time, an admission mask, SSD wear): :mod:`.fifo` (``fifo``, ``sieve``, ``s3fifo``),
 :mod:`.frequency` (``lfu`` with aging, ``gdsf`` cost-aware), :mod:`.segmented` (``arc``,
@@ -18,6 +20,7 @@ nothing else of the simulator.
 from tiered_kv.sim.policies.admission import AdmitAll, AllOf, SecondSighting, WritePoints, get_admission
 from tiered_kv.sim.policies.belady import Belady, BeladyNoBypass, next_use
 from tiered_kv.sim.policies.blockwise import BlockPolicy, leading_runs, wear
+from tiered_kv.sim.policies.collectors import GCLRU, Collector, GCQuotas, GCTTLPriority, GCWeighted
 from tiered_kv.sim.policies.fifo import FIFO, S3FIFO, Sieve
 from tiered_kv.sim.policies.frequency import GDSF, LFU
 from tiered_kv.sim.policies.lru import LRU, TTL, Watermark, retention_quantiles, run_cache_kernel, ttl_vector
@@ -48,7 +51,8 @@ ZOO = ("fifo", "lfu", "arc", "slru", "2q", "s3fifo", "sieve", "gdsf", "class-lru
 
 __all__ = [
     "ARC", "DEFAULT_BYTES_PER_TOKEN", "FIFO", "GDSF", "LFU", "LRU", "S3FIFO", "SLRU", "TTL", "ZOO", "AdmitAll",
-    "AllOf", "Belady", "BeladyNoBypass", "BlockPolicy", "ClassLRU", "Policy", "PolicyRun", "SecondSighting",
+    "AllOf", "Belady", "BeladyNoBypass", "BlockPolicy", "ClassLRU", "Collector", "GCLRU", "GCQuotas", "GCTTLPriority",
+    "GCWeighted", "Policy", "PolicyRun", "SecondSighting",
     "PluginPolicy", "Sieve", "TwoQ", "Watermark", "WritePoints", "capacity_blocks", "capacity_tokens_from", "check_capacity",
     "get_admission", "get_policy", "leading_runs", "load_policy_file", "make_policy", "next_use", "parse_policy_spec", "plugin_parameters", "policy_names", "register_policy",
     "resolve_policy_name", "retention_quantiles", "run_cache_kernel", "ttl_vector", "wear",

@@ -149,7 +149,7 @@ class Belady:
         check_range("belady bytes_per_token", self.bytes_per_token, 0.0, lo_open=True)
 
     def run(self, trace: CompiledTrace, nxt: np.ndarray | None = None) -> PolicyRun:
-        from tiered_kv.sim.policies.lru import _wear_extra
+        from tiered_kv.sim.policies.lru import wear_extra
 
         cap = capacity_blocks(trace, self.capacity_tokens)
         cap_i = np.int64(min(cap, trace.n_unique + 1)) if math.isfinite(cap) else np.int64(trace.n_unique + 1)
@@ -157,7 +157,7 @@ class Belady:
         hit, any_present, written = _belady_kernel(trace.offsets, trace.blocks, trace.depth.astype(np.int64),
                                                    nxt, trace.n_unique, cap_i)
         return PolicyRun(hit, {"prefix_closed": bool(np.array_equal(hit, any_present)),
-                               **_wear_extra(trace, hit, written, cap, self.bytes_per_token)})
+                               **wear_extra(trace, hit, written, cap, self.bytes_per_token)})
 
 
 # --------------------------------------------------------------------------------------------

@@ -1,4 +1,5 @@
-"""The LRU family: ``lru``, ``ttl`` and ``watermark``, one numba kernel for all three.
+"""The LRU family: ``lru``, ``ttl`` and ``watermark``, one numba kernel for all three (and for the
+collectors of :mod:`tiered_kv.sim.policies.collectors`, which only change the victim rule).
 
 ``watermark`` counts real chunk bytes (bytes per token x the tokens stored in the chunk, so a
 partial tail chunk is smaller); ``lru`` and ``ttl`` count block slots.
@@ -25,7 +26,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import ClassVar, NamedTuple
 
 import numpy as np
 from numba import njit
@@ -39,121 +40,225 @@ from tiered_kv.sim.policies.registry import (
 )
 from tiered_kv.sim.trace_replay import CompiledTrace
 
+#: Victim rules of the kernel, by code: which class list's least recent block goes when the used
+#: weight passes the high watermark (each class keeps its own LRU list; a rule only chooses
+#: between the heads). ``lru``: the least recent touch of all (a global touch counter);
+#: ``weighted``: the largest ``idle * param[class]``; ``ttl-priority``: the earliest
+#: ``last touch + param[class]``; ``quotas``: the toucher's own list, when its own bytes pass
+#: ``param[class]`` of the watermarks. ``weighted`` and ``ttl-priority`` break ties between
+#: classes towards the lower class index.
+VICTIM_RULES = {"lru": 0, "weighted": 1, "ttl-priority": 2, "quotas": 3}
+
+
+class CacheRun(NamedTuple):
+    """What one kernel run returns: hits per request and, when recorded, every eviction."""
+
+    hit_blocks: np.ndarray  # leading blocks present at each request's lookup
+    idle_s: np.ndarray  # per eviction: now - last touch
+    evicted_class: np.ndarray  # per eviction: the class that touched the block last
+    evictions: int
+    expirations: int
+    age_s: np.ndarray  # per eviction: now - the write that began the block's residency
+
+
+@njit(cache=True, inline="always")
+def _unlink(nxt, prv, b):  # pragma: no cover - compiled
+    nxt[prv[b]] = nxt[b]
+    prv[nxt[b]] = prv[b]
+
+
+@njit(cache=True, inline="always")
+def _append(nxt, prv, tail, b):  # pragma: no cover - compiled
+    """Link ``b`` at the MRU end (just before the sentinel ``tail``) of a class's list."""
+    pv = prv[tail]
+    nxt[pv] = b
+    prv[b] = pv
+    nxt[b] = tail
+    prv[tail] = b
+
+
+@njit(cache=True, inline="always")
+def _oldest(n_unique, n_classes, nxt, seq):  # pragma: no cover - compiled
+    """The least recently touched of the class lists' heads (-1 when all are empty)."""
+    best = -1
+    best_seq = np.iinfo(np.int64).max
+    for k in range(n_classes):
+        s = n_unique + k
+        if nxt[s] != s and seq[nxt[s]] < best_seq:
+            best_seq = seq[nxt[s]]
+            best = nxt[s]
+    return best
+
+
+@njit(cache=True, inline="always")
+def _victim(rule, now, n_unique, n_classes, nxt, last, param):  # pragma: no cover - compiled
+    """The head a scored rule evicts (``weighted``: 1, ``ttl-priority``: 2); -1 when all are empty."""
+    best = -1
+    best_score = -np.inf
+    for k in range(n_classes):
+        s = n_unique + k
+        h = nxt[s]
+        if h == s:
+            continue
+        score = (now - last[h]) * param[k] if rule == 1 else -(last[h] + param[k])
+        if score > best_score:
+            best_score = score
+            best = h
+    return best
+
+
+@njit(cache=True, inline="always")
+def _evict(b, now, nxt, prv, present, last, born, bclass, bweight, cused, ev_idle, ev_age, ev_class, n_ev,
+           record, per_class):  # pragma: no cover - compiled
+    _unlink(nxt, prv, b)
+    present[b] = False
+    if per_class:
+        cused[bclass[b]] -= bweight[b]
+    if record:
+        ev_idle[n_ev] = now - last[b]
+        ev_age[n_ev] = now - born[b]
+        ev_class[n_ev] = bclass[b]
+    return n_ev + 1
+
+
+@njit(cache=True, inline="always")
+def _expire(now, n_unique, n_classes, ttl_by_class, nxt, prv, present, last, bclass, bweight, cused,
+            used):  # pragma: no cover - compiled
+    """Drop every block idle longer than its class's TTL; (used weight, expirations)."""
+    n_exp = 0
+    for k in range(n_classes):
+        s = n_unique + k
+        while nxt[s] != s:
+            h = nxt[s]
+            if now - last[h] > ttl_by_class[k]:
+                _unlink(nxt, prv, h)
+                present[h] = False
+                used -= bweight[h]
+                cused[bclass[h]] -= bweight[h]
+                n_exp += 1
+            else:
+                break
+    return used, n_exp
+
+
+@njit(cache=True, inline="always")
+def _collect(rule, c, now, high, low, param, used, n_ev, n_unique, n_classes, nxt, prv, present, last, born, seq,
+             bclass, bweight, cused, ev_idle, ev_age, ev_class, record):  # pragma: no cover - compiled
+    """The collector after a touch by class ``c``: evict under ``rule`` while over the watermark;
+    (used weight, evictions so far)."""
+    per_class = rule != 0
+    if rule == 3:  # quotas: the toucher's own list under its own share of the watermarks
+        if cused[c] > high * param[c]:
+            while cused[c] > low * param[c] and nxt[n_unique + c] != n_unique + c:
+                v = nxt[n_unique + c]
+                used -= bweight[v]
+                n_ev = _evict(v, now, nxt, prv, present, last, born, bclass, bweight, cused, ev_idle, ev_age,
+                              ev_class, n_ev, record, per_class)
+        return used, n_ev
+    total = used
+    if per_class:  # summed per class, in class order
+        total = 0.0
+        for k in range(n_classes):
+            total += cused[k]
+    if total > high:
+        while total > low:
+            v = _oldest(n_unique, n_classes, nxt, seq) if rule == 0 else _victim(rule, now, n_unique, n_classes,
+                                                                                 nxt, last, param)
+            if v < 0:
+                break
+            used -= bweight[v]
+            total -= bweight[v]
+            n_ev = _evict(v, now, nxt, prv, present, last, born, bclass, bweight, cused, ev_idle, ev_age, ev_class,
+                          n_ev, record, per_class)
+    return used, n_ev
+
 
 @njit(cache=True)
 def _cache_kernel(offsets, blocks, weights, times, req_class, n_unique, n_classes, ttl_by_class,
-                  high, low, record, inserted):  # pragma: no cover - compiled
+                  high, low, record, inserted, rule, param):  # pragma: no cover - compiled
     n = offsets.shape[0] - 1
     m = blocks.shape[0]
     size = n_unique + n_classes  # dense ids, then one sentinel per class list
-    nxt = np.empty(size, np.int64)
-    prv = np.empty(size, np.int64)
-    for s in range(n_unique, size):
-        nxt[s] = s
-        prv[s] = s
+    nxt = np.arange(size)
+    prv = np.arange(size)
     present = np.zeros(n_unique, np.bool_)
     last = np.zeros(n_unique, np.float64)
+    born = np.zeros(n_unique, np.float64)  # start of the block's residency (for ages at eviction)
     seq = np.zeros(n_unique, np.int64)
     bclass = np.zeros(n_unique, np.int64)
     bweight = np.zeros(n_unique, np.float64)
+    cused = np.zeros(n_classes, np.float64)  # used weight per class (of the blocks each touched last)
     hit = np.zeros(n, np.int64)
+    ev_idle = np.empty(m if record else 0, np.float64)
     ev_age = np.empty(m if record else 0, np.float64)
     ev_class = np.empty(m if record else 0, np.int64)
-    n_ev = 0
-    n_exp = 0
+    n_ev = n_exp = tick = 0
     track = inserted.shape[0] > 0
+    per_class = rule != 0  # rule 0 needs only the total
     used = 0.0
-    tick = 0
-    any_ttl = False
-    for k in range(n_classes):
-        if ttl_by_class[k] < np.inf:
-            any_ttl = True
+    any_ttl = (ttl_by_class < np.inf).any()
     for r in range(n):
         now = times[r]
         c = req_class[r]
         if any_ttl:
-            for k in range(n_classes):
-                s = n_unique + k
-                while nxt[s] != s:
-                    h = nxt[s]
-                    if now - last[h] > ttl_by_class[k]:
-                        nxt[prv[h]] = nxt[h]
-                        prv[nxt[h]] = prv[h]
-                        present[h] = False
-                        used -= bweight[h]
-                        n_exp += 1
-                    else:
-                        break
-        lo = offsets[r]
-        hi = offsets[r + 1]
-        p = 0
-        for i in range(lo, hi):
-            if present[blocks[i]]:
-                p += 1
-            else:
-                break
-        hit[r] = p
-        tail = n_unique + c
-        for i in range(lo, hi):
+            used, expired = _expire(now, n_unique, n_classes, ttl_by_class, nxt, prv, present, last, bclass,
+                                    bweight, cused, used)
+            n_exp += expired
+        p = offsets[r]
+        while p < offsets[r + 1] and present[blocks[p]]:
+            p += 1
+        hit[r] = p - offsets[r]
+        for i in range(offsets[r], offsets[r + 1]):
             b = blocks[i]
             if present[b]:
-                nxt[prv[b]] = nxt[b]
-                prv[nxt[b]] = prv[b]
+                _unlink(nxt, prv, b)
+                if per_class:
+                    cused[bclass[b]] -= bweight[b]
             else:
                 present[b] = True
+                born[b] = now
                 bweight[b] = weights[i]
                 used += weights[i]
                 if track:
                     inserted[i] = True
-            # link at the MRU end (just before the sentinel) of this class's list
-            pv = prv[tail]
-            nxt[pv] = b
-            prv[b] = pv
-            nxt[b] = tail
-            prv[tail] = b
+            if per_class:
+                cused[c] += bweight[b]
+            _append(nxt, prv, n_unique + c, b)
             last[b] = now
             seq[b] = tick
             tick += 1
             bclass[b] = c
-            if used > high:
-                while used > low:
-                    best = -1
-                    best_seq = tick + 1
-                    for k in range(n_classes):
-                        s = n_unique + k
-                        if nxt[s] != s and seq[nxt[s]] < best_seq:
-                            best_seq = seq[nxt[s]]
-                            best = nxt[s]
-                    if best < 0:
-                        break
-                    nxt[prv[best]] = nxt[best]
-                    prv[nxt[best]] = prv[best]
-                    present[best] = False
-                    used -= bweight[best]
-                    if record:
-                        ev_age[n_ev] = now - last[best]
-                        ev_class[n_ev] = bclass[best]
-                    n_ev += 1
-    return hit, ev_age[:n_ev] if record else ev_age, ev_class[:n_ev] if record else ev_class, n_ev, n_exp
+            used, n_ev = _collect(rule, c, now, high, low, param, used, n_ev, n_unique, n_classes, nxt, prv, present,
+                                  last, born, seq, bclass, bweight, cused, ev_idle, ev_age, ev_class, record)
+    if record:
+        return hit, ev_idle[:n_ev], ev_class[:n_ev], n_ev, n_exp, ev_age[:n_ev]
+    return hit, ev_idle, ev_class, n_ev, n_exp, ev_age
 
 
 def run_cache_kernel(trace: CompiledTrace, *, ttl_by_class: np.ndarray | None = None,
                      weights: np.ndarray | None = None, high: float = math.inf, low: float | None = None,
-                     record: bool = False, inserted: np.ndarray | None = None):
+                     record: bool = False, inserted: np.ndarray | None = None, rule: str = "lru",
+                     param: np.ndarray | None = None) -> CacheRun:
     """Run the shared LRU/TTL/watermark kernel on ``trace`` (see the module docstring).
 
     ``inserted``: a bool array of ``trace.n_accesses`` the kernel marks at every access that
     (re)inserts its block (absent when touched: a miss written to the cache), for SSD wear.
+    ``rule``: the victim rule (:data:`VICTIM_RULES`) with its ``param`` per class, in the trace's
+    class order (weights, TTLs in seconds, or quota shares; default 1 each).
     """
+    if rule not in VICTIM_RULES:
+        raise ValueError(f"rule: must be one of {list(VICTIM_RULES)}, got {rule!r}")
     k = len(trace.class_names)
     ttl = np.full(k, np.inf) if ttl_by_class is None else np.asarray(ttl_by_class, dtype=np.float64)
     w = np.ones(trace.n_accesses, np.float64) if weights is None else np.asarray(weights, np.float64)
     ins = np.zeros(0, np.bool_) if inserted is None else inserted
-    return _cache_kernel(trace.offsets, trace.blocks, w, trace.timestamps, trace.class_codes.astype(np.int64),
-                         trace.n_unique, k, ttl, float(high), float(high if low is None else low), record, ins)
+    prm = np.ones(k, np.float64) if param is None else np.asarray(param, np.float64)
+    return CacheRun(*_cache_kernel(trace.offsets, trace.blocks, w, trace.timestamps,
+                                   trace.class_codes.astype(np.int64), trace.n_unique, k, ttl, float(high),
+                                   float(high if low is None else low), record, ins, VICTIM_RULES[rule], prm))
 
 
-def _wear_extra(trace: CompiledTrace, hit_blocks: np.ndarray, inserted: np.ndarray, capacity_blocks: float,
+def wear_extra(trace: CompiledTrace, hit_blocks: np.ndarray, inserted: np.ndarray, capacity_blocks: float,
                 bytes_per_token: float) -> dict:
     """SSD wear of a run (:func:`tiered_kv.sim.policies.blockwise.wear`) plus ``tokens_written``.
 
@@ -190,8 +295,8 @@ class LRU:
     def run(self, trace: CompiledTrace) -> PolicyRun:
         cap = capacity_blocks(trace, self.capacity_tokens)
         ins = np.zeros(trace.n_accesses, np.bool_)
-        hit, _, _, n_ev, _ = run_cache_kernel(trace, high=cap, inserted=ins)
-        return PolicyRun(hit, {"evictions": int(n_ev), **_wear_extra(trace, hit, ins, cap, self.bytes_per_token)})
+        hit, _, _, n_ev, _, _ = run_cache_kernel(trace, high=cap, inserted=ins)
+        return PolicyRun(hit, {"evictions": int(n_ev), **wear_extra(trace, hit, ins, cap, self.bytes_per_token)})
 
 
 def ttl_vector(trace: CompiledTrace, ttl_seconds: dict[str, float], default: float) -> np.ndarray:
@@ -233,10 +338,10 @@ class TTL:
         ttl = ttl_vector(trace, self.ttl_seconds, default)
         cap = capacity_blocks(trace, self.capacity_tokens)
         ins = np.zeros(trace.n_accesses, np.bool_)
-        hit, _, _, n_ev, n_exp = run_cache_kernel(trace, ttl_by_class=ttl, high=cap, inserted=ins)
+        hit, _, _, n_ev, n_exp, _ = run_cache_kernel(trace, ttl_by_class=ttl, high=cap, inserted=ins)
         return PolicyRun(hit, {"evictions": int(n_ev), "expirations": int(n_exp),
                                "ttl_seconds": dict(zip(trace.class_names, ttl.tolist(), strict=True)),
-                               **_wear_extra(trace, hit, ins, cap, self.bytes_per_token)})
+                               **wear_extra(trace, hit, ins, cap, self.bytes_per_token)})
 
 
 @register_policy
@@ -266,13 +371,13 @@ class Watermark:
     def run(self, trace: CompiledTrace) -> PolicyRun:
         w = trace.chunk_tokens.astype(np.float64) * float(self.bytes_per_token)
         ins = np.zeros(trace.n_accesses, np.bool_)
-        hit, ages, classes, n_ev, _ = run_cache_kernel(
+        hit, ages, classes, n_ev, _, _ = run_cache_kernel(
             trace, weights=w, high=self.high * self.capacity_bytes, low=self.low * self.capacity_bytes, record=True,
             inserted=ins)
         cap_blocks = self.capacity_bytes / (trace.uniform_block_size * float(self.bytes_per_token))
         return PolicyRun(hit, {"evictions": int(n_ev),
                                "effective_retention_s": retention_quantiles(ages, classes, trace.class_names),
-                               **_wear_extra(trace, hit, ins, cap_blocks, self.bytes_per_token)})
+                               **wear_extra(trace, hit, ins, cap_blocks, self.bytes_per_token)})
 
 
 def retention_quantiles(ages: np.ndarray, classes: np.ndarray, names: tuple[str, ...]) -> dict[str, dict]:

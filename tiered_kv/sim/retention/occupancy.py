@@ -185,8 +185,8 @@ def watermark_view(trace: CompiledTrace, capacity_bytes: float, chunk_bytes: flo
     if not (0.0 < low <= high <= 1.0):
         raise ValueError(f"watermark high/low: need 0 < low <= high <= 1, got low={low}, high={high}")
     w = np.full(trace.n_accesses, float(chunk_bytes))
-    hit, ages, classes, n_ev, _ = run_cache_kernel(trace, weights=w, high=high * capacity_bytes,
-                                                   low=low * capacity_bytes, record=True)
+    hit, ages, classes, n_ev, _, _ = run_cache_kernel(trace, weights=w, high=high * capacity_bytes,
+                                                      low=low * capacity_bytes, record=True)
     hit_tokens = trace.hit_tokens_from_blocks(np.asarray(hit, dtype=np.int64))
     out = {"capacity_bytes": float(capacity_bytes), "high": high, "low": low, "evictions": int(n_ev),
            "effective_retention_s": retention_quantiles(ages, classes, trace.class_names), "by_class": {}}
