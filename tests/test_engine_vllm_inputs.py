@@ -98,3 +98,21 @@ def test_the_recorded_engine_page_is_rendered_from_its_json():
     result = json.loads(record.read_text())
     assert (ROOT / "benchmarks" / "results" / "engine.md").read_text() == render_markdown(result)
     assert result["mooncake_slice"]["identical_per_request"]
+
+
+def test_a_store_of_another_model_or_layout_is_named_in_one_line(tmp_path):
+    from tiered_kv.connectors.blocks import foreign_namespaces
+
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "config.json").write_text("{}")
+    vec = _vec_layout()
+    ours = engine_namespace(model=str(tmp_path / "a"), layout=vec, layers=2, kv_heads=2, fmt="bf16")
+    theirs = engine_namespace(model=str(tmp_path / "a"), layout=vec, layers=2, kv_heads=2, fmt="mxfp4")
+    store = str(tmp_path / "store")
+    assert foreign_namespaces(store, ours) is None  # no store yet
+    open_tier(ConnectorSettings(store=store), theirs).close()
+    line = foreign_namespaces(store, ours)
+    assert line is not None and "\n" not in line
+    assert "1 other model(s)/layout(s)" in line and "mxfp4" in line and "a new store directory" in line
+    open_tier(ConnectorSettings(store=store), ours).close()
+    assert foreign_namespaces(store, ours) is None  # this engine's own namespace is there now

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import statistics
 import tempfile
@@ -45,8 +46,10 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--repeats", type=int, default=5, help="interleaved repeats per case (>= 1)")
     parser.add_argument("--block-size", type=int, default=128, help="vLLM block size (a multiple of 32)")
     parser.add_argument("--fmt", default="bf16", choices=("bf16", "mxfp4", "nvfp4"), help="KV format on the tier")
-    parser.add_argument("--mooncake-requests", type=int, default=60,
+    parser.add_argument("--mooncake-requests", type=int, default=400,
                         help="first requests of the Mooncake conversation trace to replay (0: skip)")
+    parser.add_argument("--mooncake-block-size", type=int, default=32,
+                        help="tokens per Mooncake hash id in the synthesized prompts (a multiple of 32)")
     parser.add_argument("--store-dir", default=None, help="where the temporary stores go (default: system temp)")
     parser.add_argument("--record", default=None, metavar="DIR", help="write DIR/engine.json and DIR/engine.md")
 
@@ -59,6 +62,8 @@ def _check(args: argparse.Namespace) -> None:
     bad = [n for n in args.lengths if n < 2 * args.block_size or n > 32768]
     if bad:
         raise SystemExit(f"--lengths: each must be in [{2 * args.block_size}, 32768] tokens, got {bad}")
+    if args.mooncake_block_size < 32 or args.mooncake_block_size % 32:
+        raise SystemExit(f"--mooncake-block-size: must be a positive multiple of 32, got {args.mooncake_block_size}")
     if args.mooncake_requests < 0:
         raise SystemExit(f"--mooncake-requests: must be >= 0, got {args.mooncake_requests}")
 
@@ -160,17 +165,19 @@ def _mooncake(model: str, store: str, args: argparse.Namespace, workdir: Path) -
     from tiered_kv.connectors.client import EngineProcess
     from tiered_kv.connectors.parity import parity
 
-    prompts = _mooncake_prompts(args.mooncake_requests, args.block_size)
+    bs = args.mooncake_block_size
+    prompts = _mooncake_prompts(args.mooncake_requests, bs)
     capture = workdir / "mooncake_capture.jsonl"
     longest = max(len(p) for p in prompts)
     with EngineProcess(log=workdir / "mooncake.log", kv_cache_gib=2) as eng:
-        eng.start(model=model, store=store, fmt=args.fmt, block_size=args.block_size, capture=str(capture),
-                  max_model_len=longest + 8, max_num_batched_tokens=max(2048, args.block_size))
+        # vLLM's own prefix cache off: every hit is served by the tier (and counted in cached tokens)
+        eng.start(model=model, store=store, fmt=args.fmt, block_size=bs, capture=str(capture), prefix_caching=False,
+                  max_model_len=longest + 8, max_num_batched_tokens=2048)
         results = eng.generate(prompts)
     report = parity(capture, "lru")
     tokens = sum(len(p) for p in prompts)
-    from_trace = _predict_slice(args.mooncake_requests, args.block_size, workdir)
-    return {"requests": len(prompts), "input_tokens": tokens, "block_size": args.block_size,
+    from_trace = _predict_slice(args.mooncake_requests, bs, workdir)
+    return {"requests": len(prompts), "input_tokens": tokens, "block_size": bs, "vllm_prefix_caching": False,
             "measured_hit_tokens": report["measured_hit_tokens"],
             "predicted_hit_tokens": report["predicted_hit_tokens"],
             "measured_token_hit_rate": report["measured_hit_tokens"] / tokens,
@@ -188,6 +195,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     from tiered_kv.sim.cluster.latency import measured_crossover_tokens
 
     _check(args)
+    load_before = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="tiered-kv-bench-engine-", dir=args.store_dir) as tmp:
         work = Path(tmp)
         shape = TinyLlama(max_positions=max(32768, max(args.lengths) + 8))
@@ -206,6 +214,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "crossover_tokens": measured_crossover_tokens(args.lengths, miss, hit),
         "workbench_engine": _workbench_ttft(args.lengths),
         "mooncake_slice": mooncake,
+        "load_average_1min": {"before": load_before[0], "after": os.getloadavg()[0], "cpus": os.cpu_count()},
     }
     if args.record:
         write_record(result, Path(args.record))
@@ -231,11 +240,13 @@ def render_markdown(r: dict[str, Any]) -> str:
     lines = ["# A real serving engine on the tiers: vLLM (CPU build)", "",
              "Written from `benchmarks/results/engine.json`, the JSON of one run of:", "", "```bash",
              f"tiered-kv bench engine --repeats {r['repeats']} --lengths {' '.join(map(str, r['lengths']))} "
-             f"--block-size {r['block_size']} --fmt {r['fmt']} --record benchmarks/results", "```", "",
+             f"--block-size {r['block_size']} --fmt {r['fmt']}{_mooncake_flags(r)} --record benchmarks/results",
+             "```", "",
              f"{r['engine']}; a random Llama ({m['layers']} layers, hidden {m['hidden']}, {m['kv_heads']} KV heads "
              f"of {m['head_dim']} dims) built by the benchmark; {r['fmt']} KV in {r['block_size']}-token blocks on "
              f"the SSD tier through `TieredKVConnector`; {r['repeats']} interleaved repeats, each a new prompt. "
-             "Cell: median TTFT in ms (interquartile range), one new token, timed in the engine process.", "",
+             "Cell: median TTFT in ms (interquartile range), one new token, timed in the engine process. "
+             f"{_load(r)}", "",
              "| prompt (tokens) | miss | vLLM prefix-cache hit | SSD-tier hit, fresh engine | speedup SSD hit |",
              "|---:|---:|---:|---:|---:|"]
     for n in r["lengths"]:
@@ -249,6 +260,14 @@ def render_markdown(r: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _load(r: dict[str, Any]) -> str:
+    load = r.get("load_average_1min")
+    if not load:
+        return "The machine's load was not recorded."
+    return (f"The machine was shared: 1-minute load average {load['before']:.1f} before and {load['after']:.1f} "
+            f"after the run on {load['cpus']} CPUs, so absolute times are inflated and spreads wide.")
+
+
 def _crossover(r: dict[str, Any]) -> str:
     x, shortest = r["crossover_tokens"], min(r["lengths"])
     if x == float("inf"):
@@ -256,6 +275,19 @@ def _crossover(r: dict[str, Any]) -> str:
     if x <= shortest:
         return f"below the shortest measured prompt: an SSD-tier hit already wins at {shortest:,} tokens"
     return f"{x:,.0f} tokens"
+
+
+def _mooncake_flags(r: dict[str, Any]) -> str:
+    s = r.get("mooncake_slice")
+    if not s:
+        return " --mooncake-requests 0"
+    return f" --mooncake-requests {s['requests']} --mooncake-block-size {s['block_size']}"
+
+
+def _prefix_cache(s: dict[str, Any]) -> str:
+    if s.get("vllm_prefix_caching", True):
+        return "vLLM's own prefix cache on (it serves the hits its cache still holds; the tier is looked up for each)"
+    return "vLLM's own prefix cache off (every hit is the tier's)"
 
 
 def _render_workbench(w: dict[str, Any]) -> list[str]:
@@ -275,13 +307,15 @@ def _render_mooncake(s: dict[str, Any] | None) -> list[str]:
     return ["## A slice of the Mooncake conversation trace against the engine", "",
             f"The first {s['requests']} requests in timestamp order, prompts synthesized from `hash_ids` "
             f"({s['block_size']} tokens per id, drawn from the id), {s['input_tokens']:,} prompt tokens, sent one at "
-            "a time; the tier's measured hits beside the simulator's `lru` replay of the captured trace.", "",
+            f"a time to an engine with {_prefix_cache(s)}; the tier's measured hits beside the simulator's `lru` "
+            "replay at unlimited capacity.", "",
             "| | hit tokens | token hit rate |", "|---|---:|---:|",
             f"| measured (connector) | {s['measured_hit_tokens']:,} | {s['measured_token_hit_rate']:.4f} |",
             f"| predicted (simulator, the captured trace) | {s['predicted_hit_tokens']:,} | "
             f"{s['predicted_token_hit_rate']:.4f} |",
             f"| predicted (simulator, the slice's own hash_ids) | {s['simulator_on_trace_hit_tokens']:,} | "
             f"{s['simulator_on_trace_token_hit_rate']:.4f} |", "",
-            f"Identical request by request: {'yes' if s['identical_per_request'] else 'no'}. "
-            f"Tokens loaded from the tier: {s['loaded_tokens']:,} (a hit never loads the block of a prompt's last "
-            f"token, which vLLM computes); vLLM's reported cached tokens: {s['vllm_cached_tokens']:,}.", ""]
+            f"Captured trace and measurement identical request by request: "
+            f"{'yes' if s['identical_per_request'] else 'no'}. Tokens loaded from the tier: {s['loaded_tokens']:,} "
+            f"(a hit never loads the block of a prompt's last token, which vLLM computes); vLLM's reported cached "
+            f"tokens: {s['vllm_cached_tokens']:,}.", ""]

@@ -72,3 +72,29 @@ def scatter_blocks(caches: list[torch.Tensor], layout: TileLayout, block_ids: li
     idx = torch.as_tensor(block_ids, dtype=torch.int64)
     for layer, cache in enumerate(caches):
         cache[idx] = layout.pack(per_layer[layer].to(cache.dtype))
+
+
+def foreign_namespaces(store: str, namespace: Namespace) -> str | None:
+    """One line when a local store holds engine KV of other models or layouts and none of this one.
+
+    Nothing is wrong with such a store (namespaces keep the bytes apart), but an engine pointed at
+    it expecting hits gets none; the line says why and what to do. Object stores are not listed
+    (a listing per engine start costs requests); None when there is nothing to say.
+    """
+    folder = Path(store) / "namespaces"
+    if "://" in store or not folder.is_dir():
+        return None
+    others = []
+    for meta in sorted(folder.glob("*/zarr.json")):
+        try:
+            ns = json.loads(meta.read_text())["attributes"]["tiered_kv_namespace"]
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        if ns.get("digest") == namespace.digest.hex():
+            return None
+        others.append(f"{ns.get('model', '?')} ({ns.get('fmt')}, {ns.get('block_size')}-token blocks)")
+    if not others:
+        return None
+    return (f"store {store} holds KV of {len(others)} other model(s)/layout(s), e.g. {others[0]}, and none of this "
+            f"engine's ({namespace.model}, {namespace.fmt}, {namespace.block_size}-token blocks): nothing will hit "
+            "until this engine has stored its own; use that model and layout, or a new store directory")
