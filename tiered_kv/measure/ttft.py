@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+from dataclasses import dataclass
 
 LENGTHS = (1024, 4096, 16384, 32768)
 CASES = ("miss", "ssd_cold_hit", "ssd_warm_hit", "ssd_host_hit")
@@ -91,6 +92,64 @@ def filesystem_of(path: str) -> str:
     return kind
 
 
+@dataclass
+class _Length:
+    """One prompt length's engines: a cold one for the miss, and the two machines of the hit
+    (``a`` served the previous turn and holds its host tier; ``b`` shares only the SSD tier)."""
+
+    root: str
+    prompt: object
+    fresh: object
+    ssd: object
+    a: object
+    b: object
+
+    def prefill(self, case: str):
+        """One timed prefill of ``case``; nothing is stored, so each case sees exactly the
+        previous turn's cached state."""
+        if case == "miss":
+            return self.fresh.prefill(self.prompt, store=False)
+        if case == "ssd_cold_hit":
+            drop_page_cache(self.root)
+            return self.b.prefill(self.prompt, store=False)
+        if case == "ssd_warm_hit":
+            self.ssd.get_prefix(self.prompt)  # untimed read: the chunks are in the page cache
+            return self.b.prefill(self.prompt, store=False)
+        return self.a.prefill(self.prompt, store=False)
+
+
+def _length(model, tokens, root: str, ns, n: int, suffix: int, tag: str) -> _Length:
+    prompt = tokens[:n]
+    _, fresh, _ = _engines(model, root, ns, f"miss-{tag}")
+    ssd, a, b = _engines(model, root, ns, f"hit-{tag}")
+    a.prefill(prompt[: n - suffix])  # the previous turn, served by machine a (not timed)
+    return _Length(root, prompt, fresh, ssd, a, b)
+
+
+def _row(res, n: int, case: str, rep: int) -> dict:
+    from tiered_kv.engine import STAGES
+
+    row = {"length_tokens": n, "case": case, "repeat": rep, "ttft_ms": res.ttft_s * 1e3,
+           "ssd_hit_tokens": res.hit_tokens["ssd"], "host_hit_tokens": res.hit_tokens["host"],
+           "encoder_tokens": res.computed_tokens["encoder_suffix"],
+           "encoder_replay_tokens": res.computed_tokens["encoder_replay"],
+           "decoder_tokens": res.computed_tokens["decoder"], "store_ms": res.store_s * 1e3,
+           "decoder_from_host": bool(res.decoder_from_host)}
+    row.update({f"{s}_ms": res.timings_s.get(s, 0.0) * 1e3 for s in STAGES})
+    return row
+
+
+def _prompt_tokens(tokens, need: int):
+    import torch
+
+    if tokens is None:
+        from tiered_kv.replay_quality import load_heldout
+
+        tokens = load_heldout()
+    tokens = torch.as_tensor(tokens).long()
+    return tokens.repeat(need // tokens.numel() + 1) if tokens.numel() < need else tokens
+
+
 def measure_ttft(lengths=LENGTHS, *, model=None, checkpoint=None, repeats: int = 5, suffix: int = 64,
                  block_size: int = 256, fmt: str = "mxfp4", tokens=None, progress: bool = True,
                  store_dir: str | None = None, raw: bool = False):
@@ -101,9 +160,8 @@ def measure_ttft(lengths=LENGTHS, *, model=None, checkpoint=None, repeats: int =
     returns every repeat instead of the medians.
     """
     import polars as pl
-    import torch
 
-    from tiered_kv.engine import STAGES, namespace_for
+    from tiered_kv.engine import namespace_for
 
     if model is None:
         model, _ = load_model(checkpoint)
@@ -113,62 +171,24 @@ def measure_ttft(lengths=LENGTHS, *, model=None, checkpoint=None, repeats: int =
     for n in lengths:
         if n <= suffix or n > model.cfg.max_seq_len:
             raise ValueError(f"lengths: each must be in ({suffix}, {model.cfg.max_seq_len}] tokens, got {n}")
-    if tokens is None:
-        from tiered_kv.replay_quality import load_heldout
-
-        tokens = load_heldout()
-    tokens = torch.as_tensor(tokens).long()
-    need = max(lengths)
-    if tokens.numel() < need:
-        tokens = tokens.repeat(need // tokens.numel() + 1)
+    tokens = _prompt_tokens(tokens, max(lengths))
     ns = namespace_for(model, fmt=fmt, block_size=block_size)
-    rows = []
-    jobs = [(rep, n) for rep in range(repeats) for n in lengths]
-    it = jobs
+    rows, jobs = [], [(rep, n) for rep in range(repeats) for n in lengths]
     if progress:
         from tqdm.auto import tqdm
 
-        it = tqdm(jobs, desc="ttft", unit="length")
+        jobs = tqdm(jobs, desc="ttft", unit="length")
     with tempfile.TemporaryDirectory(prefix="tkv-ttft-", dir=store_dir) as root:
-        setups = {}
-
-        def setup(n: int, tag: str):
-            prompt = tokens[:n]
-            _, fresh, _ = _engines(model, root, ns, f"miss-{tag}")
-            ssd, a, b = _engines(model, root, ns, f"hit-{tag}")
-            a.prefill(prompt[: n - suffix])  # the previous turn, served by machine a (not timed)
-            return prompt, fresh, ssd, a, b
-
-        def run_case(case: str, prompt, fresh, ssd, a, b):
-            # Nothing is stored, so each case sees exactly the previous turn's cached state.
-            if case == "miss":
-                return fresh.prefill(prompt, store=False)
-            if case == "ssd_cold_hit":
-                drop_page_cache(root)
-                return b.prefill(prompt, store=False)
-            if case == "ssd_warm_hit":
-                ssd.get_prefix(prompt)  # untimed read: the chunks are in the page cache
-                return b.prefill(prompt, store=False)
-            return a.prefill(prompt, store=False)
-
         # Warm-up: every code path once at the smallest length (allocators, lazy kernels); not kept.
-        warm = setup(min(lengths), "warm")
+        warm = _length(model, tokens, root, ns, min(lengths), suffix, "warm")
         for case in CASES:
-            run_case(case, *warm)
-        for rep, n in it:
+            warm.prefill(case)
+        setups: dict[int, _Length] = {}
+        for rep, n in jobs:
             if n not in setups:
-                setups[n] = setup(n, str(n))
-            order = CASES[rep % len(CASES):] + CASES[:rep % len(CASES)]
-            for case in order:
-                res = run_case(case, *setups[n])
-                row = {"length_tokens": n, "case": case, "repeat": rep, "ttft_ms": res.ttft_s * 1e3,
-                       "ssd_hit_tokens": res.hit_tokens["ssd"], "host_hit_tokens": res.hit_tokens["host"],
-                       "encoder_tokens": res.computed_tokens["encoder_suffix"],
-                       "encoder_replay_tokens": res.computed_tokens["encoder_replay"],
-                       "decoder_tokens": res.computed_tokens["decoder"], "store_ms": res.store_s * 1e3,
-                       "decoder_from_host": bool(res.decoder_from_host)}
-                row.update({f"{s}_ms": res.timings_s.get(s, 0.0) * 1e3 for s in STAGES})
-                rows.append(row)
+                setups[n] = _length(model, tokens, root, ns, n, suffix, str(n))
+            for case in CASES[rep % len(CASES):] + CASES[:rep % len(CASES)]:  # the order rotates
+                rows.append(_row(setups[n].prefill(case), n, case, rep))
     df = pl.DataFrame(rows)
     return df if raw else aggregate(df)
 
