@@ -69,10 +69,13 @@ def measure(model: EncoderDecoder, settings: ReplaySettings, *, progress: bool =
     """Replay error (W x R) and FP4 error on held-out text under ``settings``: two polars frames."""
     seqs = sample_sequences(load_heldout(settings.heldout_bytes), settings.samples,
                             settings.prefix + settings.steps, seed=0)
+    exact: dict[int, list] = {}  # the replay grid's exact runs, per W: MXFP4 at the model's W is fp4_error's too
     rep = replay_error(model, seqs, windows=settings.windows, replays=settings.replays, steps=settings.steps,
                        prefix=settings.prefix, block_size=settings.block_size, progress=progress,
-                       flops_length=flops_length)
-    fp4 = fp4_error(model, seqs, steps=settings.steps, prefix=settings.prefix, block_size=settings.block_size)
+                       flops_length=flops_length, exact_runs=exact)
+    known = {"mxfp4": [logits for _, logits in exact[model.cfg.window]]} if model.cfg.window in exact else {}
+    fp4 = fp4_error(model, seqs, steps=settings.steps, prefix=settings.prefix, block_size=settings.block_size,
+                    known=known)
     return rep, fp4, seqs
 
 
@@ -106,9 +109,15 @@ def _roundtrip(fmt: str | None, block_size: int, model: EncoderDecoder):
 
 
 @torch.no_grad()
-def _exact_run(model: EncoderDecoder, seq: torch.Tensor, prefix: int, rt) -> tuple[torch.Tensor, torch.Tensor]:
-    """Global KV of the whole sequence and exact decoder logits for steps [prefix-1, end-1)."""
-    kv, _ = model.encode(seq, 0)
+def _exact_run(model: EncoderDecoder, seq: torch.Tensor, prefix: int, rt,
+               kv: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Global KV of the whole sequence and exact decoder logits for steps [prefix-1, end-1).
+
+    ``kv``: the sequence's global KV before the round trip, when the caller has it (the encoder
+    is deterministic, so the logits are the same bits as when it is computed here).
+    """
+    if kv is None:
+        kv, _ = model.encode(seq, 0)
     kv = rt(kv)
     logits, _ = model.decode(seq[:-1], 0, kv, all_logits=True)
     return kv, logits[prefix - 1:]
@@ -138,7 +147,8 @@ def sample_sequences(stream: torch.Tensor, n: int, length: int, seed: int = 0) -
 
 def replay_error(model: EncoderDecoder, sequences: list[torch.Tensor], *, windows=WINDOWS, replays=REPLAYS,
                  steps: int = 32, prefix: int = 1024, fmt: str | None = "mxfp4", block_size: int = 64,
-                 progress: bool = False, include_exact_bound: bool = True, flops_length: int | None = None):
+                 progress: bool = False, include_exact_bound: bool = True, flops_length: int | None = None,
+                 exact_runs: dict[int, list] | None = None):
     """Polars frame: window W, replay R, exact_bound, kl_nats, agreement with 95% intervals.
 
     Means are over samples (each sample's value is its mean over ``steps`` decode steps); the
@@ -146,7 +156,8 @@ def replay_error(model: EncoderDecoder, sequences: list[torch.Tensor], *, window
     when ``include_exact_bound``; larger R are the same as the bound and dropped). With
     ``flops_length``, each row also carries the prefill-FLOPs ratio (bounded replay over the
     decoder-only baseline, :func:`tiered_kv.flops.prefill_flops`) at that prompt length:
-    what that R costs beside the error it leaves.
+    what that R costs beside the error it leaves. ``exact_runs``, when given, receives the exact
+    runs per W (``[(kv, logits), ...]`` over ``sequences``), so a caller can reuse them.
     """
     import polars as pl
 
@@ -162,7 +173,7 @@ def replay_error(model: EncoderDecoder, sequences: list[torch.Tensor], *, window
         from tqdm.auto import tqdm
 
         it = tqdm(combos, desc="replay quality", unit="(W,R)")
-    cache: dict[int, list] = {}
+    cache: dict[int, list] = {} if exact_runs is None else exact_runs
     flops_cache: dict[int, dict] = {}
     for w, r in it:
         m = model.with_settings(window=w)
@@ -203,17 +214,27 @@ def near_exact_replay(frame, window: int, threshold: float = NEAR_EXACT_KL) -> d
 
 
 def fp4_error(model: EncoderDecoder, sequences: list[torch.Tensor], *, formats=("mxfp4", "nvfp4"),
-              steps: int = 32, prefix: int = 1024, block_size: int = 64):
-    """Polars frame: format, kl_nats, agreement (with 95% intervals) of FP4 global KV vs fp32."""
+              steps: int = 32, prefix: int = 1024, block_size: int = 64, known: dict[str, list] | None = None):
+    """Polars frame: format, kl_nats, agreement (with 95% intervals) of FP4 global KV vs fp32.
+
+    Each sequence is encoded once; only the decode runs per format. ``known``: a format's exact
+    logits per sequence already computed (the replay grid's at the model's own window), not
+    computed again.
+    """
     import polars as pl
 
     rows = []
-    ref = [_exact_run(model, s[:prefix + steps], prefix, _roundtrip(None, block_size, model))[1] for s in sequences]
+    seqs = [s[:prefix + steps] for s in sequences]
+    with torch.no_grad():
+        kvs = [model.encode(s, 0)[0] for s in seqs]
+    ref = [_exact_run(model, s, prefix, _roundtrip(None, block_size, model), kv)[1]
+           for s, kv in zip(seqs, kvs, strict=True)]
     for fmt in formats:
         rt = _roundtrip(fmt, block_size, model)
+        got_all = (known or {}).get(fmt) or [_exact_run(model, s, prefix, rt, kv)[1]
+                                             for s, kv in zip(seqs, kvs, strict=True)]
         kls, ags = [], []
-        for seq, exact in zip(sequences, ref, strict=True):
-            _, got = _exact_run(model, seq[:prefix + steps], prefix, rt)
+        for exact, got in zip(ref, got_all, strict=True):
             kl, ag = _kl_agree(exact, got)
             kls.append(kl)
             ags.append(ag)

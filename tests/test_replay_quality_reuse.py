@@ -1,0 +1,26 @@
+"""Figure 09's measurement reuses its own exact runs: the FP4 panel's numbers are the same bits
+as when every run is computed again (tiny preset, seconds)."""
+
+import torch
+
+from tiered_kv.replay_quality import _exact_run, _roundtrip, fp4_error, replay_error
+from tiered_kv.testing.models import scaled_tiny_model
+
+
+def test_fp4_error_with_the_replay_grids_exact_runs_is_the_same_frame():
+    model = scaled_tiny_model()
+    g = torch.Generator().manual_seed(2)
+    seqs = [torch.randint(0, 256, (72,), generator=g) for _ in range(3)]
+    w = model.cfg.window
+    exact: dict[int, list] = {}
+    replay_error(model, seqs, windows=(w,), replays=(4,), steps=4, prefix=64, exact_runs=exact)
+    assert set(exact) == {w} and len(exact[w]) == 3
+    known = {"mxfp4": [logits for _, logits in exact[w]]}
+    reused = fp4_error(model, seqs, steps=4, prefix=64, known=known)
+    fresh = fp4_error(model, seqs, steps=4, prefix=64)
+    assert reused.equals(fresh) and fresh["kl_nats"].min() > 0  # FP4 changes the logits, by the same bits
+    # the exact run given the encoder's KV is the one that computes it
+    rt = _roundtrip("nvfp4", 64, model)
+    kv = model.encode(seqs[0][:68], 0)[0].detach()
+    a, b = _exact_run(model, seqs[0][:68], 64, rt), _exact_run(model, seqs[0][:68], 64, rt, kv)
+    assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
