@@ -92,6 +92,33 @@ def timed_rounds(names: list[str], repeat: int, job, done=lambda name, out: None
     return wall, cpu, ran
 
 
+def _replays(trace, names: list[str], cap: int, bpt: float, repeat: int) -> dict[str, dict]:
+    """Every policy's replay of ``trace`` at ``cap`` tokens timed in interleaved rounds, with the
+    hit rate and SSD wear of its first replay."""
+    result: dict[str, dict] = {}
+    inp = int(trace.input_length[trace.counted].sum())
+
+    def job(name: str):
+        pol = make(name, cap, bpt)
+        return lambda: pol.run(trace)
+
+    def keep(name: str, res) -> None:
+        if name not in result:
+            hit = int(trace.hit_tokens_from_blocks(res.hit_blocks)[trace.counted].sum())
+            result[name] = {"token_hit_rate": hit / inp if inp else 0.0,
+                            "ssd_bytes_written": float(res.extra.get("ssd_bytes_written", float("nan"))),
+                            "drive_writes_per_day": float(res.extra.get("drive_writes_per_day", float("nan")))}
+
+    wall, cpu, _ = timed_rounds(names, repeat, job, keep)
+    per_policy = {}
+    for name in names:
+        w = _stats(wall[name])
+        per_policy[name] = {**w, "cpu_median_s": statistics.median(cpu[name]), "cpu_runs_s": cpu[name],
+                            "accesses_per_s": trace.n_accesses / w["median_s"] if w["median_s"] > 0 else None,
+                            **result[name]}
+    return per_policy
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     from tiered_kv.sim.policies import DEFAULT_BYTES_PER_TOKEN, policy_names
     from tiered_kv.sim.trace_replay import compile_trace
@@ -124,27 +151,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         make(name, 8 * small.uniform_block_size, bpt).run(small)
     warmup_s = time.perf_counter() - t0
 
-    result: dict[str, dict] = {}
-    inp = int(trace.input_length[trace.counted].sum())
-
-    def job(name: str):
-        pol = make(name, cap, bpt)
-        return lambda: pol.run(trace)
-
-    def keep(name: str, res) -> None:
-        if name not in result:
-            hit = int(trace.hit_tokens_from_blocks(res.hit_blocks)[trace.counted].sum())
-            result[name] = {"token_hit_rate": hit / inp if inp else 0.0,
-                            "ssd_bytes_written": float(res.extra.get("ssd_bytes_written", float("nan"))),
-                            "drive_writes_per_day": float(res.extra.get("drive_writes_per_day", float("nan")))}
-
-    wall, cpu, _ = timed_rounds(names, args.repeat, job, keep)
-    per_policy = {}
-    for name in names:
-        w = _stats(wall[name])
-        per_policy[name] = {**w, "cpu_median_s": statistics.median(cpu[name]), "cpu_runs_s": cpu[name],
-                            "accesses_per_s": trace.n_accesses / w["median_s"] if w["median_s"] > 0 else None,
-                            **result[name]}
+    per_policy = _replays(trace, names, cap, bpt, args.repeat)
     return {
         "workload": {"preset": args.preset, "days": args.days, "scale": args.scale, "seed": args.seed,
                      "requests": int(trace.n_requests), "block_accesses": int(trace.n_accesses),
