@@ -4,7 +4,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from tiered_kv.sim.retention import gc as G
+from tiered_kv.sim.retention import one_watermark as G
 from tiered_kv.sim.trace_replay import compile_trace
 from tiered_kv.sim.workload import generate
 from tiered_kv.viz import one_watermark as W

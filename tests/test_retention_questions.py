@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from tiered_kv.sim.policies import TTL
-from tiered_kv.sim.retention import gc as G
+from tiered_kv.sim.retention import one_watermark as G
 from tiered_kv.sim.retention import write_points as W
 from tiered_kv.sim.trace_replay import compile_trace
 from tiered_kv.sim.traces import random_trace

@@ -3,9 +3,9 @@
 DeepSeek's store has one LRU garbage collector under a disk watermark and no expiry timer, yet
 quotes 3 days (agent) and 7 days (chatbot). :func:`study` replays a multi-day two-class workload
 through one watermark sized to the 3 d / 7 d pair's average storage, under the four victim rules
-of :mod:`tiered_kv.sim.retention.gc`; the functions below turn its result into the tables and
+of :mod:`tiered_kv.sim.retention.one_watermark`; the functions below turn its result into the tables and
 the chart that figure 14 and notebook 03 show. Nothing here computes a hit: every number comes
-from :func:`tiered_kv.sim.retention.gc.one_watermark_study`.
+from :func:`tiered_kv.sim.retention.one_watermark.one_watermark_study`.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import polars as pl
 
 DAY_S = 86_400.0
 
-#: The collectors in words, in the order of :data:`tiered_kv.sim.retention.gc.MECHANISMS`.
+#: The collectors in words, in the order of :data:`tiered_kv.sim.retention.one_watermark.MECHANISMS`.
 COLLECTOR_NAMES = {"lru": "one LRU", "weighted": "class weight on recency (agent x7/3)",
                    "ttl-priority": "TTLs as GC priority", "quotas": "separate quotas"}
 
@@ -27,9 +27,9 @@ SIZES = {"small": ("ci", 8.0), "full": ("mixed", 14.0)}
 
 @lru_cache(maxsize=2)
 def study(size: str | None = None) -> tuple[dict, str]:
-    """(:func:`~tiered_kv.sim.retention.gc.one_watermark_study` result, a line naming the workload)
+    """(:func:`~tiered_kv.sim.retention.one_watermark.one_watermark_study` result, a line naming the workload)
     for seed 0 of :data:`SIZES` at ``size`` (default: :func:`tiered_kv.viz.notebook_size`)."""
-    from tiered_kv.sim.retention.gc import one_watermark_study
+    from tiered_kv.sim.retention.one_watermark import one_watermark_study
     from tiered_kv.sim.trace_replay import compile_trace
     from tiered_kv.sim.workload import generate
     from tiered_kv.viz import notebook_size

@@ -3,7 +3,7 @@
 Why: DeepSeek's store has one LRU garbage collector under a disk watermark and no expiry timer,
 yet quotes 3 days for agent KV and 7 days for chatbot KV. On the 14-day mixed workload, a
 single watermark sized to the 3 d / 7 d pair's average storage is replayed under four victim
-rules (:mod:`tiered_kv.sim.retention.gc`); the figure shows the idle time at eviction per class
+rules (:mod:`tiered_kv.sim.retention.one_watermark`); the figure shows the idle time at eviction per class
 and the hit rate each rule gets against the TTL pair and the oracle frontier at the same bytes.
 """
 
