@@ -8,12 +8,26 @@ the last R tokens fixed, the output cannot depend on any other token id.
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 import torch
 
 from tiered_kv.evaluate import gain_decomposition, long_context_gain
 from tiered_kv.model import EncoderDecoder, preset
 from tiered_kv.testing.models import scaled_tiny_model
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _served_config_dict() -> dict:
+    return json.loads((ROOT / "data/checkpoints/small.json").read_text())["model"]
+
+
+def test_committed_checkpoint_has_no_copy_head():
+    cfg = _served_config_dict()
+    assert cfg.get("copy_head_dim", 0) == 0
 
 
 @torch.no_grad()

@@ -74,7 +74,9 @@ def build(quick: bool) -> FigureResult:
     exact_same = ("byte-identical to an uncached prefill's" if differing == 0 else
                   f"{differing:,} of {values:,} stored values ({differing / values:.2g}) differ from an uncached "
                   "prefill's")
-    notes = (f"{n_conv} conversation(s) of held-out text, {turns} turns, first prompt {first} tokens, "
+    notes = ("The model reads its context only through the global KV and the window caches (no path from "
+             "earlier token ids to the output), so drift in the stored KV reaches every later answer. "
+             f"{n_conv} conversation(s) of held-out text, {turns} turns, first prompt {first} tokens, "
              f"+{step} tokens a turn, 64-token MXFP4 blocks, R={model.cfg.replay}, W={model.cfg.window}. "
              f"Mean first-token KL over all turns: write approximate {mean_of('approximate', 'kl_nats'):.3g} nats, "
              f"exact catch-up {mean_of('exact', 'kl_nats'):.3g} nats; at turn {turns}: "
