@@ -287,17 +287,21 @@ def run(args: argparse.Namespace) -> dict:
     if not checks:
         result["message"] = f"no peer could run here; install them with: {peers_mod.INSTALL_HINT}"
     if not getattr(args, "json", False):  # the table stays readable: curves only in --json
-        for peer in PEERS:
-            for v in result.get(peer, {}).values():
-                if isinstance(v, dict):
-                    for k in ("hit_tokens_peer", "hit_tokens_ours", "hits_peer", "hits_ours",
-                              "peer_seconds_all", "ours_seconds_all", "peer_cpu_seconds_all",
-                              "ours_cpu_seconds_all"):
-                        v.pop(k, None)
-            result.get(peer, {}).pop("capacities_blocks", None)
-        result.pop("capacities_tokens")
-        result.pop("capacities_blocks")
+        _drop_curves(result)
     return result
+
+
+def _drop_curves(result: dict[str, Any]) -> None:
+    """Take the per-capacity curves and per-round times out of ``result`` (the printed table)."""
+    for peer in PEERS:
+        for v in result.get(peer, {}).values():
+            if isinstance(v, dict):
+                for k in ("hit_tokens_peer", "hit_tokens_ours", "hits_peer", "hits_ours", "peer_seconds_all",
+                          "ours_seconds_all", "peer_cpu_seconds_all", "ours_cpu_seconds_all"):
+                    v.pop(k, None)
+        result.get(peer, {}).pop("capacities_blocks", None)
+    result.pop("capacities_tokens")
+    result.pop("capacities_blocks")
 
 
 # ------------------------------------------------------------------------------------ the record
