@@ -268,3 +268,17 @@ def test_the_widgets_benchmark_is_a_command_beside_its_dashboard(capsys):
     with pytest.raises(SystemExit):
         main(["bench", "widgets", "--help"])
     assert "slider move of the retention dashboard" in capsys.readouterr().out
+
+
+def test_cli_page_of_a_run_without_the_ahead_of_time_build_has_no_numba_column():
+    from tiered_kv.bench import sim
+
+    r = json.loads((RESULTS / "sim_cli.json").read_text())
+    assert "| command | warm | cold | cold, numba |" in sim.render_cli(r)
+    for name in ("curves", "simulate"):
+        for key in ("cold_jit_s", "cold_jit_runs_s"):
+            r["cli"][name].pop(key)
+    r["cli"].pop("aot_build")
+    page = sim.render_cli(r)
+    assert "| command | warm | cold |\n|---|---:|---:|\n| `tiered-kv curves" in page and "cold, numba" not in page
+    assert "every kernel the command needs is compiled by numba" in page

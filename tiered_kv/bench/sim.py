@@ -305,8 +305,11 @@ def render_cli(r: dict) -> str:
     cli, conv = r["cli"], r["conversation"]
     targets, meets = cli["targets"], cli["meets_targets"]
     command, note = recorded(r, CLI_COMMAND)
-    rows = "\n".join(f"| `{cli['commands'][n]}` | {_cli_cell(cli[n], 'warm')} | {_cli_cell(cli[n], 'cold')} | "
-                     f"{_cli_cell(cli[n], 'cold_jit')} |" for n in ("curves", "simulate"))
+    aot = "cold_jit_s" in cli["curves"]  # the run had the ahead-of-time build: numba's cold start beside it
+    rows = "\n".join(f"| `{cli['commands'][n]}` | {_cli_cell(cli[n], 'warm')} | {_cli_cell(cli[n], 'cold')} |"
+                     + (f" {_cli_cell(cli[n], 'cold_jit')} |" if aot else "") for n in ("curves", "simulate"))
+    head = ("| command | warm | cold | cold, numba |\n|---|---:|---:|---:|" if aot
+            else "| command | warm | cold |\n|---|---:|---:|")
     load = cli.get("load_average_1m")
     numpy_row = (f"| baseline: a process that only imports numpy (`numpy_imports_s`) | {_s2(cli['numpy_imports_s'])} "
                  f"({_cli_runs(cli['numpy_imports_runs_s'])}) | | |\n" if "numpy_imports_s" in cli else "")
@@ -323,8 +326,7 @@ brackets). *Warm*: numba's cache holds every kernel and the compiled-trace cache
 (both filled by one unmeasured run). {_cli_build(cli)} Machine load (1-minute load average) when the
 run ended: {f"{load:.1f}" if load is not None else "not available"}. {note}
 
-| command | warm | cold | cold, numba |
-|---|---:|---:|---:|
+{head}
 {rows}
 
 | figure | measured | target | met? |
