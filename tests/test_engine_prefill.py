@@ -145,3 +145,19 @@ def test_engine_rejects_mismatched_namespace(model, tmp_path):
         Engine(model, _ssd(tmp_path / "x", ns))
     with pytest.raises(ValueError, match="replay"):
         Engine(model, _ssd(tmp_path / "y", namespace_for(model)), replay=0)
+
+
+def test_a_prompt_is_hashed_once(model, ns, tmp_path, monkeypatch):
+    """The engine hashes the prompt into block keys once; the tier's lookup and write take them."""
+    import tiered_kv.engine as engine_mod
+    import tiered_kv.tiers.ssd.tier as tier_mod
+
+    calls = []
+    for mod in (engine_mod, tier_mod):
+        real = mod.block_keys
+        monkeypatch.setattr(mod, "block_keys", lambda t, n, real=real, mod=mod: calls.append(mod) or real(t, n))
+    t = _tokens(80)
+    e = Engine(model, _ssd(tmp_path / "h", ns), HostTier("16MiB"))
+    assert e.prefill(t[:50]).stored_blocks == 3
+    assert e.prefill(t).hit_tokens == {"ssd": 48, "host": 48}
+    assert calls == [engine_mod, engine_mod]  # one hash per prefill, none in the tier

@@ -192,3 +192,31 @@ def test_settings_are_checked_and_sorted_into_config_or_retention(tmp_path):
         assert t.policy.high_watermark == 0.7 and t.policy.traffic_classes == ("agent",)
     with SSDTier(tmp_path, namespace=namespace()) as t:
         assert t.usage is None  # unbounded: nothing written under usage/
+
+
+def test_key_taking_calls_store_and_find_what_the_token_calls_do(tmp_path):
+    """put_keys / get_prefix_keys write the same objects as put / get_prefix, from keys hashed once."""
+    import os
+
+    import torch
+
+    from tiered_kv.keys import block_keys
+    from tiered_kv.testing.store_suite import Clock, make_kv, make_tier, namespace
+
+    toks, kv = torch.arange(40), make_kv(40)
+    keys = block_keys(toks, namespace())
+    by_tokens, by_keys = make_tier(tmp_path / "t", clock=Clock()), make_tier(tmp_path / "k", clock=Clock())
+    assert by_tokens.put(toks[:16], kv[:16], "c") == 2 and by_keys.put_keys(keys[:2], kv[:16], "c") == 2
+    assert by_tokens.put(toks, kv[16:], "c", kv_offset=16) == 3
+    assert by_keys.put_keys(keys, kv[16:40], "c", kv_offset=16) == 3
+    hit = by_keys.get_prefix_keys(keys, "c")
+    assert hit.keys == keys and hit.raw == by_tokens.get_prefix(toks, "c").raw
+
+    def objects(root):
+        return {p.relative_to(root).as_posix(): p.read_bytes() for p in root.rglob("*") if p.is_file()}
+
+    assert objects(tmp_path / "t") == objects(tmp_path / "k") and len(os.listdir(tmp_path / "k" / "chunks")) > 1
+    with pytest.raises(ValueError, match="keys: must be a list of 16-byte block keys"):
+        by_keys.get_prefix_keys([b"short"])
+    with pytest.raises(ValueError, match=r"kv: covers tokens \[16, 32\) but the 5 keys cover 40"):
+        by_keys.put_keys(keys, kv[16:32], "c", kv_offset=16)

@@ -73,7 +73,9 @@ class RawBlock:
         return self.data.shape
 
 
-def _raw_dtype(fmt: str):
+def raw_dtype(fmt: str):
+    """The torch dtype an unquantized ablation format stores (``"bf16"``, ``"fp32"``); public
+    because the engine applies the same cast to the KV it keeps on the GPU."""
     torch = _torch()
     return {"bf16": torch.bfloat16, "fp32": torch.float32}[fmt]
 
@@ -155,7 +157,7 @@ def quantize_blocks(kv: torch.Tensor, namespace: Namespace) -> list:
         return []
     shape = torch.Size((bs, 2, H, D))
     if namespace.fmt in ("bf16", "fp32"):
-        raw = kv.detach().to(_raw_dtype(namespace.fmt)).contiguous()
+        raw = kv.detach().to(raw_dtype(namespace.fmt)).contiguous()
         empty = torch.zeros(0, dtype=torch.uint8)
         return [RawBlock(raw[i * bs:(i + 1) * bs], namespace.fmt, kv.dtype, empty) for i in range(n)]
     if namespace.fmt == "nvfp4":

@@ -2,7 +2,8 @@
 
 One prefill of N tokens, with P = the tokens whose global KV the SSD tier holds (whole blocks):
 
-1. key: chained block keys of the prompt (:func:`tiered_kv.keys.block_keys`).
+1. key: chained block keys of the prompt (:func:`tiered_kv.keys.block_keys`), computed once:
+   the SSD lookup and write and the host-tier entry all take them (:class:`PrefixTier`).
 2. lookup: this machine's host tier, for window caches at a block boundary Q <= P.
 3. load: the SSD tier's longest stored prefix (reads and verifies the chunks).
 4. dequantize: FP4 chunks -> global KV [P, 2, Hkv, D].
@@ -16,7 +17,9 @@ One prefill of N tokens, with P = the tokens whose global KV the SSD tier holds 
 TTFT is the sum of these stages. After the first token, new full blocks go to the SSD tier
 with the request's traffic class and the encoder (and, with ``reuse_decoder_windows``, decoder)
 windows at the last block boundary go to this machine's host tier ("store", reported
-separately: a server does it off the critical path).
+separately: a server does it off the critical path). In the code the stages are five methods
+over one small state object (:class:`_Prefill`): ``_lookup`` (2-3), ``_restore`` (4-5),
+``_encode`` (6), ``_decode`` (7) and ``_store``, each filling in its part for the next.
 
 The SSD tier is keyed by exact token prefix, so what it holds must be what an uncached
 prefill of that prefix computes. When the encoder windows at P came from a bounded replay
@@ -54,18 +57,34 @@ from __future__ import annotations
 
 import itertools
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import torch
 
 from tiered_kv import codec
 from tiered_kv.keys import Namespace, block_keys
-from tiered_kv.model import EncoderDecoder, WindowState, _check_tokens
+from tiered_kv.model import EncoderDecoder, WindowState, check_tokens
 from tiered_kv.tiers.gpu import GPUTier, InFlight
 from tiered_kv.tiers.host import HostEntry, HostTier
+from tiered_kv.tiers.ssd import Hit
 
 STAGES = ("key", "lookup", "load", "dequantize", "replay", "encoder", "decode")
 SSD_WRITES = ("exact", "skip", "approximate")
+
+
+class PrefixTier(Protocol):
+    """What the engine needs of an SSD tier: lookups and writes by block keys it computed once
+    (:class:`tiered_kv.tiers.ssd.SSDTier` is one; a benchmark may put a view of one in between)."""
+
+    namespace: Namespace
+
+    def get_prefix_keys(self, keys: list[bytes], traffic_class: str | None = None) -> Hit: ...
+
+    def put_keys(self, keys: list[bytes], kv: torch.Tensor, traffic_class: str = "default", *,
+                 kv_offset: int = 0) -> int: ...
 
 
 @dataclass
@@ -96,7 +115,7 @@ def fp4_roundtrip(kv: torch.Tensor, namespace: Namespace) -> torch.Tensor:
     """The global KV as the SSD tier would return it: full blocks chunk by chunk, the tail alone."""
     kv = kv.detach()  # FP4 storage is not differentiable
     if namespace.fmt in ("bf16", "fp32"):  # unquantized ablation: only the cast the store applies
-        return kv.to(codec._raw_dtype(namespace.fmt)).to(kv.dtype)
+        return kv.to(codec.raw_dtype(namespace.fmt)).to(kv.dtype)
     bs = namespace.block_size
     full = (kv.shape[0] // bs) * bs
     parts = []
@@ -136,12 +155,63 @@ def encode_blocks(model: EncoderDecoder, tokens: torch.Tensor, start: int, state
     return (torch.cat(outs) if len(outs) > 1 else outs[0]), state
 
 
+def _cat(*parts: torch.Tensor | None) -> torch.Tensor:
+    present = [x for x in parts if x is not None]
+    return torch.cat(present) if len(present) > 1 else present[0]
+
+
+@dataclass
+class _Prefill:
+    """One prefill as it moves through the stages; each stage fills in its part (see the module
+    docstring for P, Q and the boundary)."""
+
+    tokens: torch.Tensor
+    keys: list[bytes]  # the prompt's block keys, computed once
+    traffic_class: str
+    timings: dict[str, float] = field(default_factory=dict)
+    # lookup
+    hit: Hit | None = None
+    entry: HostEntry | None = None  # this machine's host-tier windows at Q
+    q: int = 0
+    # restore
+    prefix_kv: torch.Tensor | None = None  # the SSD tier's global KV of [0, P)
+    enc_state: WindowState | None = None  # encoder windows at P
+    enc_replayed: int = 0
+    host_used: int = 0  # Q when the encoder windows came from the host tier, else 0
+    state_exact: bool = True  # the windows at P are what an uncached prefill computes
+    # encode
+    computed: torch.Tensor | None = None  # the encoder's global KV of [P, N)
+    boundary_state: WindowState | None = None  # encoder windows at the last block boundary
+    end_state: WindowState | None = None  # encoder windows at N
+    global_kv: torch.Tensor | None = None  # [0, N), through the FP4 round trip
+    # decode
+    logits: torch.Tensor | None = None
+    dec_state: WindowState | None = None
+    dec_tokens: int = 0
+    dec_from_host: bool = False
+    dec_at_boundary: WindowState | None = None  # exact decoder windows at the boundary, if known
+
+    @property
+    def n(self) -> int:
+        return int(self.tokens.shape[0])
+
+    @property
+    def p(self) -> int:
+        return self.hit.hit_tokens if self.hit is not None else 0
+
+    @contextmanager
+    def timed(self, stage: str) -> Iterator[None]:
+        t0 = time.perf_counter()
+        yield
+        self.timings[stage] = time.perf_counter() - t0
+
+
 class Engine:
     """One machine: a model, its own host tier and GPU tier, and a (possibly shared) SSD tier."""
 
     _ids = itertools.count()
 
-    def __init__(self, model: EncoderDecoder, ssd_tier, host_tier: HostTier | None = None, *,
+    def __init__(self, model: EncoderDecoder, ssd_tier: PrefixTier, host_tier: HostTier | None = None, *,
                  gpu_tier: GPUTier | None = None, replay: int | None = None,
                  reuse_decoder_windows: bool = False, ssd_writes: str = "exact", name: str = "engine0") -> None:
         ns = ssd_tier.namespace
@@ -176,125 +246,141 @@ class Engine:
         """
         device = self.model.embed.weight.device  # CPU here; the same code runs on a CUDA model
         tokens = torch.as_tensor(tokens, dtype=torch.long).to(device)
-        cfg = self.model.cfg
-        _check_tokens(tokens, cfg, what="prompt", end=int(tokens.shape[0]) if tokens.ndim == 1 else None)
-        n, bs, R = tokens.shape[0], self.namespace.block_size, self.replay
-        t = {}
-        clock = time.perf_counter
-
-        t0 = clock()
-        keys = block_keys(tokens.cpu(), self.namespace)
-        t["key"] = clock() - t0
-
-        t0 = clock()
-        hit = self.ssd.get_prefix(tokens.cpu(), traffic_class)
-        t["load"] = clock() - t0
-        p = hit.hit_tokens
-
-        t0 = clock()
-        q, entry = self.host.lookup(keys[: p // bs], bs) if p else (0, None)
-        t["lookup"] = clock() - t0
-
-        t0 = clock()
-        prefix_kv = hit.kv(torch.float32, device=str(device)) if p else None
-        t["dequantize"] = clock() - t0
-
-        # Encoder windows at P: host tier (exact) or bounded replay.
-        t0 = clock()
-        enc_state, enc_replayed, host_used = None, 0, 0
-        enc_exact = True  # host entries are exact; a replay is exact when it reaches back far enough
-        if p and entry is not None and p - q <= R:
-            enc_state = entry.encoder
-            host_used = q
-            if q < p:  # exact continuation over [Q, P); its global KV is discarded (SSD's is kept)
-                _, enc_state = encode_blocks(self.model, tokens[q:p], q, enc_state, bs)
-                enc_replayed = p - q
-        elif p:
-            enc_state = self.model.replay_encoder(tokens, p, R)
-            enc_replayed = min(p, R)
-            enc_exact = p <= R or R >= cfg.enc_layers * (cfg.window - 1)
-        enc_state_exact = enc_exact
-        t["replay"] = clock() - t0
-
-        # Encoder over the suffix, snapshotting the windows at the last block boundary.
-        t0 = clock()
-        boundary = (n // bs) * bs
-        new_kv, state = [], enc_state
-        boundary_state = enc_state if boundary == p else None
-        if boundary > p:
-            kv_a, state = encode_blocks(self.model, tokens[p:boundary], p, state, bs)
-            new_kv.append(kv_a)
-            boundary_state = state
-        if n > max(p, boundary):
-            start = max(p, boundary)
-            kv_b, state = encode_blocks(self.model, tokens[start:n], start, state, bs)
-            new_kv.append(kv_b)
-        computed = torch.cat(new_kv) if new_kv else None
-        # Everything the decoder sees goes through the SSD tier's FP4 round trip.
-        computed_rt = fp4_roundtrip(computed, self.namespace) if computed is not None else None
-        parts = [x for x in (prefix_kv, computed_rt) if x is not None]
-        global_kv = torch.cat(parts) if len(parts) > 1 else parts[0]
-        t["encoder"] = clock() - t0
-
-        # Decoder: bounded replay over the last R tokens (or continue from host windows).
-        t0 = clock()
-        dec_from_host = (self.reuse_decoder_windows and entry is not None and entry.decoder is not None
-                         and entry.decoder.end == q and q == host_used and q < n)
-        dec_at_boundary = None
-        if dec_from_host:
-            if q < boundary < n:  # split at the boundary: its windows come for free (and exact)
-                _, dec_at_boundary = self.model.decode(tokens[q:boundary], q, global_kv, entry.decoder,
-                                                       history=tokens)
-                logits, dec_state = self.model.decode(tokens[boundary:], boundary, global_kv, dec_at_boundary,
-                                                      history=tokens)
-            else:
-                logits, dec_state = self.model.decode(tokens[q:], q, global_kv, entry.decoder, history=tokens)
-            dec_tokens = n - q
-        else:
-            logits, dec_state = self.model.first_token_logits(tokens, global_kv, R)
-            dec_tokens = min(n, R)
-        if dec_state.end == boundary and (dec_from_host or n <= R):
-            dec_at_boundary = dec_state
-        t["decode"] = clock() - t0
-
-        # Off the critical path: new full blocks to SSD, windows at the boundary to host.
-        t0 = clock()
-        stored, catch_up = 0, 0
-        if store and computed is not None and boundary > p:
-            new_blocks = computed[: boundary - p]
-            if not enc_exact and self.ssd_writes == "exact":
-                # Exact catch-up: exact windows at P, then the new blocks recomputed from them.
-                # Block-aligned calls from a block boundary far enough back that, from P on, every
-                # call has the shape and inputs of an uncached prefill's: byte-identical blocks.
-                s0 = max(0, (p - cfg.enc_layers * (cfg.window - 1 + bs)) // bs * bs)
-                _, exact_state = encode_blocks(self.model, tokens[s0:p], s0, None, bs)
-                new_blocks, boundary_state = encode_blocks(self.model, tokens[p:boundary], p, exact_state, bs)
-                catch_up = (p - s0) + (boundary - p)
-                enc_exact = True
-            if enc_exact or self.ssd_writes == "approximate":
-                stored = self.ssd.put(tokens[:boundary].cpu(), new_blocks, traffic_class, kv_offset=p)
-        if store and boundary and boundary_state is not None and enc_exact and (boundary > q or entry is None):
-            if self.reuse_decoder_windows and dec_at_boundary is None:
-                # Exact decoder windows at the boundary: a decoder replay long enough to be exact.
-                s0 = max(0, boundary - cfg.dec_layers * (cfg.window - 1))
-                exact_kv = global_kv if enc_exact and catch_up == 0 else torch.cat(
-                    [global_kv[:p], fp4_roundtrip(new_blocks, self.namespace)])
-                _, dec_at_boundary = self.model.decode(tokens[s0:boundary], s0, exact_kv, history=tokens)
-                catch_up += boundary - s0
-            self.host.put(keys[boundary // bs - 1], HostEntry(boundary_state, dec_at_boundary))
-        store_s = clock() - t0
-
+        check_tokens(tokens, self.model.cfg, what="prompt", end=int(tokens.shape[0]) if tokens.ndim == 1 else None)
+        t0 = time.perf_counter()
+        st = _Prefill(tokens, block_keys(tokens.cpu(), self.namespace), traffic_class)
+        st.timings["key"] = time.perf_counter() - t0
+        self._lookup(st)
+        self._restore(st)
+        self._encode(st)
+        self._decode(st)
+        t0 = time.perf_counter()
+        stored, catch_up = self._store(st) if store else (0, 0)
+        store_s = time.perf_counter() - t0
         rid = request_id or f"{self.name}-{next(self._ids)}"
         if keep_running:
-            self.gpu.admit(InFlight(rid, tokens, global_kv, state if state is not None else enc_state,
-                                    dec_state, traffic_class))
+            self.gpu.admit(InFlight(rid, tokens, st.global_kv, st.end_state, st.dec_state, traffic_class))
         return PrefillResult(
-            request_id=rid, logits=logits[-1], n_tokens=n,
-            hit_tokens={"ssd": p, "host": host_used},
-            computed_tokens={"encoder_suffix": n - p, "encoder_replay": enc_replayed, "decoder": dec_tokens,
-                             "store_catch_up": catch_up},
-            timings_s=t, stored_blocks=stored, store_s=store_s, decoder_from_host=dec_from_host,
-            encoder_exact=enc_state_exact)
+            request_id=rid, logits=st.logits[-1], n_tokens=st.n,
+            hit_tokens={"ssd": st.p, "host": st.host_used},
+            computed_tokens={"encoder_suffix": st.n - st.p, "encoder_replay": st.enc_replayed,
+                             "decoder": st.dec_tokens, "store_catch_up": catch_up},
+            timings_s=st.timings, stored_blocks=stored, store_s=store_s, decoder_from_host=st.dec_from_host,
+            encoder_exact=st.state_exact)
+
+    def _lookup(self, st: _Prefill) -> None:
+        """The SSD tier's longest stored prefix P, then this machine's host windows at Q <= P."""
+        with st.timed("load"):
+            st.hit = self.ssd.get_prefix_keys(st.keys, st.traffic_class)
+        with st.timed("lookup"):
+            if st.p:
+                st.q, st.entry = self.host.lookup(st.keys[: st.p // self.namespace.block_size],
+                                                  self.namespace.block_size)
+
+    def _restore(self, st: _Prefill) -> None:
+        """The prefix's global KV, dequantized, and the encoder windows at P: from the host tier
+        (continued exactly over [Q, P) when that costs no more than R tokens) or a bounded replay."""
+        device = str(st.tokens.device)
+        with st.timed("dequantize"):
+            st.prefix_kv = st.hit.kv(torch.float32, device=device) if st.p else None
+        with st.timed("replay"):
+            p, q, cfg = st.p, st.q, self.model.cfg
+            if p and st.entry is not None and p - q <= self.replay:
+                st.enc_state, st.host_used = st.entry.encoder, q
+                if q < p:  # exact continuation over [Q, P); its global KV is discarded (SSD's is kept)
+                    _, st.enc_state = encode_blocks(self.model, st.tokens[q:p], q, st.enc_state,
+                                                    self.namespace.block_size)
+                    st.enc_replayed = p - q
+            elif p:
+                st.enc_state = self.model.replay_encoder(st.tokens, p, self.replay)
+                st.enc_replayed = min(p, self.replay)
+                st.state_exact = p <= self.replay or self.replay >= cfg.enc_layers * (cfg.window - 1)
+
+    def _encode(self, st: _Prefill) -> None:
+        """The encoder over the suffix [P, N), in block-aligned calls, keeping the windows at the
+        last block boundary; everything the decoder sees goes through the FP4 round trip."""
+        with st.timed("encoder"):
+            bs, p, n = self.namespace.block_size, st.p, st.n
+            boundary = (n // bs) * bs
+            new_kv, state = [], st.enc_state
+            st.boundary_state = st.enc_state if boundary == p else None
+            if boundary > p:
+                kv_a, state = encode_blocks(self.model, st.tokens[p:boundary], p, state, bs)
+                new_kv.append(kv_a)
+                st.boundary_state = state
+            if n > max(p, boundary):
+                start = max(p, boundary)
+                kv_b, state = encode_blocks(self.model, st.tokens[start:n], start, state, bs)
+                new_kv.append(kv_b)
+            st.end_state = state
+            st.computed = torch.cat(new_kv) if new_kv else None
+            computed_rt = fp4_roundtrip(st.computed, self.namespace) if st.computed is not None else None
+            st.global_kv = _cat(st.prefix_kv, computed_rt)
+
+    def _decode(self, st: _Prefill) -> None:
+        """The first token: a bounded replay of the last R tokens, or (``reuse_decoder_windows``)
+        the decoder continued from the host tier's exact windows at Q."""
+        with st.timed("decode"):
+            n, q, entry = st.n, st.q, st.entry
+            boundary = (n // self.namespace.block_size) * self.namespace.block_size
+            st.dec_from_host = (self.reuse_decoder_windows and entry is not None and entry.decoder is not None
+                                and entry.decoder.end == q and q == st.host_used and q < n)
+            if st.dec_from_host:
+                start, windows = q, entry.decoder
+                if q < boundary < n:  # split at the boundary: its windows come for free (and exact)
+                    _, st.dec_at_boundary = self.model.decode(st.tokens[q:boundary], q, st.global_kv, windows,
+                                                              history=st.tokens)
+                    start, windows = boundary, st.dec_at_boundary
+                st.logits, st.dec_state = self.model.decode(st.tokens[start:], start, st.global_kv, windows,
+                                                            history=st.tokens)
+                st.dec_tokens = n - q
+            else:
+                st.logits, st.dec_state = self.model.first_token_logits(st.tokens, st.global_kv, self.replay)
+                st.dec_tokens = min(n, self.replay)
+            if st.dec_state.end == boundary and (st.dec_from_host or n <= self.replay):
+                st.dec_at_boundary = st.dec_state
+
+    def _store(self, st: _Prefill) -> tuple[int, int]:
+        """Off the critical path: new full blocks to the SSD tier (only exact ones, unless
+        ``ssd_writes="approximate"``), exact windows at the last boundary to the host tier.
+        Returns (blocks written, catch-up tokens computed)."""
+        bs, p = self.namespace.block_size, st.p
+        boundary = (st.n // bs) * bs
+        exact, stored, catch_up, new_blocks = st.state_exact, 0, 0, None
+        if st.computed is not None and boundary > p:
+            new_blocks = st.computed[: boundary - p]
+            if not exact and self.ssd_writes == "exact":
+                new_blocks, catch_up = self._catch_up(st, boundary)
+                exact = True
+            if exact or self.ssd_writes == "approximate":
+                stored = self.ssd.put_keys(st.keys[: boundary // bs], new_blocks, st.traffic_class, kv_offset=p)
+        if boundary and st.boundary_state is not None and exact and (boundary > st.q or st.entry is None):
+            if self.reuse_decoder_windows and st.dec_at_boundary is None:
+                exact_kv = st.global_kv if catch_up == 0 else torch.cat(
+                    [st.global_kv[:p], fp4_roundtrip(new_blocks, self.namespace)])
+                catch_up += self._exact_decoder_windows(st, boundary, exact_kv)
+            self.host.put(st.keys[boundary // bs - 1], HostEntry(st.boundary_state, st.dec_at_boundary))
+        return stored, catch_up
+
+    def _catch_up(self, st: _Prefill, boundary: int) -> tuple[torch.Tensor, int]:
+        """Exact windows at P, then the new blocks recomputed from them (``ssd_writes="exact"``).
+
+        Block-aligned calls from a block boundary far enough back that, from P on, every call has
+        the shape and inputs of an uncached prefill's: byte-identical blocks. Sets the windows at
+        the boundary; returns the new blocks and the tokens computed."""
+        bs, p, cfg = self.namespace.block_size, st.p, self.model.cfg
+        s0 = max(0, (p - cfg.enc_layers * (cfg.window - 1 + bs)) // bs * bs)
+        _, exact_state = encode_blocks(self.model, st.tokens[s0:p], s0, None, bs)
+        new_blocks, st.boundary_state = encode_blocks(self.model, st.tokens[p:boundary], p, exact_state, bs)
+        return new_blocks, (p - s0) + (boundary - p)
+
+    def _exact_decoder_windows(self, st: _Prefill, boundary: int, exact_kv: torch.Tensor) -> int:
+        """Exact decoder windows at the boundary: a decoder replay long enough to be exact.
+        Returns the tokens it computed."""
+        cfg = self.model.cfg
+        s0 = max(0, boundary - cfg.dec_layers * (cfg.window - 1))
+        _, st.dec_at_boundary = self.model.decode(st.tokens[s0:boundary], s0, exact_kv, history=st.tokens)
+        return boundary - s0
 
     # ------------------------------------------------------------------ decoding
 

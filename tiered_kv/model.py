@@ -332,7 +332,7 @@ class SWALayer(nn.Module):
 
 # --------------------------------------------------------------------------- models
 
-def _check_tokens(tokens: torch.Tensor, cfg: ModelConfig, *, what: str = "tokens", end: int | None = None) -> None:
+def check_tokens(tokens: torch.Tensor, cfg: ModelConfig, *, what: str = "tokens", end: int | None = None) -> None:
     if tokens.ndim != 1:
         raise ValueError(f"{what}: must be a 1-D tensor of token ids, got shape {tuple(tokens.shape)}")
     if tokens.numel() == 0:
@@ -446,7 +446,7 @@ class EncoderDecoder(nn.Module):
         Returns the global KV [T,2,Hkv,D] of these tokens and the encoder window state at
         start+T. ``state`` None means empty windows: exact only when start == 0.
         """
-        _check_tokens(tokens, self.cfg, end=start + tokens.shape[0])
+        check_tokens(tokens, self.cfg, end=start + tokens.shape[0])
         _check_state(state, start, "encoder state")
         keep = self.cfg.window - 1
         x = self.embed(tokens)
@@ -470,7 +470,7 @@ class EncoderDecoder(nn.Module):
         earlier position would copy; the cache always has them, they are its key.
         """
         end = start + tokens.shape[0]
-        _check_tokens(tokens, self.cfg, end=end)
+        check_tokens(tokens, self.cfg, end=end)
         _check_state(state, start, "decoder state")
         if global_kv.shape[0] < end:
             raise ValueError(f"global_kv: needs >= {end} tokens for positions [{start}, {end}), got {global_kv.shape[0]}")

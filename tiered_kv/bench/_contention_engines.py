@@ -34,14 +34,13 @@ class _StreamView:
         self.writer = writer
         self.hit = None
 
-    def get_prefix(self, tokens, traffic_class=None):
+    def get_prefix_keys(self, keys, traffic_class=None):
         hit, self.hit = self.hit, None
         return hit
 
-    def put(self, tokens, kv, traffic_class: str = "default", *, kv_offset: int = 0) -> int:
-        bs = self.namespace.block_size
-        self.writer(tokens, kv, traffic_class, kv_offset)
-        return len(tokens) // bs - kv_offset // bs
+    def put_keys(self, keys, kv, traffic_class: str = "default", *, kv_offset: int = 0) -> int:
+        self.writer(keys, kv, traffic_class, kv_offset)
+        return len(keys) - kv_offset // self.namespace.block_size
 
 
 def _empty_hit(ns):
@@ -171,15 +170,15 @@ def run_point(model, ns, seed_root: str, root: str, work: dict, tokens: list, ar
         while (job := write_q.get()) is not None:
             submitted, args = job
             try:
-                written = tier.put(*args[:3], kv_offset=args[3])
+                written = tier.put_keys(*args[:3], kv_offset=args[3])
             except BaseException as exc:  # noqa: BLE001 - reported after the point
                 errors.append(exc)
                 written = 0
             with lock:
                 writes.append((submitted, clock() - t0, written * chunk_bytes))
 
-    def submit_write(tokens_, kv, cls, offset) -> None:
-        write_q.put((clock() - t0, (tokens_, kv.detach(), cls, offset)))
+    def submit_write(keys, kv, cls, offset) -> None:
+        write_q.put((clock() - t0, (keys, kv.detach(), cls, offset)))
 
     ready_q = [queue.Queue() for _ in range(streams)]
     views = [_StreamView(tier, submit_write) for _ in range(streams)]

@@ -228,14 +228,36 @@ class SSDTier:
         cls = self._class(traffic_class, allow_none=False)
         arr = as_token_array(tokens)
         keys = block_keys(arr, self.namespace)
+        self._check_put(kv, kv_offset)
+        if kv.shape[0] + kv_offset not in (len(arr), len(keys) * self.namespace.block_size):
+            raise ValueError(f"kv: covers tokens [{kv_offset}, {kv_offset + kv.shape[0]}) but tokens has "
+                             f"{len(arr)} (kv must cover every token from kv_offset, or every full block)")
+        return self._put_blocks(keys, kv, cls, kv_offset)
+
+    def put_keys(self, keys: list[bytes], kv, traffic_class: str = "default", *, kv_offset: int = 0) -> int:
+        """:meth:`put` for a caller that already holds the prompt's block keys (``block_keys``).
+
+        ``kv`` covers the blocks from ``kv_offset`` to the last key's, exactly. Why: an engine
+        hashes a prompt once and looks it up, writes it and files its host-tier entry under the
+        same keys, instead of hashing it again in every call.
+        """
+        cls = self._class(traffic_class, allow_none=False)
+        keys = _check_keys(keys)
+        self._check_put(kv, kv_offset)
+        if kv.shape[0] + kv_offset != len(keys) * self.namespace.block_size:
+            raise ValueError(f"kv: covers tokens [{kv_offset}, {kv_offset + kv.shape[0]}) but the {len(keys)} keys "
+                             f"cover {len(keys) * self.namespace.block_size} (kv must cover every block from kv_offset)")
+        return self._put_blocks(keys, kv, cls, kv_offset)
+
+    def _check_put(self, kv, kv_offset: int) -> None:
         bs = self.namespace.block_size
         if not isinstance(kv_offset, int) or kv_offset < 0 or kv_offset % bs:
             raise ValueError(f"kv_offset: must be a multiple of block_size={bs} and >= 0, got {kv_offset!r}")
         codec.check_kv(kv, self.namespace)
         _check_tensor_data(kv, "kv")
-        if kv.shape[0] + kv_offset not in (len(arr), len(keys) * bs):
-            raise ValueError(f"kv: covers tokens [{kv_offset}, {kv_offset + kv.shape[0]}) but tokens has "
-                             f"{len(arr)} (kv must cover every token from kv_offset, or every full block)")
+
+    def _put_blocks(self, keys: list[bytes], kv, cls: str, kv_offset: int) -> int:
+        bs = self.namespace.block_size
         first = kv_offset // bs
         if first >= len(keys):
             return 0
@@ -355,7 +377,14 @@ class SSDTier:
         by ``traffic_class`` (None: refreshes whichever classes the chunks already have).
         """
         cls = self._class(traffic_class, allow_none=True)
-        keys = block_keys(tokens, self.namespace)
+        return self._lookup(block_keys(tokens, self.namespace), cls)
+
+    def get_prefix_keys(self, keys: list[bytes], traffic_class: str | None = None) -> Hit:
+        """:meth:`get_prefix` for a caller that already holds the prompt's block keys."""
+        cls = self._class(traffic_class, allow_none=True)
+        return self._lookup(_check_keys(keys), cls)
+
+    def _lookup(self, keys: list[bytes], cls: str | None) -> Hit:
         hit = self._read(keys)
         self.counters["lookups"] += 1
         self.counters["hit_blocks"] += hit.blocks
@@ -513,6 +542,13 @@ class SSDTier:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _check_keys(keys) -> list[bytes]:
+    """Block keys as :func:`tiered_kv.keys.block_keys` returns them (a list of 16-byte strings)."""
+    if not isinstance(keys, (list, tuple)) or not all(isinstance(k, bytes) and len(k) == KEY_BYTES for k in keys):
+        raise ValueError(f"keys: must be a list of {KEY_BYTES}-byte block keys (tiered_kv.keys.block_keys)")
+    return list(keys)
 
 
 def _check_tensor_data(t, name: str) -> None:
