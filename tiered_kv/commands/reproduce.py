@@ -140,10 +140,10 @@ class FigureBar:
             self._thread.start()
         return self
 
-    def __exit__(self, *exc) -> None:
-        self.finish()
+    def __exit__(self, exc_type, *exc) -> None:
+        self.finish(failed=exc_type is not None)
 
-    def finish(self) -> None:
+    def finish(self, failed: bool = False) -> None:
         self._stop.set()
         if self._thread is not None and self._thread.is_alive():
             self._thread.join()
@@ -154,7 +154,7 @@ class FigureBar:
         self.bar.refresh()
         self.bar.close()
         if self.bar.disable:  # a log, not a terminal: one line per figure instead of a bar
-            print(f"{self.name:<28} built in {elapsed:.1f} s", flush=True)
+            print(f"{self.name:<28} {'failed after' if failed else 'built in'} {elapsed:.1f} s", flush=True)
 
 
 def _build_parallel(mods, out: Path, quick: bool, expected: dict, jobs: int) -> None:
@@ -175,7 +175,8 @@ def _build_parallel(mods, out: Path, quick: bool, expected: dict, jobs: int) -> 
                     bar.tick()
                 for f in done:
                     m = pending.pop(f)
-                    (bars.pop(f, None) or FigureBar(m.NAME, expected[m.NAME], thread=False)).finish()
+                    bar = bars.pop(f, None) or FigureBar(m.NAME, expected[m.NAME], thread=False)
+                    bar.finish(failed=f.exception() is not None)
                     f.result()  # a figure that failed stops the build with its own error
         except BaseException:
             pool.shutdown(wait=False, cancel_futures=True)
