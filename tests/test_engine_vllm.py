@@ -179,8 +179,14 @@ def test_fp4_first_token_logits_stay_close_to_bf16(world):
     ref = world["ref"]["long"]["first_logprobs"]
     with EngineProcess(log=world["root"] / "F.log") as eng:
         eng.start(model=world["model"], store=str(world["root"] / "store-mxfp4"), fmt="mxfp4", prefix_caching=False)
-        miss, hit = eng.generate([prompt, prompt], max_tokens=1, logprobs=20)
+        miss, hit = eng.generate([prompt, prompt], max_tokens=1, logprobs=20, traffic_class="agent")
     assert miss["connector"]["hit_tokens"] == 0 and hit["connector"]["loaded_tokens"] == 21 * BS
+    # the request's class (kv_transfer_params) is the class of the chunks it stored
+    assert hit["connector"]["traffic_class"] == "agent"
+    stats = subprocess.run([str(Path(sys.executable).parent / "tiered-kv"), "store", "stats",
+                            str(world["root"] / "store-mxfp4"), "--json"], capture_output=True, text=True)
+    by_class = json.loads(stats.stdout)["by_class"]
+    assert set(by_class) == {"agent"} and by_class["agent"]["chunks"] == 21, by_class
     common = sorted(set(ref) & set(hit["first_logprobs"]))
     assert len(common) >= 10
     diff = np.abs(np.array([hit["first_logprobs"][t] - ref[t] for t in common]))
@@ -190,3 +196,51 @@ def test_fp4_first_token_logits_stay_close_to_bf16(world):
     assert diff.max() < 0.5
     assert miss_diff.max() < 1e-2  # the miss computes in bf16 like the reference
     assert diff.max() > miss_diff.max()  # FP4 does change the KV: the comparison can see it
+
+
+_ENGINE_CHECKS = """
+import torch, vllm, vllm._custom_ops as ops
+from tiered_kv.connectors import vllm as connector
+from tiered_kv.connectors.cpu_layout import probe_layout
+torch.manual_seed(0)
+for isa in ("vec", "vec16", "amx"):
+    for bs, dim in ((32, 64), (96, 128), (512, 64)):
+        layout = probe_layout(ops.cpu_attn_reshape_and_cache, isa, bs, dim)
+        n, heads = 3, 2
+        k, v = torch.randn(n * bs, heads, dim).bfloat16(), torch.randn(n * bs, heads, dim).bfloat16()
+        slots = torch.randperm(n * bs)  # token i goes to slot slots[i]
+        cache = torch.zeros(n, heads, bs, 2 * dim, dtype=torch.bfloat16)
+        key_cache, value_cache = cache.view(n, heads, 2 * bs, dim).chunk(2, dim=2)
+        ops.cpu_attn_reshape_and_cache(k, v, key_cache, value_cache, slots, isa)
+        kv = layout.unpack(cache)  # [n, heads, 2, bs, dim]
+        order = torch.argsort(slots)  # the token at each slot
+        k_ref = k[order].view(n, bs, heads, dim).permute(0, 2, 1, 3)
+        v_ref = v[order].view(n, bs, heads, dim).permute(0, 2, 1, 3)
+        ok = torch.equal(kv[:, :, 0], k_ref) and torch.equal(kv[:, :, 1], v_ref) and torch.equal(layout.pack(kv), cache)
+        print("LAYOUT", isa, bs, dim, ok, flush=True)
+vllm.__version__ = "0.1.0"
+try:
+    connector._check_platform()
+except RuntimeError as exc:
+    print("VERSION", exc, flush=True)
+"""
+
+
+@pytest.fixture(scope="module")
+def engine_checks() -> subprocess.CompletedProcess:
+    """One engine-venv process (one vLLM import) for the checks that need vLLM but no engine."""
+    _engine_or_skip()
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parent.parent))
+    return subprocess.run([str(engine_python()), "-c", _ENGINE_CHECKS], capture_output=True, text=True, env=env,
+                          timeout=600)
+
+
+def test_tile_unpacking_matches_vllms_own_packing_op_for_every_cpu_isa(engine_checks):
+    assert engine_checks.returncode == 0, engine_checks.stderr[-2000:]
+    lines = [line for line in engine_checks.stdout.splitlines() if line.startswith("LAYOUT ")]
+    assert len(lines) == 9 and all(line.endswith(" True") for line in lines), engine_checks.stdout
+
+
+def test_an_unsupported_vllm_version_is_one_line_naming_make_engine(engine_checks):
+    assert ("VERSION TieredKVConnector: vLLM 0.1.0 is not supported (supported: ['0.32.0']); install one with "
+            "`make engine`") in engine_checks.stdout, engine_checks.stdout + engine_checks.stderr[-1500:]

@@ -32,6 +32,7 @@ measurement also comes back in its output's ``kv_transfer_params["tiered_kv"]``.
 
 from __future__ import annotations
 
+import logging
 import re
 import time
 from dataclasses import dataclass, field
@@ -51,7 +52,7 @@ except ImportError as exc:  # one line naming what to do, not a traceback throug
                       f"use .venv-engine/bin/python; this Python has none ({exc})") from None
 
 from tiered_kv import codec
-from tiered_kv.connectors.blocks import engine_namespace, gather_blocks, scatter_blocks
+from tiered_kv.connectors.blocks import engine_namespace, foreign_namespaces, gather_blocks, scatter_blocks
 from tiered_kv.connectors.capture import CapturedRequest, TraceRecorder, key_id
 from tiered_kv.connectors.cpu_layout import TileLayout, probe_layout
 from tiered_kv.connectors.settings import SUPPORTED_VLLM, ConnectorSettings, open_tier
@@ -62,6 +63,8 @@ if TYPE_CHECKING:
     from vllm.v1.request import Request
 
 __all__ = ["TieredKVConnector"]
+
+logger = logging.getLogger("tiered_kv.connectors.vllm")
 
 
 @dataclass(frozen=True)
@@ -134,6 +137,9 @@ class TieredKVConnector(KVConnectorBase_V1):
         self.block_size = self.layout.block_size
         self.namespace = engine_namespace(model=vllm_config.model_config.model, layout=self.layout,
                                           layers=layers, kv_heads=kv_heads, fmt=self.settings.fmt)
+        note = foreign_namespaces(self.settings.store, self.namespace)
+        if note and role == KVConnectorRole.SCHEDULER:
+            logger.warning("TieredKVConnector: %s", note)
         self.tier = open_tier(self.settings, self.namespace)
         self.recorder = TraceRecorder(self.settings.capture) if self.settings.capture else None
         self._requests: dict[str, _Request] = {}
