@@ -34,14 +34,14 @@ def _encodings(spec: dict, channel: str) -> list[dict]:
 
 def test_report_values_show_their_difference():
     """REPORT.md printed '437 x | 437 x | 0.213 x (+0.0%)'."""
-    c = Claim("KV reduction", "DeepSeek", published=437.0, reproduced=437.213, unit="x", inputs="389,120 / 890")
+    c = Claim("KV reduction", "DeepSeek", published=437.0, reproduced=437.213, unit="x", inputs="389,120 / 890", kind="check")
     assert format_claim(c) == ("437.0 x", "437.2 x", "+0.213 x (+0.049%)")
     assert "| 437.0 x | 437.2 x | +0.213 x (+0.049%) |" in claims_table([c])
-    same = Claim("miss TTFT", "DeepSeek", published=13.0, reproduced=13.0, unit="s", inputs="fit", calibrated=True)
+    same = Claim("miss TTFT", "DeepSeek", published=13.0, reproduced=13.0, unit="s", inputs="fit", kind="calibration")
     assert format_claim(same)[:2] == ("13.0 s", "13.0 s")
-    frac = Claim("disk share", "DeepSeek", published=0.56, reproduced=0.5432, unit="fraction", inputs="sim")
+    frac = Claim("disk share", "DeepSeek", published=0.56, reproduced=0.5432, unit="fraction", inputs="sim", kind="proxy")
     assert format_claim(frac) == ("56.0%", "54.3%", "-1.7 points (-3.0%)")
-    big = Claim("bytes", "paper", published=70_272.0, reproduced=70_272.0, unit="bytes/token", inputs="arch")
+    big = Claim("bytes", "paper", published=70_272.0, reproduced=70_272.0, unit="bytes/token", inputs="arch", kind="check")
     assert format_claim(big)[0] == "70,272 bytes/token"
 
 

@@ -15,21 +15,66 @@ def _claim(**kw):
     return Claim(**{**base, **kw})
 
 
-def test_kind_replaces_the_calibrated_flag_and_keeps_its_meaning():
-    assert _claim().kind == "reproduction" and not _claim().calibrated
-    assert _claim(calibrated=True).kind == "calibration"
-    assert _claim(kind="calibration").calibrated
-    for kind in ("check", "proxy"):
-        assert _claim(kind=kind).kind == kind and not _claim(kind=kind).calibrated
+def test_a_claim_without_a_kind_is_refused():
+    with pytest.raises(TypeError, match="kind"):
+        _claim()
+    with pytest.raises(TypeError):  # only by keyword: a positional value cannot slip into it
+        Claim("c", "s", 1.0, 1.0, "x", "i", "check")
+    with pytest.raises(TypeError):
+        _claim(kind="calibration", calibrated=True)  # the old flag is gone: the kind says it
     with pytest.raises(ValueError, match="kind"):
         _claim(kind="guess")
-    with pytest.raises(ValueError, match="calibrated=True"):
-        _claim(kind="check", calibrated=True)
+    with pytest.raises(ValueError, match="kind"):
+        _claim(kind="")
+    record = _claim(kind="proxy").to_dict()
+    assert Claim.from_dict(record).kind == "proxy"
+    with pytest.raises(ValueError, match="'kind' must be one of"):
+        Claim.from_dict({k: v for k, v in record.items() if k != "kind"})
+
+
+def test_calibrated_is_read_from_the_kind():
+    assert _claim(kind="calibration").calibrated
+    for kind in ("reproduction", "check", "proxy"):
+        assert _claim(kind=kind).kind == kind and not _claim(kind=kind).calibrated
     with pytest.raises(ValueError, match="provenance"):
-        _claim(provenance=("no_colon", {}))
+        _claim(kind="check", provenance=("no_colon", {}))
     table = claims_table([_claim(kind=k) for k in KINDS])
     assert [ln.rstrip(" |").rsplit("| ", 1)[-1] for ln in table.splitlines()[2:]] == list(KINDS)
     assert "published / expected" in table.splitlines()[0]
+
+
+#: The rows re-examined when the default kind went away: (figure, words of the claim) -> kind.
+REEXAMINED = {
+    ("05_disk_fraction", "share of input tokens served from disk"): "proxy",
+    ("15_deepseek_day", "per-class TTLs agent 3 d / chatbot 7 d"): "proxy",
+    ("15_deepseek_day", "DeepSeek-volume day"): "proxy",
+    ("02_ttft", "miss/hit TTFT at 128K"): "calibration",
+    ("04_prefill_compute", "Bounded replay nearly halves prefill compute"): "check",
+    ("01_kv_bytes", "DeepSeek-LLM-67B KV cache in bf16"): "check",
+    ("01_kv_bytes", "DeepSeek-V2 KV cache reduction"): "check",
+    ("02_ttft", "TTFT of a 128K-token hit, BF16 KV"): "reproduction",
+    ("07_capacity_curves", "Cache ratio of the Mooncake synthetic trace"): "reproduction",
+}
+
+
+def test_committed_report_sections_carry_the_reexamined_kinds():
+    """figures/sections/ is what REPORT.md is assembled from: each row there has the kind its
+    figure now gives (so the sections were rebuilt after the kinds changed)."""
+    from tiered_kv import FIGURES_DIR
+
+    seen = set()
+    for f in sorted((FIGURES_DIR / "sections").glob("*.json")):
+        rec = json.loads(f.read_text())
+        for c in rec["claims"]:
+            assert c["kind"] in KINDS, (rec["name"], c["claim"])
+            assert f"| {c['kind']} |" in rec["section"]
+            for (name, words), kind in REEXAMINED.items():
+                if name == rec["name"] and words in c["claim"]:
+                    assert c["kind"] == kind, (name, c["claim"], c["kind"])
+                    seen.add((name, words))
+    report = (FIGURES_DIR / "REPORT.md").read_text()
+    assert seen == set(REEXAMINED)
+    assert report.count("| proxy |") >= 4  # the three disk-share rows and the price gap, in the section tables too
 
 
 def _build(name: str):

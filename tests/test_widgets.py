@@ -364,8 +364,10 @@ def test_gallery_tables_come_from_the_claims():
     from tiered_kv.viz.gallery import BuiltFigure, _markdown_table_html, claims_frame
     from tiered_kv.viz.report import Claim, FigureResult, claims_table
 
-    c = Claim("ratio", "paper", published=437.0, reproduced=437.2, unit="x", inputs="arch table")
+    c = Claim("ratio", "paper", published=437.0, reproduced=437.2, unit="x", inputs="arch table",
+              kind="check")
     frame = claims_frame([BuiltFigure("01_x", "X", FigureResult(chart=None, claims=[c]), 0.1)])
     assert frame.row(0, named=True)["relative_difference"] == pytest.approx(0.2 / 437)
+    assert frame.row(0, named=True)["kind"] == "check"  # the claim's own kind, not a guess from a flag
     html_ = _markdown_table_html(claims_table([c]))
     assert "<td>ratio</td>" in html_ and "437" in html_

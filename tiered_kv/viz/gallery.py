@@ -41,7 +41,7 @@ def claims_frame(figures: list[BuiltFigure]) -> pl.DataFrame:
 def _claim_row(figure: str, c: Claim) -> dict:
     return {"figure": figure, "claim": c.claim, "source": c.source, "published": float(c.published),
             "reproduced": float(c.reproduced), "unit": c.unit, "relative_difference": float(c.relative_difference),
-            "kind": "calibration" if c.calibrated else "reproduction", "inputs": c.inputs}
+            "kind": c.kind, "inputs": c.inputs}
 
 
 def _markdown_table_html(md: str) -> str:

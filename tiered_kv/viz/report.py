@@ -4,10 +4,12 @@ A figure module in :mod:`tiered_kv.viz.figures` exposes ``NAME`` (file stem, e.g
 ``"01_kv_bytes"``), ``TITLE`` and ``build(quick: bool) -> FigureResult``. ``build`` computes
 everything from the package (model, simulator, measurements); a :class:`Claim` pairs a
 published number with the value the code produced and the inputs it used, so REPORT.md can
-print the difference. Every claim has a ``kind`` (:data:`KINDS`):
+print the difference. Every claim names its ``kind`` (:data:`KINDS`); there is no default,
+because a default once labelled rows 'reproduction' that were checks of arithmetic or proxies,
+and the label is what a reader trusts:
 
 - ``reproduction``: computed by the package from inputs that were not tuned on this number;
-- ``calibration``: a default was tuned on this very number (``calibrated=True`` means this);
+- ``calibration``: a default was tuned on this very number (:attr:`Claim.calibrated`);
 - ``check``: arithmetic on a published number typed in as an input (it checks the publisher's
   arithmetic, nothing more);
 - ``proxy``: a different quantity set beside the published one (a machine-time ratio beside a
@@ -40,21 +42,16 @@ class Claim:
     reproduced: float
     unit: str  # e.g. "x", "s", "fraction", "bytes/token"
     inputs: str  # the inputs the reproduced value came from
-    calibrated: bool = False  # True when a default was tuned on this very number (kind 'calibration')
-    kind: str = ""  # one of KINDS; empty: 'calibration' if calibrated else 'reproduction'
+    #: one of KINDS, always given by keyword (no default: each row says what kind of match it is)
+    kind: str = field(kw_only=True)
     #: ("module:function", {keyword inputs}) whose call returns ``reproduced``
     provenance: tuple[str, dict] | None = None
 
     def __post_init__(self) -> None:
         if not self.claim or not self.source:
             raise ValueError("Claim: 'claim' and 'source' must be non-empty")
-        kind = self.kind or ("calibration" if self.calibrated else "reproduction")
-        if kind not in KINDS:
+        if self.kind not in KINDS:
             raise ValueError(f"Claim.kind: must be one of {list(KINDS)}, got {self.kind!r}")
-        if self.calibrated and kind != "calibration":
-            raise ValueError(f"Claim: calibrated=True means kind 'calibration', got kind {kind!r}")
-        object.__setattr__(self, "kind", kind)
-        object.__setattr__(self, "calibrated", kind == "calibration")
         if self.provenance is not None:
             fn, kwargs = self.provenance
             if not isinstance(fn, str) or ":" not in fn or not isinstance(kwargs, dict):
@@ -72,9 +69,17 @@ class Claim:
     def from_dict(cls, record: dict) -> Claim:
         """The claim a :meth:`to_dict` record describes (a saved REPORT section read back)."""
         prov = record.get("provenance")
+        if record.get("kind") not in KINDS:
+            raise ValueError(f"claim record {record.get('claim')!r}: 'kind' must be one of {list(KINDS)}, "
+                             f"got {record.get('kind')!r}")
         return cls(claim=record["claim"], source=record["source"], published=record["published"],
                    reproduced=record["reproduced"], unit=record["unit"], inputs=record["inputs"],
                    kind=record["kind"], provenance=None if prov is None else (prov["function"], prov["inputs"]))
+
+    @property
+    def calibrated(self) -> bool:
+        """True when a default was tuned on this very number (kind 'calibration')."""
+        return self.kind == "calibration"
 
     @property
     def difference(self) -> float:

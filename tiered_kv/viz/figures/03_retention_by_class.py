@@ -72,7 +72,7 @@ def build(quick: bool) -> FigureResult:
               "0.5-1 point; midpoint shown)",
         source="DeepSeek tiered KV cache (7-day chatbot, 3-day agent retention)",
         published=0.75, reproduced=chat_loss, unit="points",
-        inputs=f"tiered_kv.sim.workload.synth {size}; unlimited capacity, TTL replay", calibrated=True,
+        inputs=f"tiered_kv.sim.workload.synth {size}; unlimited capacity, TTL replay", kind="calibration",
         provenance=("tiered_kv.viz.claim_values:ttl_loss_points",
                     {"synth_preset": preset, "days": days, "seed": seed, "traffic_class": "chatbot"}))]
     notes = (f"Synthetic workload ({size}). Hit rate with unlimited capacity and a per-class TTL "

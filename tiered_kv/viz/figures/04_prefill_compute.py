@@ -62,7 +62,9 @@ def build(quick: bool) -> FigureResult:
         claim="Bounded replay nearly halves prefill compute (ratio to a same-depth baseline; target <= 0.55)",
         source="DeepSeek tiered KV cache / YOCO early-exit prefill", published=0.5, reproduced=ratio, unit="x",
         inputs=f"FlopCounterMode, small preset (L_e={cfg.enc_layers}, L_d={cfg.dec_layers}, d={cfg.d_model}, "
-               f"W={cfg.window}, R={cfg.replay}), N={n_max:,} tokens",
+               f"W={cfg.window}, R={cfg.replay}), N={n_max:,} tokens: counts the layer arithmetic "
+               "(L_e = L_d halves it), not DeepSeek's model",
+        kind="check",  # (L_e*N + L_d*R)/((L_e+L_d)*N) with L_e = L_d: the halving follows from the layer count
         provenance=("tiered_kv.viz.claim_values:bounded_replay_flops_ratio", {"tokens": n_max}))]
     notes = (f"Layer-token model at N={n_max:,}: (L_e·N + L_d·R)/((L_e+L_d)·N) = "
              f"{float(at['layer_token_ratio'][0]):.3f}; counted ratio {ratio:.3f} (the replay's "

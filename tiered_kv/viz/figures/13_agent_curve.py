@@ -80,7 +80,7 @@ def build(quick: bool) -> FigureResult:
         claim=f"Agent LRU token hit rate at {c:,.0f} tokens (512-token blocks)", source=_PUB,
         published=float(p), reproduced=float(o), unit="fraction",
         inputs=f"synth preset 'agent', hour 12 of a steady-state run, seed 0, {size}; "
-               "tiered_kv.sim.curves.lru_curve, default semantics", calibrated=True,
+               "tiered_kv.sim.curves.lru_curve, default semantics", kind="calibration",
         provenance=("tiered_kv.viz.claim_values:agent_lru_hit_rate",
                     {"capacity_tokens": float(c), "warmup_days": warmup, "hour": 12, "seed": 0}))
         for c, p, o in zip(caps, pub, ours, strict=True)]
