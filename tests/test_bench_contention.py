@@ -1,5 +1,6 @@
-"""`tiered-kv bench contention` (issue 16 §2): the admission rule, per-class percentiles, the
-bandwidth limit measured, and the JSON, at tiny sizes (the tiny preset, random weights)."""
+"""`tiered-kv bench contention`: the admission rules, per-class percentiles, the measured queue
+state, the bandwidth limit measured, repeats, and the JSON, at tiny sizes (the tiny preset,
+random weights); figure 18 from a result whose admission effects go both ways."""
 
 from __future__ import annotations
 
@@ -66,8 +67,10 @@ def test_per_class_percentiles():
     assert p["miss"]["p99_ms"] == pytest.approx(4000.0 + 0.98 * 6000.0)
     assert p["all"]["p50_ms"] == pytest.approx(3000.0) and p["all"]["max_ms"] == 10_000.0
     assert p["restore"]["recomputed_fraction"] == 0.5 and p["miss"]["recomputed_fraction"] == 0.0
-    lo, hi = p["miss"]["p50_ms_ci90"]
-    assert 3000.0 <= lo <= p["miss"]["p50_ms"] <= hi <= 10_000.0
+    assert p["miss"]["p50_ms_ci90"] == [None, None]  # three values bound no median at 90%
+    many = C.class_percentiles(np.arange(1, 21) / 1e3, np.ones(20, dtype=bool))
+    assert many["restore"]["p50_ms_ci90"] == [6.0, 15.0]  # Bin(20, 0.5): ranks 6 and 15 (95.9% cover)
+    assert many["restore"]["p99_ms_ci90"] == [19.0, None]  # 20 values give a p99 no upper end
 
 
 def test_lengths_are_fixed_by_the_seed_and_loads_only_rescale_arrivals():
@@ -84,11 +87,14 @@ def test_lengths_are_fixed_by_the_seed_and_loads_only_rescale_arrivals():
 def test_points_run_in_a_shuffled_order_with_admission_pairs_together():
     from tiered_kv.bench.contention import run_order
 
-    order = run_order([1.0, 2.0, 3.0], [0.3, 0.6], (False, True), seed=0)
-    assert sorted(order) == sorted((b, ld, a) for b in (1.0, 2.0, 3.0) for ld in (0.3, 0.6) for a in (False, True))
-    assert all(order[i][:2] == order[i + 1][:2] for i in range(0, len(order), 2))
-    assert [o[2] for o in order[:4]] == [False, True, True, False]
-    assert order == run_order([1.0, 2.0, 3.0], [0.3, 0.6], (False, True), seed=0)
+    pols = ("load", "own", "shared")
+    order = run_order([1.0, 2.0, 3.0], [0.3, 0.6], pols, seed=0)
+    assert sorted(order) == sorted((b, ld, a) for b in (1.0, 2.0, 3.0) for ld in (0.3, 0.6) for a in pols)
+    assert all(order[i][:2] == order[i + 1][:2] == order[i + 2][:2] for i in range(0, len(order), 3))
+    assert [o[2] for o in order[:6]] == ["load", "own", "shared", "own", "shared", "load"]  # rotated
+    assert order == run_order([1.0, 2.0, 3.0], [0.3, 0.6], pols, seed=0)
+    second = run_order([1.0, 2.0, 3.0], [0.3, 0.6], pols, seed=0, round_=1)
+    assert sorted(second) == sorted(order) and second != order  # each round its own order
 
 
 def test_compute_fit_recovers_the_coefficients():
@@ -148,7 +154,8 @@ def test_bandwidth_limit_limits_measured_throughput(tmp_path):
     out = {}
     for name, bw in (("limited", total / 1.0), ("unlimited", math.inf)):
         out[name] = B.run_point(model, ns, seed, str(tmp_path / name), work, tokens, np.zeros(sc.requests),
-                                bandwidth=bw, link="shared", admission=False, restore_s=zeros, recompute_s=zeros + 1,
+                                bandwidth=bw, link="shared", policy="load", cores=2, restore_s=zeros,
+                                recompute_s=zeros + 1,
                                 raw_read_bytes_per_s=1e12, chunk_bytes=chunk)
         assert out[name]["link_bytes"] == pytest.approx(total, rel=1e-3) and out[name]["written_bytes"] == 0
     limited = out["limited"]
@@ -161,69 +168,119 @@ def test_bandwidth_limit_limits_measured_throughput(tmp_path):
 
 def test_json_has_every_key(capsys):
     assert main(["bench", "contention", "--json", *TINY, "--loads", "1", "--bandwidths", "inf", "64KiB/s",
-                 "--admission", "both"]) == 0
+                 "--admission", "shared", "--repeats", "2"]) == 0
     r = json.loads(capsys.readouterr().out)
     for key in ("benchmark", "model", "preset", "kv_bytes_per_token", "chunk_bytes", "link", "scenario", "lengths",
-                "calibration", "break_even_bandwidth_bytes_per_s", "compute_capacity", "cpus",
+                "calibration", "break_even_bandwidth_bytes_per_s", "compute_capacity", "cpus", "repeats", "policies",
                 "load_average_start", "load_average_end", "points", "summary", "wall_s"):
         assert key in r, key
     assert r["preset"] == "tiny" and r["scenario"]["streams"] == 2 and len(r["lengths"]["prompt_tokens"]) == 8
+    assert r["repeats"] == 2 and r["policies"] == ["load", "shared"]
     assert {"fixed_s", "a_s_per_token", "b_s_per_token2", "raw_read_bytes_per_s",
             "median_abs_rel_error"} <= set(r["calibration"])
-    assert len(r["points"]) == 4  # 2 bandwidths x 1 load x with/without admission
+    assert len(r["points"]) == 4  # 2 bandwidths x 1 load x 2 policies
     for p in r["points"]:
-        for key in ("bandwidth_bytes_per_s", "bandwidth", "load", "rate_per_s", "admission", "measured", "model",
-                    "model_slowed", "decisions_agree", "link_bytes", "link_throughput_bytes_per_s",
-                    "compute_slowdown", "offered_link_utilisation", "wall_s"):
+        for key in ("bandwidth_bytes_per_s", "bandwidth", "load", "rate_per_s", "policy", "admission", "measured",
+                    "pooled", "model", "model_shared", "repeats", "compute_slowdown", "compute_slowdown_spread",
+                    "offered_link_utilisation", "link_throughput_bytes_per_s", "wall_s"):
             assert key in p, key
-        for src in ("measured", "model"):
-            assert set(p[src]) == {"restore", "miss", "all"}
-            assert p[src]["all"]["count"] == 8
-            for q in ("p50_ms", "p99_ms", "p50_ms_ci90", "p99_ms_ci90", "recomputed_fraction"):
-                assert q in p[src]["all"], q
-            assert p[src]["all"]["p50_ms"] <= p[src]["all"]["p99_ms"]
-    # sorted by bandwidth, 'inf' (no limit) last; run_order says when each ran
+        assert len(p["repeats"]) == 2 and len(p["run_order"]) == 2
+        runs = [rep["measured"]["all"]["p99_ms"] for rep in p["repeats"]]
+        assert p["measured"]["all"]["p99_ms_spread"] == [min(runs), max(runs)]
+        assert p["measured"]["all"]["p99_ms"] == pytest.approx(float(np.median(runs)))
+        assert p["pooled"]["all"]["count"] == 16  # both repeats' requests
+        assert p["pooled"]["all"]["p99_ms_ci90"][1] is None  # 16 values give a p99 no upper end
+        for src in ("measured", "model", "model_shared"):
+            assert set(p[src]) == {"restore", "miss", "all"} and p[src]["all"]["count"] == 8
+    # sorted by bandwidth, 'inf' (no limit) last; run_order says when each repeat ran
     assert [p["bandwidth_bytes_per_s"] for p in r["points"]] == [65536.0, 65536.0, None, None]
-    assert sorted(p["run_order"] for p in r["points"]) == [0, 1, 2, 3]
-    assert {"model_over_measured", "model_slowed_over_measured", "admission_p99_ratio"} <= set(r["summary"])
-    assert not [p for p in r["points"] if not p["admission"] and p["measured"]["restore"]["recomputed_fraction"]]
+    assert sorted(k for p in r["points"] for k in p["run_order"]) == list(range(8))
+    assert {"model_over_measured", "admission"} <= set(r["summary"])
+    assert not [p for p in r["points"] if p["policy"] == "load" and p["measured"]["restore"]["recomputed_fraction"]]
+    row = r["summary"]["admission"][0]
+    assert row["policy"] == "shared" and len(row["restore"]["measured"]["ratios"]) == 2
+
+
+def test_dispatcher_reads_the_measured_queue_state():
+    from tiered_kv.bench._contention_engines import _Streams
+
+    view = _Streams(3, cores=1.0)
+    view.add(0, 0, 1.0)
+    view.add(0, 1, 0.5)
+    view.add(1, 2, 2.0)
+    view.started(0, 0, 10.0)
+    # at 10.5 two streams are busy on one core: the running request did 0.5 s / 2 = 0.25 s of its 1 s
+    st = view.state(0, 10.5, queued_read_s=0.3)
+    assert st.stream_backlog_s == pytest.approx(1.25) and st.busy_streams == 1 and st.queued_read_s == 0.3
+    assert view.state(2, 10.5, 0.0).busy_streams == 2 and view.state(2, 10.5, 0.0).stream_backlog_s == 0.0
+    view.finished(0, 0)
+    assert view.state(0, 11.0, 0.0).stream_backlog_s == pytest.approx(0.5)
 
 
 def _fake_result() -> dict:
-    def cls(p50, p99, rec=0.0):
-        return {"count": 4, "p50_ms": p50, "p99_ms": p99, "recomputed_fraction": rec}
+    """Points built from TTFT arrays through the benchmark's own record and summary code: the
+    'own' policy doubles restore p99 at 32 KiB/s and halves it at 128 KiB/s."""
+    from tiered_kv.bench._contention_report import point_record, summarize
 
+    work = {"restore": np.array([True, True, True, False]), "n": np.array([100, 200, 300, 400])}
+    base = np.array([0.1, 0.2, 0.3, 0.4])
     points = []
-    for bw in (None, 32 * 1024.0, 128 * 1024.0):
-        for adm in (False, True):
-            slow = 1.0 if bw is None else 1024 * 1024 / bw
-            points.append({"bandwidth_bytes_per_s": bw, "bandwidth": "x", "load": 0.5, "rate_per_s": 3.0,
-                           "admission": adm, "compute_slowdown": 1.5,
-                           "measured": {"restore": cls(100 * slow, 300 * slow / (2 if adm else 1), 0.5 * adm),
-                                        "miss": cls(200, 400)},
-                           "model": {"restore": cls(80 * slow, 250 * slow), "miss": cls(150, 300)},
-                           "model_slowed": {"restore": cls(120 * slow, 375 * slow), "miss": cls(225, 450)}})
-    return {"points": points, "scenario": C.ContentionScenario().to_dict(), "model": "fake", "params": 1,
-            "replay_tokens": 8, "lengths": {"restores": 2, "median": 500.0, "max": 900}, "block_size_tokens": 64,
-            "chunk_bytes": 2500.0, "kv_bytes_per_token": 39.0, "link": "shared", "cpus": 2,
-            "load_average_start": [1.0, 1.0, 1.0], "break_even_bandwidth_bytes_per_s": 30000.0,
+    for bw, factor in ((32 * 1024.0, 2.0), (128 * 1024.0, 0.5), (math.inf, 1.0)):
+        for pol in ("load", "own"):
+            scale = [factor * (1 + 0.01 * k) if pol == "own" else 1 + 0.01 * k for k in range(3)]
+            rec = work["restore"] if pol == "own" and factor != 1.0 else np.zeros(4, dtype=bool)
+            runs = [np.where(work["restore"], base * s, base) for s in scale]
+            reps = [{"measured": C.class_percentiles(t, work["restore"], rec, interval=False), "compute_slowdown": 1.5,
+                     "run_order": k, "wall_s": 1.0, "link_throughput_bytes_per_s": 1e5,
+                     "dispatch_lateness_max_s": 0.0, "decisions_agree": {"model": 1.0, "model_shared": 1.0}}
+                    for k, t in enumerate(runs)]
+            model = {"ttft_s": runs[1], "recomputed": rec}
+            points.append(point_record(reps, np.concatenate(runs), np.tile(rec, 3),
+                                       {"model": model, "model_shared": model}, work, np.zeros(4), bandwidth=bw,
+                                       load=0.5, rate=3.0, policy=pol, break_even=30000.0, mean_link=1e4))
+    return {"points": points, "summary": summarize(points), "scenario": C.ContentionScenario().to_dict(),
+            "model": "fake", "params": 1, "replay_tokens": 8, "repeats": 3, "policies": ["load", "own"],
+            "lengths": {"restores": 3, "median": 500.0, "max": 900}, "block_size_tokens": 64, "chunk_bytes": 2500.0,
+            "kv_bytes_per_token": 39.0, "link": "shared", "cpus": 2, "compute_capacity": 2,
+            "load_average_start": [1.0, 1.0, 1.0], "load_average_end": [1.0, 1.0, 1.0],
+            "break_even_bandwidth_bytes_per_s": 30000.0,
             "calibration": {"fixed_s": 0.01, "a_s_per_token": 1e-4, "b_s_per_token2": 1e-8,
-                            "median_abs_rel_error": 0.1},
-            "summary": {"model_over_measured": {"restore": {"p99": {"median": 0.8, "min": 0.7, "max": 0.9}}},
-                        "admission_p99_ratio": [{"bandwidth": "32 KiB/s", "load": 0.5, "restore_measured": 0.5,
-                                                 "restore_model": 1.0}]}}
+                            "median_abs_rel_error": 0.1}}
 
 
-def test_figure_draws_measured_and_model_with_units(monkeypatch):
+def test_figure_shows_where_admission_helps_and_where_it_hurts(monkeypatch):
     import importlib
 
     fig = importlib.import_module("tiered_kv.viz.figures.18_contention")
-    monkeypatch.setattr(fig, "result", lambda quick: (_fake_result(), "a fake run"))
+    res = _fake_result()
+    monkeypatch.setattr(fig, "result", lambda quick: (res, "a fake run"))
     built = fig.build(quick=True)
-    assert built.data.height == 2 * 2 * 3 * 2  # 2 limited bandwidths x 2 policies x 3 sources x 2 classes
+    assert built.data.height == 2 * 2 * 2 * 2  # 2 limited bandwidths x 2 policies x 2 sources x 2 classes
     spec = json.dumps(built.chart.to_dict())
-    for title in ("link bandwidth limit (KiB/s, log)", "p99 TTFT (seconds, log)"):
+    for title in ("link bandwidth limit (KiB/s, log)", "p99 TTFT (seconds, log)", "p99 with admission / always load"):
         assert title in spec
-    assert set(built.data["source"]) == set(fig.SOURCE_NAMES.values())
-    assert sorted(fig.SOURCE_NAMES.values())[0] == fig.SOURCE_NAMES["measured"]  # the solid line
-    assert "Admission cut the measured restore p99 at 32 KiB/s" in built.notes and "a fake run" in built.notes
+    effect = fig.effect_frame(res)
+    measured = effect.filter(effect["source"] == fig.SOURCE_NAMES["measured"])
+    ratios = dict(zip(measured.filter(measured["class"] == fig.CLASS_NAMES["restore"])["bandwidth_kib_s"],
+                      measured.filter(measured["class"] == fig.CLASS_NAMES["restore"])["ratio"], strict=True))
+    assert ratios == {32.0: pytest.approx(2.0), 128.0: pytest.approx(0.5)}  # 2x and 0.5x, paired by repeat
+    assert "raised p99: restores at 32 KiB/s, load 0.5 x2.00" in built.notes
+    assert "cut p99: restores at 128 KiB/s, load 0.5 x0.50" in built.notes
+    assert "left p99 unchanged: misses at 32 KiB/s" in built.notes
+    assert "recomputed nothing (any change is noise): restores at unlimited" in built.notes
+    assert "a fake run" in built.notes
+
+
+def test_page_lists_increases_beside_cuts():
+    from tiered_kv.bench._contention_page import render_record, summary_cells
+
+    res = _fake_result()
+    res.update(fmt="mxfp4", preset="tiny", window_tokens=16, torch_threads=1, wall_s=1.0,
+               lengths={**res["lengths"], "p90": 800.0},
+               calibration={**res["calibration"], "repeats": 1, "requests": [0, 1], "classes": {},
+                            "raw_read_bytes_per_s": 1e6})
+    page = render_record(res)
+    assert "restores raised: x2.00 (2.00-2.00, 3 pairs" in page and "restores cut: x0.50 (0.50-0.50, 3 pairs" in page
+    assert "| 32 KiB/s (1.1x) | 0.5 (3/s) | admission, own TTFT | restore (3) |" in page
+    figure, _ = summary_cells(res)
+    assert "admission, own TTFT: restore p99 cut at 1, raised at 1, nothing recomputed at 1" in figure

@@ -3,10 +3,11 @@
 :func:`_seed_store` writes every restore's prefix (as another machine would have);
 :func:`_calibrate` times isolated prefills at unlimited bandwidth for the compute fit and the raw
 read speed; :func:`run_point` runs every request of the scenario at one (bandwidth, load,
-admission): a Poisson dispatcher on this thread, a reader thread per lookup through the link's
-token bucket, one engine thread per stream (each engine sees the shared tier through a
-:class:`_StreamView`) and one write-behind thread. The latency model's view of the same point is
-in :mod:`._contention_report`.
+admission policy): a Poisson dispatcher on this thread, a reader thread per lookup through the
+link's token bucket, one engine thread per stream (each engine sees the shared tier through a
+:class:`_StreamView`) and one write-behind thread. The dispatcher decides restores from the
+measured queue state (:class:`_Streams`, updated by the engine threads) with the model's rule.
+The latency model's view of the same point is in :mod:`._contention_report`.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import numpy as np
 
 from tiered_kv.bench._contention_settings import request_tokens
 from tiered_kv.sim.cluster import contention as C
+from tiered_kv.sim.cluster.shared_compute import sharing_factor
 
 
 class _StreamView:
@@ -133,10 +135,53 @@ def _calibrate(model, ns, root: str, work: dict, tokens: list, count: int, repea
 
 # ---------------------------------------------------------------------------------- one point
 
+class _Streams:
+    """The dispatcher's measured view of the engines: which requests each stream still has to run
+    (dispatched, not done: reading, queued or running) and when its running one started. The
+    engine threads update it; :meth:`state` is what the admission rule reads."""
+
+    def __init__(self, streams: int, cores: float) -> None:
+        self.cores = cores
+        self.lock = threading.Lock()
+        self.unfinished: list[dict[int, float]] = [{} for _ in range(streams)]  # request -> isolated seconds
+        self.running: list[tuple[int, float] | None] = [None] * streams  # (request, start)
+
+    def add(self, s: int, i: int, seconds: float) -> None:
+        with self.lock:
+            self.unfinished[s][i] = seconds
+
+    def started(self, s: int, i: int, t: float) -> None:
+        with self.lock:
+            self.running[s] = (i, t)
+
+    def finished(self, s: int, i: int) -> None:
+        with self.lock:
+            self.unfinished[s].pop(i, None)
+            self.running[s] = None
+
+    def state(self, s: int, now: float, queued_read_s: float) -> C.QueueState:
+        """The queue state at ``now`` for a restore on stream ``s``: its backlog is the isolated
+        compute of its unfinished requests less what the running one has done (its elapsed time
+        over the sharing of the streams busy now)."""
+        with self.lock:
+            busy = sum(1 for u in self.unfinished if u)
+            others = busy - (1 if self.unfinished[s] else 0)
+            backlog = sum(self.unfinished[s].values())
+            if self.running[s] is not None:
+                i, t = self.running[s]
+                done = (now - t) / sharing_factor(max(busy, 1), self.cores)
+                backlog -= min(done, self.unfinished[s].get(i, 0.0))
+        return C.QueueState(queued_read_s=max(queued_read_s, 0.0), stream_backlog_s=max(backlog, 0.0),
+                            busy_streams=others, cores=self.cores)
+
+
 def run_point(model, ns, seed_root: str, root: str, work: dict, tokens: list, arrival: np.ndarray, *,
-              bandwidth: float, link: str, admission: bool, restore_s: np.ndarray, recompute_s: np.ndarray,
-              raw_read_bytes_per_s: float, chunk_bytes: float) -> dict:
-    """One (bandwidth, load, admission) point: every request of the scenario, measured.
+              bandwidth: float, link: str, policy: str, cores: float, restore_s: np.ndarray,
+              recompute_s: np.ndarray, raw_read_bytes_per_s: float, chunk_bytes: float) -> dict:
+    """One (bandwidth, load, policy) point: every request of the scenario, measured.
+
+    Admission reads the measured queue state (:class:`_Streams`; the link's debt from its token
+    bucket) and decides with :func:`~tiered_kv.sim.cluster.contention.decide`, the model's rule.
 
     Returns per-request arrays (seconds from the first arrival): ``ttft_s``, ``ready_s`` (prefix
     read or lookup done), ``start_s``, ``compute_s``, ``recomputed``; and the link's traffic.
@@ -180,6 +225,7 @@ def run_point(model, ns, seed_root: str, root: str, work: dict, tokens: list, ar
     def submit_write(keys, kv, cls, offset) -> None:
         write_q.put((clock() - t0, (keys, kv.detach(), cls, offset)))
 
+    view = _Streams(streams, cores)
     ready_q = [queue.Queue() for _ in range(streams)]
     views = [_StreamView(tier, submit_write) for _ in range(streams)]
     engines = [Engine(model, views[s], HostTier("1GiB", name=f"stream{s}"), name=f"stream{s}") for s in range(streams)]
@@ -189,11 +235,14 @@ def run_point(model, ns, seed_root: str, root: str, work: dict, tokens: list, ar
             i, hit = job
             views[s].hit = hit
             begin = clock() - t0
+            view.started(s, i, begin)
             try:
                 res = engines[s].prefill(tokens[i], store=True)
             except BaseException as exc:  # noqa: BLE001
                 errors.append(exc)
+                view.finished(s, i)
                 continue
+            view.finished(s, i)
             end = clock() - t0 - res.store_s
             start[i], done[i], compute[i] = begin, end, res.ttft_s
 
@@ -212,7 +261,6 @@ def run_point(model, ns, seed_root: str, root: str, work: dict, tokens: list, ar
     for th in threads:
         th.start()
     readers = []
-    est_free = np.zeros(streams)  # the dispatcher's view of each engine's queue (as the model keeps it)
     for i in range(count):
         delay = t0 + arrival[i] - clock()
         if delay > 0:
@@ -223,16 +271,16 @@ def run_point(model, ns, seed_root: str, root: str, work: dict, tokens: list, ar
         if work["restore"][i]:
             nbytes = int(int(work["blocks"][i]) * chunk_bytes)
             queued = (bucket.predict(nbytes) if bucket is not None else 0.0) + nbytes / raw_read_bytes_per_s
-            if admission and C.recompute_is_sooner(queued_read_s=queued, restore_compute_s=restore_s[i],
-                                                   recompute_s=recompute_s[i], compute_wait_s=est_free[s] - now):
+            if policy != "load" and C.decide(policy, view.state(s, now, queued), restore_compute_s=restore_s[i],
+                                             recompute_s=recompute_s[i]):
                 recomputed[i] = True
                 ready[i] = now
-                est_free[s] = max(est_free[s], now) + recompute_s[i]
+                view.add(s, i, recompute_s[i])
                 ready_q[s].put((i, _empty_hit(ns)))
                 continue
-            est_free[s] = max(est_free[s], now + queued) + restore_s[i]
+            view.add(s, i, restore_s[i])
         else:
-            est_free[s] = max(est_free[s], now) + recompute_s[i]
+            view.add(s, i, recompute_s[i])
         th = threading.Thread(target=read, args=(i,), name=f"read{i}", daemon=True)
         th.start()
         readers.append(th)

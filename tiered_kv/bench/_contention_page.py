@@ -2,28 +2,30 @@
 
 Rendered from the run's JSON alone; kept apart from the runner and the latency model beside it
 (:mod:`.contention`, :mod:`._contention_report`) so the page can be re-rendered without either.
+The JSON carries repeats (medians with their spread, pooled percentiles with order-statistic
+intervals), two queue models and admission ratios paired by repeat; the page shows all of them,
+and lists where admission raised p99 as well as where it cut it.
 """
 
 from __future__ import annotations
 
 import math
 
-from tiered_kv.bench._pages import Page, Row
+from tiered_kv.bench._pages import Page, Row, recorded
 
 COMMAND = "tiered-kv bench contention --json"
 
 CLASSES = (("restore", "restores"), ("miss", "misses"))
+POLICY = {"load": "always load", "own": "admission, own TTFT", "shared": "admission, shared cores"}
+MODELS = (("model_shared", "queue model, streams on shared cores"), ("model", "queue model, a machine per stream"))
+DIRECTION = {"increase": "raised", "cut": "cut", "mixed": "both ways (repeats disagree)", "even": "unchanged",
+             "no_decision": "nothing recomputed"}
 
 
 def _ms(x) -> str:
     if x is None or (isinstance(x, float) and math.isnan(x)):
         return "-"
     return f"{x:,.0f}"
-
-
-def _with_ci(d: dict, q: int) -> str:
-    lo, hi = d.get(f"p{q}_ms_ci90", [None, None])
-    return f"{_ms(d.get(f'p{q}_ms'))} ({_ms(lo)}-{_ms(hi)})"
 
 
 def _rate(b) -> str:
@@ -35,76 +37,145 @@ def _rate(b) -> str:
     return f"{b:,.3g} B/s"
 
 
-def _policy(adm: bool) -> str:
-    return "admission" if adm else "always load"
+def _spread(d: dict, key: str, fmt=_ms) -> str:
+    lo, hi = d.get(f"{key}_spread", [None, None])
+    return f"{fmt(d.get(key))} ({fmt(lo)}-{fmt(hi)})"
+
+
+def _ci(d: dict) -> str:
+    lo, hi = d.get("p99_ms_ci90", [None, None])
+    if lo is None and hi is None:
+        return "-"
+    if hi is None:
+        return f"{_ms(lo)} to above the largest, {_ms(d.get('max_ms'))}"
+    return f"{_ms(lo) if lo is not None else 'below the smallest'}-{_ms(hi)}"
+
+
+def _where(p: dict) -> str:
+    bw = _rate(p["bandwidth_bytes_per_s"])
+    if p.get("bandwidth_over_break_even") is not None:
+        bw += f" ({p['bandwidth_over_break_even']:.2g}x)"
+    return f"| {bw} | {p['load']:g} ({p['rate_per_s']:.2g}/s) | {POLICY[p['policy']]} "
+
+
+def _tail_rows(r: dict) -> list[str]:
+    rows = []
+    for p in r["points"]:
+        for cls, _ in CLASSES:
+            m, pooled, sh, own = p["measured"][cls], p["pooled"][cls], p["model_shared"][cls], p["model"][cls]
+            if not m.get("count"):
+                continue
+            rec = (f"{_spread(m, 'recomputed_fraction', lambda x: f'{x:.0%}')} / {sh['recomputed_fraction']:.0%}"
+                   if cls == "restore" else "-")
+            rows.append(_where(p) + f"| {cls} ({m['count']}) | {_spread(m, 'p50_ms')} | {_spread(m, 'p99_ms')} "
+                        f"| {_ms(pooled['p99_ms'])} ({_ci(pooled)}) | {_ms(sh['p99_ms'])} | {_ms(own['p99_ms'])} "
+                        f"| {rec} |")
+    return rows
+
+
+def _machine_rows(r: dict) -> list[str]:
+    rows = []
+    for p in r["points"]:
+        thr, limit = p["link_throughput_bytes_per_s"], p["bandwidth_bytes_per_s"]
+        ok = thr is not None and not math.isnan(thr)
+        share = f" ({thr / limit:.0%})" if limit and ok else ""
+        agree = sorted(rep["decisions_agree"]["model_shared"] for rep in p["repeats"])
+        rows.append(_where(p) + f"| {p['offered_link_utilisation']:.2f} | {_rate(thr) if ok else '-'}{share} "
+                    f"| {_spread(p, 'compute_slowdown', lambda x: f'{x:.2f}')} | {agree[len(agree) // 2]:.0%} "
+                    f"| {p['dispatch_lateness_max_s'] * 1e3:,.0f} | {p['wall_s']:.1f} "
+                    f"| {', '.join(str(k) for k in p['run_order'])} |")
+    return rows
+
+
+def _model_lines(r: dict) -> list[str]:
+    lines = []
+    for src, name in MODELS:
+        for cls, plural in CLASSES:
+            d = r["summary"]["model_over_measured"][src].get(cls, {})
+            if "p99" in d:
+                lines.append(f"- {name}, {plural}: p50 x{d['p50']['median']:.2f} ({d['p50']['min']:.2f}-"
+                             f"{d['p50']['max']:.2f}), p99 x{d['p99']['median']:.2f} ({d['p99']['min']:.2f}-"
+                             f"{d['p99']['max']:.2f}); p99 inside the measured spread over repeats at "
+                             f"{d['p99_inside_spread']} of {d['cells']} points, inside the pooled 90% interval "
+                             f"at {d['p99_inside_ci90']}")
+    return lines
+
+
+def _effect_lines(r: dict) -> list[str]:
+    lines = []
+    for row in r["summary"]["admission"]:
+        parts = []
+        for cls, plural in CLASSES:
+            d = row[cls]
+            if d["measured"] is None:
+                continue
+            m = d["measured"]
+            models = ", ".join(f"{'shared-cores' if src == 'model_shared' else 'per-machine'} model x{d[src]:.2f}"
+                               for src, _ in MODELS if d.get(src))
+            parts.append(f"{plural} {DIRECTION[d['direction']]}: x{m['median']:.2f} ({m['min']:.2f}-{m['max']:.2f}, "
+                         f"{len(m['ratios'])} pairs; {models})")
+        lines.append(f"- {POLICY[row['policy']]}, {row['bandwidth']}, load {row['load']:g} (recomputed "
+                     f"{row['recomputed_measured']:.0%} measured, {row['recomputed_model_shared']:.0%} shared-cores "
+                     f"model): " + "; ".join(parts))
+    return lines
+
+
+def tally(r: dict, policy: str, cls: str = "restore") -> dict[str, int]:
+    """How many (bandwidth, load) points each direction holds for ``policy``'s ``cls`` p99."""
+    out: dict[str, int] = {}
+    for row in r["summary"]["admission"]:
+        if row["policy"] == policy:
+            k = row[cls]["direction"]
+            out[k] = out.get(k, 0) + 1
+    return out
+
+
+def summary_cells(c: dict) -> tuple[str, str]:
+    """(figure, met?) of the summary row: the shared-cores model's p99 beside measured, and the
+    directions admission moved restore p99."""
+    m = c["summary"]["model_over_measured"]["model_shared"]
+    text = (f"shared-cores model / measured p99 (median over points): restores x{m['restore']['p99']['median']:.2f}, "
+            f"misses x{m['miss']['p99']['median']:.2f}; {c['repeats']} repeats")
+    for pol in c.get("policies", []):
+        if pol != "load":
+            t = tally(c, pol)
+            text += f"; {POLICY[pol]}: restore p99 " + ", ".join(f"{DIRECTION[k]} at {v}" for k, v in sorted(t.items()))
+    return text, "side by side, both directions shown (see section)"
+
+
+def _setup(r: dict) -> str:
+    """The model, the scenario and the calibration, in words."""
+    sc, cal, lengths = r["scenario"], r["calibration"], r["lengths"]
+    classes = "; ".join(f"{plural}: measured {cal['classes'][cls]['measured_median_ms']:,.0f} ms, fitted "
+                        f"{cal['classes'][cls]['fitted_median_ms']:,.0f} ms" for cls, plural in CLASSES
+                        if cls in cal["classes"])
+    return f"""Model `{r['model']}` ({r['preset']} preset, {r['params']:,} parameters, W={r['window_tokens']},
+R={r['replay_tokens']}), {r['fmt']} global KV in {r['block_size_tokens']}-token chunks of {r['chunk_bytes']:,.0f} B
+({r['kv_bytes_per_token']:.1f} B/token). {sc['streams']} streams (engine threads, each with its own host tier)
+share one SSD tier on a local directory behind a `{r['link']}` link token bucket, and this machine's
+{r['compute_capacity']} core(s). {sc['requests']} requests per point, {lengths['restores']} of them restores (their
+blocks seeded on the store; a {sc['suffix_tokens']}-token suffix, so they read, replay R tokens and write nothing)
+and {sc['requests'] - lengths['restores']} misses (compute everything, write their blocks behind the first token);
+lognormal prompt lengths (median {sc['median_tokens']}, sigma {sc['sigma']}, seed {sc['seed']}: median
+{lengths['median']:,.0f}, p90 {lengths['p90']:,.0f}, max {lengths['max']:,} tokens); seeded Poisson arrivals dealt
+round robin to the streams.
+
+Calibration (isolated prefills, unlimited link, {cal['repeats']} repeat(s) of {len(cal['requests'])} requests,
+median): compute = c + a*x_a + b*x_b with c = {cal['fixed_s'] * 1e3:.3g} ms per prefill, a = {cal['a_s_per_token']:.3g}
+s/token, b = {cal['b_s_per_token2']:.3g} s/token^2, median error of the fit
+{cal['median_abs_rel_error']:.0%} ({classes}); raw read speed {_rate(cal['raw_read_bytes_per_s'])}.
+Break-even link bandwidth (a median restore's read alone takes as long as the compute it saves):
+{_rate(r['break_even_bandwidth_bytes_per_s'])}. Load is a fraction of compute capacity:
+load x {r['compute_capacity']} / mean isolated compute requests per second.
+"""
 
 
 def render_record(r: dict) -> str:
     """The contention page from the JSON of one ``tiered-kv bench contention --json`` run."""
-    command, note = r.get("recorded", {}).get("command", COMMAND), r.get("recorded", {}).get("machine", "")
-    sc, cal, s = r["scenario"], r["calibration"], r["summary"]
-    rows, link_rows = [], []
-    for p in r["points"]:
-        bw = _rate(p["bandwidth_bytes_per_s"])
-        if p.get("bandwidth_over_break_even") is not None:
-            bw += f" ({p['bandwidth_over_break_even']:.2g}x)"
-        where = f"| {bw} | {p['load']:g} ({p['rate_per_s']:.2g}/s) | {_policy(p['admission'])} "
-        for cls, _ in CLASSES:
-            m, mo, ms = p["measured"][cls], p["model"][cls], p["model_slowed"][cls]
-            if not m.get("count"):
-                continue
-            rec = (f"{m['recomputed_fraction']:.0%} / {mo['recomputed_fraction']:.0%}" if cls == "restore" else "-")
-            rows.append(where + f"| {cls} ({m['count']}) | {_with_ci(m, 50)} | {_with_ci(m, 99)} | {_ms(mo['p50_ms'])} "
-                        f"| {_ms(mo['p99_ms'])} | {_ms(ms['p99_ms'])} | {rec} |")
-        thr = p["link_throughput_bytes_per_s"]
-        limit = p["bandwidth_bytes_per_s"]
-        share = f"{thr / limit:.0%}" if limit and thr and not math.isnan(thr) else "-"
-        link_rows.append(where + f"| {p['offered_link_utilisation']:.2f} | {_rate(thr) if thr and not math.isnan(thr) else '-'} "
-                         f"({share}) | {p['compute_slowdown']:.2f} | {p['decisions_agree']:.0%} | "
-                         f"{p['dispatch_lateness_max_s'] * 1e3:,.0f} | {p['wall_s']:.1f} | {p.get('run_order', '-')} |")
-    ratio_lines = []
-    for src, name in (("model_over_measured", "latency model (isolated compute fit)"),
-                      ("model_slowed_over_measured", "latency model, compute x the point's measured slowdown")):
-        for cls, plural in CLASSES:
-            d = s[src].get(cls, {})
-            if "p99" in d:
-                ratio_lines.append(f"- {name}, {plural}: p50 {d['p50']['median']:.2f} "
-                                   f"({d['p50']['min']:.2f}-{d['p50']['max']:.2f}), p99 {d['p99']['median']:.2f} "
-                                   f"({d['p99']['min']:.2f}-{d['p99']['max']:.2f})")
-    inside = {"model": 0, "model_slowed": 0}
-    cells = 0
-    for p in r["points"]:
-        for cls, _ in CLASSES:
-            lo, hi = p["measured"][cls].get("p99_ms_ci90", [None, None])
-            if lo is None:
-                continue
-            cells += 1
-            for src in inside:
-                inside[src] += lo <= p[src][cls]["p99_ms"] <= hi
-    ratio_lines.append(f"- p99 inside the measured 90% interval: {inside['model']} of {cells} (point, class) cells "
-                       f"for the model, {inside['model_slowed']} of {cells} for the model x slowdown")
-    adm_lines = []
-    keyed = {(p["bandwidth"], p["load"], p["admission"]): p for p in r["points"]}
-    for row in s["admission_p99_ratio"]:
-        on, off = keyed.get((row["bandwidth"], row["load"], True)), keyed.get((row["bandwidth"], row["load"], False))
-        parts = []
-        for cls, plural in CLASSES:
-            if f"{cls}_measured" not in row or f"{cls}_model" not in row:
-                continue
-            text = f"{plural} measured x{row[f'{cls}_measured']:.2f}, model x{row[f'{cls}_model']:.2f}"
-            if on and off and off["model_slowed"][cls].get("p99_ms"):
-                text += f", model x slowdown x{on['model_slowed'][cls]['p99_ms'] / off['model_slowed'][cls]['p99_ms']:.2f}"
-            parts.append(text)
-        slowdown = (f" (compute slowdown {off['compute_slowdown']:.2f} without, {on['compute_slowdown']:.2f} with)"
-                    if on and off else "")
-        adm_lines.append(f"- {row['bandwidth']}, load {row['load']:g}{slowdown}: " + "; ".join(parts))
-    classes = "; ".join(f"{plural}: measured {cal['classes'][cls]['measured_median_ms']:,.0f} ms, fitted "
-                        f"{cal['classes'][cls]['fitted_median_ms']:,.0f} ms" for cls, plural in CLASSES
-                        if cls in cal["classes"])
-    lengths = r["lengths"]
+    command, note = recorded(r, COMMAND)
     la0, la1 = r["load_average_start"], r["load_average_end"]
     slow = sorted(p["compute_slowdown"] for p in r["points"])
-    return f"""# Tail latency under contention: restores and misses sharing one store link
+    return f"""# Tail latency under contention: restores and misses sharing one store link and the cores
 
 Written by `tiered-kv bench record contention` from `benchmarks/results/contention.json`, the JSON of one run of:
 
@@ -114,70 +185,49 @@ Written by `tiered-kv bench record contention` from `benchmarks/results/contenti
 
 {note + chr(10) + chr(10) if note else ""}Load average (1/5/15 min) {la0[0]:.1f}/{la0[1]:.1f}/{la0[2]:.1f} at the start and
 {la1[0]:.1f}/{la1[1]:.1f}/{la1[2]:.1f} at the end, {r['cpus']} CPU(s), {r['torch_threads']} torch thread(s);
-the whole run took {r['wall_s']:.0f} s. The points' compute ran at {slow[0]:.2f}-{slow[-1]:.2f}x the
-calibration (median {slow[len(slow) // 2]:.2f}x; *compute slowdown* in the second table).
+the whole run took {r['wall_s']:.0f} s. Every point ran {r['repeats']} times, in interleaved rounds (each round
+its own shuffled order, a pair's policies back to back). The points' compute ran at
+{slow[0]:.2f}-{slow[-1]:.2f}x the calibration (median {slow[len(slow) // 2]:.2f}x; *compute slowdown* below).
 
-Model `{r['model']}` ({r['preset']} preset, {r['params']:,} parameters, W={r['window_tokens']},
-R={r['replay_tokens']}), {r['fmt']} global KV in {r['block_size_tokens']}-token chunks of {r['chunk_bytes']:,.0f} B
-({r['kv_bytes_per_token']:.1f} B/token). {sc['streams']} streams (engine threads, each with its own host tier)
-share one SSD tier on a local directory behind a `{r['link']}` link token bucket. {sc['requests']} requests per
-point, {lengths['restores']} of them restores (their blocks seeded on the store; a {sc['suffix_tokens']}-token
-suffix, so they read, replay R tokens and write nothing) and {sc['requests'] - lengths['restores']} misses (compute
-everything, write their blocks behind the first token); lognormal prompt lengths (median {sc['median_tokens']},
-sigma {sc['sigma']}, seed {sc['seed']}: median {lengths['median']:,.0f}, p90 {lengths['p90']:,.0f}, max
-{lengths['max']:,} tokens; the same in every point and every run with this seed); seeded Poisson arrivals dealt
-round robin to the streams.
+{_setup(r)}
+Policies: *always load*; *admission, own TTFT* recomputes a restore when that alone finishes sooner
+than queueing on the link; *admission, shared cores* also counts the sharing of the cores and
+charges the delay its extra work puts on the other busy streams. Both read the measured queue
+state at arrival (the link's token-bucket debt, each engine's unfinished requests, the busy engines).
 
-Calibration (isolated prefills, unlimited link, {cal['repeats']} repeat(s) of {len(cal['requests'])} requests,
-median): compute = c + a*x_a + b*x_b with c = {cal['fixed_s'] * 1e3:.3g} ms per prefill, a = {cal['a_s_per_token']:.3g}
-s/token, b = {cal['b_s_per_token2']:.3g} s/token^2 (the latency model's miss and restore formulas,
-`prefill_fixed_s` = c), median error of the fit
-{cal['median_abs_rel_error']:.0%} ({classes}); raw read speed {_rate(cal['raw_read_bytes_per_s'])}.
-Break-even link bandwidth (a median restore's read alone takes as long as the compute it saves):
-{_rate(r['break_even_bandwidth_bytes_per_s'])}. Load is a fraction of compute capacity:
-load x {r['compute_capacity']} / mean isolated compute requests per second.
+TTFT in ms. Measured p50 and p99: the median over the repeats (min-max over them). Pooled p99:
+every repeat's requests together, with its 90% order-statistic interval ("to above the
+largest": too few requests to bound it from above; a p99 needs about 300). The models run the same arrivals, streams, lengths and
+policy; "shared cores" puts the streams on the machine's cores (processor sharing),
+"a machine each" is the per-machine latency model.
 
-Each cell is TTFT in ms; measured cells give the 90% bootstrap interval of the percentile in
-parentheses (over the point's requests of that class: with few requests p99 is close to the
-maximum). "Model" is `latency.simulate_queue` on the same arrivals, streams and lengths with the
-isolated compute fit; "model x slowdown" multiplies that fit by the point's measured compute
-slowdown (second table), which takes out the CPU contention the model does not have.
-
-| link (x break-even) | load (rate) | policy | class (requests) | measured p50 | measured p99 | model p50 | model p99 | model x slowdown p99 | restores recomputed (measured / model) |
+| link (x break-even) | load (rate) | policy | class (requests) | measured p50 | measured p99 | pooled p99 (90% interval) | model p99, shared cores | model p99, a machine each | restores recomputed (measured / shared-cores model) |
 |---|---:|---|---|---:|---:|---:|---:|---:|---:|
-{chr(10).join(rows)}
+{chr(10).join(_tail_rows(r))}
 
 The link and the CPUs at each point: offered link utilisation (bytes the requests move / limit),
-measured link throughput over the link's busy window (and its share of the limit), measured
-compute over the isolated fit, the share of requests whose admission decision the model made the
-same way, the dispatcher's worst lateness, the point's wall time and when it ran (the pairs run in
-a seeded shuffled order, so a drift of the machine's load does not follow the bandwidth or load).
+measured link throughput over the link's busy window (median over repeats, and its share of the
+limit), measured compute over the isolated fit (median and range over repeats), the share of
+requests whose admission decision the shared-cores model made the same way (median over
+repeats), the dispatcher's worst lateness, the point's wall time over all repeats, and when its
+repeats ran.
 
 | link (x break-even) | load (rate) | policy | offered link utilisation | link throughput (of limit) | compute slowdown | same decisions | dispatch lateness (ms) | wall (s) | ran |
 |---|---:|---|---:|---:|---:|---:|---:|---:|---:|
-{chr(10).join(link_rows)}
+{chr(10).join(_machine_rows(r))}
 
-Model over measured, median (range) over the points:
-{chr(10).join(ratio_lines)}
+Model over measured (measured: the median over repeats), median (range) over the points:
+{chr(10).join(_model_lines(r))}
 
-What admission did to p99 (with / without, at the same link and load; the two points ran one
-after the other, so a change of the machine's load between them shows as a different compute
-slowdown):
-{chr(10).join(adm_lines) or "- (no run with both)"}
+What admission did to p99, against always loading at the same link and load, paired repeat by
+repeat (the policies of a pair ran back to back): median ratio (range, pairs), beside the models'
+ratios. "Nothing recomputed": the policy changed no decision there, so a ratio away from 1 is the
+noise between runs, not the policy.
+{chr(10).join(_effect_lines(r)) or "- (no admission policy ran)"}
 """
 
 
-def _summary(c: dict) -> tuple[str, str]:
-    m = c["summary"]["model_over_measured"]
-    return ("model / measured, median over the points: restore p50 " + _x(m["restore"]["p50"]["median"])
-            + f", p99 {_x(m['restore']['p99']['median'])}; miss p50 {_x(m['miss']['p50']['median'])}, "
-            f"p99 {_x(m['miss']['p99']['median'])}"), "side by side (see section)"
-
-
-def _x(v: float) -> str:
-    return f"{v:.3f}x" if v < 1 else f"{v:.2f}x" if v < 10 else f"{v:.1f}x"
-
-
 PAGES = (Page("contention", render_record, COMMAND),)
-SUMMARY = (Row("p50/p99 TTFT of restores and misses sharing one store link, measured beside the latency model",
-               ("contention",), lambda *_: "measured and modelled side by side (issue 16)", _summary),)
+SUMMARY = (Row("p50/p99 TTFT of restores and misses sharing one store link and the cores, measured (repeats) "
+               "beside the queue model; admission both ways", ("contention",),
+               lambda *_: "measured and modelled side by side; admission's increases and cuts listed", summary_cells),)

@@ -1,12 +1,14 @@
 """The latency model beside the measurement, and the report of ``tiered-kv bench contention``.
 
-For each measured point, :func:`model_beside` runs the same arrivals, streams, lengths and
-decision rule through the latency model twice: with the isolated compute fit (``model``) and
-with that fit times the point's measured compute slowdown (``model_slowed``, which takes the
-streams' CPU sharing out of the comparison and leaves the link and the queues).
-:func:`point_record` is one ``points[]`` entry of the JSON, and :func:`summarize` the ratios of
-model over measured and what admission did to each class's p99. Kept apart from the runner
-(:mod:`._contention_engines`) so the comparison reads only arrays, never a live engine.
+For each point, :func:`model_beside` runs the same arrivals, streams, lengths and policy through
+the queue model twice (:func:`~tiered_kv.sim.cluster.contention.model_point`): ``model_shared``
+with the streams on the cores this process has (recomputes and every other prefill queue for the
+same cores, as on one GPU) and ``model`` with a machine per stream (the per-machine latency
+model). :func:`point_record` folds a point's repeats into one ``points[]`` entry (medians over the
+repeats with their spread, pooled percentiles with order-statistic intervals) and
+:func:`summarize` sets model beside measured and each admission policy beside always loading,
+paired by repeat. Kept apart from the runner (:mod:`._contention_engines`) so the comparison
+reads only arrays, never a live engine.
 """
 
 from __future__ import annotations
@@ -16,6 +18,10 @@ import math
 import numpy as np
 
 from tiered_kv.sim.cluster import contention as C
+from tiered_kv.sim.cluster import tail_stats as T
+
+#: the model's sources in a point: (key, streams on shared cores?)
+MODELS = (("model_shared", True), ("model", False))
 
 
 def _bandwidth_label(b: float) -> str:
@@ -27,85 +33,129 @@ def _bandwidth_label(b: float) -> str:
     return f"{b:.3g} B/s"
 
 
-
-def model_beside(measured: dict, work: dict, arrival: np.ndarray, *, bandwidth: float, admission: bool, link: str,
-                 bytes_per_token: float, fit: tuple[float, float, float], replay_tokens: int,
-                 raw_read_bytes_per_s: float, restore_s: np.ndarray,
-                 recompute_s: np.ndarray) -> tuple[dict, dict, float]:
-    """(model, model_slowed, compute_slowdown) for one measured point (:func:`run_point`'s dict).
-
-    The model's link is the point's limit, or the raw read speed measured in the calibration
-    when unlimited; ``write_back`` (misses' writes on the same queue) only for a shared link.
-    ``compute_slowdown``: measured compute over the isolated fit, median over the requests.
-    """
-    c, a, b = fit
+def model_beside(work: dict, arrival: np.ndarray, *, bandwidth: float, policy: str, link: str,
+                 bytes_per_token: float, fit: tuple[float, float, float], replay_tokens: int, block_size: int,
+                 raw_read_bytes_per_s: float, cores: float) -> dict[str, dict]:
+    """{``model_shared``, ``model``}: the queue model of one point, the streams on ``cores``
+    shared cores and on a machine each. The link is the point's limit, or the raw read speed
+    measured in the calibration when unlimited; write-backs share it only for a shared link."""
     model_bw = raw_read_bytes_per_s if math.isinf(bandwidth) else bandwidth
-    cfg = C.latency_config(bytes_per_token=bytes_per_token, bandwidth_bytes_per_s=model_bw, c=c, a=a, b=b,
-                           replay_tokens=replay_tokens, write_back=link == "shared")
-    mod = C.model_point(cfg, work, arrival, admission=admission)
-    est = np.where(measured["recomputed"] | ~work["restore"], recompute_s, restore_s)
-    slowdown = float(np.median(measured["compute_s"] / est))
-    slowed = C.model_point(cfg.with_(prefill_fixed_s=c * slowdown, prefill_a_s_per_token=a * slowdown,
-                                     prefill_b_s_per_token2=b * slowdown), work, arrival, admission=admission)
-    return mod, slowed, slowdown
+    times = C.request_times(work, fit=fit, replay_tokens=replay_tokens, bytes_per_token=bytes_per_token,
+                            bandwidth_bytes_per_s=model_bw, block_size=block_size, write_back=link == "shared")
+    streams = int(work["stream"].max()) + 1
+    return {key: C.model_point(times, work, arrival, cores=cores if shared else streams, policy=policy)
+            for key, shared in MODELS}
 
 
-def point_record(m: dict, mod: dict, slowed: dict, slowdown: float, work: dict, arrival: np.ndarray, *,
-                 run_order: int, bandwidth: float, load: float, rate: float, admission: bool, break_even: float,
-                 mean_link: float, wall: float, raw: bool) -> dict:
-    """One ``points[]`` entry: the measured per-class percentiles beside the model's, the link's
-    traffic, and with ``raw`` every request (``mean_link``: bytes read or written per request)."""
+def repeat_record(m: dict, models: dict, work: dict, restore_s: np.ndarray, recompute_s: np.ndarray, *,
+                  run_order: int, wall: float) -> dict:
+    """One repeat of a point: its measured percentiles, compute slowdown (measured compute over
+    the isolated fit, median over the requests), link traffic and agreement with each model."""
+    est = np.where(m["recomputed"] | ~work["restore"], recompute_s, restore_s)
+    return {"run_order": run_order, "wall_s": wall,
+            "measured": C.class_percentiles(m["ttft_s"], work["restore"], m["recomputed"], interval=False),
+            "compute_slowdown": float(np.median(m["compute_s"] / est)),
+            "decisions_agree": {k: float(np.mean(m["recomputed"] == models[k]["recomputed"])) for k, _ in MODELS},
+            "link_bytes": m["link_bytes"], "written_bytes": m["written_bytes"], "link_window_s": m["link_window_s"],
+            "link_throughput_bytes_per_s": m["link_throughput_bytes_per_s"],
+            "dispatch_lateness_max_s": m["dispatch_lateness_max_s"]}
+
+
+def point_record(repeats: list[dict], pooled_ttft: np.ndarray, pooled_recomputed: np.ndarray, models: dict,
+                 work: dict, arrival: np.ndarray, *, bandwidth: float, load: float, rate: float, policy: str,
+                 break_even: float, mean_link: float, raw: list | None = None) -> dict:
+    """One ``points[]`` entry from its repeats (:func:`repeat_record`): ``measured`` holds the
+    medians over the repeats with ``*_spread`` [min, max]; ``pooled`` the percentiles of every
+    repeat's requests together with 90% order-statistic intervals; ``model_shared`` and ``model``
+    the queue model (deterministic: the same arrivals every repeat)."""
+    restore = np.tile(work["restore"], len(repeats))
+    slow = [r["compute_slowdown"] for r in repeats]
+    thr = [r["link_throughput_bytes_per_s"] for r in repeats if not math.isnan(r["link_throughput_bytes_per_s"])]
     point = {
-        "run_order": run_order,
         "bandwidth_bytes_per_s": None if math.isinf(bandwidth) else bandwidth, "bandwidth": _bandwidth_label(bandwidth),
         "bandwidth_over_break_even": bandwidth / break_even if math.isfinite(break_even) else None,
-        "load": load, "rate_per_s": rate, "admission": admission,
+        "load": load, "rate_per_s": rate, "policy": policy, "admission": policy != "load",
         "offered_link_utilisation": rate * mean_link / bandwidth if math.isfinite(bandwidth) else 0.0,
-        "measured": C.class_percentiles(m["ttft_s"], work["restore"], m["recomputed"]),
-        "model": C.class_percentiles(mod["ttft_s"], work["restore"], mod["recomputed"]),
-        "model_slowed": C.class_percentiles(slowed["ttft_s"], work["restore"], slowed["recomputed"],
-                                            interval=False),
-        "decisions_agree": float(np.mean(m["recomputed"] == mod["recomputed"])),
-        "link_bytes": m["link_bytes"], "written_bytes": m["written_bytes"],
-        "link_window_s": m["link_window_s"], "link_throughput_bytes_per_s": m["link_throughput_bytes_per_s"],
-        "compute_slowdown": slowdown,
-        "dispatch_lateness_max_s": m["dispatch_lateness_max_s"], "wall_s": wall,
+        "repeats": repeats, "run_order": [r["run_order"] for r in repeats],
+        "measured": T.over_repeats([r["measured"] for r in repeats]),
+        "pooled": C.class_percentiles(pooled_ttft, restore, pooled_recomputed),
+        **{k: C.class_percentiles(models[k]["ttft_s"], work["restore"], models[k]["recomputed"], interval=False)
+           for k, _ in MODELS},
+        "compute_slowdown": float(np.median(slow)), "compute_slowdown_spread": [float(min(slow)), float(max(slow))],
+        "link_throughput_bytes_per_s": float(np.median(thr)) if thr else math.nan,
+        "dispatch_lateness_max_s": max(r["dispatch_lateness_max_s"] for r in repeats),
+        "wall_s": sum(r["wall_s"] for r in repeats),
     }
-    if raw:
-        point["requests"] = [
-            {"request": i, "class": "restore" if work["restore"][i] else "miss", "prompt_tokens": int(work["n"][i]),
-             "arrival_s": float(arrival[i]), "ready_s": float(m["ready_s"][i]),
-             "start_s": float(m["start_s"][i]), "ttft_ms": float(m["ttft_s"][i] * 1e3),
-             "compute_ms": float(m["compute_s"][i] * 1e3), "recomputed": bool(m["recomputed"][i]),
-             "model_ttft_ms": float(mod["ttft_s"][i] * 1e3), "model_recomputed": bool(mod["recomputed"][i])}
-            for i in range(len(arrival))]
+    if raw is not None:
+        point["requests"] = raw
     return point
 
 
-def summarize(points: list[dict]) -> dict:
-    """Model over measured p50 and p99 per class (median and range over points; ``model``: the
-    isolated compute fit, ``model_slowed``: that fit times each point's measured compute
-    slowdown), and what admission did to each class's p99 at each (bandwidth, load)."""
-    out: dict = {"model_over_measured": {}, "model_slowed_over_measured": {}, "admission_p99_ratio": []}
-    for src in ("model", "model_slowed"):
+def raw_requests(m: dict, models: dict, work: dict, arrival: np.ndarray) -> list[dict]:
+    """Every request of one repeat (``--raw``)."""
+    return [{"request": i, "class": "restore" if work["restore"][i] else "miss", "prompt_tokens": int(work["n"][i]),
+             "arrival_s": float(arrival[i]), "ready_s": float(m["ready_s"][i]), "start_s": float(m["start_s"][i]),
+             "ttft_ms": float(m["ttft_s"][i] * 1e3), "compute_ms": float(m["compute_s"][i] * 1e3),
+             "recomputed": bool(m["recomputed"][i]),
+             **{f"{k}_ttft_ms": float(models[k]["ttft_s"][i] * 1e3) for k, _ in MODELS},
+             **{f"{k}_recomputed": bool(models[k]["recomputed"][i]) for k, _ in MODELS}}
+            for i in range(len(arrival))]
+
+
+def _inside(value: float, lo, hi) -> bool:
+    return (lo is None or value >= lo) and (hi is None or value <= hi)
+
+
+def model_fit(points: list[dict]) -> dict:
+    """Per model and class: model over measured (median over repeats) p50 and p99, median and
+    range over the points; and in how many (point, class) cells the model's p99 lies inside the
+    measured spread over repeats, and inside the pooled 90% interval."""
+    out = {}
+    for src, _ in MODELS:
+        d: dict = {}
         for cls in C.CLASSES:
-            d = {}
+            c: dict = {}
             for q in ("p50", "p99"):
                 r = [p[src][cls][f"{q}_ms"] / p["measured"][cls][f"{q}_ms"] for p in points
                      if p["measured"][cls].get(f"{q}_ms")]
                 if r:
-                    d[q] = {"median": float(np.median(r)), "min": float(np.min(r)), "max": float(np.max(r))}
-            out[f"{src}_over_measured"][cls] = d
-    keyed = {(p["bandwidth"], p["load"], p["admission"]): p for p in points}
-    for (bw, ld, adm), p in keyed.items():
-        other = keyed.get((bw, ld, False))
-        if not adm or other is None:
-            continue
-        row = {"bandwidth": bw, "load": ld}
-        for cls in C.CLASSES:
-            for src in ("measured", "model"):
-                on, off = p[src][cls].get("p99_ms"), other[src][cls].get("p99_ms")
-                if on and off:
-                    row[f"{cls}_{src}"] = on / off
-        out["admission_p99_ratio"].append(row)
+                    c[q] = {"median": float(np.median(r)), "min": float(np.min(r)), "max": float(np.max(r))}
+            cells = [p for p in points if p["measured"][cls].get("p99_ms")]
+            c["cells"] = len(cells)
+            c["p99_inside_spread"] = sum(_inside(p[src][cls]["p99_ms"], *p["measured"][cls]["p99_ms_spread"])
+                                         for p in cells)
+            c["p99_inside_ci90"] = sum(_inside(p[src][cls]["p99_ms"], *p["pooled"][cls]["p99_ms_ci90"]) for p in cells)
+            d[cls] = c
+        out[src] = d
     return out
+
+
+def admission_effects(points: list[dict]) -> list[dict]:
+    """Each admission policy beside always loading at the same (bandwidth, load): per class, the
+    p99 ratio paired by repeat (median, spread), the models' ratios, the recomputed fractions,
+    and the direction ('cut', 'increase', 'mixed'; 'unchanged' when nothing was recomputed)."""
+    keyed = {(p["bandwidth"], p["load"], p["policy"]): p for p in points}
+    rows = []
+    for (bw, ld, pol), p in keyed.items():
+        base = keyed.get((bw, ld, "load"))
+        if pol == "load" or base is None:
+            continue
+        row: dict = {"bandwidth": bw, "bandwidth_bytes_per_s": p["bandwidth_bytes_per_s"], "load": ld, "policy": pol,
+                     "recomputed_measured": p["measured"]["restore"].get("recomputed_fraction", 0.0),
+                     "recomputed_model_shared": p["model_shared"]["restore"].get("recomputed_fraction", 0.0)}
+        changed = max(p["measured"]["restore"].get("recomputed_fraction_spread", [0.0, 0.0])[1],
+                      row["recomputed_model_shared"]) > 0
+        for cls in C.CLASSES:
+            ratios = T.paired_ratios([r["measured"] for r in p["repeats"]], [r["measured"] for r in base["repeats"]],
+                                     cls)
+            row[cls] = {"measured": ratios, "direction": T.direction(ratios, changed=changed),
+                        **{src: (p[src][cls]["p99_ms"] / base[src][cls]["p99_ms"]
+                                 if p[src][cls].get("p99_ms") and base[src][cls].get("p99_ms") else None)
+                           for src, _ in MODELS}}
+        rows.append(row)
+    return rows
+
+
+def summarize(points: list[dict]) -> dict:
+    """``model_over_measured`` (:func:`model_fit`) and ``admission`` (:func:`admission_effects`)."""
+    return {"model_over_measured": model_fit(points), "admission": admission_effects(points)}

@@ -18,7 +18,9 @@ from tiered_kv.sim.cluster import contention as C
 DEFAULT_BANDWIDTH_FACTORS = (1.0, 3.0, 10.0)  # x the break-even bandwidth
 DEFAULT_LOADS = (0.3, 0.7)
 LINKS = ("shared", "split")
-ADMISSION = {"both": (False, True), "on": (True,), "off": (False,)}
+#: --admission: which policies of :data:`~tiered_kv.sim.cluster.shared_compute.POLICIES` run; every
+#: choice but 'off' runs 'load' too, the baseline the others' paired ratios are taken against.
+ADMISSION = {"all": C.POLICIES, "shared": ("load", "shared"), "own": ("load", "own"), "off": ("load",)}
 PRESETS = ("tiny", "small")
 
 
@@ -37,7 +39,9 @@ def parse_bandwidth(value) -> float:
                          f"({exc})") from None
 
 
-def check_settings(*, loads, calibration: int = 6, calibration_repeats: int = 2, threads: int = 1) -> None:
+def check_settings(*, loads, calibration: int = 6, calibration_repeats: int = 2, threads: int = 1,
+                   repeats: int = 1) -> None:
+    C._check("--repeats", repeats, 1, 20, integer=True)
     for x in loads:
         C._check("--loads", x, 0.0, 4.0, lo_open=True)
     C._check("--calibration", calibration, 2, 64, integer=True)
@@ -87,14 +91,16 @@ def request_tokens(i: int, n: int, seed: int):
     return torch.randint(0, 256, (int(n),), generator=g)
 
 
-def run_order(bandwidths, loads, admission, seed: int) -> list[tuple[float, float, bool]]:
-    """The points in the order they run: (bandwidth, load) pairs in a seeded shuffle, so a drift
-    of the machine's load over the run does not line up with a bandwidth or a load; the
-    admission settings of a pair run back to back, in alternating order."""
+def run_order(bandwidths, loads, policies, seed: int, round_: int = 0) -> list[tuple[float, float, str]]:
+    """One round's points in the order they run: (bandwidth, load) pairs in a shuffle seeded by
+    the seed and the round, so a drift of the machine's load over the run lines up neither with
+    a bandwidth or a load nor with the same place in every round; the policies of a pair run back
+    to back (their ratios are paired), in an order rotated from pair to pair."""
     pairs = [(bw, ld) for bw in bandwidths for ld in loads]
-    order = np.random.default_rng([seed, 4]).permutation(len(pairs))
+    order = np.random.default_rng([seed, 4, round_]).permutation(len(pairs))
     out = []
+    pol = list(policies)
     for k, i in enumerate(order):
-        adm = list(admission) if k % 2 == 0 else list(admission)[::-1]
-        out += [(*pairs[i], a) for a in adm]
+        turn = (k + round_) % len(pol)
+        out += [(*pairs[i], p) for p in pol[turn:] + pol[:turn]]
     return out

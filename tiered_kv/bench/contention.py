@@ -16,33 +16,38 @@ one :class:`~tiered_kv.tiers.ssd.SSDTier` on a local directory, whose bandwidth 
 ``SSDConfig(link_bandwidth=)`` (``--link shared``: one token bucket for reads and writes, as the latency
 model's one queue) or ``read_bandwidth=``/``write_bandwidth=`` (``--link split``).
 
-How a request runs (the structure of :func:`tiered_kv.sim.cluster.latency.simulate_queue`): at
-arrival, its prefix lookup is issued at once (a reader thread; the read waits its turn on the
-link); when it completes, the request joins its engine's FIFO compute queue; the engine prefills
-it; its new blocks are written behind the first token (a writer thread, through the link).
-TTFT = first token - arrival. With admission on, a restore is instead recomputed whole when
-:func:`~tiered_kv.sim.cluster.contention.recompute_is_sooner` says so: its queued read time
-(the link's queue, read from the token bucket at arrival, plus its own transfer) plus its
-restore compute exceeds the recompute estimate (while its engine is idle; the engine's queue is
-tracked as the model does).
+How a request runs (the structure of the queue model in
+:mod:`tiered_kv.sim.cluster.shared_compute`): at arrival, its prefix lookup is issued at once (a
+reader thread; the read waits its turn on the link); when it completes, the request joins its
+engine's FIFO compute queue; the engine prefills it; its new blocks are written behind the first
+token (a writer thread, through the link). TTFT = first token - arrival. Under an admission
+policy (``--admission``), a restore may instead be recomputed whole: ``own`` recomputes when that
+alone finishes sooner than queueing on the link; ``shared`` also counts that the streams share
+this machine's cores and charges the delay its extra work puts on the other busy streams. Both
+read the *measured* queue state at arrival: the link's debt from its token bucket, the requests
+each engine still has to run and how long its running one has run, how many engines are busy.
 
 Calibration, in the same run: a few requests of each class alone, at unlimited bandwidth, give
 the compute model ``c + a*n + b*n^2`` (``c`` per prefill; fitted to the model's formulas for
-misses and restores, used
-both by the admission estimates and by the model), the raw read speed and the store's bytes per
-token. The default bandwidths are 1, 3 and 10 times the *break-even* bandwidth (where reading a
-median restore's prefix alone takes as long as the compute it saves); the loads are fractions of
-this process's compute capacity (``load * min(streams, CPUs) / mean isolated compute`` requests
-per second). The (bandwidth, load) pairs run in a seeded shuffled order (``points[].run_order``),
-each pair's admission settings back to back, so a drift of the machine's load does not line up
-with a setting. Every point is also run through the latency model with the same arrivals,
-streams, lengths and decision rule: ``points[].model`` beside ``points[].measured``.
+misses and restores, used both by the admission estimates and by the model), the raw read speed
+and the store's bytes per token. The default bandwidths are 1, 3 and 10 times the *break-even*
+bandwidth (where reading a median restore's prefix alone takes as long as the compute it saves);
+the loads are fractions of this process's compute capacity (``load * min(streams, CPUs) / mean
+isolated compute`` requests per second).
 
-Caveat the JSON records: the model gives each stream its own machine; here the streams share
-this process's CPUs (and whatever else runs on them), reported as ``compute_slowdown`` (measured
-compute over the isolated fit, median over the point's requests) per point; ``model_slowed`` is
-the model again with the fit times that slowdown, which takes the CPU sharing out of the
-comparison and leaves the link and the queues.
+Repeats: the whole grid runs ``--repeats`` rounds; in each round the (bandwidth, load) pairs run
+in a shuffled order seeded by the round, each pair's policies back to back, so a drift of the
+machine's load lines up with no setting and the policies of a pair can be compared repeat by
+repeat (``summary.admission``: paired p99 ratios, median and spread). A point records the median
+of each percentile over the repeats with its spread, and the pooled requests' percentiles with
+90% order-statistic intervals (:mod:`tiered_kv.sim.cluster.tail_stats`).
+
+The model beside it: every point also runs through the queue model with the same arrivals,
+streams, lengths and policy, twice: ``model_shared`` puts the streams on ``min(streams, CPUs)``
+shared cores (processor sharing: recomputes and every other prefill slow each other down, as
+they do here and on one GPU), ``model`` gives each stream a machine of its own (the per-machine
+latency model). ``compute_slowdown`` (measured compute over the isolated fit) says how much of
+the machine the point actually had.
 """
 
 from __future__ import annotations
@@ -57,7 +62,14 @@ import time
 import numpy as np
 
 from tiered_kv.bench._contention_engines import _calibrate, _seed_store, run_point
-from tiered_kv.bench._contention_report import _bandwidth_label, model_beside, point_record, summarize
+from tiered_kv.bench._contention_report import (
+    _bandwidth_label,
+    model_beside,
+    point_record,
+    raw_requests,
+    repeat_record,
+    summarize,
+)
 from tiered_kv.bench._contention_settings import (
     ADMISSION,
     DEFAULT_BANDWIDTH_FACTORS,
@@ -80,7 +92,7 @@ from tiered_kv.sim.cluster import contention as C
 
 NAME = "contention"
 HELP = ("p50/p99 TTFT of restores and misses sharing one store link at several bandwidths, loads, "
-        "with and without admission; measured with the engine beside the latency model")
+        "always loading beside admission policies, repeated; measured with the engine beside the queue model")
 
 
 def register(parser: argparse.ArgumentParser) -> None:
@@ -103,8 +115,12 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--loads", type=float, nargs="+", default=list(DEFAULT_LOADS),
                         help="offered load, fraction of compute capacity (min(streams, CPUs) / mean isolated "
                              "compute), each in (0, 4]")
-    parser.add_argument("--admission", choices=sorted(ADMISSION), default="both",
-                        help="run with admission control (recompute when sooner), without, or both")
+    parser.add_argument("--admission", choices=sorted(ADMISSION), default="all",
+                        help="admission policies beside always loading: 'own' (recompute when that alone is "
+                             "sooner), 'shared' (the same with the shared cores and the delay to other streams "
+                             "counted), 'all' (both), 'off' (always load only)")
+    parser.add_argument("--repeats", type=int, default=3,
+                        help="rounds of the whole grid, interleaved (medians and spread over them), 1-20")
     parser.add_argument("--link", choices=LINKS, default="shared",
                         help="shared: one bucket for reads and writes (the latency model's one queue); "
                              "split: a read and a write limit of the same rate")
@@ -123,23 +139,25 @@ def register(parser: argparse.ArgumentParser) -> None:
 
 
 def measure_contention(scenario: C.ContentionScenario, *, model=None, model_source: str = "", bandwidths=None,
-                       loads=DEFAULT_LOADS, admission=(False, True), link: str = "shared", calibration: int = 6,
-                       calibration_repeats: int = 2, progress: bool = True, store_dir: str | None = None,
-                       raw: bool = False) -> dict:
-    """Run the scenario at every (bandwidth, load, admission) and the latency model beside it.
+                       loads=DEFAULT_LOADS, policies=C.POLICIES, link: str = "shared", calibration: int = 6,
+                       calibration_repeats: int = 2, repeats: int = 1, progress: bool = True,
+                       store_dir: str | None = None, raw: bool = False) -> dict:
+    """Run the scenario at every (bandwidth, load, policy), ``repeats`` interleaved rounds, and
+    the queue model beside it.
 
     ``bandwidths``: bytes/s (``math.inf``: no limit); None: 1, 3 and 10 times the break-even
-    bandwidth measured here. ``loads``: fractions of compute capacity. Returns the JSON dict of
+    bandwidth measured here. ``loads``: fractions of compute capacity. ``policies``: admission
+    policies of :data:`~tiered_kv.sim.cluster.shared_compute.POLICIES`. Returns the JSON dict of
     ``tiered-kv bench contention``.
     """
-    import torch
-    from tqdm.auto import tqdm
-
     from tiered_kv.engine import namespace_for
 
     if link not in LINKS:
         raise ValueError(f"--link: must be one of {list(LINKS)}, got {link!r}")
-    check_settings(loads=loads, calibration=calibration, calibration_repeats=calibration_repeats)
+    bad = [p for p in policies if p not in C.POLICIES]
+    if bad or not policies:
+        raise ValueError(f"--admission: policies must be among {list(C.POLICIES)}, got {list(policies)!r}")
+    check_settings(loads=loads, calibration=calibration, calibration_repeats=calibration_repeats, repeats=repeats)
     if bandwidths is not None:
         bandwidths = [parse_bandwidth(b) for b in bandwidths]
     if model is None:
@@ -153,68 +171,108 @@ def measure_contention(scenario: C.ContentionScenario, *, model=None, model_sour
     tokens = [request_tokens(i, n, scenario.seed) for i, n in enumerate(work["n"])]
     ns = namespace_for(model, block_size=scenario.block_size)
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    R = model.cfg.replay
-    points = []
     with tempfile.TemporaryDirectory(prefix="tkv-contention-", dir=store_dir) as tmp:
         seed_root = os.path.join(tmp, "seed")
         chunk_bytes = _seed_store(model, seed_root, ns, work, tokens, progress)
-        bpt = chunk_bytes / scenario.block_size
         calib_root = os.path.join(tmp, "calibration")
         shutil.copytree(seed_root, calib_root)
         cal = _calibrate(model, ns, calib_root, work, tokens, calibration, calibration_repeats, chunk_bytes, progress)
         shutil.rmtree(calib_root, ignore_errors=True)
-        c, a, b = cal["fixed_s"], cal["a_s_per_token"], cal["b_s_per_token2"]
-        restore_s = C.compute_seconds(c, a, b, work["n"], work["cached"], R)
-        recompute_s = C.compute_seconds(c, a, b, work["n"], 0 * work["n"], R)
-        isolated = np.where(work["restore"], restore_s, recompute_s)
-        break_even = C.break_even_bandwidth(bpt, a, b, work["n"], work["cached"], R)
+        ctx = _Context(model=model, ns=ns, seed_root=seed_root, tmp=tmp, work=work, tokens=tokens, cal=cal,
+                       chunk_bytes=chunk_bytes, scenario=scenario, capacity=min(scenario.streams, cpus), link=link)
         if bandwidths is None:
-            if not math.isfinite(break_even):
+            if not math.isfinite(ctx.break_even):
                 raise ValueError("--bandwidths: no restores to derive the default from; give the rates")
-            bandwidths = [f * break_even for f in DEFAULT_BANDWIDTH_FACTORS]
-        capacity = min(scenario.streams, cpus)
-        mean_link = float(np.mean(work["n"] - work["n"] % scenario.block_size)) * bpt  # read or written per request
-        grid = run_order(bandwidths, loads, admission, scenario.seed)
-        bar = tqdm(grid, desc="contention", unit="point", disable=not progress)
-        for k, (bw, ld, adm) in enumerate(bar):
-            bar.set_postfix_str(f"{_bandwidth_label(bw)}, load {ld:g}, admission {'on' if adm else 'off'}")
-            rate = ld * capacity / float(np.mean(isolated))
-            arrival = C.arrivals(work["gaps"], rate)
-            t_point = time.perf_counter()
-            m = run_point(model, ns, seed_root, os.path.join(tmp, f"point{k}"), work, tokens, arrival,
-                          bandwidth=bw, link=link, admission=adm, restore_s=restore_s, recompute_s=recompute_s,
-                          raw_read_bytes_per_s=cal["raw_read_bytes_per_s"], chunk_bytes=chunk_bytes)
-            wall = time.perf_counter() - t_point
-            mod, slowed, slowdown = model_beside(
-                m, work, arrival, bandwidth=bw, admission=adm, link=link, bytes_per_token=bpt, fit=(c, a, b),
-                replay_tokens=R, raw_read_bytes_per_s=cal["raw_read_bytes_per_s"], restore_s=restore_s,
-                recompute_s=recompute_s)
-            points.append(point_record(m, mod, slowed, slowdown, work, arrival, run_order=k, bandwidth=bw, load=ld,
-                                       rate=rate, admission=adm, break_even=break_even, mean_link=mean_link,
-                                       wall=wall, raw=raw))
-    torch_threads = torch.get_num_threads()
+            bandwidths = [f * ctx.break_even for f in DEFAULT_BANDWIDTH_FACTORS]
+        points = _run_grid(ctx, bandwidths, loads, policies, repeats, progress, raw)
     points.sort(key=lambda p: (math.inf if p["bandwidth_bytes_per_s"] is None else p["bandwidth_bytes_per_s"],
-                               p["load"], p["admission"]))
+                               p["load"], C.POLICIES.index(p["policy"])))
+    return _result(ctx, model_source, points, repeats=repeats, policies=policies, cpus=cpus,
+                   load_avg_start=load_avg_start, wall=time.perf_counter() - t_start)
+
+
+def _result(ctx, model_source: str, points: list[dict], *, repeats: int, policies, cpus: int, load_avg_start,
+            wall: float) -> dict:
+    """The JSON of ``tiered-kv bench contention``."""
+    import torch
+
+    model, sc, work = ctx.model, ctx.scenario, ctx.work
     return {
         "benchmark": NAME, "model": model_source, "preset": model.cfg.name, "params": model.num_params,
-        "window_tokens": model.cfg.window, "replay_tokens": R, "fmt": ns.fmt, "block_size_tokens": scenario.block_size,
-        "chunk_bytes": chunk_bytes, "kv_bytes_per_token": bpt, "link": link,
-        "scenario": scenario.to_dict(),
+        "window_tokens": model.cfg.window, "replay_tokens": model.cfg.replay, "fmt": ctx.ns.fmt,
+        "block_size_tokens": sc.block_size, "chunk_bytes": ctx.chunk_bytes, "kv_bytes_per_token": ctx.bpt,
+        "link": ctx.link, "scenario": sc.to_dict(), "repeats": repeats, "policies": list(policies),
         "lengths": {"prompt_tokens": [int(x) for x in work["n"]], "restore": [bool(x) for x in work["restore"]],
                     "median": float(np.median(work["n"])), "p90": float(np.percentile(work["n"], 90)),
                     "max": int(work["n"].max()), "restores": int(work["restore"].sum())},
-        "calibration": cal, "break_even_bandwidth_bytes_per_s": break_even,
-        "compute_capacity": capacity, "cpus": cpus, "torch_threads": torch_threads,
+        "calibration": ctx.cal, "break_even_bandwidth_bytes_per_s": ctx.break_even,
+        "compute_capacity": ctx.capacity, "cpus": cpus, "torch_threads": torch.get_num_threads(),
         "load_average_start": list(load_avg_start), "load_average_end": list(os.getloadavg()),
-        "points": points, "summary": summarize(points), "wall_s": time.perf_counter() - t_start,
+        "points": points, "summary": summarize(points), "wall_s": wall,
     }
+
+
+class _Context:
+    """What every point of a run shares: the model, the seeded store, the workload, the compute
+    fit and the estimates derived from it."""
+
+    def __init__(self, *, model, ns, seed_root, tmp, work, tokens, cal, chunk_bytes, scenario, capacity, link):
+        self.model, self.ns, self.seed_root, self.tmp = model, ns, seed_root, tmp
+        self.work, self.tokens, self.cal, self.chunk_bytes = work, tokens, cal, chunk_bytes
+        self.scenario, self.capacity, self.link = scenario, capacity, link
+        self.fit = (cal["fixed_s"], cal["a_s_per_token"], cal["b_s_per_token2"])
+        R = model.cfg.replay
+        self.restore_s = C.compute_seconds(*self.fit, work["n"], work["cached"], R)
+        self.recompute_s = C.compute_seconds(*self.fit, work["n"], 0 * work["n"], R)
+        self.isolated = np.where(work["restore"], self.restore_s, self.recompute_s)
+        self.bpt = chunk_bytes / scenario.block_size
+        self.break_even = C.break_even_bandwidth(self.bpt, self.fit[1], self.fit[2], work["n"], work["cached"], R)
+        # bytes read or written per request
+        self.mean_link = float(np.mean(work["n"] - work["n"] % scenario.block_size)) * self.bpt
+
+    def rate(self, load: float) -> float:
+        return load * self.capacity / float(np.mean(self.isolated))
+
+
+def _run_grid(ctx: _Context, bandwidths, loads, policies, repeats: int, progress: bool, raw: bool) -> list[dict]:
+    """Every (bandwidth, load, policy) point, ``repeats`` rounds, each round in its own shuffled
+    order; then each point's repeats folded into one record."""
+    from tqdm.auto import tqdm
+
+    runs: dict[tuple, list] = {}
+    grid = [(r, *pt) for r in range(repeats) for pt in run_order(bandwidths, loads, policies, ctx.scenario.seed, r)]
+    bar = tqdm(grid, desc="contention", unit="point", disable=not progress)
+    for k, (rnd, bw, ld, pol) in enumerate(bar):
+        bar.set_postfix_str(f"round {rnd + 1}/{repeats}, {_bandwidth_label(bw)}, load {ld:g}, {pol}")
+        arrival = C.arrivals(ctx.work["gaps"], ctx.rate(ld))
+        t_point = time.perf_counter()
+        m = run_point(ctx.model, ctx.ns, ctx.seed_root, os.path.join(ctx.tmp, f"point{k}"), ctx.work, ctx.tokens,
+                      arrival, bandwidth=bw, link=ctx.link, policy=pol, cores=ctx.capacity, restore_s=ctx.restore_s,
+                      recompute_s=ctx.recompute_s, raw_read_bytes_per_s=ctx.cal["raw_read_bytes_per_s"],
+                      chunk_bytes=ctx.chunk_bytes)
+        runs.setdefault((bw, ld, pol), []).append((m, k, time.perf_counter() - t_point))
+    points = []
+    for (bw, ld, pol), got in runs.items():
+        arrival = C.arrivals(ctx.work["gaps"], ctx.rate(ld))
+        models = model_beside(ctx.work, arrival, bandwidth=bw, policy=pol, link=ctx.link, bytes_per_token=ctx.bpt,
+                              fit=ctx.fit, replay_tokens=ctx.model.cfg.replay, block_size=ctx.scenario.block_size,
+                              raw_read_bytes_per_s=ctx.cal["raw_read_bytes_per_s"], cores=ctx.capacity)
+        reps = [repeat_record(m, models, ctx.work, ctx.restore_s, ctx.recompute_s, run_order=k, wall=w)
+                for m, k, w in got]
+        pooled = np.concatenate([m["ttft_s"] for m, _, _ in got])
+        pooled_rec = np.concatenate([m["recomputed"] for m, _, _ in got])
+        points.append(point_record(reps, pooled, pooled_rec, models, ctx.work, arrival, bandwidth=bw, load=ld,
+                                   rate=ctx.rate(ld), policy=pol, break_even=ctx.break_even,
+                                   mean_link=ctx.mean_link,
+                                   raw=[raw_requests(m, models, ctx.work, arrival) for m, _, _ in got] if raw else None))
+    return points
 
 
 def run(args: argparse.Namespace) -> dict:
     import torch
 
     check_settings(loads=args.loads, calibration=args.calibration, calibration_repeats=args.calibration_repeats,
-                   threads=args.threads)
+                   threads=args.threads, repeats=args.repeats)
     bandwidths = None if args.bandwidths is None else [parse_bandwidth(b) for b in args.bandwidths]
     settings = dict(streams=args.streams, requests=args.requests, restore_fraction=args.restore_fraction,
                     median_tokens=args.median_tokens, sigma=args.sigma, block_size=args.block_size,
@@ -225,13 +283,15 @@ def run(args: argparse.Namespace) -> dict:
     max_tokens = args.max_tokens if args.max_tokens is not None else min(model.cfg.max_seq_len, 4096)
     sc = scenario_from(max_tokens=max_tokens, **settings)
     return measure_contention(sc, model=model, model_source=source, bandwidths=bandwidths, loads=args.loads,
-                              admission=ADMISSION[args.admission], link=args.link, calibration=args.calibration,
-                              calibration_repeats=args.calibration_repeats, progress=not args.no_progress,
+                              policies=ADMISSION[args.admission], link=args.link, calibration=args.calibration,
+                              calibration_repeats=args.calibration_repeats, repeats=args.repeats,
+                              progress=not args.no_progress,
                               store_dir=args.store_dir, raw=args.raw)
 
 
 __all__ = [
     "ADMISSION", "DEFAULT_BANDWIDTH_FACTORS", "DEFAULT_LOADS", "HELP", "LINKS", "NAME", "PRESETS", "check_settings",
     "load_model", "measure_contention", "model_beside", "parse_bandwidth", "point_record", "register",
+    "repeat_record",
     "request_tokens", "run", "run_order", "run_point", "scenario_from", "summarize",
 ]

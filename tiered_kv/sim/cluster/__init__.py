@@ -6,8 +6,10 @@ prefix tier and a host window tier, and an SSD tier shared by all (or one per ma
 turns hits into time and money: TTFT of loads, prefill and bounded replay, one shared read
 queue with write-back, admission (recompute when loading would be slower), cost per million
 tokens. :mod:`.contention` is the scenario of ``tiered-kv bench contention`` (restores and
-misses of fixed lognormal lengths on N streams sharing one link), its admission rule and the
-latency model's prediction of it. This package may import :mod:`tiered_kv.sim.trace_replay` (and run any policy object of
+misses of fixed lognormal lengths on N streams sharing one link) and the model's prediction of
+it; :mod:`.shared_compute` the queue model whose streams share cores (processor sharing) and the
+admission rules it and the benchmark's dispatcher call; :mod:`.tail_stats` the statistics of
+repeated runs (medians with spread, order-statistic intervals, paired ratios). This package may import :mod:`tiered_kv.sim.trace_replay` (and run any policy object of
 :mod:`tiered_kv.sim.policies` it is given); nothing below it imports it.
 """
 

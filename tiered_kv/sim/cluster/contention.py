@@ -12,19 +12,22 @@ admission setting sees the *same* prompts. A prompt is ``blocks`` full blocks pl
 new, so they read ``blocks`` chunks and write nothing. The rest are *misses*: nothing cached, they
 compute the whole prompt and write their ``blocks`` chunks back. Requests arrive as a Poisson
 stream (unit-rate gaps drawn once from the seed, divided by the rate of each load) and go round
-robin to ``streams`` machines, each with its own compute queue; all of them share one link to
-the store.
+robin to ``streams`` streams, each with its own compute queue; all of them share one link to
+the store, and the streams share the machine's compute.
 
-Admission (:func:`recompute_is_sooner`): when a restore arrives, recompute it instead of
-loading when that finishes sooner: when the queued read time (the wait on the link plus its own
-transfer) plus its restore compute exceeds the recompute estimate. This is the inequality of
-:func:`tiered_kv.sim.cluster.latency.simulate_queue`'s admission, written once here for the
-benchmark's dispatcher (a test checks the two agree).
+Admission (:mod:`.shared_compute`, re-exported here): the policies ``load`` (never recompute),
+``own`` (:func:`recompute_is_sooner`: recompute when that alone finishes sooner than queueing on
+the link, the inequality of :func:`tiered_kv.sim.cluster.latency.simulate_queue`'s admission) and
+``shared`` (:func:`~.shared_compute.recompute_pays`: the same, with the sharing of the cores
+counted and the delay the extra work puts on the other busy streams charged). The benchmark's
+dispatcher and the model call the one :func:`decide`.
 
-The model's view (:func:`model_point`): the same requests through ``simulate_queue`` with a
-:class:`~tiered_kv.sim.cluster.latency.LatencyConfig` whose compute coefficients ``c`` (fixed per
-prefill), ``a``, ``b`` were fitted (:func:`fit_compute`) to the engine's isolated prefills on this
-machine, whose bytes per token are the store's, and whose read bandwidth is the link's limit.
+The model's view (:func:`model_point`): the same requests through
+:func:`~.shared_compute.simulate_shared`, with compute times from the coefficients ``c`` (fixed
+per prefill), ``a``, ``b`` fitted (:func:`fit_compute`) to the engine's isolated prefills on this
+machine, the store's bytes per token, and the link's limit; once with the streams on as many
+cores as the machine lends them, once with a machine each (what the per-machine model assumes).
+Statistics over repeated runs are in :mod:`.tail_stats`.
 """
 
 from __future__ import annotations
@@ -35,12 +38,17 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from tiered_kv.sim.cluster import latency as L
+from tiered_kv.sim.cluster.shared_compute import (  # noqa: F401 - re-exported: the dispatcher's rules
+    POLICIES,
+    QueueState,
+    decide,
+    recompute_is_sooner,
+    simulate_shared,
+)
+from tiered_kv.sim.cluster.tail_stats import CLASSES, QUANTILES, class_percentiles  # noqa: F401 - re-exported
 
-CLASSES = ("restore", "miss")
-#: Most concurrent streams a run may have (the issue's N up to 16).
+#: Most concurrent streams a run may have.
 MAX_STREAMS = 16
-#: Percentiles reported per class.
-QUANTILES = (25, 50, 75, 90, 99)
 
 
 def _check(name: str, value, lo: float, hi: float, *, integer: bool = False, lo_open: bool = False) -> None:
@@ -163,23 +171,6 @@ def break_even_bandwidth(bytes_per_token: float, a: float, b: float, n, cached, 
     return float(np.median(h[keep] * bytes_per_token / np.maximum(saved, 1e-12)))
 
 
-# --- admission ------------------------------------------------------------------------------
-
-def recompute_is_sooner(*, queued_read_s: float, restore_compute_s: float, recompute_s: float,
-                        compute_wait_s: float = 0.0) -> bool:
-    """True when a restore should be recomputed instead of loaded.
-
-    ``queued_read_s``: from now until its prefix would be read (the link's queue ahead of it
-    plus its own transfer); ``restore_compute_s``: compute after loading (suffix and replay);
-    ``recompute_s``: computing the whole prompt; ``compute_wait_s``: until its machine is free.
-    Loading finishes at ``max(wait, queued_read) + restore_compute``, recomputing at
-    ``wait + recompute``; on an idle machine, recompute when the queued read time exceeds the
-    recompute estimate less the restore's own compute. Ties load.
-    """
-    wait = max(compute_wait_s, 0.0)
-    return wait + recompute_s < max(wait, queued_read_s) + restore_compute_s
-
-
 # --- the model's view -----------------------------------------------------------------------
 
 def latency_config(*, bytes_per_token: float, bandwidth_bytes_per_s: float, c: float, a: float, b: float,
@@ -190,42 +181,25 @@ def latency_config(*, bytes_per_token: float, bandwidth_bytes_per_s: float, c: f
                            replay_tokens=replay_tokens, write_back=write_back)
 
 
-def model_point(cfg: L.LatencyConfig, work: dict, arrival_s: np.ndarray, *, admission: bool) -> dict:
-    """TTFT (s) and admission decisions of the scenario's requests under the latency model."""
-    r = L.simulate_queue(cfg, arrival_s, work["stream"], work["n"], work["cached"], admission=admission)
-    return {"ttft_s": r.ttft_s, "recomputed": r.recomputed, "load_s": r.load_s, "compute_s": r.compute_s}
+def request_times(work: dict, *, fit: tuple[float, float, float], replay_tokens: int, bytes_per_token: float,
+                  bandwidth_bytes_per_s: float, block_size: int, write_back: bool) -> dict[str, np.ndarray]:
+    """Each request's isolated compute loaded (``restore_s``) and whole (``recompute_s``), its
+    prefix's time on the link (``read_s``) and its write-back's (``write_s``: a miss's full
+    blocks; a restore writes nothing, its blocks are on the store, recomputed or not)."""
+    c, a, b = fit
+    n = work["n"]
+    return {"restore_s": compute_seconds(c, a, b, n, work["cached"], replay_tokens),
+            "recompute_s": compute_seconds(c, a, b, n, 0 * n, replay_tokens),
+            "read_s": work["cached"] * bytes_per_token / bandwidth_bytes_per_s,
+            "write_s": (np.where(work["restore"], 0, work["blocks"] * block_size) * bytes_per_token
+                        / bandwidth_bytes_per_s if write_back else np.zeros(n.size))}
 
 
-# --- statistics -----------------------------------------------------------------------------
-
-def bootstrap_interval(values, q: float, *, level: float = 0.9, resamples: int = 2000, seed: int = 0):
-    """(lo, hi): the ``level`` percentile-bootstrap interval of the ``q``-th percentile."""
-    v = np.asarray(values, dtype=np.float64)
-    if v.size == 0:
-        return math.nan, math.nan
-    rng = np.random.default_rng(seed)
-    stats = np.percentile(v[rng.integers(0, v.size, (resamples, v.size))], q, axis=1)
-    tail = (1 - level) / 2 * 100
-    return float(np.percentile(stats, tail)), float(np.percentile(stats, 100 - tail))
-
-
-def class_percentiles(ttft_s, restore, recomputed=None, *, interval: bool = True) -> dict:
-    """Per class (``restore``, ``miss``, ``all``): count, mean, p25..p99 and max of TTFT in ms,
-    with bootstrap 90% intervals of p50 and p99 (``interval``) and the recomputed fraction."""
-    t = np.asarray(ttft_s, dtype=np.float64) * 1e3
-    restore = np.asarray(restore, dtype=bool)
-    rec = np.zeros(t.size, dtype=bool) if recomputed is None else np.asarray(recomputed, dtype=bool)
-    out = {}
-    for cls, mask in (("restore", restore), ("miss", ~restore), ("all", np.ones(t.size, dtype=bool))):
-        v = t[mask]
-        d: dict = {"count": int(v.size)}
-        if v.size:
-            d["mean_ms"] = float(v.mean())
-            d.update({f"p{q}_ms": float(np.percentile(v, q)) for q in QUANTILES})
-            d["max_ms"] = float(v.max())
-            d["recomputed_fraction"] = float(rec[mask].mean())
-            if interval:
-                for q in (50, 99):
-                    d[f"p{q}_ms_ci90"] = list(bootstrap_interval(v, q, seed=q))
-        out[cls] = d
-    return out
+def model_point(times: dict, work: dict, arrival_s: np.ndarray, *, cores: float, policy: str) -> dict:
+    """TTFT (s) and admission decisions of the scenario's requests under the queue model whose
+    streams share ``cores`` compute units (``cores`` = streams: a machine each, as
+    :func:`~tiered_kv.sim.cluster.latency.simulate_queue`)."""
+    r = simulate_shared(arrival_s, work["stream"], work["restore"], restore_s=times["restore_s"],
+                        recompute_s=times["recompute_s"], read_s=times["read_s"], write_s=times["write_s"],
+                        cores=cores, policy=policy)
+    return {"ttft_s": r.ttft_s, "recomputed": r.recomputed, "start_s": r.start_s}

@@ -1,40 +1,47 @@
-"""p99 TTFT of restores and misses sharing one store link: measured with the engine, and modelled.
+"""p99 TTFT under contention for one store link and shared compute: measured, modelled, and what
+admission does, both ways.
 
 Why: DeepSeek's global KV pool is shared, so restores wait for each other's reads and for the
 writes of misses; a reader asked when admission control should recompute a prompt although its
 prefix is cached. ``tiered-kv bench contention`` (:mod:`tiered_kv.bench.contention`) runs N
 engine streams against one SSD tier whose link is a token bucket, with a fixed lognormal mix of
-restores and misses, at several link bandwidths and loads, with and without admission
-(recompute when the queued read time plus the restore's compute exceeds the recompute
-estimate); the latency model (:mod:`tiered_kv.sim.cluster.latency`, compute fitted to the same
-engine's isolated prefills) predicts every point with the same arrivals. Solid: measured;
-dashed: the model; dotted: the model with its compute times the point's measured compute
-slowdown (the streams share this machine's CPUs; the model gives each its own machine).
+restores and misses, at several link bandwidths and loads, always loading and under two
+admission policies: ``own`` (recompute when that alone is sooner) and ``shared`` (the same with
+the shared cores counted and the delay to the other streams charged), each point repeated in
+interleaved rounds. Recomputing is not free when the streams share cores (here: engine threads
+on this machine's CPUs; in a server: requests on one GPU), so the queue model it is set beside
+(:mod:`tiered_kv.sim.cluster.shared_compute`) puts the streams on shared cores.
 
-Data: the recorded run (``benchmarks/results/contention.json``, BENCHMARKS.md) in quick mode when
-it exists, else a tiny live run (tiny preset, random weights); in full mode a live run with the
-trained small checkpoint.
+Top: p99 TTFT against the link's bandwidth, measured (median over the repeats, bars: their
+spread) beside the shared-compute model. Bottom: each policy's p99 over always loading's, paired
+repeat by repeat (median, bars: spread) beside the model's ratio; above 1 admission hurt, below 1
+it helped. The notes list the increases as well as the cuts.
+
+Data: the recorded run (``benchmarks/results/contention.json``, BENCHMARKS.md) when it exists;
+else a live run (quick: tiny preset with random weights; full: the trained small checkpoint).
 """
 
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 
 import polars as pl
 
 from tiered_kv.viz.report import FigureResult
-from tiered_kv.viz.style import dashed_lines
 
 NAME = "18_contention"
-TITLE = "p99 TTFT under contention for one store link: restores and misses, measured vs latency model"
+TITLE = "p99 TTFT under contention for one store link and shared compute; admission's effect, both ways"
 RECORDED = Path(__file__).resolve().parents[3] / "benchmarks" / "results" / "contention.json"
 CLASS_NAMES = {"restore": "restores (prefix cached: read it)", "miss": "misses (compute, write blocks)"}
 #: (sorted so that the measurement is the solid line)
-SOURCE_NAMES = {"measured": "engine, measured on this machine", "model": "latency model (isolated compute fit)",
-                "model_slowed": "latency model, compute x measured slowdown"}
-POLICY_NAMES = {False: "always load", True: "admission: recompute when sooner"}
+SOURCE_NAMES = {"measured": "engine, measured (median of repeats; bars: spread)",
+                "model_shared": "queue model, streams on shared cores"}
+POLICY_NAMES = {"load": "always load", "own": "admission: own TTFT only",
+                "shared": "admission: shared cores counted"}
+PLURALS = {"restore": "restores", "miss": "misses"}
+DIRECTION_WORDS = {"increase": "raised p99", "cut": "cut p99", "mixed": "moved p99 both ways (repeats disagree)",
+                   "even": "left p99 unchanged", "no_decision": "recomputed nothing (any change is noise)"}
 
 
 def _live(quick: bool) -> dict:
@@ -51,99 +58,178 @@ def _live(quick: bool) -> dict:
         sc = ContentionScenario(streams=2, requests=16, median_tokens=128, max_tokens=1024, block_size=32,
                                 suffix_tokens=8)
         return measure_contention(sc, model=model, model_source=source, loads=(0.5,), calibration=4,
-                                  calibration_repeats=1, progress=False)
+                                  calibration_repeats=1, repeats=2, progress=False)
     model, source = load_model("small")
-    sc = ContentionScenario(streams=4, requests=32)
-    return measure_contention(sc, model=model, model_source=source, progress=False)
+    return measure_contention(ContentionScenario(streams=4, requests=32), model=model, model_source=source,
+                              repeats=3, progress=False)
 
 
 def result(quick: bool) -> tuple[dict, str]:
     """(the benchmark's JSON, where it came from)."""
-    if quick and RECORDED.is_file():
+    if RECORDED.is_file():
         return json.loads(RECORDED.read_text()), "the recorded run in benchmarks/results/contention.json"
-    return _live(quick), ("a tiny live run (tiny preset, random weights, 2 streams, 16 requests)" if quick
-                          else "a live run with the trained small checkpoint (4 streams, 32 requests)")
+    return _live(quick), ("a tiny live run (tiny preset, random weights, 2 streams, 16 requests, 2 repeats)"
+                          if quick else "a live run with the trained small checkpoint (4 streams, 32 requests, "
+                                        "3 repeats)")
+
+
+def _where(p: dict) -> dict:
+    return {"bandwidth_kib_s": p["bandwidth_bytes_per_s"] / 1024,
+            "load_name": f"load {p['load']:g} of compute capacity ({p['rate_per_s']:.2g} req/s)"}
 
 
 def frame(res: dict) -> pl.DataFrame:
-    """One row per (point, class, source): bandwidth (KiB/s), load, policy, p50/p99 TTFT (s)."""
+    """One row per (point, class, source): bandwidth (KiB/s), load, policy, p99 TTFT (s) and the
+    measured spread over repeats (lo, hi; the model has none)."""
     rows = []
     for p in res["points"]:
         if p["bandwidth_bytes_per_s"] is None:  # unlimited: no place on a bandwidth axis
             continue
-        for src in SOURCE_NAMES:
+        for src, src_name in SOURCE_NAMES.items():
             for cls in ("restore", "miss"):
                 d = p.get(src, {}).get(cls, {})
                 if not d.get("count"):
                     continue
-                rows.append({"bandwidth_kib_s": p["bandwidth_bytes_per_s"] / 1024, "load": p["load"],
-                             "load_name": f"load {p['load']:g} of compute capacity ({p['rate_per_s']:.2g} req/s)",
-                             "policy": POLICY_NAMES[bool(p["admission"])], "source": SOURCE_NAMES[src],
-                             "class": CLASS_NAMES[cls], "ttft_p50_s": d["p50_ms"] / 1e3,
-                             "ttft_p99_s": d["p99_ms"] / 1e3, "recomputed_fraction": d["recomputed_fraction"],
+                lo, hi = d.get("p99_ms_spread", [None, None])
+                rows.append({**_where(p), "policy": POLICY_NAMES[p["policy"]], "source": src_name,
+                             "class": CLASS_NAMES[cls], "ttft_p99_s": d["p99_ms"] / 1e3,
+                             "lo_s": None if lo is None else lo / 1e3, "hi_s": None if hi is None else hi / 1e3,
+                             "recomputed_fraction": d.get("recomputed_fraction", 0.0),
                              "compute_slowdown": p["compute_slowdown"]})
     return pl.DataFrame(rows)
 
 
-def chart(data: pl.DataFrame):
+def effect_frame(res: dict) -> pl.DataFrame:
+    """One row per (admission policy, point, class, source): p99 with the policy over always
+    loading, paired by repeat for the measurement (median, spread) and the model's ratio."""
+    rows = []
+    for row in res["summary"]["admission"]:
+        if row["bandwidth_bytes_per_s"] is None:
+            continue
+        where = {"bandwidth_kib_s": row["bandwidth_bytes_per_s"] / 1024, "policy": POLICY_NAMES[row["policy"]],
+                 "recomputed": row["recomputed_measured"]}
+        load = next(p for p in res["points"] if p["bandwidth"] == row["bandwidth"] and p["load"] == row["load"])
+        where["load_name"] = _where(load)["load_name"]
+        for cls in ("restore", "miss"):
+            d = row[cls]
+            if d["measured"] is not None:
+                rows.append({**where, "class": CLASS_NAMES[cls], "source": SOURCE_NAMES["measured"],
+                             "ratio": d["measured"]["median"], "lo": d["measured"]["min"], "hi": d["measured"]["max"],
+                             "direction": d["direction"]})
+            if d.get("model_shared"):
+                rows.append({**where, "class": CLASS_NAMES[cls], "source": SOURCE_NAMES["model_shared"],
+                             "ratio": d["model_shared"], "lo": None, "hi": None, "direction": "model"})
+    return pl.DataFrame(rows)
+
+
+def _panel(data: pl.DataFrame, y: str, y_title: str, lo: str, hi: str, reference: float | None = None):
     import altair as alt
 
-    layer = dashed_lines(
-        data,
-        x=alt.X("bandwidth_kib_s:Q", scale=alt.Scale(type="log"), title="link bandwidth limit (KiB/s, log)"),
-        y=alt.Y("ttft_p99_s:Q", scale=alt.Scale(type="log"), title="p99 TTFT (seconds, log)"),
-        color=alt.Color("policy:N", title="policy", legend=alt.Legend(orient="bottom", labelLimit=400)),
-        dash="source:N", dash_title="source", dash_legend_kwargs={"orient": "bottom", "labelLimit": 400},
-        tooltip=[alt.Tooltip("bandwidth_kib_s:Q", format=".3g", title="bandwidth (KiB/s)"), "load", "policy",
-                 "class", "source", alt.Tooltip("ttft_p50_s:Q", format=".3f", title="p50 TTFT (s)"),
-                 alt.Tooltip("ttft_p99_s:Q", format=".3f", title="p99 TTFT (s)"),
-                 alt.Tooltip("recomputed_fraction:Q", format=".0%", title="restores recomputed"),
-                 alt.Tooltip("compute_slowdown:Q", format=".2f", title="measured compute / isolated fit")],
-    ).properties(width=250, height=200)
-    return layer.facet(row=alt.Row("load_name:N", title=None),
-                       column=alt.Column("class:N", title="requests", sort=list(CLASS_NAMES.values()))
-                       ).properties(title=TITLE)
+    from tiered_kv.viz.style import dash_legend
+
+    x = alt.X("bandwidth_kib_s:Q", scale=alt.Scale(type="log"), title="link bandwidth limit (KiB/s, log)")
+    color = alt.Color("policy:N", title="policy", sort=list(POLICY_NAMES.values()),
+                      legend=alt.Legend(orient="bottom", labelLimit=400))
+    tooltip = ["policy", "class", "source", alt.Tooltip(f"{y}:Q", format=".3g"), alt.Tooltip(f"{lo}:Q", format=".3g"),
+               alt.Tooltip(f"{hi}:Q", format=".3g")]
+    base = alt.Chart().encode(x=x, color=color)
+    yy = alt.Y(f"{y}:Q", scale=alt.Scale(type="log"), title=y_title)
+    lines = base.mark_line().encode(y=yy, strokeDash=alt.StrokeDash("source:N", sort=list(SOURCE_NAMES.values()),
+                                                                   legend=dash_legend("source", orient="bottom",
+                                                                                      labelLimit=400)),
+                                    tooltip=tooltip)
+    points = base.mark_point(filled=True, size=30).encode(
+        y=yy, tooltip=tooltip, shape=alt.Shape("source:N", sort=list(SOURCE_NAMES.values()), legend=None))
+    bars = base.mark_rule().encode(y=alt.Y(f"{lo}:Q"), y2=f"{hi}:Q").transform_filter(f"isValid(datum.{lo})")
+    layers = [lines, points, bars]
+    if reference is not None:
+        layers.append(alt.Chart().mark_rule(color="#444", strokeDash=[2, 2]).encode(
+            y=alt.datum(reference)))
+    return alt.layer(*layers, data=data).properties(width=230, height=170).facet(
+        row=alt.Row("load_name:N", title=None), column=alt.Column("class:N", title="requests",
+                                                                   sort=list(CLASS_NAMES.values())))
+
+
+def chart(data: pl.DataFrame, effect: pl.DataFrame):
+    import altair as alt
+
+    top = _panel(data, "ttft_p99_s", "p99 TTFT (seconds, log)", "lo_s", "hi_s")
+    panels = [top]
+    if effect.height:
+        panels.append(_panel(effect, "ratio", "p99 with admission / always load", "lo", "hi",
+                             reference=1.0))
+    return alt.vconcat(*panels).resolve_scale(color="shared", strokeDash="shared").properties(title=TITLE)
+
+
+def _fit_text(res: dict) -> str:
+    sc, cal = res["scenario"], res["calibration"]
+    return (f"{sc['streams']} streams on {res['compute_capacity']} core(s), {sc['requests']} requests per point "
+            f"({res['lengths']['restores']} restores), {res['repeats']} interleaved repeats of every point; "
+            f"lognormal prompts (median {sc['median_tokens']} tokens, sigma {sc['sigma']}, seed {sc['seed']}: "
+            f"median {res['lengths']['median']:.0f}, max {res['lengths']['max']}), {res['block_size_tokens']}-token "
+            f"chunks of {res['chunk_bytes']:,.0f} B, link '{res['link']}'. Compute fit on isolated prefills: "
+            f"c={cal['fixed_s']:.3g} s, a={cal['a_s_per_token']:.3g} s/token, b={cal['b_s_per_token2']:.3g} "
+            f"s/token^2 (median error {cal['median_abs_rel_error']:.0%}); break-even bandwidth "
+            f"{res['break_even_bandwidth_bytes_per_s'] / 1024:.3g} KiB/s.")
+
+
+def _model_text(res: dict) -> list[str]:
+    out = []
+    names = {"model_shared": "shared-compute model", "model": "model with a machine per stream"}
+    for src, name in names.items():
+        fit = res["summary"]["model_over_measured"][src]
+        parts = []
+        for cls in ("restore", "miss"):
+            c = fit.get(cls, {})
+            if "p99" in c:
+                parts.append(f"{cls} p99 x{c['p99']['median']:.2f} ({c['p99']['min']:.2f}-{c['p99']['max']:.2f}), "
+                             f"inside the measured spread at {c['p99_inside_spread']} of {c['cells']} points")
+        if parts:
+            out.append(f"{name[0].upper() + name[1:]} over measured: " + "; ".join(parts) + ".")
+    return out
+
+
+def _effect_text(res: dict) -> list[str]:
+    out = []
+    for pol in res.get("policies", []):
+        if pol == "load":
+            continue
+        groups: dict[str, list[str]] = {}
+        for row in res["summary"]["admission"]:
+            if row["policy"] != pol:
+                continue
+            for cls in ("restore", "miss"):
+                d = row[cls]
+                m = d["measured"]
+                if m is None:
+                    continue
+                model = d.get("model_shared")
+                groups.setdefault(d["direction"], []).append(
+                    f"{PLURALS[cls]} at {row['bandwidth']}, load {row['load']:g} x{m['median']:.2f} "
+                    f"[{m['min']:.2f}-{m['max']:.2f}] (model x{model:.2f}; "
+                    f"{row['recomputed_measured']:.0%} recomputed)" if model else
+                    f"{PLURALS[cls]} at {row['bandwidth']}, load {row['load']:g} x{m['median']:.2f}")
+        text = [f"{DIRECTION_WORDS[k]}: " + "; ".join(v) for k, v in
+                sorted(groups.items(), key=lambda kv: list(DIRECTION_WORDS).index(kv[0]))]
+        out.append(f"{POLICY_NAMES[pol][0].upper() + POLICY_NAMES[pol][1:]}, against always loading (paired by "
+                   "repeat; measured median [spread]): " + ("; ".join(text) if text else "no point") + ".")
+    return out
 
 
 def notes_for(res: dict, how: str) -> str:
-    sc = res["scenario"]
-    cal = res["calibration"]
-    s = res["summary"]
-    ratio = s["model_over_measured"]
-    parts = [f"Data: {how}. Model {res['model']} ({res['params']:,} parameters, R={res['replay_tokens']}); "
-             f"{sc['streams']} streams, {sc['requests']} requests per point ({res['lengths']['restores']} restores), "
-             f"lognormal prompts (median {sc['median_tokens']} tokens, sigma {sc['sigma']}, seed {sc['seed']}: "
-             f"median {res['lengths']['median']:.0f}, max {res['lengths']['max']}), {res['block_size_tokens']}-token "
-             f"chunks of {res['chunk_bytes']:,.0f} B ({res['kv_bytes_per_token']:.1f} B/token), link "
-             f"'{res['link']}'. Compute fit on isolated prefills: c={cal.get('fixed_s', 0.0):.3g} s per prefill, "
-             f"a={cal['a_s_per_token']:.3g} s/token, "
-             f"b={cal['b_s_per_token2']:.3g} s/token^2 (median error {cal['median_abs_rel_error']:.0%}); "
-             f"break-even bandwidth {res['break_even_bandwidth_bytes_per_s'] / 1024:.3g} KiB/s."]
-    slowed = s.get("model_slowed_over_measured", {})
-    for cls, plural in (("restore", "restores"), ("miss", "misses")):
-        r = ratio.get(cls, {}).get("p99")
-        if r:
-            text = f"Model/measured p99 for {plural}: median {r['median']:.2f} (range {r['min']:.2f}-{r['max']:.2f})"
-            r2 = slowed.get(cls, {}).get("p99")
-            if r2:
-                text += (f"; with the point's measured compute (dotted) {r2['median']:.2f} "
-                         f"({r2['min']:.2f}-{r2['max']:.2f})")
-            parts.append(text + ".")
     slow = [p["compute_slowdown"] for p in res["points"]]
-    parts.append(f"Measured compute was {min(slow):.1f}-{max(slow):.1f}x the isolated fit: the streams share "
-                 f"{res['cpus']} CPU(s) (load average {res['load_average_start'][0]:.1f} at the start), where the "
-                 "model gives each stream a machine of its own.")
-    cut = [r for r in s["admission_p99_ratio"] if r.get("restore_measured", math.inf) < 0.9]
-    if cut:
-        parts.append("Admission cut the measured restore p99 at " + ", ".join(
-            f"{r['bandwidth']}, load {r['load']:g} (x{r['restore_measured']:.2f}; model x{r.get('restore_model', math.nan):.2f})"
-            for r in cut) + ".")
-    else:
-        parts.append("Admission cut no measured restore p99 by 10% or more here.")
+    la0, la1 = res["load_average_start"], res["load_average_end"]
+    parts = [f"Data: {how}; model {res['model']} ({res['params']:,} parameters, R={res['replay_tokens']}).",
+             _fit_text(res),
+             f"The machine: {res['cpus']} CPU(s), load average {la0[0]:.1f} at the start and {la1[0]:.1f} at the "
+             f"end; measured compute ran at {min(slow):.1f}-{max(slow):.1f}x the isolated fit (median of each "
+             "point's repeats)." + (f" Recorded: {res['recorded']['machine']}" if res.get("recorded", {}).get("machine")
+                                    else ""),
+             *_model_text(res), *_effect_text(res)]
     return " ".join(parts)
 
 
 def build(quick: bool) -> FigureResult:
     res, how = result(quick)
-    data = frame(res)
-    return FigureResult(chart=chart(data), claims=[], data=data, notes=notes_for(res, how))
+    data, effect = frame(res), effect_frame(res)
+    return FigureResult(chart=chart(data, effect), claims=[], data=data, notes=notes_for(res, how))
