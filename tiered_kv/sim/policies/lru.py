@@ -109,11 +109,11 @@ def _victim(rule, now, n_unique, n_classes, nxt, last, param):  # pragma: no cov
 
 @njit(cache=True, inline="always")
 def _evict(b, now, nxt, prv, present, last, born, bclass, bweight, cused, ev_idle, ev_age, ev_class, n_ev,
-           record, per_class):  # pragma: no cover - compiled
+           record):  # pragma: no cover - compiled
+    """Evict ``b`` (rules 1-3, which count bytes per class); the evictions so far."""
     _unlink(nxt, prv, b)
     present[b] = False
-    if per_class:
-        cused[bclass[b]] -= bweight[b]
+    cused[bclass[b]] -= bweight[b]
     if record:
         ev_idle[n_ev] = now - last[b]
         ev_age[n_ev] = now - born[b]
@@ -142,34 +142,30 @@ def _expire(now, n_unique, n_classes, ttl_by_class, nxt, prv, present, last, bcl
 
 
 @njit(cache=True, inline="always")
-def _collect(rule, c, now, high, low, param, used, n_ev, n_unique, n_classes, nxt, prv, present, last, born, seq,
+def _collect(rule, c, now, high, low, param, used, n_ev, n_unique, n_classes, nxt, prv, present, last, born,
              bclass, bweight, cused, ev_idle, ev_age, ev_class, record):  # pragma: no cover - compiled
-    """The collector after a touch by class ``c``: evict under ``rule`` while over the watermark;
-    (used weight, evictions so far)."""
-    per_class = rule != 0
+    """The collector of rules 1-3 after a touch by class ``c``: evict while over the watermark;
+    (used weight, evictions so far). Rule 0 (``lru``) runs inline in the kernel."""
     if rule == 3:  # quotas: the toucher's own list under its own share of the watermarks
         if cused[c] > high * param[c]:
             while cused[c] > low * param[c] and nxt[n_unique + c] != n_unique + c:
                 v = nxt[n_unique + c]
                 used -= bweight[v]
                 n_ev = _evict(v, now, nxt, prv, present, last, born, bclass, bweight, cused, ev_idle, ev_age,
-                              ev_class, n_ev, record, per_class)
+                              ev_class, n_ev, record)
         return used, n_ev
-    total = used
-    if per_class:  # summed per class, in class order
-        total = 0.0
-        for k in range(n_classes):
-            total += cused[k]
+    total = 0.0  # summed per class, in class order
+    for k in range(n_classes):
+        total += cused[k]
     if total > high:
         while total > low:
-            v = _oldest(n_unique, n_classes, nxt, seq) if rule == 0 else _victim(rule, now, n_unique, n_classes,
-                                                                                 nxt, last, param)
+            v = _victim(rule, now, n_unique, n_classes, nxt, last, param)
             if v < 0:
                 break
             used -= bweight[v]
             total -= bweight[v]
             n_ev = _evict(v, now, nxt, prv, present, last, born, bclass, bweight, cused, ev_idle, ev_age, ev_class,
-                          n_ev, record, per_class)
+                          n_ev, record)
     return used, n_ev
 
 
@@ -228,8 +224,23 @@ def _cache_kernel(offsets, blocks, weights, times, req_class, n_unique, n_classe
             seq[b] = tick
             tick += 1
             bclass[b] = c
-            used, n_ev = _collect(rule, c, now, high, low, param, used, n_ev, n_unique, n_classes, nxt, prv, present,
-                                  last, born, seq, bclass, bweight, cused, ev_idle, ev_age, ev_class, record)
+            if rule == 0:  # the least recent touch of all, down to the low watermark
+                if used > high:
+                    while used > low:
+                        v = _oldest(n_unique, n_classes, nxt, seq)
+                        if v < 0:
+                            break
+                        used -= bweight[v]
+                        _unlink(nxt, prv, v)
+                        present[v] = False
+                        if record:
+                            ev_idle[n_ev] = now - last[v]
+                            ev_age[n_ev] = now - born[v]
+                            ev_class[n_ev] = bclass[v]
+                        n_ev += 1
+            else:
+                used, n_ev = _collect(rule, c, now, high, low, param, used, n_ev, n_unique, n_classes, nxt, prv,
+                                      present, last, born, bclass, bweight, cused, ev_idle, ev_age, ev_class, record)
     if record:
         return hit, ev_idle[:n_ev], ev_class[:n_ev], n_ev, n_exp, ev_age[:n_ev]
     return hit, ev_idle, ev_class, n_ev, n_exp, ev_age
