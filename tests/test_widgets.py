@@ -130,6 +130,28 @@ def test_occupancy_matches_brute_force_count():
         assert tokens == pytest.approx(live * BS, abs=BS * 6)  # bin-edge ties only
 
 
+def test_segmented_prefix_max_is_a_running_max_per_request():
+    rng = np.random.default_rng(5)
+    lengths = rng.integers(0, 13, 40)  # empty requests and lengths that are no power of two
+    offsets = np.concatenate([[0], np.cumsum(lengths)])
+    values = rng.normal(size=(int(offsets[-1]), 3))
+    values[rng.random(values.shape) < 0.1] = np.inf
+    want = values.copy()
+    for r in range(len(lengths)):
+        for i in range(offsets[r] + 1, offsets[r + 1]):
+            want[i] = np.maximum(want[i - 1], values[i])
+    assert np.array_equal(R.segmented_prefix_max(values, offsets), want)
+
+
+def test_table_of_a_compiled_trace_is_the_frames():
+    from tiered_kv.sim.trace_replay import compile_trace
+
+    frame = _trace(np.random.default_rng(3), 120)
+    a, b = R.build_table(frame), R.build_table(compile_trace(frame))
+    for f in ("reader", "weight", "gap_max", "sd_max", "touch_start", "touch_len", "touch_class"):
+        assert np.array_equal(getattr(a, f), getattr(b, f)), f
+
+
 def test_setting_validates():
     with pytest.raises(ValueError, match="watermark"):
         R.Setting((1.0,), watermark=0.0)
