@@ -28,7 +28,7 @@ def _scalar_lr(t: dict) -> str:
 
 def _added(prev: dict, m: dict) -> str:
     """What the second stage's model adds over the first's (modules that start fresh)."""
-    names = {"copy_head_dim": "the copy head", "cross_recency": "the cross-attention's distance penalty"}
+    names = {"cross_recency": "the cross-attention's distance penalty"}
     added = [text for key, text in names.items() if m.get(key) and not prev.get(key)]
     return " and ".join(added) or "nothing"
 
@@ -225,10 +225,6 @@ def _options(m: dict) -> str:
     parts.append(f"token embedding initialized at std {m.get('embed_init_std', 0.02):g}")
     if m.get("cross_recency"):
         parts.append("a learned per-head linear penalty on distance in the cross-attention (ALiBi), from 0")
-    if m.get("copy_head_dim"):
-        parts.append(f"a copy head (`tiered_kv/copy_head.py`: a pointer over the prefix, scored by exact matches of "
-                     f"the last 2-16 bytes on the tokens and a learned {m['copy_head_dim']}-dim match on the stored "
-                     "global KV, mixed with the vocabulary by a learned gate)")
     return "Options: " + "; ".join(parts) + "."
 
 

@@ -108,9 +108,9 @@ def test_weighted_loss_is_the_weighted_mean_of_per_byte_losses():
 
 
 def test_scalar_lr_mult_speeds_only_the_small_parameters():
-    """Scalars (at most 8 entries: gains, slopes, gate biases) move faster; matrices do not."""
+    """Scalars (at most 8 entries: gains, slopes, scales) move faster; matrices do not."""
     corpus = load_corpus(max_bytes=200_000)
-    cfg = preset("tiny", cross_recency=True, copy_head_dim=16)
+    cfg = preset("tiny", cross_recency=True)
     moved = {}
     for mult in (1.0, 30.0):
         tc = TrainConfig(steps=4, batch=2, seq_len=48, lr=1e-3, warmup=1, eval_windows=2, scalar_lr_mult=mult)

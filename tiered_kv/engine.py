@@ -328,11 +328,9 @@ class Engine:
             if st.dec_from_host:
                 start, windows = q, entry.decoder
                 if q < boundary < n:  # split at the boundary: its windows come for free (and exact)
-                    _, st.dec_at_boundary = self.model.decode(st.tokens[q:boundary], q, st.global_kv, windows,
-                                                              history=st.tokens)
+                    _, st.dec_at_boundary = self.model.decode(st.tokens[q:boundary], q, st.global_kv, windows)
                     start, windows = boundary, st.dec_at_boundary
-                st.logits, st.dec_state = self.model.decode(st.tokens[start:], start, st.global_kv, windows,
-                                                            history=st.tokens)
+                st.logits, st.dec_state = self.model.decode(st.tokens[start:], start, st.global_kv, windows)
                 st.dec_tokens = n - q
             else:
                 st.logits, st.dec_state = self.model.first_token_logits(st.tokens, st.global_kv, self.replay)
@@ -379,7 +377,7 @@ class Engine:
         Returns the tokens it computed."""
         cfg = self.model.cfg
         s0 = max(0, boundary - cfg.dec_layers * (cfg.window - 1))
-        _, st.dec_at_boundary = self.model.decode(st.tokens[s0:boundary], s0, exact_kv, history=st.tokens)
+        _, st.dec_at_boundary = self.model.decode(st.tokens[s0:boundary], s0, exact_kv)
         return boundary - s0
 
     # ------------------------------------------------------------------ decoding
@@ -393,7 +391,7 @@ class Engine:
         tok = torch.tensor([token], dtype=torch.long, device=st.tokens.device)
         kv, st.encoder = self.model.encode(tok, pos, st.encoder)
         st.global_kv = torch.cat([st.global_kv, fp4_roundtrip(kv, self.namespace)])
-        logits, st.decoder = self.model.decode(tok, pos, st.global_kv, st.decoder, history=st.tokens)
+        logits, st.decoder = self.model.decode(tok, pos, st.global_kv, st.decoder)
         st.tokens = torch.cat([st.tokens, tok])
         self.gpu.update(st, old)
         return logits[-1]

@@ -22,9 +22,10 @@ Design choices worth knowing:
   batched, masked SDPA path that computes the same function (tests check they all agree).
 - Copying from far back is what makes a long context worth keeping, and a model trained for an
   hour on a CPU does not learn it unaided (``data/checkpoints/induction_toy.md``). The small
-  preset turns on options that help attention learn it (the fields of :class:`ModelConfig`;
-  all off for older checkpoints) and a copy head (:mod:`tiered_kv.copy_head`): a pointer
-  over the prefix scored by exact context matches and a learned match on the global KV.
+  preset turns on options that help attention learn it (the fields of :class:`ModelConfig`).
+  The model reads its context only through the KV the tiers hold: there is no path from
+  earlier token ids to the output except the global KV and the window caches, so what FP4 or
+  bounded replay does to that KV is what the model's answers feel.
 - :class:`DecoderOnly` is a plain decoder-only transformer of the same depth (L_e+L_d
   sliding-window layers, each with its own KV), the baseline for prefill FLOP counts.
 """
@@ -96,9 +97,6 @@ class ModelConfig:
     #: Standard deviation of the token embedding at initialization (0.02 as GPT-2; 1.0 as
     #: PyTorch's default, which gives the residual stream a token code of norm sqrt(d_model)).
     embed_init_std: float = 0.02
-    #: Width of the copy head's learned query and key (:mod:`tiered_kv.copy_head`: a pointer
-    #: over the prefix mixed into the output); 0: no copy head (checkpoints saved before it).
-    copy_head_dim: int = 0
     #: A learned per-head linear distance penalty on the cross-attention (ALiBi), from 0: look-
     #: alike keys far back dilute it (cutting it at 512 keys *raised* the first copy-head
     #: checkpoint's vocabulary-only long-context gain by 0.035). Off for older checkpoints.
@@ -124,8 +122,6 @@ class ModelConfig:
         need(self.rope_theta > 1, "rope_theta", "> 1")
         need(0 < self.norm_eps < 1, "norm_eps", "in (0, 1)")
         need(0 < self.embed_init_std <= 10, "embed_init_std", "in (0, 10]")
-        need(isinstance(self.copy_head_dim, int) and 0 <= self.copy_head_dim <= 1024, "copy_head_dim",
-             "an integer in [0, 1024] (0: no copy head)")
         need(0 <= self.cross_logit_scale <= 100, "cross_logit_scale", "in [0, 100] (0: no scale)")
 
     @property
@@ -143,7 +139,6 @@ PRESETS: dict[str, ModelConfig] = {
                         dec_layers=2, mlp_hidden=128, window=16, replay=8, max_seq_len=2048),
     # For measurements: a few million parameters, W=512, R=128, with the options that help a
     # copy mechanism through the global KV form in a CPU-sized run (see the fields' comments).
-    # No copy head: the served model reads its context only through the KV the tiers hold.
     # The default checkpoint is trained in two stages, the first without the distance penalty
     # (tiered_kv.train.TRAIN_PRESETS).
     "small": ModelConfig(name="small", d_model=192, n_heads=6, kv_heads=2, head_dim=32, enc_layers=3,
@@ -358,12 +353,6 @@ class EncoderDecoder(nn.Module):
         self.decoder = nn.ModuleList(SWALayer(cfg, cross=True) for _ in range(cfg.dec_layers))
         self.dec_norm = nn.RMSNorm(cfg.d_model, eps=cfg.norm_eps)
         self.head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False) if cfg.untied_output else None
-        self.copy_head = None
-        if cfg.copy_head_dim:
-            from tiered_kv.copy_head import CopyHead
-
-            self.copy_head = CopyHead(cfg.d_model, 2 * cfg.kv_heads * cfg.head_dim, cfg.copy_head_dim,
-                                      cfg.vocab_size, cfg.norm_eps)
         self.apply(self._init)
 
     def _init(self, m):
@@ -386,34 +375,9 @@ class EncoderDecoder(nn.Module):
         weight = self.embed.weight if self.head is None else self.head.weight
         return F.linear(self.dec_norm(h), weight)
 
-    def _output_batched(self, y: torch.Tensor, kv: torch.Tensor, tokens: torch.Tensor,
-                        targets: torch.Tensor | None = None) -> torch.Tensor:
-        """Logits of the training path; with the copy head, log probabilities of the mixture
-        (at ``targets`` only, when given)."""
-        if self.copy_head is None:
-            return self._logits(y)
-        h = self.dec_norm(y)
-        weight = self.embed.weight if self.head is None else self.head.weight
-        from tiered_kv.copy_head import context_codes
-
-        keys = self.copy_head.keys(kv[..., :-1, :, :, :])
-        qpos = torch.arange(tokens.shape[-1], device=tokens.device)
-        codes = context_codes(tokens)
-        args = (F.linear(h, weight), h, keys, tokens[..., 1:], qpos, codes, codes[..., :-1, :])
-        if targets is not None:
-            return self.copy_head.target_logprob(*args, targets)
-        return self.copy_head.mix(*args)
-
     # ---- training path (batched, from position 0)
-    def forward_batched(self, tokens: torch.Tensor, kv_roundtrip=None, targets: torch.Tensor | None = None,
-                        ) -> torch.Tensor:
-        """Logits [B,T,V] for a batch of sequences that start at position 0.
-
-        With ``targets`` [B,T] (a model with a copy head only): log p of each target [B,T],
-        the training loss's input, computed without the full pointer distribution.
-        """
-        if targets is not None and self.copy_head is None:
-            raise ValueError("forward_batched: targets= is for a model with a copy head")
+    def forward_batched(self, tokens: torch.Tensor, kv_roundtrip=None) -> torch.Tensor:
+        """Logits [B,T,V] for a batch of sequences that start at position 0."""
         c = self.cfg
         kv = self.global_kv_batched(tokens)
         if kv_roundtrip is not None:
@@ -422,7 +386,7 @@ class EncoderDecoder(nn.Module):
         y = self.embed(tokens)
         for layer in self.decoder:
             y = layer.forward_batched(y, c.window, gk, gv)
-        return self._output_batched(y, kv, tokens, targets)
+        return self._logits(y)
 
     def global_kv_batched(self, tokens: torch.Tensor) -> torch.Tensor:
         """The global KV [B,T,2,Hkv,D] of a batch of sequences that start at position 0: what
@@ -459,25 +423,17 @@ class EncoderDecoder(nn.Module):
         return self._project(self.enc_norm(x), pos), WindowState(start + tokens.shape[0], new_layers)
 
     def decode(self, tokens: torch.Tensor, start: int, global_kv: torch.Tensor,
-               state: WindowState | None = None, *, all_logits: bool = False,
-               history: torch.Tensor | None = None) -> tuple[torch.Tensor, WindowState]:
+               state: WindowState | None = None, *, all_logits: bool = False) -> tuple[torch.Tensor, WindowState]:
         """Run the decoder over ``tokens`` at [start, start+T) with cross-attention to
         ``global_kv`` (>= start+T tokens). Returns logits (last position, or all) and the
-        decoder window state at start+T.
-
-        ``history`` holds the token ids of positions [0, start) (a longer tensor is cut; the
-        whole prompt is fine). Only a model with a copy head needs it, to know which byte each
-        earlier position would copy; the cache always has them, they are its key.
+        decoder window state at start+T. Earlier token ids are not an input: the context
+        reaches the decoder only through ``global_kv`` and ``state``.
         """
         end = start + tokens.shape[0]
         check_tokens(tokens, self.cfg, end=end)
         _check_state(state, start, "decoder state")
         if global_kv.shape[0] < end:
             raise ValueError(f"global_kv: needs >= {end} tokens for positions [{start}, {end}), got {global_kv.shape[0]}")
-        if self.copy_head is not None and start > 0 and (history is None or history.shape[0] < start):
-            got = "none" if history is None else f"{history.shape[0]} tokens"
-            raise ValueError(f"decode: a model with a copy head needs history= (the token ids of positions "
-                             f"[0, {start})), got {got}")
         gk, gv = global_kv[:, 0], global_kv[:, 1]
         keep = self.cfg.window - 1
         y = self.embed(tokens)
@@ -486,12 +442,7 @@ class EncoderDecoder(nn.Module):
             cache = state.layers[i] if state is not None else None
             y, win = layer(y, start, cache, self.cfg.window, keep, gk, gv)
             new_layers.append(win)
-        h = y if all_logits else y[-1:]
-        logits = self._logits(h)
-        if self.copy_head is not None:
-            all_tokens = torch.cat([history[:start].to(tokens.device), tokens]) if start else tokens
-            logits = self.copy_head.decode_mix(logits, self.dec_norm(h), global_kv, all_tokens, end)
-        return logits, WindowState(end, new_layers)
+        return self._logits(y if all_logits else y[-1:]), WindowState(end, new_layers)
 
     def forward(self, tokens: torch.Tensor, kv_roundtrip=None) -> torch.Tensor:
         """Full uncached forward of one sequence from position 0: logits [T, V]."""
@@ -515,7 +466,7 @@ class EncoderDecoder(nn.Module):
         """Bounded replay of the decoder: run it over the last R tokens only, from empty windows."""
         n = tokens.shape[0]
         s = max(0, n - replay)
-        return self.decode(tokens[s:], s, global_kv, history=tokens)
+        return self.decode(tokens[s:], s, global_kv)
 
 
 def _empty_kv(cfg: ModelConfig, device) -> tuple[torch.Tensor, torch.Tensor]:

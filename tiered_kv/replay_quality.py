@@ -131,7 +131,7 @@ def _replayed_run(model: EncoderDecoder, seq: torch.Tensor, prefix: int, replay:
     kv_cont, _ = model.encode(seq[prefix:], prefix, enc_state)
     kv = torch.cat([kv_exact[:prefix], rt(kv_cont)])
     s = max(0, prefix - replay)
-    logits, _ = model.decode(seq[s:-1], s, kv, all_logits=True, history=seq)
+    logits, _ = model.decode(seq[s:-1], s, kv, all_logits=True)
     return logits[prefix - 1 - s:]
 
 

@@ -59,10 +59,9 @@ class TrainConfig:
     recall_distance: int = 640
     recall_copies: int = 1
     recall_weight: float = 1.0
-    #: Learning-rate multiplier for parameters of at most 8 entries (gains, slopes, gates'
-    #: biases: the copy head's scalars, per-head scales). Adam moves a parameter by about lr
-    #: per step, so at lr 1e-3 a 300-step stage leaves a scalar within ~0.2 of its init:
-    #: the first copy-head stage left its match weights at 2.12/2.05 from 2/2.
+    #: Learning-rate multiplier for parameters of at most 8 entries (per-head logit scales,
+    #: distance slopes, smear mixes). Adam moves a parameter by about lr per step, so at lr
+    #: 1e-3 a 300-step stage leaves a scalar within ~0.3 of its init.
     scalar_lr_mult: float = 1.0
     amp: bool = False
     eval_every: int = 0
@@ -237,15 +236,10 @@ def recall_augment_masked(windows: torch.Tensor, tc: TrainConfig,
 
 def loss_on(model: EncoderDecoder, windows: torch.Tensor, weight: torch.Tensor | None = None) -> torch.Tensor:
     """Mean next-byte loss of ``windows``; with ``weight`` [n, t-1], the weighted mean."""
-    if model.copy_head is not None:  # the mixture's log p at the targets, without a [T, V] pointer
-        per = -model.forward_batched(windows[:, :-1], targets=windows[:, 1:].long()).flatten()
-    else:
-        logits = model.forward_batched(windows[:, :-1])
-        if weight is None:
-            return F.cross_entropy(logits.flatten(0, 1).float(), windows[:, 1:].flatten())
-        per = F.cross_entropy(logits.flatten(0, 1).float(), windows[:, 1:].flatten(), reduction="none")
+    logits = model.forward_batched(windows[:, :-1])
     if weight is None:
-        return per.mean()
+        return F.cross_entropy(logits.flatten(0, 1).float(), windows[:, 1:].flatten())
+    per = F.cross_entropy(logits.flatten(0, 1).float(), windows[:, 1:].flatten(), reduction="none")
     w = weight.flatten().to(per.dtype)
     return (per * w).sum() / w.sum()
 
@@ -272,7 +266,7 @@ def _partial_path(path: Path | None) -> Path | None:
 
 #: Settings a later stage may turn on over its init checkpoint, and the weight names each adds
 #: (any name containing the fragment); those weights start fresh.
-STAGE_ADDABLE = {"copy_head_dim": "copy_head.", "cross_recency": ".cross.recency"}
+STAGE_ADDABLE = {"cross_recency": ".cross.recency"}
 
 
 def _load_init(model: EncoderDecoder, init_model: EncoderDecoder, path: Path) -> None:

@@ -15,14 +15,11 @@ from tiered_kv.model import EncoderDecoder, preset
 
 def scaled_tiny_model(scale: float = 8.0, seed: int = 0, **settings) -> EncoderDecoder:
     """The tiny preset (with ``settings`` replaced) in eval mode, seeded, with every weight
-    matrix multiplied by ``scale``. A copy head's gate starts at an even mix, so its pointer's
-    share is large enough for a test to see."""
+    matrix multiplied by ``scale``."""
     torch.manual_seed(seed)
     model = EncoderDecoder(preset("tiny", **settings)).eval()
     with torch.no_grad():
         for p in model.parameters():
             if p.ndim > 1:
                 p.mul_(scale)
-        if model.copy_head is not None:
-            model.copy_head.gate.bias.fill_(0.0)
     return model
