@@ -35,7 +35,7 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--repeat", type=int, default=3, help="timed runs per measurement (the median is reported, every run kept)")
     parser.add_argument("--scales", default="1,4,16", help="trace multiples for the scaling table (default 1,4,16)")
     parser.add_argument("--capacity", type=int, default=1_000_000, help="capacity in tokens for Belady and replay")
-    from tiered_kv.bench._cli_startup import add_arguments as add_cli_arguments  # start-up (issue 13)
+    from tiered_kv.bench._cli_startup import add_arguments as add_cli_arguments  # whole-process start-up
     from tiered_kv.bench._cluster_throughput import add_arguments as add_cluster_arguments  # cluster model
 
     add_cluster_arguments(parser)
