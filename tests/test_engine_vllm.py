@@ -9,7 +9,7 @@ order, sharing one module-scoped state so that the suite starts as few as it can
 - K: stores a long new prompt and is SIGKILLed while its chunks are being written;
 - B: a fresh engine on the same store: loads what A stored (expected cached tokens, identical
   greedy tokens), survives K's debris, and treats a corrupted chunk as a miss;
-- F: MXFP4 connector: first-token log-probabilities of a tier hit beside R's.
+- F: MXFP4 and NVFP4 connectors: first-token log-probabilities of a tier hit beside R's.
 
 Without the engine venv these tests skip with the command that makes it; under CI (``CI`` set,
 as .ci/run has it) a missing engine venv is a failure, never a skip.
@@ -174,24 +174,26 @@ def test_a_kill_mid_save_leaves_no_chunk_that_loads_and_a_corrupt_chunk_is_a_mis
     assert after_kill["tokens"] == complete["tokens"] == corrupted["tokens"]
 
 
-def test_fp4_first_token_logits_stay_close_to_bf16(world):
+@pytest.mark.parametrize("fmt", ["mxfp4", "nvfp4"])
+def test_fp4_first_token_logits_stay_close_to_bf16(world, fmt):
     prompt = world["prompts"]["long"]
     ref = world["ref"]["long"]["first_logprobs"]
-    with EngineProcess(log=world["root"] / "F.log") as eng:
-        eng.start(model=world["model"], store=str(world["root"] / "store-mxfp4"), fmt="mxfp4", prefix_caching=False)
+    store = str(world["root"] / f"store-{fmt}")
+    with EngineProcess(log=world["root"] / f"F-{fmt}.log") as eng:
+        eng.start(model=world["model"], store=store, fmt=fmt, prefix_caching=False)
         miss, hit = eng.generate([prompt, prompt], max_tokens=1, logprobs=20, traffic_class="agent")
     assert miss["connector"]["hit_tokens"] == 0 and hit["connector"]["loaded_tokens"] == 21 * BS
     # the request's class (kv_transfer_params) is the class of the chunks it stored
     assert hit["connector"]["traffic_class"] == "agent"
     stats = subprocess.run([str(Path(sys.executable).parent / "tiered-kv"), "store", "stats",
-                            str(world["root"] / "store-mxfp4"), "--json"], capture_output=True, text=True)
+                            store, "--json"], capture_output=True, text=True)
     by_class = json.loads(stats.stdout)["by_class"]
     assert set(by_class) == {"agent"} and by_class["agent"]["chunks"] == 21, by_class
     common = sorted(set(ref) & set(hit["first_logprobs"]))
     assert len(common) >= 10
     diff = np.abs(np.array([hit["first_logprobs"][t] - ref[t] for t in common]))
     miss_diff = np.abs(np.array([miss["first_logprobs"][t] - ref[t] for t in common if t in miss["first_logprobs"]]))
-    print(f"mxfp4 tier hit: max |dlogprob| over the top-{len(common)} tokens = {diff.max():.4f} "
+    print(f"{fmt} tier hit: max |dlogprob| over the top-{len(common)} tokens = {diff.max():.4f} "
           f"(a miss: {miss_diff.max():.4f})")
     assert diff.max() < 0.5
     assert miss_diff.max() < 1e-2  # the miss computes in bf16 like the reference
