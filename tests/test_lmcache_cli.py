@@ -16,7 +16,7 @@ def _event(ts, seq_len, hashes, chunk=256, **kw):
 def test_export_failure_leaves_no_output_file(tmp_path, capsys):
     out = tmp_path / "lookup_hashes_x.jsonl"
     assert main(["lmcache", "export", "--trace", "conversation", "--bytes-per-token", "1", str(out)]) == 2
-    assert "bytes_per_token" in capsys.readouterr().err
+    assert "--bytes-per-token" in capsys.readouterr().err
     assert list(tmp_path.iterdir()) == []  # no empty file, no temporary left behind
     assert main(["lmcache", "export", "--trace", "conversation", "--bytes-per-token", "0", str(out)]) == 2
     assert "--bytes-per-token: must be an integer >= 1" in capsys.readouterr().err
