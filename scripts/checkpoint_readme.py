@@ -170,37 +170,31 @@ def _decomposition(ev: dict) -> str:
     d = ev.get("gain_decomposition")
     if not d:
         return ""
-    rows = "\n".join(f"| {r['variant']} | {r['gain_nats']:.3f} [{r['ci95'][0]:.3f}, {r['ci95'][1]:.3f}] | "
-                     f"{r['share_of_served_gain']:.0%} | {r['full_context_nats_per_byte']:.3f} |" for r in d["variants"])
-    swap, mx = d["swap_removes_share"], d["fp4_costs_share"].get("mxfp4", float("nan"))
     served = d["variants"][0]
-    if served["ci95"][0] <= 0:  # a share of a gain indistinguishable from zero means nothing
-        note = (f"not defined: the served gain's 95% interval [{served['ci95'][0]:.3f}, {served['ci95'][1]:.3f}] "
-                "includes 0")
-        return f"""
+    defined = served["ci95"][0] > 0  # a share of a gain indistinguishable from zero means nothing
+    share_col = ("| share of the served gain ", "---:|") if defined else ("", "")
+
+    def row(r: dict) -> str:
+        share = f"{r['share_of_served_gain']:.0%} | " if defined else ""
+        return (f"| {r['variant']} | {r['gain_nats']:.3f} [{r['ci95'][0]:.3f}, {r['ci95'][1]:.3f}] | {share}"
+                f"{r['full_context_nats_per_byte']:.3f} |")
+
+    head = f"""
 Where the gain lives (`gain_decomposition` of the same JSON, the same {d['samples']} windows): the
 model reads earlier bytes only through the global KV the SSD tier holds and the window caches of
 the host tier (no copy head, no other path from earlier token ids to the output). Swapping the
 far global KV (positions more than {d['short_context_bytes']} bytes before the targets, {d['far_positions']:,}
 positions) for another window's, or storing it in FP4 ({d['fp4_block_tokens']}-token chunks, both contexts), gives:
 
-| variant | gain (nats/byte), 95% interval | full-context loss (nats/byte) |
-|---|---|---:|
-""" + "\n".join(f"| {r['variant']} | {r['gain_nats']:.3f} [{r['ci95'][0]:.3f}, {r['ci95'][1]:.3f}] | "
-                f"{r['full_context_nats_per_byte']:.3f} |" for r in d["variants"]) + f"""
-
-Shares of the gain (swap removes >= {TARGET_SWAP_REMOVES:.0%}, MXFP4 costs <= {TARGET_FP4_COSTS:.0%}): {note}.
-"""
-    return f"""
-Where the gain lives (`gain_decomposition` of the same JSON, the same {d['samples']} windows): the
-model reads earlier bytes only through the global KV the SSD tier holds and the window caches of
-the host tier (no copy head, no other path from earlier token ids to the output). Swapping the
-far global KV (positions more than {d['short_context_bytes']} bytes before the targets, {d['far_positions']:,}
-positions) for another window's, or storing it in FP4 ({d['fp4_block_tokens']}-token chunks, both contexts), gives:
-
-| variant | gain (nats/byte), 95% interval | share of the served gain | full-context loss (nats/byte) |
-|---|---|---:|---:|
-{rows}
+| variant | gain (nats/byte), 95% interval {share_col[0]}| full-context loss (nats/byte) |
+|---|---|{share_col[1]}---:|
+""" + "\n".join(row(r) for r in d["variants"])
+    if not defined:
+        return head + (f"\n\nShares of the gain (swap removes >= {TARGET_SWAP_REMOVES:.0%}, MXFP4 costs <= "
+                       f"{TARGET_FP4_COSTS:.0%}): not defined: the served gain's 95% interval "
+                       f"[{served['ci95'][0]:.3f}, {served['ci95'][1]:.3f}] includes 0.\n")
+    swap, mx = d["swap_removes_share"], d["fp4_costs_share"].get("mxfp4", float("nan"))
+    return head + f"""
 
 | target | value | met |
 |---|---:|---|
