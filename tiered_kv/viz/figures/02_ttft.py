@@ -70,8 +70,6 @@ def _measured(quick: bool) -> tuple[pl.DataFrame | None, str]:
 
 
 def build(quick: bool) -> FigureResult:
-    import altair as alt
-
     from tiered_kv.sim.cluster import latency as L
 
     model = _model_frame()
@@ -79,6 +77,21 @@ def build(quick: bool) -> FigureResult:
     k128 = L.CALIBRATION_TOKENS
     miss, hit = float(L.miss_ttft(cfg, k128)), float(L.hit_ttft(cfg, k128))
     hit_fp4 = float(L.hit_ttft(L.preset("deepseek-v3-fp4"), k128))
+    measured, how = _measured(quick)
+    chart, data = _chart(model, measured)
+    notes = (f"Model: TTFT = load + prefill of the uncached suffix + replay of R tokens (no queueing here). "
+             f"With FP4 KV (890 B/token) the 128K hit falls to {hit_fp4:.3f} s: the load "
+             f"({float(L.load_seconds(cfg, k128 - 512)):.3f} s in BF16) nearly vanishes; what remains is the suffix prefill and the replay. "
+             f"Right panel: {how}; an SSD hit replays R tokens, an SSD + host hit finds the window state; one "
+             "repeat on a CPU shared with other jobs, so single bars can be off by a large factor "
+             "(`tiered-kv bench ttft --repeats 5` for medians).")
+    return FigureResult(chart=chart, claims=_claims(miss, hit, hit_fp4), data=data, notes=notes)
+
+
+def _chart(model: pl.DataFrame, measured: pl.DataFrame | None):
+    """(chart, data): the model's TTFT lines, and beside them the measured bars when there are any."""
+    import altair as alt
+
     left = alt.Chart(model).mark_line(point=True).encode(
         x=alt.X("prompt_tokens:Q", scale=alt.Scale(type="log", base=2), title="prompt length (tokens, log)"),
         y=alt.Y("ttft_s:Q", scale=alt.Scale(type="log"), title="TTFT (seconds, log)"),
@@ -86,62 +99,62 @@ def build(quick: bool) -> FigureResult:
                         legend=alt.Legend(orient="bottom", columns=1, labelLimit=400)),
         tooltip=["prompt_tokens", alt.Tooltip("ttft_s:Q", format=".3f"), "case"],
     ).properties(width=380, height=300, title="latency model (DeepSeek-V3, one machine, idle)")
-    measured, how = _measured(quick)
-    if measured is not None:
-        measured = measured.with_columns(pl.col("case").replace(MEASURED_CASES))
-        scale = alt.Scale(**case_scale([*model["case"], *measured["case"]]))
-        left = left.encode(color=alt.Color("case:N", title=None, scale=scale,
-                                           legend=alt.Legend(orient="bottom", columns=1, labelLimit=400)))
-        right = alt.Chart(measured).mark_bar().encode(
-            x=alt.X("case:N", title=None, sort=list(scale.domain), axis=alt.Axis(labels=False, ticks=False)),
-            y=alt.Y("ttft_ms:Q", title="TTFT (milliseconds)"),
-            color=alt.Color("case:N", scale=scale, legend=None),
-            column=alt.Column("length_tokens:O", title="prompt tokens"),
-            tooltip=["case", "length_tokens", alt.Tooltip("ttft_ms:Q", format=".1f")],
-        ).properties(width=80, height=300, title="measured: trained small model, CPU (colours as on the left)")
-        chart = alt.hconcat(left, right).resolve_scale(color="shared").properties(title=TITLE)
-        data = pl.concat([model.with_columns(pl.lit("model").alias("source")),
-                          measured.rename({"length_tokens": "prompt_tokens"})
-                          .with_columns((pl.col("ttft_ms") / 1e3).alias("ttft_s"), pl.lit("measured").alias("source"))
-                          .select("prompt_tokens", "ttft_s", "case", "source")
-                          .with_columns(pl.col("prompt_tokens").cast(pl.Int64))], how="vertical_relaxed")
-    else:
-        chart = left.properties(title=TITLE)
-        data = model.with_columns(pl.lit("model").alias("source"))
-    fp4 = L.preset("deepseek-v3-fp4")
+    if measured is None:
+        return left.properties(title=TITLE), model.with_columns(pl.lit("model").alias("source"))
+    measured = measured.with_columns(pl.col("case").replace(MEASURED_CASES))
+    scale = alt.Scale(**case_scale([*model["case"], *measured["case"]]))
+    left = left.encode(color=alt.Color("case:N", title=None, scale=scale,
+                                       legend=alt.Legend(orient="bottom", columns=1, labelLimit=400)))
+    right = alt.Chart(measured).mark_bar().encode(
+        x=alt.X("case:N", title=None, sort=list(scale.domain), axis=alt.Axis(labels=False, ticks=False)),
+        y=alt.Y("ttft_ms:Q", title="TTFT (milliseconds)"),
+        color=alt.Color("case:N", scale=scale, legend=None),
+        column=alt.Column("length_tokens:O", title="prompt tokens"),
+        tooltip=["case", "length_tokens", alt.Tooltip("ttft_ms:Q", format=".1f")],
+    ).properties(width=80, height=300, title="measured: trained small model, CPU (colours as on the left)")
+    chart = alt.hconcat(left, right).resolve_scale(color="shared").properties(title=TITLE)
+    data = pl.concat([model.with_columns(pl.lit("model").alias("source")),
+                      measured.rename({"length_tokens": "prompt_tokens"})
+                      .with_columns((pl.col("ttft_ms") / 1e3).alias("ttft_s"), pl.lit("measured").alias("source"))
+                      .select("prompt_tokens", "ttft_s", "case", "source")
+                      .with_columns(pl.col("prompt_tokens").cast(pl.Int64))], how="vertical_relaxed")
+    return chart, data
 
-    def inputs(c) -> str:
-        return (f"suffix prefill and replay priced with the machine FLOP/s fitted to the 13 s miss "
-                f"(a={c.prefill_a_s_per_token:.3g} s/token, b={c.prefill_b_s_per_token2:.3g} s/token^2); "
-                f"{'BF16 MLA' if c is cfg else 'FP4'} KV, {c.kv_bytes_per_token:,.0f} B/token at "
-                f"{c.read_bandwidth_bytes_per_s / 2**30:g} GiB/s; R={c.replay_tokens}; last "
-                f"{L.HIT_SCENARIO_NEW_TOKENS} tokens new")
 
+def _hit_inputs(c, kv: str) -> str:
+    """The inputs of a hit's TTFT under latency config ``c`` (``kv``: its KV format), in words."""
+    from tiered_kv.sim.cluster import latency as L
+
+    return (f"suffix prefill and replay priced with the machine FLOP/s fitted to the 13 s miss "
+            f"(a={c.prefill_a_s_per_token:.3g} s/token, b={c.prefill_b_s_per_token2:.3g} s/token^2); "
+            f"{kv} KV, {c.kv_bytes_per_token:,.0f} B/token at {c.read_bandwidth_bytes_per_s / 2**30:g} GiB/s; "
+            f"R={c.replay_tokens}; last "
+            f"{L.HIT_SCENARIO_NEW_TOKENS} tokens new")
+
+
+def _claims(miss: float, hit: float, hit_fp4: float) -> list[Claim]:
+    """DeepSeek's 128K miss and hit TTFTs against the latency model's."""
+    from tiered_kv.sim.cluster import latency as L
+
+    cfg, fp4, k128 = L.preset(), L.preset("deepseek-v3-fp4"), L.CALIBRATION_TOKENS
     cv = "tiered_kv.viz.claim_values:"
-    claims = [
+    return [
         Claim("TTFT of a 128K-token miss", "DeepSeek (tiered KV cache)", L.CALIBRATION_MISS_S, miss, "s",
               "machine FLOP/s fitted to this point; a, b from DeepSeek-V3 FLOPs", kind="calibration",
               provenance=(cv + "ttft_seconds", {"case": "miss", "latency_preset": "deepseek-v3", "tokens": k128})),
         Claim("TTFT of a 128K-token hit, BF16 KV", "DeepSeek (tiered KV cache)", L.PUBLISHED_HIT_S, hit, "s",
-              inputs(cfg) + " (DeepSeek's SSD tier holds FP4: next row)",
+              _hit_inputs(cfg, "BF16 MLA") + " (DeepSeek's SSD tier holds FP4: next row)",
               kind="reproduction",  # nothing here was tuned on the 0.5 s (the FLOP/s was tuned on the miss)
               provenance=(cv + "ttft_seconds", {"case": "hit", "latency_preset": "deepseek-v3", "tokens": k128})),
         Claim("TTFT of a 128K-token hit, FP4 KV", "DeepSeek (tiered KV cache)", L.PUBLISHED_HIT_S, hit_fp4, "s",
-              inputs(fp4),
+              _hit_inputs(fp4, "FP4"),
               kind="reproduction",  # as the BF16 row, with DeepSeek's 890 B/token
               provenance=(cv + "ttft_seconds", {"case": "hit", "latency_preset": "deepseek-v3-fp4",
                                                 "tokens": k128})),
         Claim("miss/hit TTFT at 128K, BF16 KV", "DeepSeek (tiered KV cache)",
               L.CALIBRATION_MISS_S / L.PUBLISHED_HIT_S, miss / hit, "x",
               f"numerator: the calibrated 13 s miss, equal to the published one by construction; denominator: "
-              f"the BF16 hit above ({inputs(cfg)}), so this row restates that one",
+              f"the BF16 hit above ({_hit_inputs(cfg, 'BF16 MLA')}), so this row restates that one",
               kind="calibration",  # its numerator is the number the machine FLOP/s was fitted to
               provenance=(cv + "miss_over_hit_ttft", {"latency_preset": "deepseek-v3", "tokens": k128})),
     ]
-    notes = (f"Model: TTFT = load + prefill of the uncached suffix + replay of R tokens (no queueing here). "
-             f"With FP4 KV (890 B/token) the 128K hit falls to {hit_fp4:.3f} s: the load "
-             f"({float(L.load_seconds(cfg, k128 - 512)):.3f} s in BF16) nearly vanishes; what remains is the suffix prefill and the replay. "
-             f"Right panel: {how}; an SSD hit replays R tokens, an SSD + host hit finds the window state; one "
-             "repeat on a CPU shared with other jobs, so single bars can be off by a large factor "
-             "(`tiered-kv bench ttft --repeats 5` for medians).")
-    return FigureResult(chart=chart, claims=claims, data=data, notes=notes)
