@@ -30,8 +30,8 @@ import numpy as np
 import polars as pl
 
 from tiered_kv.sim.retention import occupancy as O
-from tiered_kv.sim.retention.frontier import oracle_frontier
-from tiered_kv.sim.retention.gaps import DAY_S, StorageModel, cross_class_tokens, reuse_gaps
+from tiered_kv.sim.retention.frontier import Frontier, oracle_frontier
+from tiered_kv.sim.retention.gaps import DAY_S, Gaps, StorageModel, cross_class_tokens, reuse_gaps
 from tiered_kv.sim.retention.ttl import TTLModel, best_shared_ttl, evaluate, optimal_ttls, ttl_choice
 from tiered_kv.sim.trace_replay import CompiledTrace
 
@@ -96,6 +96,18 @@ def ttl_grid(span_s: float, points: int, min_ttl_s: float = 1.0) -> np.ndarray:
     return np.unique(np.concatenate([[0.0], np.geomspace(min_ttl_s, hi, points), marks]))
 
 
+@dataclass(frozen=True)
+class _Pass:
+    """What every step after the one pass over the trace reads: its gaps, TTL model and frontier."""
+
+    trace: CompiledTrace
+    store: StorageModel
+    gaps: Gaps
+    model: TTLModel
+    front: Frontier
+    span: float
+
+
 def analyze(trace: CompiledTrace, *, capacity_bytes: float | None = None, bytes_per_token: float | None = None,
             config: RetentionConfig | None = None) -> RetentionAnalysis:
     """Curves, frontier, optimal per-class TTLs, shared TTL, 3/7-day pair and watermark view."""
@@ -103,116 +115,138 @@ def analyze(trace: CompiledTrace, *, capacity_bytes: float | None = None, bytes_
     if capacity_bytes is not None and not (capacity_bytes > 0 and math.isfinite(capacity_bytes)):
         raise ValueError(f"capacity: must be a size > 0 bytes, got {capacity_bytes!r}")
     timing: dict[str, float] = {}
-    t0 = time.perf_counter()
+    t0 = t1 = time.perf_counter()
     store = StorageModel.for_trace(trace, bytes_per_token)
-    cb = store.chunk_bytes
     gaps = reuse_gaps(trace)
-    model = TTLModel.build(trace, gaps, cb)
-    timing["gaps_s"] = time.perf_counter() - t0
+    model = TTLModel.build(trace, gaps, store.chunk_bytes)
+    timing["gaps_s"] = time.perf_counter() - t1
     t1 = time.perf_counter()
-    front = oracle_frontier(trace, gaps, cb)
+    p = _Pass(trace, store, gaps, model, oracle_frontier(trace, gaps, store.chunk_bytes), gaps.span_s)
     timing["frontier_s"] = time.perf_counter() - t1
-    names, span, inp = trace.class_names, gaps.span_s, model.input_tokens
-
     t1 = time.perf_counter()
-    pair = pair_ttls(names)
-    if capacity_bytes is not None:
-        cap, cap_from = float(capacity_bytes), "given"
-    elif span >= PAIR_DEFAULT_DAYS * DAY_S:
-        cap, cap_from = float(np.sum([model.cost(c, pair[c]) for c in range(len(names))])) / span, "3d/7d pair average"
-    else:  # a short trace: the pair would keep everything; ask about a tenth of the span instead
-        cap = float(np.sum([model.cost(c, span / 10) for c in range(len(names))])) / span
-        cap_from = "shared TTL of span/10"
+    cap, cap_from = _capacity(p, capacity_bytes)
     choices = {"optimal": optimal_ttls(model, cap), "shared": best_shared_ttl(model, cap),
-               "3d/7d": ttl_choice(model, pair)}
-    pair_bytes = choices["3d/7d"].avg_bytes
+               "3d/7d": ttl_choice(model, pair_ttls(trace.class_names))}
     # the pair at its own storage: what the best per-class TTLs and the oracle do with the same bytes
-    opt_at_pair = optimal_ttls(model, pair_bytes)
-    opt_at_pair_exact = float(evaluate(trace, gaps, cb, opt_at_pair.ttl_s)[0].sum())
+    at_pair = optimal_ttls(model, choices["3d/7d"].avg_bytes)
+    at_pair_hits = float(evaluate(trace, gaps, store.chunk_bytes, at_pair.ttl_s)[0].sum())
     timing["optimize_s"] = time.perf_counter() - t1
-
     t1 = time.perf_counter()
-    grid = ttl_grid(span, cfg.ttl_points, cfg.min_ttl_s)
+    grid = ttl_grid(p.span, cfg.ttl_points, cfg.min_ttl_s)
     extra = np.concatenate([np.asarray(ch.ttl_s) for ch in choices.values()])
     occ_ttls = np.unique(np.concatenate([grid, extra]))
     samples = O.sample_instants(trace, cfg.samples)
-    occ = O.ttl_occupancy(trace, occ_ttls, samples, cb, steady_state=True)  # [class, sample, ttl]
+    occ = O.ttl_occupancy(trace, occ_ttls, samples, store.chunk_bytes, steady_state=True)  # [class, sample, ttl]
     timing["occupancy_s"] = time.perf_counter() - t1
-
-    rows = []
-    for c, name in enumerate(names):
-        h, cost = model.hits(c, grid), model.cost(c, grid)
-        peak = occ[c][:, np.searchsorted(occ_ttls, grid)].max(axis=0)
-        rows.append(pl.DataFrame({"class": name, "ttl_s": grid, "hit_tokens": h.astype(np.float64),
-                                  "token_hit_rate": h / max(int(inp[c]), 1), "byte_days": cost / DAY_S,
-                                  "avg_bytes": cost / span, "peak_bytes": peak}))
-    curves = pl.concat(rows)
-
+    curves = _curves(p, grid, [o[:, np.searchsorted(occ_ttls, grid)].max(axis=0) for o in occ])
     t1 = time.perf_counter()
+    frontier = _frontier_table(p, samples, cfg.frontier_points)
+    timing["frontier_peak_s"] = time.perf_counter() - t1
+    policies = _policy_table(p, choices, occ, occ_ttls)
+    t1 = time.perf_counter()
+    wm = O.watermark_view(trace, cap, store.chunk_bytes, cfg.watermark_high, cfg.watermark_low)
+    timing["watermark_s"] = time.perf_counter() - t1
+    timing["total_s"] = time.perf_counter() - t0
+    summary = _summary(p, (cap, cap_from), choices, (at_pair, at_pair_hits), policies, wm)
+    return RetentionAnalysis(curves=curves, frontier=frontier, policies=policies,
+                             summary={**summary, "timing_s": timing}, model=model)
+
+
+def _capacity(p: _Pass, given: float | None) -> tuple[float, str]:
+    """The capacity the TTL choices must fit, and where it came from (see the module docstring)."""
+    if given is not None:
+        return float(given), "given"
+    classes = range(len(p.trace.class_names))
+    if p.span >= PAIR_DEFAULT_DAYS * DAY_S:
+        pair = pair_ttls(p.trace.class_names)
+        return float(np.sum([p.model.cost(c, pair[c]) for c in classes])) / p.span, "3d/7d pair average"
+    # a short trace: the pair would keep everything; ask about a tenth of the span instead
+    return float(np.sum([p.model.cost(c, p.span / 10) for c in classes])) / p.span, "shared TTL of span/10"
+
+
+def _usage(hits: Any, cost: Any, input_tokens: int, span: float, peak: Any) -> dict[str, Any]:
+    """The columns every curve and policy row shares, in their order."""
+    return {"hit_tokens": hits, "token_hit_rate": hits / max(input_tokens, 1), "byte_days": cost / DAY_S,
+            "avg_bytes": cost / span, "peak_bytes": peak}
+
+
+def _curves(p: _Pass, grid: np.ndarray, peaks: list[np.ndarray]) -> pl.DataFrame:
+    """One TTL curve per class: hits, stored byte-days and average and peak bytes at each grid TTL."""
+    inp = p.model.input_tokens
+    return pl.concat([pl.DataFrame({"class": name, "ttl_s": grid,
+                                    **_usage(p.model.hits(c, grid).astype(np.float64), p.model.cost(c, grid),
+                                             int(inp[c]), p.span, peaks[c])})
+                      for c, name in enumerate(p.trace.class_names)])
+
+
+def _frontier_table(p: _Pass, samples: np.ndarray, points: int) -> pl.DataFrame:
+    """The oracle frontier per class and for all classes together, at ``points`` breakpoints each."""
+    inp, front, cb = p.model.input_tokens, p.front, p.store.chunk_bytes
     frows = []
-    for c, name in [(c, n) for c, n in enumerate(names)] + [(None, "all")]:
+    for c, name in [*enumerate(p.trace.class_names), (None, "all")]:
         fcost = front.cost if c is None else front.class_cost[c]
         fhits = front.hits if c is None else front.class_hits[c]
-        pts = _frontier_points(fcost, cfg.frontier_points)
-        peak = O.frontier_occupancy(trace, gaps, front, pts, samples, cb, c).max(axis=0)
+        pts = _frontier_points(fcost, points)
+        peak = O.frontier_occupancy(p.trace, p.gaps, front, pts, samples, cb, c).max(axis=0)
         denom = max(int(inp.sum() if c is None else inp[c]), 1)
         frows.append(pl.DataFrame({"class": name, "groups": pts, "byte_days": fcost[pts] / DAY_S,
-                                   "avg_bytes": fcost[pts] / span, "peak_bytes": peak,
+                                   "avg_bytes": fcost[pts] / p.span, "peak_bytes": peak,
                                    "hit_tokens": fhits[pts], "token_hit_rate": fhits[pts] / denom}))
-    frontier = pl.concat(frows)
-    timing["frontier_peak_s"] = time.perf_counter() - t1
+    return pl.concat(frows)
 
+
+def _policy_table(p: _Pass, choices: dict[str, Any], occ: Any, occ_ttls: np.ndarray) -> pl.DataFrame:
+    """Each named TTL vector evaluated exactly, per class and in total, with its peak stored bytes."""
+    inp, names = p.model.input_tokens, p.trace.class_names
     prow = []
-    total_inp = max(int(inp.sum()), 1)
     for label, ch in choices.items():
-        exact_h, exact_c = evaluate(trace, gaps, cb, ch.ttl_s)
+        exact_h, exact_c = evaluate(p.trace, p.gaps, p.store.chunk_bytes, ch.ttl_s)
         idx = np.searchsorted(occ_ttls, ch.ttl_s)
         peak = float(sum(occ[c][:, idx[c]] for c in range(len(names))).max())
         for c, name in enumerate(names):
-            prow.append({"policy": label, "class": name, "ttl_s": ch.ttl_s[c], "hit_tokens": float(exact_h[c]),
-                         "token_hit_rate": float(exact_h[c]) / max(int(inp[c]), 1),
-                         "byte_days": float(exact_c[c]) / DAY_S, "avg_bytes": float(exact_c[c]) / span,
-                         "peak_bytes": float(occ[c][:, idx[c]].max()),
+            prow.append({"policy": label, "class": name, "ttl_s": ch.ttl_s[c],
+                         **_usage(float(exact_h[c]), float(exact_c[c]), int(inp[c]), p.span,
+                                  float(occ[c][:, idx[c]].max())),
                          "marginal_hits_per_byte_day": ch.marginal_hits_per_byte_day[c]})
-        prow.append({"policy": label, "class": "total", "ttl_s": math.nan, "hit_tokens": float(exact_h.sum()),
-                     "token_hit_rate": float(exact_h.sum()) / total_inp, "byte_days": float(exact_c.sum()) / DAY_S,
-                     "avg_bytes": float(exact_c.sum()) / span, "peak_bytes": peak,
+        prow.append({"policy": label, "class": "total", "ttl_s": math.nan,
+                     **_usage(float(exact_h.sum()), float(exact_c.sum()), int(inp.sum()), p.span, peak),
                      "marginal_hits_per_byte_day": math.nan})
-    policies = pl.DataFrame(prow)
+    return pl.DataFrame(prow)
 
-    t1 = time.perf_counter()
-    wm = O.watermark_view(trace, cap, cb, cfg.watermark_high, cfg.watermark_low)
-    timing["watermark_s"] = time.perf_counter() - t1
-    timing["total_s"] = time.perf_counter() - t0
 
-    def rate(label: str) -> float:
-        return float(policies.filter((pl.col("policy") == label) & (pl.col("class") == "total"))["token_hit_rate"][0])
-
-    frontier_rate = float(front.at(cap * span)) / total_inp
+def _summary(p: _Pass, capacity: tuple[float, str], choices: dict[str, Any], at_pair: tuple[Any, float],
+             policies: pl.DataFrame, wm: dict[str, Any]) -> dict[str, Any]:
+    """The headline numbers: each policy's total hit rate and the points it loses to the next best."""
+    names, inp, (cap, cap_from), (opt_at_pair, opt_at_pair_hits) = (
+        p.trace.class_names, p.model.input_tokens, capacity, at_pair)
+    total_inp = max(int(inp.sum()), 1)
+    totals = policies.filter(pl.col("class") == "total")
+    rate = dict(zip(totals["policy"], totals["token_hit_rate"], strict=True))
+    pair_bytes = choices["3d/7d"].avg_bytes
+    frontier_rate = float(p.front.at(cap * p.span)) / total_inp
     wm_hits = sum(v["hit_tokens"] for v in wm["by_class"].values())
-    summary = {
-        "requests": int(trace.counted.sum()), "block_accesses": trace.n_accesses,
-        "classes": list(names), "span_s": span, "block_size": trace.uniform_block_size,
-        "bytes_per_token": store.bytes_per_token, "chunk_bytes": cb,
+    return {
+        "requests": int(p.trace.counted.sum()), "block_accesses": p.trace.n_accesses,
+        "classes": list(names), "span_s": p.span, "block_size": p.trace.uniform_block_size,
+        "bytes_per_token": p.store.bytes_per_token, "chunk_bytes": p.store.chunk_bytes,
         "input_tokens": {n: int(inp[c]) for c, n in enumerate(names)},
         "capacity_bytes": cap, "capacity_from": cap_from,
         "optimal_ttl_s": dict(zip(names, choices["optimal"].ttl_s, strict=True)),
-        "optimal_token_hit_rate": rate("optimal"), "shared_ttl_s": choices["shared"].ttl_s[0],
-        "shared_token_hit_rate": rate("shared"), "pair_ttl_s": dict(zip(names, pair.tolist(), strict=True)),
-        "pair_token_hit_rate": rate("3d/7d"), "frontier_token_hit_rate": frontier_rate,
-        "shared_loss_points": 100 * (rate("optimal") - rate("shared")),
+        "optimal_token_hit_rate": rate["optimal"], "shared_ttl_s": choices["shared"].ttl_s[0],
+        "shared_token_hit_rate": rate["shared"],
+        "pair_ttl_s": dict(zip(names, pair_ttls(names).tolist(), strict=True)),
+        "pair_token_hit_rate": rate["3d/7d"], "frontier_token_hit_rate": frontier_rate,
+        "shared_loss_points": 100 * (rate["optimal"] - rate["shared"]),
         "pair_avg_bytes": pair_bytes,
         "optimal_at_pair_storage_ttl_s": dict(zip(names, opt_at_pair.ttl_s, strict=True)),
-        "optimal_at_pair_storage_token_hit_rate": opt_at_pair_exact / total_inp,
-        "frontier_at_pair_storage_token_hit_rate": float(front.at(pair_bytes * span)) / total_inp,
-        "pair_loss_points": 100 * (opt_at_pair_exact / total_inp - rate("3d/7d")),
-        "oracle_gap_points": 100 * (frontier_rate - rate("optimal")),
-        "infinite_token_hit_rate": float(sum(model.key_cum[c][-1] for c in range(len(names)))) / total_inp,
-        "cross_class_tokens": cross_class_tokens(trace, gaps),
+        "optimal_at_pair_storage_token_hit_rate": opt_at_pair_hits / total_inp,
+        "frontier_at_pair_storage_token_hit_rate": float(p.front.at(pair_bytes * p.span)) / total_inp,
+        "pair_loss_points": 100 * (opt_at_pair_hits / total_inp - rate["3d/7d"]),
+        "oracle_gap_points": 100 * (frontier_rate - rate["optimal"]),
+        "infinite_token_hit_rate": float(sum(p.model.key_cum[c][-1] for c in range(len(names)))) / total_inp,
+        "cross_class_tokens": cross_class_tokens(p.trace, p.gaps),
         "watermark": {**wm, "token_hit_rate": wm_hits / total_inp},
-        "timing_s": timing,
     }
-    return RetentionAnalysis(curves=curves, frontier=frontier, policies=policies, summary=summary, model=model)
 
 
 def _frontier_points(cost: np.ndarray, k: int) -> np.ndarray:
