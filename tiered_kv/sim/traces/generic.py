@@ -9,12 +9,15 @@ the needed columns are materialised.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import polars as pl
 
 from tiered_kv.sim.traces._reading import chain_column, check_utf8, finish, line_of_row, scan_jsonl_for_error
+
+Where = Callable[[int], str]  # a row index -> "file:line" (JSONL) or "file: row N" (CSV, Parquet)
 
 
 def _check_csv_fields(path: Path, raw: pl.DataFrame) -> None:
@@ -47,7 +50,7 @@ def _first_bad_id_row(ids: pl.Series) -> int | None:
     return None
 
 
-def _refuse_ids(path: Path, jsonl: bool, where, ids: pl.Series) -> None:
+def _refuse_ids(path: Path, jsonl: bool, where: Where, ids: pl.Series) -> None:
     """Raise naming the first line whose ``token_ids``/``block_ids`` are not integers >= 0, if any.
 
     Why the slow pass for JSONL: polars infers one type for the whole column, so a string or a
@@ -62,53 +65,54 @@ def _refuse_ids(path: Path, jsonl: bool, where, ids: pl.Series) -> None:
     raise ValueError(f"{where(row)}: field {ids.name!r} must hold integers >= 0")
 
 
-def load_generic(path: Path, traffic_class: str | None, block_size: int | None) -> pl.DataFrame:
-    suffix = path.suffix.lower()
-    if suffix in (".parquet", ".pq"):
-        try:
-            lf = pl.scan_parquet(path)
-            names = lf.collect_schema().names()
-            keep = [c for c in ("request_id", "timestamp_s", "timestamp", "input_length", "output_length",
-                                "token_ids", "block_ids", "block_size", "traffic_class", "session_id", "turn")
-                    if c in names]
-            raw = lf.select(keep).collect()
-        except Exception as exc:  # polars' own message is a multi-line traceback: one line instead
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise ValueError(f"{path}: not a readable Parquet trace ({first})") from None
-    elif suffix == ".csv":
-        check_utf8(path)
-        try:
-            raw = pl.read_csv(path)
-        except Exception as exc:
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise ValueError(f"{path}: not a readable CSV trace ({first})") from None
-        _check_csv_fields(path, raw)
-        for col in ("token_ids", "block_ids"):  # lists in CSV: space- or comma-separated in quotes
-            if col in raw.columns and raw.schema[col] == pl.Utf8:
-                raw = raw.with_columns(pl.col(col).str.strip_chars("[] ").str.replace_all(",", " ")
-                                       .str.split(" ").list.eval(pl.element().filter(pl.element() != "")
-                                                                 .cast(pl.Int64)))
-    else:
-        if path.stat().st_size == 0:
-            raise ValueError(f"{path}: the trace is empty (no requests)")
-        try:
-            raw = pl.read_ndjson(path, infer_schema_length=None)
-        except Exception as exc:
-            scan_jsonl_for_error(path, {})
-            raise ValueError(f"{path}: cannot read as JSONL ({exc})") from None
-    if raw.height == 0:
+_PARQUET_COLUMNS = ("request_id", "timestamp_s", "timestamp", "input_length", "output_length", "token_ids",
+                    "block_ids", "block_size", "traffic_class", "session_id", "turn")
+
+
+def _first_line(exc: Exception) -> str:
+    """Polars' own message is a multi-line traceback: its first line names the cause."""
+    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+
+
+def _read_parquet(path: Path) -> pl.DataFrame:
+    """Only the trace's columns, through the lazy scanner (a Parquet file may hold many more)."""
+    try:
+        lf = pl.scan_parquet(path)
+        names = lf.collect_schema().names()
+        return lf.select([c for c in _PARQUET_COLUMNS if c in names]).collect()
+    except Exception as exc:
+        raise ValueError(f"{path}: not a readable Parquet trace ({_first_line(exc)})") from None
+
+
+def _read_csv(path: Path) -> pl.DataFrame:
+    """The CSV with its quoted id lists (space- or comma-separated) parsed into integer lists."""
+    check_utf8(path)
+    try:
+        raw = pl.read_csv(path)
+    except Exception as exc:
+        raise ValueError(f"{path}: not a readable CSV trace ({_first_line(exc)})") from None
+    _check_csv_fields(path, raw)
+    for col in ("token_ids", "block_ids"):
+        if col in raw.columns and raw.schema[col] == pl.Utf8:
+            raw = raw.with_columns(pl.col(col).str.strip_chars("[] ").str.replace_all(",", " ")
+                                   .str.split(" ").list.eval(pl.element().filter(pl.element() != "")
+                                                             .cast(pl.Int64)))
+    return raw
+
+
+def _read_jsonl(path: Path) -> pl.DataFrame:
+    """Every line's JSON; on a parse error the raw scan names the offending line."""
+    if path.stat().st_size == 0:
         raise ValueError(f"{path}: the trace is empty (no requests)")
-    jsonl = suffix not in (".parquet", ".pq", ".csv")
-    where = (lambda r: f"{path}:{line_of_row(path, r)}") if jsonl else (lambda r: f"{path}: row {r}")
-    ts_col = "timestamp_s" if "timestamp_s" in raw.columns else "timestamp" if "timestamp" in raw.columns else None
-    if ts_col is None:
-        raise ValueError(f"{path}: field 'timestamp_s' (seconds) is missing")
-    if "token_ids" not in raw.columns and "block_ids" not in raw.columns:
-        raise ValueError(f"{path}: needs a 'token_ids' or a 'block_ids' field")
-    for col in (ts_col, "token_ids" if "token_ids" in raw.columns else "block_ids"):
-        if raw[col].null_count():
-            row = int(raw.with_row_index("_r").filter(pl.col(col).is_null())["_r"][0])
-            raise ValueError(f"{where(row)}: field {col!r} is missing")
+    try:
+        return pl.read_ndjson(path, infer_schema_length=None)
+    except Exception as exc:
+        scan_jsonl_for_error(path, {})
+        raise ValueError(f"{path}: cannot read as JSONL ({exc})") from None
+
+
+def _block_sizes(path: Path, raw: pl.DataFrame, block_size: int | None, where: Where) -> pl.Series:
+    """Each row's block size: the trace's own field, else the caller's, and never below 1."""
     if "block_size" in raw.columns:
         bs_col = raw["block_size"].cast(pl.Int64)
     elif block_size is not None:
@@ -118,52 +122,75 @@ def load_generic(path: Path, traffic_class: str | None, block_size: int | None) 
     if (bs_col < 1).any():
         row = int(np.flatnonzero((bs_col < 1).to_numpy())[0])
         raise ValueError(f"{where(row)}: field 'block_size' must be >= 1")
+    return bs_col
+
+
+def _blocks_of_tokens(raw: pl.DataFrame, bs_col: pl.Series, where: Where) -> tuple[pl.Series, pl.Series]:
+    """Chained block ids (full and partial blocks) and input lengths from ``token_ids``."""
     from tiered_kv.keys import chain_ids
 
-    _refuse_ids(path, jsonl, where, raw["token_ids" if "token_ids" in raw.columns else "block_ids"])
-    if "token_ids" in raw.columns:
-        tokens = raw["token_ids"].to_list()
-        bss = bs_col.to_list()
-        chained, lengths = [], []
-        for i, (toks, bs) in enumerate(zip(tokens, bss, strict=True)):
-            if not toks:
-                raise ValueError(f"{where(i)}: field 'token_ids' is empty")
-            chained.append(chain_ids([toks[j:j + bs] for j in range(0, len(toks), bs)]))
-            lengths.append(len(toks))
-        blocks = pl.Series("block_ids", chained, dtype=pl.List(pl.UInt64()))
-        input_length = pl.Series("input_length", lengths, dtype=pl.Int64)
-        if "input_length" in raw.columns:
-            given = raw["input_length"].cast(pl.Int64)
-            bad = (given != input_length).fill_null(False)
-            if bad.any():
-                row = int(np.flatnonzero(bad.to_numpy())[0])
-                raise ValueError(f"{where(row)}: field 'input_length' ({given[row]}) disagrees with "
-                                 f"len(token_ids) ({lengths[row]})")
-    else:
-        ids = raw["block_ids"]
-        blocks = chain_column(ids)
-        if "input_length" in raw.columns:
-            input_length = raw["input_length"].cast(pl.Int64)
-        else:  # full blocks only
-            input_length = (ids.list.len().cast(pl.Int64) * bs_col).alias("input_length")
+    chained, lengths = [], []
+    for i, (toks, bs) in enumerate(zip(raw["token_ids"].to_list(), bs_col.to_list(), strict=True)):
+        if not toks:
+            raise ValueError(f"{where(i)}: field 'token_ids' is empty")
+        chained.append(chain_ids([toks[j:j + bs] for j in range(0, len(toks), bs)]))
+        lengths.append(len(toks))
+    input_length = pl.Series("input_length", lengths, dtype=pl.Int64)
+    if "input_length" in raw.columns:
+        given = raw["input_length"].cast(pl.Int64)
+        bad = (given != input_length).fill_null(False)
+        if bad.any():
+            row = int(np.flatnonzero(bad.to_numpy())[0])
+            raise ValueError(f"{where(row)}: field 'input_length' ({given[row]}) disagrees with "
+                             f"len(token_ids) ({lengths[row]})")
+    return pl.Series("block_ids", chained, dtype=pl.List(pl.UInt64())), input_length
+
+
+def _blocks_of_ids(raw: pl.DataFrame, bs_col: pl.Series) -> tuple[pl.Series, pl.Series]:
+    """Chained ``block_ids`` and the input lengths (full blocks only when the trace gives none)."""
+    ids = raw["block_ids"]
+    if "input_length" in raw.columns:
+        return chain_column(ids), raw["input_length"].cast(pl.Int64)
+    return chain_column(ids), (ids.list.len().cast(pl.Int64) * bs_col).alias("input_length")
+
+
+def _column(raw: pl.DataFrame, name: str, dtype: pl.DataType, default: object) -> pl.Series:
+    """An optional field cast to its type, or ``default`` on every row when the trace lacks it."""
+    return raw[name].cast(dtype) if name in raw.columns else pl.Series(name, [default] * raw.height, dtype=dtype)
+
+
+def load_generic(path: Path, traffic_class: str | None, block_size: int | None) -> pl.DataFrame:
+    """Read, check and normalise a generic trace; every error names the file and the bad line or row."""
+    suffix = path.suffix.lower()
+    parquet = suffix in (".parquet", ".pq")
+    raw = _read_parquet(path) if parquet else _read_csv(path) if suffix == ".csv" else _read_jsonl(path)
+    if raw.height == 0:
+        raise ValueError(f"{path}: the trace is empty (no requests)")
+    jsonl = not parquet and suffix != ".csv"
+    where = (lambda r: f"{path}:{line_of_row(path, r)}") if jsonl else (lambda r: f"{path}: row {r}")
+    ts_col = "timestamp_s" if "timestamp_s" in raw.columns else "timestamp" if "timestamp" in raw.columns else None
+    if ts_col is None:
+        raise ValueError(f"{path}: field 'timestamp_s' (seconds) is missing")
+    if "token_ids" not in raw.columns and "block_ids" not in raw.columns:
+        raise ValueError(f"{path}: needs a 'token_ids' or a 'block_ids' field")
+    id_col = "token_ids" if "token_ids" in raw.columns else "block_ids"
+    for col in (ts_col, id_col):
+        if raw[col].null_count():
+            row = int(raw.with_row_index("_r").filter(pl.col(col).is_null())["_r"][0])
+            raise ValueError(f"{where(row)}: field {col!r} is missing")
+    bs_col = _block_sizes(path, raw, block_size, where)
+    _refuse_ids(path, jsonl, where, raw[id_col])
+    blocks, input_length = (_blocks_of_tokens(raw, bs_col, where) if id_col == "token_ids"
+                            else _blocks_of_ids(raw, bs_col))
     n = raw.height
-    cols = {
-        "request_id": raw["request_id"].cast(pl.Int64) if "request_id" in raw.columns
-        else pl.Series("request_id", np.arange(n, dtype=np.int64)),
-        "timestamp_s": raw[ts_col].cast(pl.Float64),
-        "input_length": input_length,
-        "output_length": raw["output_length"].cast(pl.Int64) if "output_length" in raw.columns
-        else pl.Series("output_length", np.zeros(n, dtype=np.int64)),
-        "block_ids": blocks,
-        "block_size": bs_col.cast(pl.Int32),
-        "traffic_class": (pl.Series("traffic_class", [traffic_class] * n, dtype=pl.Utf8) if traffic_class
-                          else raw["traffic_class"].cast(pl.Utf8) if "traffic_class" in raw.columns
-                          else pl.Series("traffic_class", ["default"] * n, dtype=pl.Utf8)),
-        "session_id": raw["session_id"].cast(pl.Utf8) if "session_id" in raw.columns
-        else pl.Series("session_id", [None] * n, dtype=pl.Utf8),
-        "turn": raw["turn"].cast(pl.Int32) if "turn" in raw.columns
-        else pl.Series("turn", [None] * n, dtype=pl.Int32),
-    }
+    cols = {"request_id": raw["request_id"].cast(pl.Int64) if "request_id" in raw.columns
+            else pl.Series("request_id", np.arange(n, dtype=np.int64)),
+            "timestamp_s": raw[ts_col].cast(pl.Float64), "input_length": input_length,
+            "output_length": _column(raw, "output_length", pl.Int64, 0), "block_ids": blocks,
+            "block_size": bs_col.cast(pl.Int32),
+            "traffic_class": (pl.Series("traffic_class", [traffic_class] * n, dtype=pl.Utf8) if traffic_class
+                              else _column(raw, "traffic_class", pl.Utf8, "default")),
+            "session_id": _column(raw, "session_id", pl.Utf8, None), "turn": _column(raw, "turn", pl.Int32, None)}
     df = pl.DataFrame({k: v.alias(k) for k, v in cols.items()})
     lens = df["block_ids"].list.len().cast(pl.Int64).to_numpy()
     length = df["input_length"].to_numpy()
