@@ -85,7 +85,7 @@ def test_lengths_are_fixed_by_the_seed_and_loads_only_rescale_arrivals():
 
 
 def test_points_run_in_a_shuffled_order_with_admission_pairs_together():
-    from tiered_kv.bench.contention import run_order
+    from tiered_kv.measure.contention.settings import run_order
 
     pols = ("load", "own", "shared")
     order = run_order([1.0, 2.0, 3.0], [0.3, 0.6], pols, seed=0)
@@ -136,8 +136,9 @@ def test_bandwidth_limit_limits_measured_throughput(tmp_path):
     """Every request a restore, all arriving at once: the link carries the limit, no more."""
     import torch
 
-    from tiered_kv.bench import contention as B
     from tiered_kv.engine import namespace_for
+    from tiered_kv.measure.contention.engines import run_point, seed_store
+    from tiered_kv.measure.contention.settings import request_tokens
     from tiered_kv.model import EncoderDecoder, preset
 
     torch.manual_seed(0)
@@ -145,18 +146,17 @@ def test_bandwidth_limit_limits_measured_throughput(tmp_path):
     sc = C.ContentionScenario(streams=4, requests=8, restore_fraction=1.0, median_tokens=256, sigma=0.0,
                               max_tokens=512, block_size=32, suffix_tokens=8)
     work = C.workload(sc)
-    tokens = [B.request_tokens(i, n, sc.seed) for i, n in enumerate(work["n"])]
+    tokens = [request_tokens(i, n, sc.seed) for i, n in enumerate(work["n"])]
     ns = namespace_for(model, block_size=sc.block_size)
     seed = str(tmp_path / "seed")
-    chunk = B._seed_store(model, seed, ns, work, tokens, progress=False)
+    chunk = seed_store(model, seed, ns, work, tokens, progress=False)
     total = int(work["blocks"].sum()) * chunk  # (a mean chunk size: headers differ by a few bytes)
     zeros = np.zeros(sc.requests)
     out = {}
     for name, bw in (("limited", total / 1.0), ("unlimited", math.inf)):
-        out[name] = B.run_point(model, ns, seed, str(tmp_path / name), work, tokens, np.zeros(sc.requests),
-                                bandwidth=bw, link="shared", policy="load", cores=2, restore_s=zeros,
-                                recompute_s=zeros + 1,
-                                raw_read_bytes_per_s=1e12, chunk_bytes=chunk)
+        out[name] = run_point(model, ns, seed, str(tmp_path / name), work, tokens, np.zeros(sc.requests),
+                              bandwidth=bw, link="shared", policy="load", cores=2, restore_s=zeros,
+                              recompute_s=zeros + 1, raw_read_bytes_per_s=1e12, chunk_bytes=chunk)
         assert out[name]["link_bytes"] == pytest.approx(total, rel=1e-3) and out[name]["written_bytes"] == 0
     limited = out["limited"]
     burst = total * 0.05  # BURST_SECONDS of traffic may pass early
@@ -202,7 +202,7 @@ def test_json_has_every_key(capsys):
 
 
 def test_dispatcher_reads_the_measured_queue_state():
-    from tiered_kv.bench._contention_engines import _Streams
+    from tiered_kv.measure.contention.engines import _Streams
 
     view = _Streams(3, cores=1.0)
     view.add(0, 0, 1.0)
@@ -220,7 +220,7 @@ def test_dispatcher_reads_the_measured_queue_state():
 def _fake_result() -> dict:
     """Points built from TTFT arrays through the benchmark's own record and summary code: the
     'own' policy doubles restore p99 at 32 KiB/s and halves it at 128 KiB/s."""
-    from tiered_kv.bench._contention_report import point_record, summarize
+    from tiered_kv.measure.contention.report import point_record, summarize
 
     work = {"restore": np.array([True, True, True, False]), "n": np.array([100, 200, 300, 400])}
     base = np.array([0.1, 0.2, 0.3, 0.4])
@@ -240,12 +240,14 @@ def _fake_result() -> dict:
                                        load=0.5, rate=3.0, policy=pol, break_even=30000.0, mean_link=1e4))
     return {"points": points, "summary": summarize(points), "scenario": C.ContentionScenario().to_dict(),
             "model": "fake", "params": 1, "replay_tokens": 8, "repeats": 3, "policies": ["load", "own"],
-            "lengths": {"restores": 3, "median": 500.0, "max": 900}, "block_size_tokens": 64, "chunk_bytes": 2500.0,
+            "lengths": {"restores": 3, "median": 500.0, "p90": 800.0, "max": 900}, "block_size_tokens": 64, "chunk_bytes": 2500.0,
             "kv_bytes_per_token": 39.0, "link": "shared", "cpus": 2, "compute_capacity": 2,
             "load_average_start": [1.0, 1.0, 1.0], "load_average_end": [1.0, 1.0, 1.0],
             "break_even_bandwidth_bytes_per_s": 30000.0,
             "calibration": {"fixed_s": 0.01, "a_s_per_token": 1e-4, "b_s_per_token2": 1e-8,
-                            "median_abs_rel_error": 0.1}}
+                            "median_abs_rel_error": 0.1, "repeats": 1, "requests": [0, 1], "classes": {},
+                            "raw_read_bytes_per_s": 1e6},
+            "fmt": "mxfp4", "preset": "tiny", "window_tokens": 16, "torch_threads": 1, "wall_s": 1.0}
 
 
 def test_figure_shows_where_admission_helps_and_where_it_hurts(monkeypatch):
@@ -264,10 +266,13 @@ def test_figure_shows_where_admission_helps_and_where_it_hurts(monkeypatch):
     ratios = dict(zip(measured.filter(measured["class"] == fig.CLASS_NAMES["restore"])["bandwidth_kib_s"],
                       measured.filter(measured["class"] == fig.CLASS_NAMES["restore"])["ratio"], strict=True))
     assert ratios == {32.0: pytest.approx(2.0), 128.0: pytest.approx(0.5)}  # 2x and 0.5x, paired by repeat
-    assert "raised p99: restores at 32 KiB/s, load 0.5 x2.00" in built.notes
-    assert "cut p99: restores at 128 KiB/s, load 0.5 x0.50" in built.notes
-    assert "left p99 unchanged: misses at 32 KiB/s" in built.notes
-    assert "recomputed nothing (any change is noise): restores at unlimited" in built.notes
+    # the page's words: each admission point, restores and misses, raised beside cut
+    assert "admission, own TTFT, 32 KiB/s, load 0.5 (recomputed 100% measured" in built.notes
+    assert "restores raised: x2.00 (2.00-2.00, 3 pairs" in built.notes
+    assert "restores cut: x0.50 (0.50-0.50, 3 pairs" in built.notes
+    assert "misses unchanged: x1.00" in built.notes
+    assert "admission, own TTFT, unlimited, load 0.5 (recomputed 0% measured" in built.notes
+    assert "restores nothing recomputed: x1.00" in built.notes
     assert "a fake run" in built.notes
 
 
@@ -275,10 +280,6 @@ def test_page_lists_increases_beside_cuts():
     from tiered_kv.bench._contention_page import render_record, summary_cells
 
     res = _fake_result()
-    res.update(fmt="mxfp4", preset="tiny", window_tokens=16, torch_threads=1, wall_s=1.0,
-               lengths={**res["lengths"], "p90": 800.0},
-               calibration={**res["calibration"], "repeats": 1, "requests": [0, 1], "classes": {},
-                            "raw_read_bytes_per_s": 1e6})
     page = render_record(res)
     assert "restores raised: x2.00 (2.00-2.00, 3 pairs" in page and "restores cut: x0.50 (0.50-0.50, 3 pairs" in page
     assert "| 32 KiB/s (1.1x) | 0.5 (3/s) | admission, own TTFT | restore (3) |" in page

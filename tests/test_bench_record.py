@@ -231,11 +231,6 @@ def test_bad_input_is_one_line_and_writes_nothing(argv, match, root: Path, tmp_p
 
 
 # --- benchmarks and figures -----------------------------------------------------------------------
-#: Arrows between the benchmarks and the figures still to remove (a figure that measures live
-#: through a benchmark's function). The test fails on any other, and on these once they are gone.
-KNOWN_ARROWS = {("tiered_kv.viz.figures.18_contention", "tiered_kv.bench.contention")}
-
-
 def _imports(path: Path) -> set[str]:
     """Every module a file imports, lazily or not, by statement or by importlib with a literal."""
     import ast
@@ -258,10 +253,7 @@ def test_benchmarks_and_figures_do_not_import_each_other():
             name = "tiered_kv." + ".".join(path.relative_to(ROOT / "tiered_kv").with_suffix("").parts)
             arrows |= {(name, m) for m in _imports(path) if m.startswith(f"tiered_kv.{there}.")
                        or m == f"tiered_kv.{there}"}
-    owners = {(a, b.rsplit(".", 1)[0] if b.rsplit(".", 1)[0] in {k[1] for k in KNOWN_ARROWS} else b)
-              for a, b in arrows}
-    assert owners - KNOWN_ARROWS == set(), "benchmarks and figures import each other"
-    assert KNOWN_ARROWS - owners == set(), "no longer imported: remove from KNOWN_ARROWS"
+    assert arrows == set(), "benchmarks and figures import each other"
 
 
 def test_the_widgets_benchmark_is_a_command_beside_its_dashboard(capsys):

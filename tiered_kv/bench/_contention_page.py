@@ -1,10 +1,11 @@
 """The page of ``tiered-kv bench contention`` (benchmarks/results/contention.md) and its summary row.
 
-Rendered from the run's JSON alone; kept apart from the runner and the latency model beside it
-(:mod:`.contention`, :mod:`._contention_report`) so the page can be re-rendered without either.
-The JSON carries repeats (medians with their spread, pooled percentiles with order-statistic
-intervals), two queue models and admission ratios paired by repeat; the page shows all of them,
-and lists where admission raised p99 as well as where it cut it.
+Rendered from the run's JSON alone, so it can be re-rendered without running anything; the words
+it shares with figure 18 (the setup, the models' fit, admission's effects) come from
+:mod:`tiered_kv.measure.contention.report`. The JSON carries repeats (medians with their spread,
+pooled percentiles with order-statistic intervals), two queue models and admission ratios paired
+by repeat; the page shows all of them, and lists where admission raised p99 as well as where it
+cut it.
 """
 
 from __future__ import annotations
@@ -12,29 +13,23 @@ from __future__ import annotations
 import math
 
 from tiered_kv.bench._pages import Page, Row, recorded
+from tiered_kv.measure.contention.report import (
+    CLASSES,
+    DIRECTION,
+    POLICY,
+    effect_lines,
+    model_lines,
+    rate_label,
+    setup,
+)
 
 COMMAND = "tiered-kv bench contention --json"
-
-CLASSES = (("restore", "restores"), ("miss", "misses"))
-POLICY = {"load": "always load", "own": "admission, own TTFT", "shared": "admission, shared cores"}
-MODELS = (("model_shared", "queue model, streams on shared cores"), ("model", "queue model, a machine per stream"))
-DIRECTION = {"increase": "raised", "cut": "cut", "mixed": "both ways (repeats disagree)", "even": "unchanged",
-             "no_decision": "nothing recomputed"}
 
 
 def _ms(x) -> str:
     if x is None or (isinstance(x, float) and math.isnan(x)):
         return "-"
     return f"{x:,.0f}"
-
-
-def _rate(b) -> str:
-    if b is None:
-        return "unlimited"
-    for unit, size in (("MiB/s", 2**20), ("KiB/s", 2**10)):
-        if b >= size:
-            return f"{b / size:,.3g} {unit}"
-    return f"{b:,.3g} B/s"
 
 
 def _spread(d: dict, key: str, fmt=_ms) -> str:
@@ -52,7 +47,7 @@ def _ci(d: dict) -> str:
 
 
 def _where(p: dict) -> str:
-    bw = _rate(p["bandwidth_bytes_per_s"])
+    bw = rate_label(p["bandwidth_bytes_per_s"])
     if p.get("bandwidth_over_break_even") is not None:
         bw += f" ({p['bandwidth_over_break_even']:.2g}x)"
     return f"| {bw} | {p['load']:g} ({p['rate_per_s']:.2g}/s) | {POLICY[p['policy']]} "
@@ -80,44 +75,11 @@ def _machine_rows(r: dict) -> list[str]:
         ok = thr is not None and not math.isnan(thr)
         share = f" ({thr / limit:.0%})" if limit and ok else ""
         agree = sorted(rep["decisions_agree"]["model_shared"] for rep in p["repeats"])
-        rows.append(_where(p) + f"| {p['offered_link_utilisation']:.2f} | {_rate(thr) if ok else '-'}{share} "
+        rows.append(_where(p) + f"| {p['offered_link_utilisation']:.2f} | {rate_label(thr) if ok else '-'}{share} "
                     f"| {_spread(p, 'compute_slowdown', lambda x: f'{x:.2f}')} | {agree[len(agree) // 2]:.0%} "
                     f"| {p['dispatch_lateness_max_s'] * 1e3:,.0f} | {p['wall_s']:.1f} "
                     f"| {', '.join(str(k) for k in p['run_order'])} |")
     return rows
-
-
-def _model_lines(r: dict) -> list[str]:
-    lines = []
-    for src, name in MODELS:
-        for cls, plural in CLASSES:
-            d = r["summary"]["model_over_measured"][src].get(cls, {})
-            if "p99" in d:
-                lines.append(f"- {name}, {plural}: p50 x{d['p50']['median']:.2f} ({d['p50']['min']:.2f}-"
-                             f"{d['p50']['max']:.2f}), p99 x{d['p99']['median']:.2f} ({d['p99']['min']:.2f}-"
-                             f"{d['p99']['max']:.2f}); p99 inside the measured spread over repeats at "
-                             f"{d['p99_inside_spread']} of {d['cells']} points, inside the pooled 90% interval "
-                             f"at {d['p99_inside_ci90']}")
-    return lines
-
-
-def _effect_lines(r: dict) -> list[str]:
-    lines = []
-    for row in r["summary"]["admission"]:
-        parts = []
-        for cls, plural in CLASSES:
-            d = row[cls]
-            if d["measured"] is None:
-                continue
-            m = d["measured"]
-            models = ", ".join(f"{'shared-cores' if src == 'model_shared' else 'per-machine'} model x{d[src]:.2f}"
-                               for src, _ in MODELS if d.get(src))
-            parts.append(f"{plural} {DIRECTION[d['direction']]}: x{m['median']:.2f} ({m['min']:.2f}-{m['max']:.2f}, "
-                         f"{len(m['ratios'])} pairs; {models})")
-        lines.append(f"- {POLICY[row['policy']]}, {row['bandwidth']}, load {row['load']:g} (recomputed "
-                     f"{row['recomputed_measured']:.0%} measured, {row['recomputed_model_shared']:.0%} shared-cores "
-                     f"model): " + "; ".join(parts))
-    return lines
 
 
 def tally(r: dict, policy: str, cls: str = "restore") -> dict[str, int]:
@@ -143,33 +105,6 @@ def summary_cells(c: dict) -> tuple[str, str]:
     return text, "side by side, both directions shown (see section)"
 
 
-def _setup(r: dict) -> str:
-    """The model, the scenario and the calibration, in words."""
-    sc, cal, lengths = r["scenario"], r["calibration"], r["lengths"]
-    classes = "; ".join(f"{plural}: measured {cal['classes'][cls]['measured_median_ms']:,.0f} ms, fitted "
-                        f"{cal['classes'][cls]['fitted_median_ms']:,.0f} ms" for cls, plural in CLASSES
-                        if cls in cal["classes"])
-    return f"""Model `{r['model']}` ({r['preset']} preset, {r['params']:,} parameters, W={r['window_tokens']},
-R={r['replay_tokens']}), {r['fmt']} global KV in {r['block_size_tokens']}-token chunks of {r['chunk_bytes']:,.0f} B
-({r['kv_bytes_per_token']:.1f} B/token). {sc['streams']} streams (engine threads, each with its own host tier)
-share one SSD tier on a local directory behind a `{r['link']}` link token bucket, and this machine's
-{r['compute_capacity']} core(s). {sc['requests']} requests per point, {lengths['restores']} of them restores (their
-blocks seeded on the store; a {sc['suffix_tokens']}-token suffix, so they read, replay R tokens and write nothing)
-and {sc['requests'] - lengths['restores']} misses (compute everything, write their blocks behind the first token);
-lognormal prompt lengths (median {sc['median_tokens']}, sigma {sc['sigma']}, seed {sc['seed']}: median
-{lengths['median']:,.0f}, p90 {lengths['p90']:,.0f}, max {lengths['max']:,} tokens); seeded Poisson arrivals dealt
-round robin to the streams.
-
-Calibration (isolated prefills, unlimited link, {cal['repeats']} repeat(s) of {len(cal['requests'])} requests,
-median): compute = c + a*x_a + b*x_b with c = {cal['fixed_s'] * 1e3:.3g} ms per prefill, a = {cal['a_s_per_token']:.3g}
-s/token, b = {cal['b_s_per_token2']:.3g} s/token^2, median error of the fit
-{cal['median_abs_rel_error']:.0%} ({classes}); raw read speed {_rate(cal['raw_read_bytes_per_s'])}.
-Break-even link bandwidth (a median restore's read alone takes as long as the compute it saves):
-{_rate(r['break_even_bandwidth_bytes_per_s'])}. Load is a fraction of compute capacity:
-load x {r['compute_capacity']} / mean isolated compute requests per second.
-"""
-
-
 def render_record(r: dict) -> str:
     """The contention page from the JSON of one ``tiered-kv bench contention --json`` run."""
     command, note = recorded(r, COMMAND)
@@ -189,7 +124,7 @@ the whole run took {r['wall_s']:.0f} s. Every point ran {r['repeats']} times, in
 its own shuffled order, a pair's policies back to back). The points' compute ran at
 {slow[0]:.2f}-{slow[-1]:.2f}x the calibration (median {slow[len(slow) // 2]:.2f}x; *compute slowdown* below).
 
-{_setup(r)}
+{setup(r)}
 Policies: *always load*; *admission, own TTFT* recomputes a restore when that alone finishes sooner
 than queueing on the link; *admission, shared cores* also counts the sharing of the cores and
 charges the delay its extra work puts on the other busy streams. Both read the measured queue
@@ -217,13 +152,13 @@ repeats ran.
 {chr(10).join(_machine_rows(r))}
 
 Model over measured (measured: the median over repeats), median (range) over the points:
-{chr(10).join(_model_lines(r))}
+{chr(10).join(model_lines(r))}
 
 What admission did to p99, against always loading at the same link and load, paired repeat by
 repeat (the policies of a pair ran back to back): median ratio (range, pairs), beside the models'
 ratios. "Nothing recomputed": the policy changed no decision there, so a ratio away from 1 is the
 noise between runs, not the policy.
-{chr(10).join(_effect_lines(r)) or "- (no admission policy ran)"}
+{chr(10).join(effect_lines(r)) or "- (no admission policy ran)"}
 """
 
 

@@ -1,6 +1,6 @@
 """Restores and misses contending for one store: the scenario, the admission rule, the model's view.
 
-This is the simulator's half of ``tiered-kv bench contention`` (:mod:`tiered_kv.bench.contention`
+This is the simulator's half of ``tiered-kv bench contention`` (:mod:`tiered_kv.measure.contention`
 measures the same scenario with the real engine): everything here is numpy, so the measurement
 and the model read one definition of the workload and of the admission decision.
 
@@ -19,7 +19,7 @@ Admission (:mod:`.shared_compute`, re-exported here): the policies ``load`` (nev
 ``own`` (:func:`recompute_is_sooner`: recompute when that alone finishes sooner than queueing on
 the link, the inequality of :func:`tiered_kv.sim.cluster.latency.simulate_queue`'s admission) and
 ``shared`` (:func:`~.shared_compute.recompute_pays`: the same, with the sharing of the cores
-counted and the delay the extra work puts on the other busy streams charged). The benchmark's
+counted and the delay the extra work puts on the other busy streams charged). The measurement's
 dispatcher and the model call the one :func:`decide`.
 
 The model's view (:func:`model_point`): the same requests through

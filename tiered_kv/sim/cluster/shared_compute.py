@@ -15,14 +15,14 @@ sharing: with ``m`` prefills running each progresses at ``min(1, cores / m)`` of
 speed. That is how an operating system time-slices engine threads over cores, and it is the
 first-order picture of concurrent prefills on one accelerator.
 
-The rule (:func:`recompute_pays`) reads a :class:`QueueState`, which the benchmark measures at a
-restore's arrival (the link's token-bucket debt, what its stream still has to run, how many
-other streams are busy) and the model simulates. A recompute must pay for itself twice: it must
-finish before loading would, both slowed by the sharing the request will see; and its gain must
-exceed the delay its extra work puts on the other busy streams (``extra / cores`` each, when the
-cores are saturated). :func:`decide` names the policies the benchmark compares: ``load`` (never
-recompute), ``own`` (the own-latency rule of :func:`~.contention.recompute_is_sooner`, cores
-ignored) and ``shared`` (this rule).
+The rule (:func:`recompute_pays`) reads a :class:`QueueState`, which the measurement
+(:mod:`tiered_kv.measure.contention`) reads at a restore's arrival (the link's token-bucket debt,
+what its stream still has to run, how many other streams are busy) and the model simulates. A
+recompute must pay for itself twice: it must finish before loading would, both slowed by the
+sharing the request will see; and its gain must exceed the delay its extra work puts on the other
+busy streams (``extra / cores`` each, when the cores are saturated). :func:`decide` names the
+policies the benchmark compares: ``load`` (never recompute), ``own`` (the own-latency rule of
+:func:`~.contention.recompute_is_sooner`, cores ignored) and ``shared`` (this rule).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ admission does, both ways.
 
 Why: DeepSeek's global KV pool is shared, so restores wait for each other's reads and for the
 writes of misses; a reader asked when admission control should recompute a prompt although its
-prefix is cached. ``tiered-kv bench contention`` (:mod:`tiered_kv.bench.contention`) runs N
+prefix is cached. ``tiered-kv bench contention`` (:mod:`tiered_kv.measure.contention`) runs N
 engine streams against one SSD tier whose link is a token bucket, with a fixed lognormal mix of
 restores and misses, at several link bandwidths and loads, always loading and under two
 admission policies: ``own`` (recompute when that alone is sooner) and ``shared`` (the same with
@@ -15,7 +15,7 @@ on this machine's CPUs; in a server: requests on one GPU), so the queue model it
 Top: p99 TTFT against the link's bandwidth, measured (median over the repeats, bars: their
 spread) beside the shared-compute model. Bottom: each policy's p99 over always loading's, paired
 repeat by repeat (median, bars: spread) beside the model's ratio; above 1 admission hurt, below 1
-it helped. The notes list the increases as well as the cuts.
+it helped. The notes list the increases as well as the cuts, in the words of the benchmark's page.
 
 Data: the recorded run (``benchmarks/results/contention.json``, BENCHMARKS.md) when it exists;
 else a live run (quick: tiny preset with random weights; full: the trained small checkpoint).
@@ -28,6 +28,7 @@ from pathlib import Path
 
 import polars as pl
 
+from tiered_kv.measure.contention.report import POLICY, effect_lines, model_lines, setup
 from tiered_kv.viz.report import FigureResult
 
 NAME = "18_contention"
@@ -37,15 +38,11 @@ CLASS_NAMES = {"restore": "restores (prefix cached: read it)", "miss": "misses (
 #: (sorted so that the measurement is the solid line)
 SOURCE_NAMES = {"measured": "engine, measured (median of repeats; bars: spread)",
                 "model_shared": "queue model, streams on shared cores"}
-POLICY_NAMES = {"load": "always load", "own": "admission: own TTFT only",
-                "shared": "admission: shared cores counted"}
-PLURALS = {"restore": "restores", "miss": "misses"}
-DIRECTION_WORDS = {"increase": "raised p99", "cut": "cut p99", "mixed": "moved p99 both ways (repeats disagree)",
-                   "even": "left p99 unchanged", "no_decision": "recomputed nothing (any change is noise)"}
 
 
 def _live(quick: bool) -> dict:
-    from tiered_kv.bench.contention import load_model, measure_contention
+    from tiered_kv.measure.contention import measure_contention
+    from tiered_kv.measure.contention.settings import load_model
     from tiered_kv.sim.cluster.contention import ContentionScenario
 
     if quick:
@@ -91,7 +88,7 @@ def frame(res: dict) -> pl.DataFrame:
                 if not d.get("count"):
                     continue
                 lo, hi = d.get("p99_ms_spread", [None, None])
-                rows.append({**_where(p), "policy": POLICY_NAMES[p["policy"]], "source": src_name,
+                rows.append({**_where(p), "policy": POLICY[p["policy"]], "source": src_name,
                              "class": CLASS_NAMES[cls], "ttft_p99_s": d["p99_ms"] / 1e3,
                              "lo_s": None if lo is None else lo / 1e3, "hi_s": None if hi is None else hi / 1e3,
                              "recomputed_fraction": d.get("recomputed_fraction", 0.0),
@@ -106,7 +103,7 @@ def effect_frame(res: dict) -> pl.DataFrame:
     for row in res["summary"]["admission"]:
         if row["bandwidth_bytes_per_s"] is None:
             continue
-        where = {"bandwidth_kib_s": row["bandwidth_bytes_per_s"] / 1024, "policy": POLICY_NAMES[row["policy"]],
+        where = {"bandwidth_kib_s": row["bandwidth_bytes_per_s"] / 1024, "policy": POLICY[row["policy"]],
                  "recomputed": row["recomputed_measured"]}
         load = next(p for p in res["points"] if p["bandwidth"] == row["bandwidth"] and p["load"] == row["load"])
         where["load_name"] = _where(load)["load_name"]
@@ -128,7 +125,7 @@ def _panel(data: pl.DataFrame, y: str, y_title: str, lo: str, hi: str, reference
     from tiered_kv.viz.style import dash_legend
 
     x = alt.X("bandwidth_kib_s:Q", scale=alt.Scale(type="log"), title="link bandwidth limit (KiB/s, log)")
-    color = alt.Color("policy:N", title="policy", sort=list(POLICY_NAMES.values()),
+    color = alt.Color("policy:N", title="policy", sort=list(POLICY.values()),
                       legend=alt.Legend(orient="bottom", labelLimit=400))
     tooltip = ["policy", "class", "source", alt.Tooltip(f"{y}:Q", format=".3g"), alt.Tooltip(f"{lo}:Q", format=".3g"),
                alt.Tooltip(f"{hi}:Q", format=".3g")]
@@ -161,72 +158,17 @@ def chart(data: pl.DataFrame, effect: pl.DataFrame):
     return alt.vconcat(*panels).resolve_scale(color="shared", strokeDash="shared").properties(title=TITLE)
 
 
-def _fit_text(res: dict) -> str:
-    sc, cal = res["scenario"], res["calibration"]
-    return (f"{sc['streams']} streams on {res['compute_capacity']} core(s), {sc['requests']} requests per point "
-            f"({res['lengths']['restores']} restores), {res['repeats']} interleaved repeats of every point; "
-            f"lognormal prompts (median {sc['median_tokens']} tokens, sigma {sc['sigma']}, seed {sc['seed']}: "
-            f"median {res['lengths']['median']:.0f}, max {res['lengths']['max']}), {res['block_size_tokens']}-token "
-            f"chunks of {res['chunk_bytes']:,.0f} B, link '{res['link']}'. Compute fit on isolated prefills: "
-            f"c={cal['fixed_s']:.3g} s, a={cal['a_s_per_token']:.3g} s/token, b={cal['b_s_per_token2']:.3g} "
-            f"s/token^2 (median error {cal['median_abs_rel_error']:.0%}); break-even bandwidth "
-            f"{res['break_even_bandwidth_bytes_per_s'] / 1024:.3g} KiB/s.")
-
-
-def _model_text(res: dict) -> list[str]:
-    out = []
-    names = {"model_shared": "shared-compute model", "model": "model with a machine per stream"}
-    for src, name in names.items():
-        fit = res["summary"]["model_over_measured"][src]
-        parts = []
-        for cls in ("restore", "miss"):
-            c = fit.get(cls, {})
-            if "p99" in c:
-                parts.append(f"{cls} p99 x{c['p99']['median']:.2f} ({c['p99']['min']:.2f}-{c['p99']['max']:.2f}), "
-                             f"inside the measured spread at {c['p99_inside_spread']} of {c['cells']} points")
-        if parts:
-            out.append(f"{name[0].upper() + name[1:]} over measured: " + "; ".join(parts) + ".")
-    return out
-
-
-def _effect_text(res: dict) -> list[str]:
-    out = []
-    for pol in res.get("policies", []):
-        if pol == "load":
-            continue
-        groups: dict[str, list[str]] = {}
-        for row in res["summary"]["admission"]:
-            if row["policy"] != pol:
-                continue
-            for cls in ("restore", "miss"):
-                d = row[cls]
-                m = d["measured"]
-                if m is None:
-                    continue
-                model = d.get("model_shared")
-                groups.setdefault(d["direction"], []).append(
-                    f"{PLURALS[cls]} at {row['bandwidth']}, load {row['load']:g} x{m['median']:.2f} "
-                    f"[{m['min']:.2f}-{m['max']:.2f}] (model x{model:.2f}; "
-                    f"{row['recomputed_measured']:.0%} recomputed)" if model else
-                    f"{PLURALS[cls]} at {row['bandwidth']}, load {row['load']:g} x{m['median']:.2f}")
-        text = [f"{DIRECTION_WORDS[k]}: " + "; ".join(v) for k, v in
-                sorted(groups.items(), key=lambda kv: list(DIRECTION_WORDS).index(kv[0]))]
-        out.append(f"{POLICY_NAMES[pol][0].upper() + POLICY_NAMES[pol][1:]}, against always loading (paired by "
-                   "repeat; measured median [spread]): " + ("; ".join(text) if text else "no point") + ".")
-    return out
-
-
 def notes_for(res: dict, how: str) -> str:
+    """Where the data came from and the machine, then the page's setup, models' fit and admission's effects."""
     slow = [p["compute_slowdown"] for p in res["points"]]
     la0, la1 = res["load_average_start"], res["load_average_end"]
-    parts = [f"Data: {how}; model {res['model']} ({res['params']:,} parameters, R={res['replay_tokens']}).",
-             _fit_text(res),
-             f"The machine: {res['cpus']} CPU(s), load average {la0[0]:.1f} at the start and {la1[0]:.1f} at the "
-             f"end; measured compute ran at {min(slow):.1f}-{max(slow):.1f}x the isolated fit (median of each "
-             "point's repeats)." + (f" Recorded: {res['recorded']['machine']}" if res.get("recorded", {}).get("machine")
-                                    else ""),
-             *_model_text(res), *_effect_text(res)]
-    return " ".join(parts)
+    machine = res.get("recorded", {}).get("machine")
+    head = (f"Data: {how}. The machine: {res['cpus']} CPU(s), load average {la0[0]:.1f} at the start and "
+            f"{la1[0]:.1f} at the end; measured compute ran at {min(slow):.1f}-{max(slow):.1f}x the isolated fit "
+            "(median of each point's repeats)." + (f" Recorded: {machine}" if machine else ""))
+    return "\n".join([head, "", setup(res), "Model over measured (median over repeats), median (range) over the "
+                      "points:", *model_lines(res), "", "What admission did to p99 against always loading, paired "
+                      "by repeat:", *effect_lines(res)])
 
 
 def build(quick: bool) -> FigureResult:

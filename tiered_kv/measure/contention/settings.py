@@ -1,10 +1,10 @@
-"""Settings of ``tiered-kv bench contention``: flag checks, the grid's order, the model, the prompts.
+"""Settings of the contention measurement: flag checks, the grid's order, the model, the prompts.
 
-Everything the benchmark decides before it measures anything: bandwidths parsed from the command
+Everything the measurement decides before it measures anything: bandwidths parsed from the command
 line, the ranges of its own flags (the scenario checks its fields itself; :func:`scenario_from`
 renames them to the flags), the seeded order the (bandwidth, load, admission) points run in,
 which model is loaded, and each request's token ids. Kept apart from the measured runner
-(:mod:`._contention_engines`) so that errors come before a model is loaded or a store written.
+(:mod:`.engines`) so that errors come before a model is loaded or a store written.
 """
 
 from __future__ import annotations
@@ -40,7 +40,12 @@ def parse_bandwidth(value) -> float:
 
 
 def check_settings(*, loads, calibration: int = 6, calibration_repeats: int = 2, threads: int = 1,
-                   repeats: int = 1) -> None:
+                   repeats: int = 1, link: str = "shared", policies=C.POLICIES) -> None:
+    """Raise ValueError naming the flag of the first setting out of its range."""
+    if link not in LINKS:
+        raise ValueError(f"--link: must be one of {list(LINKS)}, got {link!r}")
+    if not policies or any(p not in C.POLICIES for p in policies):
+        raise ValueError(f"--admission: policies must be among {list(C.POLICIES)}, got {list(policies)!r}")
     C._check("--repeats", repeats, 1, 20, integer=True)
     for x in loads:
         C._check("--loads", x, 0.0, 4.0, lo_open=True)

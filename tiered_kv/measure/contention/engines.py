@@ -1,13 +1,13 @@
-"""The measured side of ``tiered-kv bench contention``: the store, the calibration, one point.
+"""The measured side of the contention measurement: the store, the calibration, one point.
 
-:func:`_seed_store` writes every restore's prefix (as another machine would have);
-:func:`_calibrate` times isolated prefills at unlimited bandwidth for the compute fit and the raw
+:func:`seed_store` writes every restore's prefix (as another machine would have);
+:func:`calibrate` times isolated prefills at unlimited bandwidth for the compute fit and the raw
 read speed; :func:`run_point` runs every request of the scenario at one (bandwidth, load,
 admission policy): a Poisson dispatcher on this thread, a reader thread per lookup through the
 link's token bucket, one engine thread per stream (each engine sees the shared tier through a
 :class:`_StreamView`) and one write-behind thread. The dispatcher decides restores from the
 measured queue state (:class:`_Streams`, updated by the engine threads) with the model's rule.
-The latency model's view of the same point is in :mod:`._contention_report`.
+The latency model's view of the same point is in :mod:`.report`.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import time
 
 import numpy as np
 
-from tiered_kv.bench._contention_settings import request_tokens
+from tiered_kv.measure.contention.settings import request_tokens
 from tiered_kv.sim.cluster import contention as C
 from tiered_kv.sim.cluster.shared_compute import sharing_factor
 
@@ -51,7 +51,7 @@ def _empty_hit(ns):
     return Hit(ns, [], [])
 
 
-def _seed_store(model, root: str, ns, work: dict, tokens: list, progress: bool) -> float:
+def seed_store(model, root: str, ns, work: dict, tokens: list, progress: bool) -> float:
     """Write every restore's prefix blocks (what a miss of the prefix would write); mean bytes per
     chunk (headers differ by a few bytes: index and creation time are in them)."""
     import torch
@@ -80,7 +80,7 @@ def _seed_store(model, root: str, ns, work: dict, tokens: list, progress: bool) 
     return float(chunk)
 
 
-def _calibrate(model, ns, root: str, work: dict, tokens: list, count: int, repeats: int, chunk_bytes: float,
+def calibrate(model, ns, root: str, work: dict, tokens: list, count: int, repeats: int, chunk_bytes: float,
                progress: bool) -> dict:
     """Isolated prefills at unlimited bandwidth (nothing stored): the compute fit and the raw read speed."""
     from tqdm.auto import tqdm
@@ -186,123 +186,164 @@ def run_point(model, ns, seed_root: str, root: str, work: dict, tokens: list, ar
     Returns per-request arrays (seconds from the first arrival): ``ttft_s``, ``ready_s`` (prefix
     read or lookup done), ``start_s``, ``compute_s``, ``recomputed``; and the link's traffic.
     """
-    from tiered_kv.engine import Engine
-    from tiered_kv.tiers.host import HostTier
-    from tiered_kv.tiers.ssd import SSDConfig, SSDTier
-
     shutil.copytree(seed_root, root)
-    limit = None if math.isinf(bandwidth) else bandwidth
-    kw = {"link_bandwidth": limit} if link == "shared" else {"read_bandwidth": limit, "write_bandwidth": limit}
-    tier = SSDTier(root, namespace=ns, config=SSDConfig(**kw))
-    bucket = tier.read_limit
-    count, streams = len(tokens), int(work["stream"].max()) + 1
-    ready = np.full(count, math.nan)
-    start = np.full(count, math.nan)
-    done = np.full(count, math.nan)
-    compute = np.full(count, math.nan)
-    dispatched = np.full(count, math.nan)
-    recomputed = np.zeros(count, dtype=bool)
-    read_bytes = np.zeros(count, dtype=np.int64)
-    writes: list[tuple[float, float, int]] = []  # (submitted, done, bytes) per put
-    errors: list[BaseException] = []
-    lock = threading.Lock()
-    clock = time.monotonic
-    t0 = clock() + 0.05
+    point = _Point(model, ns, root, work, tokens, bandwidth=bandwidth, link=link, cores=cores,
+                   chunk_bytes=chunk_bytes)
+    threads = point.start()
+    readers = point.dispatch(arrival, policy=policy, restore_s=restore_s, recompute_s=recompute_s,
+                             raw_read_bytes_per_s=raw_read_bytes_per_s)
+    point.drain(readers, threads)
+    shutil.rmtree(root, ignore_errors=True)
+    if point.errors:
+        raise point.errors[0]
+    return point.record(arrival)
 
-    write_q: queue.Queue = queue.Queue()
 
-    def writer_loop() -> None:
-        while (job := write_q.get()) is not None:
+class _Point:
+    """The run of one point: the shared tier behind its link, the threads that use it (one per
+    engine, one per prefix read, one write-behind) and what they record, in seconds from ``t0``.
+    The threads record errors instead of raising; :func:`run_point` raises the first after the
+    point."""
+
+    def __init__(self, model, ns, root: str, work: dict, tokens: list, *, bandwidth: float, link: str,
+                 cores: float, chunk_bytes: float) -> None:
+        from tiered_kv.engine import Engine
+        from tiered_kv.tiers.host import HostTier
+        from tiered_kv.tiers.ssd import SSDConfig, SSDTier
+
+        limit = None if math.isinf(bandwidth) else bandwidth
+        kw = {"link_bandwidth": limit} if link == "shared" else {"read_bandwidth": limit, "write_bandwidth": limit}
+        self.tier = SSDTier(root, namespace=ns, config=SSDConfig(**kw))
+        self.bucket = self.tier.read_limit
+        self.ns, self.work, self.tokens, self.chunk_bytes = ns, work, tokens, chunk_bytes
+        count, streams = len(tokens), int(work["stream"].max()) + 1
+        self.ready, self.start_s, self.done, self.compute, self.dispatched = (np.full(count, math.nan)
+                                                                              for _ in range(5))
+        self.recomputed = np.zeros(count, dtype=bool)
+        self.read_bytes = np.zeros(count, dtype=np.int64)
+        self.writes: list[tuple[float, float, int]] = []  # (submitted, done, bytes) per put
+        self.errors: list[BaseException] = []
+        self.lock = threading.Lock()
+        self.t0 = time.monotonic() + 0.05
+        self.write_q: queue.Queue = queue.Queue()
+        self.streams = _Streams(streams, cores)
+        self.ready_q = [queue.Queue() for _ in range(streams)]
+        self.views = [_StreamView(self.tier, self.submit_write) for _ in range(streams)]
+        self.engines = [Engine(model, self.views[s], HostTier("1GiB", name=f"stream{s}"), name=f"stream{s}")
+                        for s in range(streams)]
+
+    def now(self) -> float:
+        return time.monotonic() - self.t0
+
+    def submit_write(self, keys, kv, cls, offset) -> None:
+        self.write_q.put((self.now(), (keys, kv.detach(), cls, offset)))
+
+    def writer_loop(self) -> None:
+        while (job := self.write_q.get()) is not None:
             submitted, args = job
             try:
-                written = tier.put_keys(*args[:3], kv_offset=args[3])
+                written = self.tier.put_keys(*args[:3], kv_offset=args[3])
             except BaseException as exc:  # noqa: BLE001 - reported after the point
-                errors.append(exc)
+                self.errors.append(exc)
                 written = 0
-            with lock:
-                writes.append((submitted, clock() - t0, written * chunk_bytes))
+            with self.lock:
+                self.writes.append((submitted, self.now(), written * self.chunk_bytes))
 
-    def submit_write(keys, kv, cls, offset) -> None:
-        write_q.put((clock() - t0, (keys, kv.detach(), cls, offset)))
-
-    view = _Streams(streams, cores)
-    ready_q = [queue.Queue() for _ in range(streams)]
-    views = [_StreamView(tier, submit_write) for _ in range(streams)]
-    engines = [Engine(model, views[s], HostTier("1GiB", name=f"stream{s}"), name=f"stream{s}") for s in range(streams)]
-
-    def stream_loop(s: int) -> None:
-        while (job := ready_q[s].get()) is not None:
+    def stream_loop(self, s: int) -> None:
+        while (job := self.ready_q[s].get()) is not None:
             i, hit = job
-            views[s].hit = hit
-            begin = clock() - t0
-            view.started(s, i, begin)
+            self.views[s].hit = hit
+            begin = self.now()
+            self.streams.started(s, i, begin)
             try:
-                res = engines[s].prefill(tokens[i], store=True)
+                res = self.engines[s].prefill(self.tokens[i], store=True)
             except BaseException as exc:  # noqa: BLE001
-                errors.append(exc)
-                view.finished(s, i)
+                self.errors.append(exc)
+                self.streams.finished(s, i)
                 continue
-            view.finished(s, i)
-            end = clock() - t0 - res.store_s
-            start[i], done[i], compute[i] = begin, end, res.ttft_s
+            self.streams.finished(s, i)
+            end = self.now() - res.store_s
+            self.start_s[i], self.done[i], self.compute[i] = begin, end, res.ttft_s
 
-    def read(i: int) -> None:
+    def read(self, i: int) -> None:
         try:
-            hit = tier.get_prefix(tokens[i])
+            hit = self.tier.get_prefix(self.tokens[i])
         except BaseException as exc:  # noqa: BLE001
-            errors.append(exc)
-            hit = _empty_hit(ns)
-        ready[i] = clock() - t0
-        read_bytes[i] = hit.nbytes
-        ready_q[int(work["stream"][i])].put((i, hit))
+            self.errors.append(exc)
+            hit = _empty_hit(self.ns)
+        self.ready[i] = self.now()
+        self.read_bytes[i] = hit.nbytes
+        self.ready_q[int(self.work["stream"][i])].put((i, hit))
 
-    threads = [threading.Thread(target=stream_loop, args=(s,), name=f"stream{s}", daemon=True) for s in range(streams)]
-    threads.append(threading.Thread(target=writer_loop, name="write-behind", daemon=True))
-    for th in threads:
-        th.start()
-    readers = []
-    for i in range(count):
-        delay = t0 + arrival[i] - clock()
-        if delay > 0:
-            time.sleep(delay)
-        now = clock() - t0
-        dispatched[i] = now
-        s = int(work["stream"][i])
-        if work["restore"][i]:
-            nbytes = int(int(work["blocks"][i]) * chunk_bytes)
-            queued = (bucket.predict(nbytes) if bucket is not None else 0.0) + nbytes / raw_read_bytes_per_s
-            if policy != "load" and C.decide(policy, view.state(s, now, queued), restore_compute_s=restore_s[i],
-                                             recompute_s=recompute_s[i]):
-                recomputed[i] = True
-                ready[i] = now
-                view.add(s, i, recompute_s[i])
-                ready_q[s].put((i, _empty_hit(ns)))
-                continue
-            view.add(s, i, restore_s[i])
-        else:
-            view.add(s, i, recompute_s[i])
-        th = threading.Thread(target=read, args=(i,), name=f"read{i}", daemon=True)
-        th.start()
-        readers.append(th)
-    for th in readers:
-        th.join()
-    for s in range(streams):
-        ready_q[s].put(None)
-    for th in threads[:-1]:
-        th.join()
-    write_q.put(None)
-    threads[-1].join()
-    tier.close()
-    shutil.rmtree(root, ignore_errors=True)
-    if errors:
-        raise errors[0]
-    used = np.flatnonzero(read_bytes > 0)
-    link_bytes = int(read_bytes.sum() + sum(w[2] for w in writes))
-    events = [(dispatched[i], ready[i]) for i in used] + [(w[0], w[1]) for w in writes if w[2]]
-    window = (max(e[1] for e in events) - min(e[0] for e in events)) if events else 0.0
-    return {"ttft_s": done - arrival, "ready_s": ready, "start_s": start, "done_s": done, "compute_s": compute,
-            "dispatched_s": dispatched, "recomputed": recomputed, "read_bytes": read_bytes,
-            "written_bytes": int(sum(w[2] for w in writes)), "link_bytes": link_bytes, "link_window_s": window,
-            "link_throughput_bytes_per_s": link_bytes / window if window > 0 else math.nan,
-            "dispatch_lateness_max_s": float(np.max(dispatched - arrival)),
-            "bucket_waited_s": float(bucket.waited_s) if bucket is not None else 0.0}
+    def start(self) -> list[threading.Thread]:
+        """The engine threads, then the write-behind thread (last), started."""
+        threads = [threading.Thread(target=self.stream_loop, args=(s,), name=f"stream{s}", daemon=True)
+                   for s in range(len(self.engines))]
+        threads.append(threading.Thread(target=self.writer_loop, name="write-behind", daemon=True))
+        for th in threads:
+            th.start()
+        return threads
+
+    def dispatch(self, arrival: np.ndarray, *, policy: str, restore_s: np.ndarray, recompute_s: np.ndarray,
+                 raw_read_bytes_per_s: float) -> list[threading.Thread]:
+        """Each request at its arrival: a restore that admission recomputes goes straight to its
+        engine with no hit; every other request starts its prefix lookup on a reader thread."""
+        readers = []
+        for i in range(len(self.tokens)):
+            delay = self.t0 + arrival[i] - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+            now = self.now()
+            self.dispatched[i] = now
+            s = int(self.work["stream"][i])
+            if self.work["restore"][i]:
+                if policy != "load" and self._recomputes(i, s, now, policy, restore_s[i], recompute_s[i],
+                                                         raw_read_bytes_per_s):
+                    self.recomputed[i] = True
+                    self.ready[i] = now
+                    self.streams.add(s, i, recompute_s[i])
+                    self.ready_q[s].put((i, _empty_hit(self.ns)))
+                    continue
+                self.streams.add(s, i, restore_s[i])
+            else:
+                self.streams.add(s, i, recompute_s[i])
+            th = threading.Thread(target=self.read, args=(i,), name=f"read{i}", daemon=True)
+            th.start()
+            readers.append(th)
+        return readers
+
+    def _recomputes(self, i: int, s: int, now: float, policy: str, restore_s: float, recompute_s: float,
+                    raw_read_bytes_per_s: float) -> bool:
+        """The model's rule on the measured state: the read's wait on the link's bucket plus its
+        time at the raw read speed, and stream ``s``'s queue."""
+        nbytes = int(int(self.work["blocks"][i]) * self.chunk_bytes)
+        queued = (self.bucket.predict(nbytes) if self.bucket is not None else 0.0) + nbytes / raw_read_bytes_per_s
+        return C.decide(policy, self.streams.state(s, now, queued), restore_compute_s=restore_s,
+                        recompute_s=recompute_s)
+
+    def drain(self, readers: list[threading.Thread], threads: list[threading.Thread]) -> None:
+        """Wait for the reads, then the engines, then the writes behind them; close the tier."""
+        for th in readers:
+            th.join()
+        for q in self.ready_q:
+            q.put(None)
+        for th in threads[:-1]:
+            th.join()
+        self.write_q.put(None)
+        threads[-1].join()
+        self.tier.close()
+
+    def record(self, arrival: np.ndarray) -> dict:
+        """The point's per-request arrays and the link's traffic over its busy window."""
+        used = np.flatnonzero(self.read_bytes > 0)
+        written = int(sum(w[2] for w in self.writes))
+        link_bytes = int(self.read_bytes.sum() + written)
+        events = [(self.dispatched[i], self.ready[i]) for i in used] + [(w[0], w[1]) for w in self.writes if w[2]]
+        window = (max(e[1] for e in events) - min(e[0] for e in events)) if events else 0.0
+        return {"ttft_s": self.done - arrival, "ready_s": self.ready, "start_s": self.start_s, "done_s": self.done,
+                "compute_s": self.compute, "dispatched_s": self.dispatched, "recomputed": self.recomputed,
+                "read_bytes": self.read_bytes, "written_bytes": written, "link_bytes": link_bytes,
+                "link_window_s": window,
+                "link_throughput_bytes_per_s": link_bytes / window if window > 0 else math.nan,
+                "dispatch_lateness_max_s": float(np.max(self.dispatched - arrival)),
+                "bucket_waited_s": float(self.bucket.waited_s) if self.bucket is not None else 0.0}
