@@ -295,18 +295,14 @@ class _Point:
                 time.sleep(delay)
             now = self.now()
             self.dispatched[i] = now
-            s = int(self.work["stream"][i])
-            if self.work["restore"][i]:
-                if policy != "load" and self._recomputes(i, s, now, policy, restore_s[i], recompute_s[i],
-                                                         raw_read_bytes_per_s):
-                    self.recomputed[i] = True
-                    self.ready[i] = now
-                    self.streams.add(s, i, recompute_s[i])
-                    self.ready_q[s].put((i, _empty_hit(self.ns)))
-                    continue
-                self.streams.add(s, i, restore_s[i])
-            else:
+            s, restore = int(self.work["stream"][i]), bool(self.work["restore"][i])
+            if restore and policy != "load" and self._recomputes(i, s, now, policy, restore_s[i], recompute_s[i],
+                                                                 raw_read_bytes_per_s):
+                self.recomputed[i], self.ready[i] = True, now
                 self.streams.add(s, i, recompute_s[i])
+                self.ready_q[s].put((i, _empty_hit(self.ns)))
+                continue
+            self.streams.add(s, i, restore_s[i] if restore else recompute_s[i])
             th = threading.Thread(target=self.read, args=(i,), name=f"read{i}", daemon=True)
             th.start()
             readers.append(th)

@@ -46,12 +46,7 @@ def _live(quick: bool) -> dict:
     from tiered_kv.sim.cluster.contention import ContentionScenario
 
     if quick:
-        import torch
-
-        from tiered_kv.model import EncoderDecoder, preset
-
-        torch.manual_seed(0)
-        model, source = EncoderDecoder(preset("tiny")).eval(), "random weights (tiny preset)"
+        model, source = load_model("tiny")  # random weights: no tiny checkpoint is committed
         sc = ContentionScenario(streams=2, requests=16, median_tokens=128, max_tokens=1024, block_size=32,
                                 suffix_tokens=8)
         return measure_contention(sc, model=model, model_source=source, loads=(0.5,), calibration=4,
