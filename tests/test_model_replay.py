@@ -147,3 +147,34 @@ def test_cpu_cross_attention_fast_path_matches_masked_reference(tq, offset):
     fast = _cross_attention_cpu(q, k, v, offset, chunk=1024)
     ref = _swa_reference(q, k, v, offset + tq + 1, offset, k_offset=0)
     torch.testing.assert_close(fast, ref, rtol=0, atol=1e-5)
+
+
+@torch.no_grad()
+@pytest.mark.parametrize("settings", [{}, {"cross_rope": False, "cross_recency": True, "qk_norm": True}])
+def test_batched_bounded_replay_equals_the_inference_paths_replay(settings):
+    """``global_kv_batched``/``decode_batched`` from ``start`` > 0 are the inference path's bounded
+    replay (encoder windows rebuilt from the last R tokens, decoder run from ``start``) for a batch,
+    and a tail decode from start + L_d*(W-1) on is the full decode."""
+    torch.manual_seed(1)
+    m = EncoderDecoder(preset("tiny", **settings)).eval()
+    w, layers = m.cfg.window, m.cfg.dec_layers
+    seqs = torch.stack([_tokens(101, seed=s) for s in range(3)])
+    prefix, replay = 80, 9
+    s = prefix - replay
+    for b in range(3):
+        seq = seqs[b]
+        kv_full, _ = m.encode(seq, 0)
+        state = m.replay_encoder(seq, prefix, replay)
+        kv_cont, _ = m.encode(seq[prefix:], prefix, state)
+        kv = torch.cat([kv_full[:prefix], kv_cont])
+        want, _ = m.decode(seq[s:], s, kv, all_logits=True)
+        got_kv = m.global_kv_batched(seqs[b:b + 1, s:], start=s)[0, prefix - s:]
+        torch.testing.assert_close(got_kv, kv_cont, rtol=0, atol=1e-5)
+        got = m.decode_batched(seqs[b:b + 1, s:], s, kv[None])[0]
+        torch.testing.assert_close(got, want, rtol=0, atol=1e-4)
+    full = m.forward_batched(seqs)
+    start = 101 - 10 - layers * (w - 1)
+    tail = m.decode_batched(seqs[:, start:], start, m.global_kv_batched(seqs))[:, -10:]
+    torch.testing.assert_close(tail, full[:, -10:], rtol=0, atol=1e-4)
+    assert not torch.allclose(m.decode_batched(seqs[:, start + 5:], start + 5, m.global_kv_batched(seqs))[:, -10:],
+                              full[:, -10:], atol=1e-4)  # a shorter tail is a real approximation

@@ -3,7 +3,7 @@ as when every run is computed again (tiny preset, seconds)."""
 
 import torch
 
-from tiered_kv.replay_quality import _exact_run, _roundtrip, fp4_error, replay_error
+from tiered_kv.replay_quality import _exact_runs, _roundtrip, fp4_error, replay_error
 from tiered_kv.testing.models import scaled_tiny_model
 
 
@@ -21,6 +21,7 @@ def test_fp4_error_with_the_replay_grids_exact_runs_is_the_same_frame():
     assert reused.equals(fresh) and fresh["kl_nats"].min() > 0  # FP4 changes the logits, by the same bits
     # the exact run given the encoder's KV is the one that computes it
     rt = _roundtrip("nvfp4", 64, model)
-    kv = model.encode(seqs[0][:68], 0)[0].detach()
-    a, b = _exact_run(model, seqs[0][:68], 64, rt), _exact_run(model, seqs[0][:68], 64, rt, kv)
+    cut = [s[:68] for s in seqs]
+    kvs = list(model.global_kv_batched(torch.stack(cut[:1])).unbind())
+    (a,), (b,) = _exact_runs(model, cut[:1], 64, rt), _exact_runs(model, cut[:1], 64, rt, kvs[:1])
     assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])

@@ -110,15 +110,23 @@ def _cross_attention_cpu(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_of
     return torch.cat(outs, 0) if len(outs) > 1 else outs[0]
 
 
-def _batched_attention(q, k, v, window: int | None) -> torch.Tensor:
+def _batched_attention(q, k, v, window: int | None, q_offset: int = 0) -> torch.Tensor:
     """Training path: q [B,T,Hq,D], k/v [B,T,Hkv,D], both from position 0.
 
     Full causal attention (``window`` None, the cross-attention) goes to SDPA's causal flash
     kernel, which skips the masked half. Sliding-window attention over a long sequence is
     computed block-banded (:func:`_banded_attention`): O(T*2W) instead of O(T^2) work, which
     is what makes training on sequences several times W affordable on a CPU.
+
+    ``q_offset`` (cross-attention only): the queries sit at [q_offset, q_offset+T) over keys
+    [0, q_offset+T), as when a batch of bounded replays decodes only a sequence's tail.
     """
     t = q.shape[1]
+    if window is None and q_offset:
+        mask = torch.arange(k.shape[1], device=q.device)[None, :] <= q_offset + torch.arange(t, device=q.device)[:, None]
+        out = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                                             attn_mask=mask, enable_gqa=True)
+        return out.transpose(1, 2)
     if window is None:
         out = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
                                              is_causal=True, enable_gqa=True)

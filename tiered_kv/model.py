@@ -207,8 +207,8 @@ class SelfAttention(nn.Module):
         v = self.wv(x).unflatten(-1, (c.kv_heads, c.head_dim))
         return rope(q, positions, c.rope_theta), rope(k, positions, c.rope_theta), v
 
-    def forward_batched(self, x: torch.Tensor, window: int) -> torch.Tensor:
-        q, k, v = self._qkv(x, torch.arange(x.shape[1], device=x.device))
+    def forward_batched(self, x: torch.Tensor, window: int, start: int = 0) -> torch.Tensor:
+        q, k, v = self._qkv(x, torch.arange(start, start + x.shape[1], device=x.device))
         return self.wo(_batched_attention(q, k, v, window).flatten(-2))
 
     def forward(self, x: torch.Tensor, start: int, cache: LayerWindow | None, window: int,
@@ -276,9 +276,9 @@ class CrossAttention(nn.Module):
         slope = (self.recency * 1e-3 * math.sqrt(d + 1)).to(q.dtype)
         return torch.cat([q * math.sqrt((d + 1) / d), slope[:, None].expand(*q.shape[:-1], 1)], -1)
 
-    def forward_batched(self, x, gk, gv):
-        q = self._q(x, torch.arange(x.shape[1], device=x.device))
-        out = _batched_attention(q, self._k(gk), self._v(gv), None)[..., : self.cfg.head_dim]
+    def forward_batched(self, x, gk, gv, start: int = 0):
+        q = self._q(x, torch.arange(start, start + x.shape[1], device=x.device))
+        out = _batched_attention(q, self._k(gk), self._v(gv), None, start)[..., : self.cfg.head_dim]
         return self.wo(out.flatten(-2))
 
     def forward(self, x, start, gk, gv):
@@ -311,10 +311,10 @@ class SWALayer(nn.Module):
         self.norm2 = nn.RMSNorm(cfg.d_model, eps=cfg.norm_eps)
         self.mlp = MLP(cfg)
 
-    def forward_batched(self, x, window, gk=None, gv=None):
-        x = x + self.attn.forward_batched(self.norm1(x), window)
+    def forward_batched(self, x, window, gk=None, gv=None, start: int = 0):
+        x = x + self.attn.forward_batched(self.norm1(x), window, start)
         if self.cross is not None:
-            x = x + self.cross.forward_batched(self.norm_c(x), gk, gv)
+            x = x + self.cross.forward_batched(self.norm_c(x), gk, gv, start)
         return x + self.mlp(self.norm2(x))
 
     def forward(self, x, start, cache, window, keep, gk=None, gv=None):
@@ -378,23 +378,34 @@ class EncoderDecoder(nn.Module):
     # ---- training path (batched, from position 0)
     def forward_batched(self, tokens: torch.Tensor, kv_roundtrip=None) -> torch.Tensor:
         """Logits [B,T,V] for a batch of sequences that start at position 0."""
-        c = self.cfg
         kv = self.global_kv_batched(tokens)
         if kv_roundtrip is not None:
             kv = kv_roundtrip(kv)
+        return self.decode_batched(tokens, 0, kv)
+
+    def global_kv_batched(self, tokens: torch.Tensor, start: int = 0) -> torch.Tensor:
+        """The global KV [B,T,2,Hkv,D] of a batch of sequences at [start, start+T), encoded
+        from empty windows (exact from position 0; from ``start`` > 0 it is a bounded replay of
+        the encoder): what the SSD tier would hold for them (before FP4)."""
+        x = self.embed(tokens)
+        for layer in self.encoder:
+            x = layer.forward_batched(x, self.cfg.window, start=start)
+        return self._project(self.enc_norm(x), torch.arange(start, start + tokens.shape[1], device=tokens.device))
+
+    def decode_batched(self, tokens: torch.Tensor, start: int, global_kv: torch.Tensor) -> torch.Tensor:
+        """Decoder logits [B,T,V] for tokens [B,T] at [start, start+T), from empty windows,
+        cross-attending to ``global_kv`` [B, >=start+T, 2, Hkv, D].
+
+        From ``start`` > 0 this is the batched form of a bounded decoder replay: outputs at
+        positions >= start + L_d*(W-1) equal the full decode's (their windows never reach
+        before ``start``), so scoring a long sequence's tail needs the decoder over that tail only.
+        """
+        kv = global_kv[:, : start + tokens.shape[1]]
         gk, gv = kv[..., 0, :, :], kv[..., 1, :, :]
         y = self.embed(tokens)
         for layer in self.decoder:
-            y = layer.forward_batched(y, c.window, gk, gv)
+            y = layer.forward_batched(y, self.cfg.window, gk, gv, start)
         return self._logits(y)
-
-    def global_kv_batched(self, tokens: torch.Tensor) -> torch.Tensor:
-        """The global KV [B,T,2,Hkv,D] of a batch of sequences that start at position 0: what
-        the SSD tier would hold for them (before FP4)."""
-        x = self.embed(tokens)
-        for layer in self.encoder:
-            x = layer.forward_batched(x, self.cfg.window)
-        return self._project(self.enc_norm(x), torch.arange(tokens.shape[1], device=tokens.device))
 
     def _project(self, h: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         c = self.cfg

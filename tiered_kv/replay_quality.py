@@ -108,31 +108,48 @@ def _roundtrip(fmt: str | None, block_size: int, model: EncoderDecoder):
     return lambda kv: fp4_roundtrip(kv, ns)
 
 
-@torch.no_grad()
-def _exact_run(model: EncoderDecoder, seq: torch.Tensor, prefix: int, rt,
-               kv: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Global KV of the whole sequence and exact decoder logits for steps [prefix-1, end-1).
+#: Sequences per batched forward: all samples of a (W, R) cell go through the model together, a
+#: batch at a time (one sequence at a time leaves a CPU's matrix units mostly idle).
+BATCH = 16
 
-    ``kv``: the sequence's global KV before the round trip, when the caller has it (the encoder
+
+def _batches(sequences: list[torch.Tensor]):
+    for i in range(0, len(sequences), BATCH):
+        yield i, torch.stack(sequences[i:i + BATCH])
+
+
+@torch.no_grad()
+def _exact_runs(model: EncoderDecoder, sequences: list[torch.Tensor], prefix: int, rt,
+                kvs: list[torch.Tensor] | None = None) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Per sequence: its global KV (through ``rt``) and the exact decoder logits for steps
+    [prefix-1, end-1), both stacks run from position 0.
+
+    ``kvs``: the sequences' global KV before the round trip, when the caller has it (the encoder
     is deterministic, so the logits are the same bits as when it is computed here).
     """
-    if kv is None:
-        kv, _ = model.encode(seq, 0)
-    kv = rt(kv)
-    logits, _ = model.decode(seq[:-1], 0, kv, all_logits=True)
-    return kv, logits[prefix - 1:]
+    out = []
+    for i, toks in _batches(sequences):
+        raw = model.global_kv_batched(toks) if kvs is None else torch.stack(kvs[i:i + BATCH])
+        kv = torch.stack([rt(k) for k in raw])
+        logits = model.decode_batched(toks[:, :-1], 0, kv)[:, prefix - 1:].clone()
+        out += zip(kv.unbind(), logits.unbind(), strict=True)
+    return out
 
 
 @torch.no_grad()
-def _replayed_run(model: EncoderDecoder, seq: torch.Tensor, prefix: int, replay: int, kv_exact: torch.Tensor,
-                  rt) -> torch.Tensor:
-    """Logits for the same steps with both window caches rebuilt from the last R prefix tokens."""
-    enc_state = model.replay_encoder(seq, prefix, replay)
-    kv_cont, _ = model.encode(seq[prefix:], prefix, enc_state)
-    kv = torch.cat([kv_exact[:prefix], rt(kv_cont)])
+def _replayed_runs(model: EncoderDecoder, sequences: list[torch.Tensor], prefix: int, replay: int,
+                   exact: list[tuple[torch.Tensor, torch.Tensor]], rt) -> list[torch.Tensor]:
+    """Logits for the same steps with both window caches rebuilt from the last R prefix tokens:
+    the encoder replayed from ``prefix - R`` gives the continuation's global KV, the decoder runs
+    from there over the exact prefix KV (the SSD tier's) and the continuation's."""
     s = max(0, prefix - replay)
-    logits, _ = model.decode(seq[s:-1], s, kv, all_logits=True)
-    return logits[prefix - 1 - s:]
+    out = []
+    for i, toks in _batches(sequences):
+        kv_prefix = torch.stack([kv[:prefix] for kv, _ in exact[i:i + BATCH]])
+        cont = model.global_kv_batched(toks[:, s:], start=s)[:, prefix - s:]
+        kv = torch.cat([kv_prefix, torch.stack([rt(k) for k in cont])], 1)
+        out += model.decode_batched(toks[:, s:-1], s, kv)[:, prefix - 1 - s:].unbind()
+    return out
 
 
 def sample_sequences(stream: torch.Tensor, n: int, length: int, seed: int = 0) -> list[torch.Tensor]:
@@ -175,13 +192,13 @@ def replay_error(model: EncoderDecoder, sequences: list[torch.Tensor], *, window
         it = tqdm(combos, desc="replay quality", unit="(W,R)")
     cache: dict[int, list] = {} if exact_runs is None else exact_runs
     flops_cache: dict[int, dict] = {}
+    seqs = [seq[:prefix + steps] for seq in sequences]
     for w, r in it:
         m = model.with_settings(window=w)
         if w not in cache:
-            cache[w] = [_exact_run(m, seq[:prefix + steps], prefix, rt) for seq in sequences]
+            cache[w] = _exact_runs(m, seqs, prefix, rt)
         kls, agrees = [], []
-        for seq, (kv, exact) in zip(sequences, cache[w], strict=True):
-            rep = _replayed_run(m, seq[:prefix + steps], prefix, r, kv, rt)
+        for (_, exact), rep in zip(cache[w], _replayed_runs(m, seqs, prefix, r, cache[w], rt), strict=True):
             kl, ag = _kl_agree(exact, rep)
             kls.append(kl)
             agrees.append(ag)
@@ -226,13 +243,11 @@ def fp4_error(model: EncoderDecoder, sequences: list[torch.Tensor], *, formats=(
     rows = []
     seqs = [s[:prefix + steps] for s in sequences]
     with torch.no_grad():
-        kvs = [model.encode(s, 0)[0] for s in seqs]
-    ref = [_exact_run(model, s, prefix, _roundtrip(None, block_size, model), kv)[1]
-           for s, kv in zip(seqs, kvs, strict=True)]
+        kvs = [kv for _, toks in _batches(seqs) for kv in model.global_kv_batched(toks).unbind()]
+    ref = [logits for _, logits in _exact_runs(model, seqs, prefix, _roundtrip(None, block_size, model), kvs)]
     for fmt in formats:
         rt = _roundtrip(fmt, block_size, model)
-        got_all = (known or {}).get(fmt) or [_exact_run(model, s, prefix, rt, kv)[1]
-                                             for s, kv in zip(seqs, kvs, strict=True)]
+        got_all = (known or {}).get(fmt) or [logits for _, logits in _exact_runs(model, seqs, prefix, rt, kvs)]
         kls, ags = [], []
         for exact, got in zip(ref, got_all, strict=True):
             kl, ag = _kl_agree(exact, got)
