@@ -139,23 +139,42 @@ def run(args: argparse.Namespace) -> dict:
         torch.set_num_threads(threads_before)
 
 
-def _run(args: argparse.Namespace, torch, device, dtype, size: int, cuda: bool) -> dict:
-    from tqdm import tqdm
+#: Timing of one path: (median s, median paired clone s or None, every call, every clone call or None).
+Timing = tuple[float, float | None, list[float], list[float] | None]
+Timer = Callable[[Callable[[], Any], Callable[[], Any], int], Timing]
+_HEADS, _DIM = 8, 128  # the FP4 input is [tokens, heads, dim]
 
-    from tiered_kv.kernels import fp4, swa
 
-    in_bytes = torch.empty((), dtype=dtype).element_size()
-    heads, dim = 8, 128
-    per_token = heads * dim
-    tokens = max(1, size // (in_bytes * per_token))
+def _timer(args: argparse.Namespace, cuda: bool) -> Timer:
+    """``timed(fn, baseline, reps)``: CUDA events via do_bench (no paired baseline), or on the CPU
+    ``fn`` alternated with ``baseline`` on the chosen clock."""
+    if cuda:
+        from triton.testing import do_bench
+
+        def timed(fn: Callable[[], Any], baseline: Callable[[], Any], reps: int) -> Timing:
+            fn()
+            s = do_bench(fn, warmup=25, rep=max(50, 20 * reps), return_mode="median") / 1e3
+            return s, None, [s], None
+        return timed
+    clock = time.process_time if args.clock == "cpu" else time.perf_counter
+    return lambda fn, baseline, reps: _cpu_pair(fn, baseline, reps, clock)
+
+
+def _paired_gbps(t: Timing, clone_gbps: float, clone_bytes: float) -> float:
+    """The clone's GB/s timed beside this path when there is one, else the run's clone."""
+    return clone_gbps if t[1] is None else clone_bytes / t[1] / 1e9
+
+
+def _header(args: argparse.Namespace, torch, device, dtype, tokens: int, cuda: bool) -> dict[str, Any]:
+    """What the figures were measured on: device, versions, dtype, shape, clock and peak bandwidth."""
     name = torch.cuda.get_device_name(device) if cuda else "cpu"
     peak = args.peak_gbps
     if cuda and peak is None:
         peak = next((v for k, v in PEAK_GBPS.items() if k in name), None)
     result: dict[str, Any] = {
         "device": name, "torch": torch.__version__, "threads": torch.get_num_threads(),
-        "dtype": str(dtype).replace("torch.", ""), "shape": [tokens, heads, dim],
-        "elements": tokens * per_token, "peak_gbps": peak,
+        "dtype": str(dtype).replace("torch.", ""), "shape": [tokens, _HEADS, _DIM],
+        "elements": tokens * _HEADS * _DIM, "peak_gbps": peak,
         "clock": "cuda events (do_bench)" if cuda else (
             "process CPU time" if args.clock == "cpu" else "wall"),
     }
@@ -164,61 +183,70 @@ def _run(args: argparse.Namespace, torch, device, dtype, size: int, cuda: bool) 
         result["triton"] = triton.__version__
     except ImportError:  # pragma: no cover
         result["triton"] = None
+    return result
 
+
+def _run(args: argparse.Namespace, torch, device, dtype, size: int, cuda: bool) -> dict:
+    from tiered_kv.kernels import fp4
+
+    in_bytes = torch.empty((), dtype=dtype).element_size()
+    result = _header(args, torch, device, dtype, max(1, size // (in_bytes * _HEADS * _DIM)), cuda)
     g = torch.Generator(device=device).manual_seed(0)
-    x = torch.randn((tokens, heads, dim), generator=g, device=device, dtype=torch.float32)
-    x = x.to(dtype)
-    n = x.numel()
-
-    if cuda:
-        from triton.testing import do_bench
-
-        def timed(fn, reps=args.repeat):
-            fn()
-            s = do_bench(fn, warmup=25, rep=max(50, 20 * reps), return_mode="median") / 1e3
-            return s, None, [s], None
-
-        clone_s, *_ = timed(lambda: x.clone())
-        clone_gbps = 2 * in_bytes * n / clone_s / 1e9
-        backends = ("triton", "torch")
-    else:
-        clock = time.process_time if args.clock == "cpu" else time.perf_counter
-
-        def timed(fn, reps=args.repeat):
-            return _cpu_pair(fn, lambda: x.clone(), reps, clock)
-
-        clone_s, clone_all = (lambda t: (t[1], t[3]))(
-            _cpu_pair(lambda: x.clone(), lambda: x.clone(), args.repeat, clock))
-        clone_gbps = 2 * in_bytes * n / clone_s / 1e9
-        backends = ("numba", "torch") if fp4._has_numba() else ("torch",)
-    result["clone"] = {"seconds": clone_s, "bytes_per_element": 2.0 * in_bytes,
-                       "gbps": clone_gbps}
+    x = torch.randn(result["shape"], generator=g, device=device, dtype=torch.float32).to(dtype)
+    timed, peak = _timer(args, cuda), result["peak_gbps"]
+    t = timed(lambda: x.clone(), lambda: x.clone(), args.repeat)
+    clone_s = t[0] if cuda else t[1]
+    clone_gbps = 2 * in_bytes * x.numel() / clone_s / 1e9
+    result["clone"] = {"seconds": clone_s, "bytes_per_element": 2.0 * in_bytes, "gbps": clone_gbps}
     if not cuda:
-        result["clone"]["seconds_all"] = clone_all
+        result["clone"]["seconds_all"] = t[3]
     if peak:
         result["clone"]["fraction_of_peak"] = clone_gbps / peak
+    backends = ("triton", "torch") if cuda else ("numba", "torch") if fp4._has_numba() else ("torch",)
+    result["fp4"] = _fp4(args, x, backends, timed, clone_gbps, peak, cuda)
+    result["attention"] = _attention(args, torch, g, x.dtype, timed, clone_gbps, peak, cuda)
+    result["bytes_per_element_formulas"] = {
+        "clone": "2 * in_bytes",
+        "quantize": "in_bytes + 0.5 + 1/block (block 32 mxfp4, 16 nvfp4)",
+        "dequantize": "0.5 + 1/block + out_bytes",
+        "attention": "(2*|q| + |k| + |v|) * elem_bytes / |q| (output counted as |q|)",
+    }
+    return result
 
+
+def _fp4(args: argparse.Namespace, x, backends: tuple[str, ...], timed: Timer, clone_gbps: float,
+         peak: float | None, cuda: bool) -> dict[str, Any]:
+    """Quantize and dequantize in every format and backend, each timed beside a clone of ``x``."""
+    from tqdm import tqdm
+
+    from tiered_kv.kernels import fp4
+
+    n, in_bytes = x.numel(), x.element_size()
+    clone_bytes = 2 * in_bytes * n
+    out: dict[str, Any] = {f: {"quantize": {}, "dequantize": {}} for f in fp4.FORMATS}
     jobs = [(f, b) for f in fp4.FORMATS for b in backends]
-    fp4_out: dict[str, Any] = {f: {"quantize": {}, "dequantize": {}} for f in fp4.FORMATS}
     for fmt, backend in tqdm(jobs, desc="fp4 kernels", leave=False):
         t_jit = time.perf_counter()
         q = fp4.quantize(x, fmt, backend=backend)
-        fp4.dequantize(q, dtype, backend=backend)
+        fp4.dequantize(q, x.dtype, backend=backend)
         jit_s = time.perf_counter() - t_jit
         reps = args.repeat if (cuda or backend != "torch") else max(1, args.repeat // 2)
-        tq = timed(lambda f=fmt, b=backend: fp4.quantize(x, f, backend=b), reps)
-        td = timed(lambda q=q, b=backend: fp4.dequantize(q, dtype, backend=b), reps)
+        tq = timed(lambda f=fmt, b=backend: fp4.quantize(x, f, backend=b), lambda: x.clone(), reps)
+        td = timed(lambda q=q, b=backend: fp4.dequantize(q, x.dtype, backend=b), lambda: x.clone(), reps)
         side = fp4.bytes_per_element(fmt)
-        cb = clone_gbps if tq[1] is None else 2 * in_bytes * n / tq[1] / 1e9
-        cbd = clone_gbps if td[1] is None else 2 * in_bytes * n / td[1] / 1e9
-        fp4_out[fmt]["quantize"][backend] = _entry(tq, n, in_bytes + side, cb, peak)
-        fp4_out[fmt]["dequantize"][backend] = _entry(td, n, side + in_bytes, cbd, peak)
-        fp4_out[fmt]["quantize"][backend]["first_call_seconds"] = jit_s
-    result["fp4"] = fp4_out
+        for op, t in (("quantize", tq), ("dequantize", td)):  # each moves the input and the FP4 side
+            out[fmt][op][backend] = _entry(t, n, in_bytes + side, _paired_gbps(t, clone_gbps, clone_bytes), peak)
+        out[fmt]["quantize"][backend]["first_call_seconds"] = jit_s
+    return out
 
-    # Attention: a replay segment of Tq queries at the end of Tq + window keys (GQA 4:1).
-    Tq = args.attn_tokens or (8192 if cuda else 256)
-    W = args.window
+
+def _attention(args: argparse.Namespace, torch, g, dtype, timed: Timer, clone_gbps: float,
+               peak: float | None, cuda: bool) -> dict[str, Any]:
+    """A replay segment of Tq queries at the end of Tq + window keys (GQA 4:1), per backend."""
+    from tiered_kv.kernels import swa
+
+    device, in_bytes = g.device, torch.empty((), dtype=dtype).element_size()
+    Tq, W = args.attn_tokens or (8192 if cuda else 256), args.window
     Hq, Hkv, D = (32, 8, 128) if cuda else (8, 2, 64)
     Tk = Tq + W
     q = torch.randn((Tq, Hq, D), generator=g, device=device).to(dtype)
@@ -228,25 +256,13 @@ def _run(args: argparse.Namespace, torch, device, dtype, size: int, cuda: bool) 
     attn_bytes = (2 * q.numel() + k.numel() + v.numel()) * in_bytes / q.numel()
     attn: dict[str, Any] = {"shape": {"Tq": Tq, "Tk": Tk, "Hq": Hq, "Hkv": Hkv, "D": D,
                                       "window": W}, "visible_pairs_per_head": pairs}
-    attn_backends = ("triton", "torch") if cuda else ("torch",)
-    for backend in attn_backends:
-        fn = lambda b=backend: swa.sliding_window_attention(q, k, v, W, W, backend=b)  # noqa: E731
-        if cuda:
-            t = timed(fn)
-        else:
-            t = _cpu_pair(fn, lambda: q.clone(), max(2, args.repeat // 2), clock)
-        cb = clone_gbps if t[1] is None else 2 * q.numel() * in_bytes / t[1] / 1e9
-        e = _entry(t, q.numel(), attn_bytes, cb, peak)
+    for backend in ("triton", "torch") if cuda else ("torch",):
+        t = timed(lambda b=backend: swa.sliding_window_attention(q, k, v, W, W, backend=b),
+                  lambda: q.clone(), args.repeat if cuda else max(2, args.repeat // 2))
+        e = _entry(t, q.numel(), attn_bytes, _paired_gbps(t, clone_gbps, 2 * q.numel() * in_bytes), peak)
         e["tflops"] = 4.0 * pairs * Hq * D / t[0] / 1e12
         attn[backend] = e
-    result["attention"] = attn
-    result["bytes_per_element_formulas"] = {
-        "clone": "2 * in_bytes",
-        "quantize": "in_bytes + 0.5 + 1/block (block 32 mxfp4, 16 nvfp4)",
-        "dequantize": "0.5 + 1/block + out_bytes",
-        "attention": "(2*|q| + |k| + |v|) * elem_bytes / |q| (output counted as |q|)",
-    }
-    return result
+    return attn
 
 
 # ------------------------------------------------------------------------------------ the record
