@@ -39,3 +39,17 @@ def dashed_lines(data: Any, *, x: Any, y: Any, dash: str, dash_title: str, color
         strokeDash=alt.StrokeDash(dash, legend=dash_legend(dash_title, **(dash_legend_kwargs or {}))), **enc)
     points = alt.Chart().mark_point(filled=True, size=point_size).encode(**enc)
     return alt.layer(lines, points, data=data)
+
+
+def published_marks(value: float, text: str, *, x: str = "hour", at: float = 0.5) -> list:
+    """A dashed rule at the published ``value`` (field ``published``) and its ``text`` at ``x = at``.
+
+    Layer them over a chart with ``alt.layer(chart, *published_marks(...))``.
+    """
+    import altair as alt
+    import polars as pl
+
+    rule = alt.Chart(pl.DataFrame({"published": [value]})).mark_rule(strokeDash=[6, 4]).encode(y="published:Q")
+    label = alt.Chart(pl.DataFrame({"published": [value], x: [at], "text": [text]})).mark_text(
+        align="left", dy=-6).encode(x=f"{x}:Q", y="published:Q", text="text:N")
+    return [rule, label]

@@ -20,20 +20,22 @@ CV = "tiered_kv.viz.claim_values:"
 
 
 def build(quick: bool) -> FigureResult:
-    import altair as alt
-
-    from tiered_kv.arch import (
-        DEEPSEEK_67B,
-        DEEPSEEK_MLA_BITS,
-        DEEPSEEK_V2,
-        REFERENCE_CACHE_BYTES_PER_TOKEN,
-        kv_table,
-        ratios,
-    )
+    from tiered_kv.arch import kv_table
 
     data = pl.DataFrame(kv_table()).with_columns(
         (pl.col("arch") + " · " + pl.col("precision")).alias("label"))
-    r = ratios()
+    notes = ("Bytes/token = 2·layers·kv_heads·head_dim·bits/8 (GQA), layers·(512+64)·bits/8 (MLA), "
+             "2·kv_heads·head_dim·bits/8 for one shared global K/V (YOCO-style; window caches are a "
+             "per-sequence constant, not per token). FP4 bits from tiered_kv.kernels.fp4.bytes_per_element "
+             "(MXFP4 4.25, NVFP4 4.5). YOCO-3B's 8 global KV heads are an assumption (not in its paper's "
+             "table). The 890 B/token bar is DeepSeek's published number, not derived here.")
+    return FigureResult(chart=_chart(data), claims=_claims(), data=data, notes=notes)
+
+
+def _chart(data: pl.DataFrame):
+    """One bar per architecture and precision on a log axis, each labelled with its bytes."""
+    import altair as alt
+
     chart = alt.Chart(data).mark_bar().encode(
         y=alt.Y("label:N", sort=alt.EncodingSortField("bytes_per_token", order="descending"), title=None,
                 axis=alt.Axis(labelLimit=320)),
@@ -47,9 +49,22 @@ def build(quick: bool) -> FigureResult:
     text = alt.Chart(data).mark_text(align="left", dx=3, fontSize=10).encode(
         y=alt.Y("label:N", sort=alt.EncodingSortField("bytes_per_token", order="descending")),
         x="bytes_per_token:Q", text=alt.Text("bytes_per_token:Q", format=",.0f"))
-    chart = (chart + text).properties(width=520, height=22 * data.height, title=TITLE)
+    return (chart + text).properties(width=520, height=22 * data.height, title=TITLE)
+
+
+def _claims() -> list[Claim]:
+    """The 67B cache, DeepSeek's 437x and DeepSeek-V2's 93.3%: checks of published arithmetic."""
+    from tiered_kv.arch import (
+        DEEPSEEK_67B,
+        DEEPSEEK_MLA_BITS,
+        DEEPSEEK_V2,
+        REFERENCE_CACHE_BYTES_PER_TOKEN,
+        ratios,
+    )
+
+    r = ratios()
     b67 = DEEPSEEK_67B.bytes_per_token(16)
-    claims = [
+    return [
         Claim(claim="DeepSeek-LLM-67B KV cache in bf16 (GQA)", source="DeepSeek LLM (arXiv:2401.02954) shape",
               published=389_120, reproduced=b67, unit="bytes/token",
               inputs="2 x 95 layers x 8 KV heads x 128 dims x 2 bytes: arithmetic on the published shape",
@@ -71,9 +86,3 @@ def build(quick: bool) -> FigureResult:
               provenance=(CV + "kv_reduction", {"arch": "DEEPSEEK_V2", "bits": DEEPSEEK_MLA_BITS,
                                                   "vs_arch": "DEEPSEEK_67B", "vs_bits": 16})),
     ]
-    notes = ("Bytes/token = 2·layers·kv_heads·head_dim·bits/8 (GQA), layers·(512+64)·bits/8 (MLA), "
-             "2·kv_heads·head_dim·bits/8 for one shared global K/V (YOCO-style; window caches are a "
-             "per-sequence constant, not per token). FP4 bits from tiered_kv.kernels.fp4.bytes_per_element "
-             "(MXFP4 4.25, NVFP4 4.5). YOCO-3B's 8 global KV heads are an assumption (not in its paper's "
-             "table). The 890 B/token bar is DeepSeek's published number, not derived here.")
-    return FigureResult(chart=chart, claims=claims, data=data, notes=notes)

@@ -16,6 +16,7 @@ from functools import lru_cache
 import polars as pl
 
 from tiered_kv.viz.report import Claim, FigureResult
+from tiered_kv.viz.style import published_marks
 
 NAME = "05_disk_fraction"
 TITLE = "Share of input tokens served from the SSD tier over a simulated day"
@@ -54,12 +55,8 @@ def build(quick: bool) -> FigureResult:
         color=alt.Color("traffic_class:N", title="class"),
         tooltip=["hour", "traffic_class", alt.Tooltip("disk_token_fraction:Q", format=".1%"), "input_tokens"],
     )
-    rule = alt.Chart(pl.DataFrame({"published": [PUBLISHED_DISK_FRACTION]})).mark_rule(strokeDash=[6, 4]).encode(
-        y="published:Q")
-    label = alt.Chart(pl.DataFrame({"published": [PUBLISHED_DISK_FRACTION], "hour": [0.5],
-                                    "text": ["DeepSeek: 56%"]})).mark_text(align="left", dy=-6).encode(
-        x="hour:Q", y="published:Q", text="text:N")
-    chart = (line + rule + label).properties(width=520, height=300, title=TITLE)
+    chart = alt.layer(line, *published_marks(PUBLISHED_DISK_FRACTION, "DeepSeek: 56%")).properties(
+        width=520, height=300, title=TITLE)
     by = total["by_class"]
     claims = [Claim(
         "share of input tokens served from disk", "DeepSeek (context caching on disk)", PUBLISHED_DISK_FRACTION,

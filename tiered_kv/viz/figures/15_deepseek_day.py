@@ -21,6 +21,7 @@ from pathlib import Path
 import polars as pl
 
 from tiered_kv.viz.report import Claim, FigureResult
+from tiered_kv.viz.style import published_marks
 
 NAME = "15_deepseek_day"
 TITLE = "Disk-served share of a DeepSeek-like day: per-class TTLs (3 d / 7 d) and LRU"
@@ -49,26 +50,8 @@ def run(quick: bool) -> dict:
 
 
 def build(quick: bool) -> FigureResult:
-    import altair as alt
-
     res = run(quick)
-    lo = res["counted_hours"][0]
-    rows = [{"policy": name, "hour": h - lo, "disk_token_fraction": v}
-            for name, p in res["policies"].items() for h, v in enumerate(p["hourly"]) if v is not None and h >= lo]
-    hourly = pl.DataFrame(rows)
-    line = alt.Chart(hourly).mark_line(point=True).encode(
-        x=alt.X("hour:Q", title="hour of the counted day (hours)"),
-        y=alt.Y("disk_token_fraction:Q", title="input tokens served from disk (fraction)",
-                axis=alt.Axis(format="%"), scale=alt.Scale(domain=[0, 1])),
-        color=alt.Color("policy:N", title="policy (capacities at DeepSeek scale / the scale factor)"),
-        tooltip=["policy", "hour", alt.Tooltip("disk_token_fraction:Q", format=".1%")],
-    )
-    rule = alt.Chart(pl.DataFrame({"published": [PUBLISHED_DISK_FRACTION]})).mark_rule(strokeDash=[6, 4]).encode(
-        y="published:Q")
-    label = alt.Chart(pl.DataFrame({"published": [PUBLISHED_DISK_FRACTION], "hour": [0.5],
-                                    "text": ["DeepSeek: 56%"]})).mark_text(align="left", dy=-6).encode(
-        x="hour:Q", y="published:Q", text="text:N")
-    chart = (line + rule + label).properties(width=520, height=300, title=TITLE)
+    chart, hourly = _chart(res)
     ttl = res["policies"][TTL_NAME]
     scale_text = f"1/{round(1 / res['scale']):,}"
     claims = [Claim(
@@ -85,24 +68,52 @@ def build(quick: bool) -> FigureResult:
              f"bytes/token times {scale_text}. "
              + "; ".join(f"{k}: {p['disk_token_fraction']:.1%}" for k, p in res["policies"].items()) + "."]
     if RECORDED.is_file():
-        full = json.loads(RECORDED.read_text())
-        p = full["policies"].get(TTL_NAME) or next(iter(full["policies"].values()))
-        g = full["generated"]
-        claims.append(Claim(
-            "share of input tokens served from disk, DeepSeek-volume day (cold start)", SOURCE,
-            PUBLISHED_DISK_FRACTION, float(p["disk_token_fraction"]), "fraction",
-            f"tiered-kv day: {g['input_tokens'] / 1e9:,.0f} B tokens, {g['accesses'] / 1e9:.2f} G block accesses, "
-            f"one day from an empty cache (TTLs of days never expire within it), recorded in "
-            f"benchmarks/results/deepseek_day.json; a proxy for the same reason as the row above",
-            kind="proxy",  # the same workload as the row above, at DeepSeek's volume from a cold start
-            provenance=("tiered_kv.viz.claim_values:recorded_day_disk_fraction",
-                        {"path": str(RECORDED), "policy": TTL_NAME})))
-        notes.append(f"The DeepSeek-volume day (BENCHMARKS.md) replayed in {full['replay_s'] / 60:.1f} min at "
-                     f"{full['replay_peak_rss_bytes'] / 2**30:.1f} GiB peak RSS; from a cold start its share is a "
-                     "lower bound of a live service's.")
+        claim, note = _recorded_row()
+        claims.append(claim)
+        notes.append(note)
     if quick:
         notes.append(f"Quick mode: {scale_text} of DeepSeek's volume.")
     notes.append("Day-scale TTLs decide little within a day of this workload: the 1 d TTL row shows how far the "
                  "share falls when KV older than a day is dropped.")
     assert all(math.isfinite(p["disk_token_fraction"]) for p in res["policies"].values())
     return FigureResult(chart=chart, claims=claims, data=hourly, notes=" ".join(notes))
+
+
+def _chart(res: dict):
+    """(chart, hourly): each policy's disk-served share per hour of the counted day, DeepSeek's 56% dashed."""
+    import altair as alt
+
+    lo = res["counted_hours"][0]
+    rows = [{"policy": name, "hour": h - lo, "disk_token_fraction": v}
+            for name, p in res["policies"].items() for h, v in enumerate(p["hourly"]) if v is not None and h >= lo]
+    hourly = pl.DataFrame(rows)
+    line = alt.Chart(hourly).mark_line(point=True).encode(
+        x=alt.X("hour:Q", title="hour of the counted day (hours)"),
+        y=alt.Y("disk_token_fraction:Q", title="input tokens served from disk (fraction)",
+                axis=alt.Axis(format="%"), scale=alt.Scale(domain=[0, 1])),
+        color=alt.Color("policy:N", title="policy (capacities at DeepSeek scale / the scale factor)"),
+        tooltip=["policy", "hour", alt.Tooltip("disk_token_fraction:Q", format=".1%")],
+    )
+    chart = alt.layer(line, *published_marks(PUBLISHED_DISK_FRACTION, "DeepSeek: 56%")).properties(
+        width=520, height=300, title=TITLE)
+    return chart, hourly
+
+
+def _recorded_row() -> tuple[Claim, str]:
+    """The claim and the note of the recorded DeepSeek-volume day (:data:`RECORDED`)."""
+    full = json.loads(RECORDED.read_text())
+    p = full["policies"].get(TTL_NAME) or next(iter(full["policies"].values()))
+    g = full["generated"]
+    claim = Claim(
+        "share of input tokens served from disk, DeepSeek-volume day (cold start)", SOURCE,
+        PUBLISHED_DISK_FRACTION, float(p["disk_token_fraction"]), "fraction",
+        f"tiered-kv day: {g['input_tokens'] / 1e9:,.0f} B tokens, {g['accesses'] / 1e9:.2f} G block accesses, "
+        f"one day from an empty cache (TTLs of days never expire within it), recorded in "
+        f"benchmarks/results/deepseek_day.json; a proxy for the same reason as the row above",
+        kind="proxy",  # the same workload as the row above, at DeepSeek's volume from a cold start
+        provenance=("tiered_kv.viz.claim_values:recorded_day_disk_fraction",
+                    {"path": str(RECORDED), "policy": TTL_NAME}))
+    note = (f"The DeepSeek-volume day (BENCHMARKS.md) replayed in {full['replay_s'] / 60:.1f} min at "
+            f"{full['replay_peak_rss_bytes'] / 2**30:.1f} GiB peak RSS; from a cold start its share is a "
+            "lower bound of a live service's.")
+    return claim, note

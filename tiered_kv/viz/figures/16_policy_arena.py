@@ -19,14 +19,20 @@ TITLE = "Policy arena: token hit rate vs capacity, and SSD writes/day vs hit rat
 
 
 def build(quick: bool) -> FigureResult:
-    import altair as alt
-    import polars as pl
-
-    from tiered_kv.units import format_bytes
     from tiered_kv.viz import policy_arena as A
 
     trace = A.load("conversation")
     data = A.arena_table(trace, points=6 if quick else 24)
+    return FigureResult(chart=_chart(data), claims=[], data=data, notes=_notes(trace, data))
+
+
+def _chart(data):
+    """Hit rate against capacity per policy (Belady dashed), beside writes/day against hit rate."""
+    import altair as alt
+    import polars as pl
+
+    from tiered_kv.viz import policy_arena as A
+
     order = ["Belady (bound)", *A.POLICIES]
     color = alt.Color("policy:N", title="policy", sort=order)
     curve = alt.Chart(data.filter(pl.col("admission") != "second-sighting")).mark_line(
@@ -52,7 +58,13 @@ def build(quick: bool) -> FigureResult:
                  alt.Tooltip("drive_writes_per_day:Q", format=".3s"),
                  alt.Tooltip("bytes_written_per_hit_byte:Q", format=".3s")],
     ).properties(width=420, height=300, title="wear frontier: writes/day vs hit rate, every capacity")
-    chart = alt.hconcat(curve, frontier).properties(title=TITLE)
+    return alt.hconcat(curve, frontier).properties(title=TITLE)
+
+
+def _notes(trace, data) -> str:
+    """The trace, the best policy at each capacity, the distance to Belady and second sighting, in words."""
+    from tiered_kv.units import format_bytes
+    from tiered_kv.viz import policy_arena as A
 
     s = A.summary(data)
     win_txt = "; ".join(f"{format_bytes(w['capacity_bytes'])}: {', '.join(w['winners'])} ({w['token_hit_rate']:.1%})"
@@ -62,7 +74,7 @@ def build(quick: bool) -> FigureResult:
     ss_txt = "; ".join(f"{t['policy']} writes x{t['written_ratio']:.2f}, hit rate {t['mean_hit_change']:+.1%} "
                        f"on average ({t['min_hit_change']:+.1%} to {t['max_hit_change']:+.1%})"
                        for t in s["second_sighting"])
-    notes = (
+    return (
         f"Mooncake conversation trace: {trace.n_requests:,} requests, {trace.n_accesses:,} accesses of "
         f"{trace.uniform_block_size}-token blocks; {data['capacity_tokens'].n_unique()} log-spaced capacities "
         "from one block to the footprint; bytes at 70,272 B/token (DeepSeek-V3 MLA, bf16); lru and Belady from "
@@ -74,4 +86,3 @@ def build(quick: bool) -> FigureResult:
         "trace spans one hour, so small caches churn at huge rates: read the frontier for its ordering, not "
         "as a drive rating."
     )
-    return FigureResult(chart=chart, claims=[], data=data, notes=notes)
