@@ -20,15 +20,7 @@ import ipywidgets as widgets
 import polars as pl
 
 from tiered_kv.viz.style import dashed_lines
-from tiered_kv.viz.widgets import (
-    ChartView,
-    control,
-    dashboard_bundle,
-    error_box,
-    html_table,
-    log_slider,
-    watch,
-)
+from tiered_kv.viz.widgets import Dashboard, control, html_table, log_slider
 
 
 #: (windows, replays, sequences, prefix tokens, decoded steps) at each notebook size. The full
@@ -127,7 +119,7 @@ def compute_frame(enc_layers: int, dec_layers: int, prompt_tokens: int, replay_t
     })
 
 
-class ReplayDashboard:
+class ReplayDashboard(Dashboard):
     """Sliders: window W and replay R (grid points), prompt length N (for compute)."""
 
     def __init__(self, measurements: ReplayMeasurements) -> None:
@@ -140,12 +132,7 @@ class ReplayDashboard:
                                               description="replay R (tokens)", continuous_update=False,
                                               style={"description_width": "initial"})
         self.prompt = log_slider("prompt N (tokens)", 32768, 1024, 131072, unit="tokens")
-        self.summary = widgets.HTML()
-        self.chart_view = ChartView()
-        self.errors = error_box()
-        watch((self.window, self.replay, self.prompt), self.refresh, self.errors)
-        self.widget = widgets.VBox([self.window, self.replay, control(self.prompt), self.errors, self.summary,
-                                    self.chart_view.output])
+        self.assemble((self.window, self.replay, self.prompt), [self.window, self.replay, control(self.prompt)])
         self.point: dict = {}
         self.refresh()
 
@@ -183,6 +170,3 @@ class ReplayDashboard:
             alt.X("layer_tokens:Q", title="layer-tokens of one prefill"), alt.Y("prefill:N", title=None),
         ).properties(width=260, height=200, title="prefill compute")
         self.chart_view.show(alt.hconcat(kl, mass, comp))
-
-    def _repr_mimebundle_(self, **kwargs) -> dict:
-        return dashboard_bundle(self.widget, self.chart_view, **kwargs)

@@ -26,16 +26,7 @@ import polars as pl
 from tiered_kv.sim import retention as R
 from tiered_kv.sim.trace_replay import CompiledTrace
 from tiered_kv.units import format_bytes, format_duration
-from tiered_kv.viz.widgets import (
-    ChartView,
-    DashboardBox,
-    control,
-    dashboard_bundle,
-    error_box,
-    log_slider,
-    records,
-    watch,
-)
+from tiered_kv.viz.widgets import Dashboard, DashboardBox, control, log_slider, records
 
 DAY_S = R.DAY_S
 #: steps of the capacity slider; the optimum is precomputed at every one of them
@@ -251,7 +242,7 @@ def economics_template(analysis: EconomicsAnalysis) -> alt.HConcatChart:
         title=analysis.title or "hit rate vs average stored bytes: TTL curve and oracle frontier per class")
 
 
-class EconomicsDashboard:
+class EconomicsDashboard(Dashboard):
     """Capacity and per-class TTL sliders over an :class:`EconomicsAnalysis`.
 
     ``dashboard.view`` is the dict of the last redraw (:func:`economics_view`); ``widget`` is the VBox.
@@ -270,15 +261,11 @@ class EconomicsDashboard:
         self.capacity_slider = log_slider("SSD capacity", cap0, float(g[0]), float(g[-1]),
                                           steps=len(g) - 1, unit="bytes")
         self.ttl_sliders = {n: log_slider(f"TTL {n}", ttl_days[n], lo, hi, unit="days") for n in a.class_names}
-        self.summary = widgets.HTML()
-        self.chart_view = ChartView()
         self.template = economics_template(a)
         self.view: dict | None = None
-        self.errors = error_box()
-        watch([self.capacity_slider, *self.ttl_sliders.values()], self.refresh, self.errors)
-        self.widget = DashboardBox([control(self.capacity_slider), *(control(s) for s in self.ttl_sliders.values()),
-                                    self.errors, self.summary, self.chart_view.output])
-        self.widget.chart_view = self.chart_view
+        self.assemble([self.capacity_slider, *self.ttl_sliders.values()],
+                      [control(self.capacity_slider), *(control(s) for s in self.ttl_sliders.values())],
+                      box=DashboardBox)
         self.refresh()
 
     def capacity(self) -> float:
@@ -291,9 +278,6 @@ class EconomicsDashboard:
         self.view = economics_view(self.analysis, self.capacity(), self.ttls())
         self.summary.value = f'<div class="tkv-economics">{html.escape(summary_line(self.view))}</div>'
         self.chart_view.show_data(self.template, economics_datasets(self.analysis, self.view))
-
-    def _repr_mimebundle_(self, **kwargs) -> dict:
-        return dashboard_bundle(self.widget, self.chart_view, **kwargs)
 
 
 def economics_dashboard(analysis: EconomicsAnalysis, **kwargs) -> widgets.VBox:
@@ -326,19 +310,3 @@ def synthetic_analysis(size: str | None = None, seed: int = 0, preset: str | Non
     rate = f" at {factor:g} of its rates" if factor != 1.0 else ""
     return build_analysis(synth.generate(cfg, d, seed),
                           title=f"synthetic '{p}'{rate}, {d:g} days: hit rate vs average stored bytes")
-
-
-def conversation_analysis(size: str | None = None) -> EconomicsAnalysis:
-    """Analysis of the shipped Mooncake conversation trace (first 15 min at small size)."""
-    from tiered_kv.sim.traces import load_trace, shipped_trace
-    from tiered_kv.viz import notebook_size
-
-    frame = load_trace(shipped_trace("conversation"))
-    if (size or notebook_size()) == "small":
-        frame = frame.filter(pl.col("timestamp_s") < frame["timestamp_s"].min() + 900.0)
-    return build_analysis(frame, title="Mooncake conversation trace: hit rate vs average stored bytes")
-
-
-def synthetic_economics_dashboard(size: str | None = None, seed: int = 0) -> widgets.VBox:
-    """The economics dashboard on the synthetic chatbot + agent workload."""
-    return economics_dashboard(synthetic_analysis(size, seed))

@@ -19,7 +19,7 @@ import ipywidgets as widgets
 import polars as pl
 import torch
 
-from tiered_kv.viz.widgets import ChartView, dashboard_bundle, error_box, html_table, watch
+from tiered_kv.viz.widgets import Dashboard, html_table
 
 FORMATS = ("mxfp4", "nvfp4")
 #: Elements per error sample at each notebook size (multiples of 8 heads x 128 dims).
@@ -159,7 +159,7 @@ def summary_rows(frame: pl.DataFrame) -> list[dict]:
             for r in frame.iter_rows(named=True)]
 
 
-class FP4Dashboard:
+class FP4Dashboard(Dashboard):
     """Slider for the sample's tail heaviness (Student-t degrees of freedom) and its seed."""
 
     def __init__(self, size: str | None = None, dof: float = 3.0) -> None:
@@ -171,12 +171,7 @@ class FP4Dashboard:
                                                  continuous_update=False, style={"description_width": "initial"},
                                                  layout=widgets.Layout(width="520px"))
         self.seed_slider = widgets.IntSlider(value=0, min=0, max=20, description="seed", continuous_update=False)
-        self.summary = widgets.HTML()
-        self.chart_view = ChartView()
-        self.errors = error_box()
-        watch((self.dof_slider, self.seed_slider), self.refresh, self.errors)
-        self.widget = widgets.VBox([self.dof_slider, self.seed_slider, self.errors, self.summary,
-                                    self.chart_view.output])
+        self.assemble((self.dof_slider, self.seed_slider), [self.dof_slider, self.seed_slider])
         self.frame: pl.DataFrame | None = None
         self._sweeps: dict[int, pl.DataFrame] = {}
         self.refresh()
@@ -190,6 +185,3 @@ class FP4Dashboard:
         self.summary.value = html_table(summary_rows(self.frame), css_class="tkv-fp4",
                                         cell_classes={"typical error, heavy-tailed": "tkv-heavy"})
         self.chart_view.show(error_chart(self.frame, self.sweep))
-
-    def _repr_mimebundle_(self, **kwargs) -> dict:
-        return dashboard_bundle(self.widget, self.chart_view, **kwargs)

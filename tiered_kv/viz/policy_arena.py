@@ -28,15 +28,7 @@ import ipywidgets as widgets
 import numpy as np
 import polars as pl
 
-from tiered_kv.viz.widgets import (
-    ChartView,
-    DashboardBox,
-    dashboard_bundle,
-    error_box,
-    html_table,
-    records,
-    watch,
-)
+from tiered_kv.viz.widgets import Dashboard, DashboardBox, html_table, records
 
 #: The policies the arena shows by default (``belady`` is drawn as the bound).
 POLICIES = ("lru", "fifo", "lfu", "arc", "slru", "2q", "s3fifo", "sieve", "gdsf")
@@ -319,7 +311,7 @@ _TABLE_CSS = ("<style>.tkv-arena td, .tkv-arena th {padding: 2px 12px; text-alig
               " .tkv-arena {border-collapse: collapse; margin: 4px 0}</style>")
 
 
-class PolicyArenaDashboard:
+class PolicyArenaDashboard(Dashboard):
     """Policy choice, admission filter and a capacity slider over a precomputed :class:`Arena`.
 
     ``dashboard.view`` is the dict of the last redraw (:func:`arena_view`); ``widget`` is the box
@@ -342,15 +334,11 @@ class PolicyArenaDashboard:
         self.capacity_slider = widgets.SelectionSlider(
             options=labels, value=cap0, description="SSD capacity", continuous_update=True,
             style={"description_width": "initial"}, layout=widgets.Layout(width="560px"))
-        self.summary = widgets.HTML()
-        self.chart_view = ChartView()
         self.template = arena_template(a)
         self.view: dict | None = None
-        self.errors = error_box()
-        watch([self.policy_select, self.admission_buttons, self.capacity_slider], self.refresh, self.errors)
         controls = widgets.HBox([self.policy_select, widgets.VBox([self.admission_buttons, self.capacity_slider])])
-        self.widget = DashboardBox([controls, self.errors, self.summary, self.chart_view.output])
-        self.widget.chart_view = self.chart_view
+        self.assemble([self.policy_select, self.admission_buttons, self.capacity_slider], [controls],
+                      box=DashboardBox)
         self.refresh()
 
     def refresh(self, _change=None) -> None:
@@ -369,9 +357,6 @@ class PolicyArenaDashboard:
             if r["policy"] == policy:
                 return float(r["token_hit_rate"])
         raise KeyError(f"{policy!r} is not shown (shown: {[r['policy'] for r in self.view['rows']]})")
-
-    def _repr_mimebundle_(self, **kwargs) -> dict:
-        return dashboard_bundle(self.widget, self.chart_view, **kwargs)
 
 
 def conversation_arena(size: str | None = None, policies=POLICIES, points: int | None = None,

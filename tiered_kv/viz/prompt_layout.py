@@ -18,6 +18,8 @@ from functools import lru_cache
 
 import polars as pl
 
+from tiered_kv.viz.widgets import Dashboard
+
 #: The series of :func:`depth_table`.
 SERIES = ("agent, synthetic", "chatbot, synthetic", "chatbot, real trace (Mooncake conversation)")
 
@@ -148,14 +150,13 @@ def layout_chart(curve: pl.DataFrame, depth_tokens: float, rows: list[dict]):
         width=480, height=280, title=f"volatile per-call line at depth {depth_tokens:,.0f} tokens")
 
 
-class PromptLayoutDashboard:
+class PromptLayoutDashboard(Dashboard):
     """A slider for the depth of a per-call line; the hit rate of every series against depth."""
 
     def __init__(self, size: str | None = None, depth_tokens: int = 2048) -> None:
         import ipywidgets as widgets
 
         from tiered_kv.viz import notebook_size
-        from tiered_kv.viz.widgets import ChartView, error_box, watch
 
         self.size = size or notebook_size()
         self.quick = self.size == "small"
@@ -164,11 +165,7 @@ class PromptLayoutDashboard:
             value=int(depth_tokens), min=0, max=SLIDER_MAX_TOKENS, step=512,
             description="depth of the per-call line (tokens)", continuous_update=False,
             style={"description_width": "initial"}, layout=widgets.Layout(width="480px"))
-        self.summary = widgets.HTML()
-        self.chart_view = ChartView()
-        self.errors = error_box()
-        watch((self.depth,), self.refresh, self.errors)
-        self.widget = widgets.VBox([self.depth, self.errors, self.summary, self.chart_view.output])
+        self.assemble((self.depth,), [self.depth])
         self.view: dict | None = None
         self.refresh()
 
@@ -181,11 +178,6 @@ class PromptLayoutDashboard:
         shown = [{k: (f"{v:.1%}" if isinstance(v, float) else v) for k, v in r.items()} for r in rows]
         self.summary.value = html_table(shown, css_class="tkv-layout")
         self.chart_view.show(layout_chart(self.curve, d, rows))
-
-    def _repr_mimebundle_(self, **kwargs) -> dict:
-        from tiered_kv.viz.widgets import dashboard_bundle
-
-        return dashboard_bundle(self.widget, self.chart_view, **kwargs)
 
 
 def prompt_layout_dashboard(size: str | None = None, depth_tokens: int = 2048) -> PromptLayoutDashboard:
@@ -207,22 +199,3 @@ def depth_table(*, quick: bool = True, depths=(0, 512, 2048, 8192, 32768)) -> tu
             for d in (-1.0, *depths, math.inf) for s, r in depth_rates(d, quick=quick).items()]
     below = pl.DataFrame([{"series": s, "token_hit_rate": r} for s, r in below_prefix_rates(quick=quick).items()])
     return pl.DataFrame(rows), below
-
-
-def depth_chart(depth_tokens: float, *, quick: bool = True):
-    """Bar chart of each series' hit rate with no line and with the line at ``depth_tokens``."""
-    import altair as alt
-
-    none, at = depth_rates(-1, quick=quick), depth_rates(depth_tokens, quick=quick)
-    where = "at the end" if math.isinf(depth_tokens) else f"at depth {depth_tokens:,.0f} tokens"
-    data = pl.DataFrame([{"series": s, "layout": layout, "token_hit_rate": v}
-                         for layout, rates in (("no volatile line", none), (f"line {where}", at))
-                         for s, v in rates.items()])
-    return alt.Chart(data).mark_bar().encode(
-        y=alt.Y("series:N", title=None, axis=alt.Axis(labelLimit=320)),
-        yOffset="layout:N",
-        x=alt.X("token_hit_rate:Q", title="token hit rate (unlimited cache)", axis=alt.Axis(format="%"),
-                scale=alt.Scale(domain=[0, 1])),
-        color=alt.Color("layout:N", title=None, legend=alt.Legend(orient="bottom")),
-        tooltip=["series", "layout", alt.Tooltip("token_hit_rate:Q", format=".1%")],
-    ).properties(width=420, height=160, title=f"volatile per-call line {where}")

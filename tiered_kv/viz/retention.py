@@ -19,16 +19,7 @@ import polars as pl
 
 from tiered_kv.sim.retention import settings as R
 from tiered_kv.units import format_bytes, format_duration, format_tokens
-from tiered_kv.viz.widgets import (
-    ChartView,
-    control,
-    dashboard_bundle,
-    error_box,
-    html_table,
-    log_slider,
-    records,
-    watch,
-)
+from tiered_kv.viz.widgets import Dashboard, control, html_table, log_slider, records
 
 
 @dataclass(frozen=True)
@@ -100,13 +91,6 @@ def retention_template(title: str = "") -> alt.HConcatChart:
     return alt.hconcat(ttl, cap, occ).properties(title=title)
 
 
-def retention_chart(view: RetentionView, title: str = "") -> alt.HConcatChart:
-    """The dashboard's chart with its data inlined (for saving as SVG/PNG)."""
-    spec = retention_template(title).to_dict()
-    spec["datasets"] = retention_datasets(view)
-    return alt.HConcatChart.from_dict(spec)
-
-
 def summary_rows(view: RetentionView) -> list[dict]:
     """Rows of the summary table: class, TTL, effective retention, token hit rate, hit tokens."""
     rows = []
@@ -137,7 +121,7 @@ _TABLE_CSS = ("<style>.tkv-retention td, .tkv-retention th {padding: 2px 12px; t
               " .tkv-retention {border-collapse: collapse; margin: 4px 0}</style>")
 
 
-class RetentionDashboard:
+class RetentionDashboard(Dashboard):
     """Sliders (TTL per class, capacity, watermark) over a precomputed :class:`RetentionTable`.
 
     ``dashboard.view`` holds the frames of the last redraw; ``dashboard.widget`` is the VBox to
@@ -163,14 +147,9 @@ class RetentionDashboard:
             value=watermark, min=0.5, max=1.0, step=0.01, description="watermark (fraction)",
             continuous_update=False, style={"description_width": "initial"}, layout=widgets.Layout(width="480px"),
         )
-        self.summary = widgets.HTML()
-        self.chart_view = ChartView()
-        self.errors = error_box()
-        watch([*self.ttl_sliders.values(), self.capacity_slider, self.watermark_slider], self.refresh, self.errors)
-        self.widget = widgets.VBox(
-            [*(control(s) for s in self.ttl_sliders.values()), control(self.capacity_slider),
-             self.watermark_slider, self.errors, self.summary, self.chart_view.output]
-        )
+        self.assemble([*self.ttl_sliders.values(), self.capacity_slider, self.watermark_slider],
+                      [*(control(s) for s in self.ttl_sliders.values()), control(self.capacity_slider),
+                       self.watermark_slider])
         self.view: RetentionView | None = None
         self.template = retention_template(title)
         self.refresh()
@@ -192,9 +171,6 @@ class RetentionDashboard:
         """Token hit rate of ``cls`` (or ``"total"``) at the current slider values."""
         assert self.view is not None
         return float(self.view.rates.filter(pl.col("class") == cls)["token_hit_rate"][0])
-
-    def _repr_mimebundle_(self, **kwargs) -> dict:
-        return dashboard_bundle(self.widget, self.chart_view, **kwargs)
 
 
 # --- the two workloads of notebook 03 ------------------------------------------------------

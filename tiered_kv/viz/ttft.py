@@ -16,7 +16,7 @@ import ipywidgets as widgets
 import numpy as np
 import polars as pl
 
-from tiered_kv.viz.widgets import ChartView, dashboard_bundle, error_box, html_table, log_slider, watch
+from tiered_kv.viz.widgets import Dashboard, html_table, log_slider
 
 GIB = 2**30
 #: (machines, seconds of traffic) of the queueing run at each notebook size.
@@ -144,7 +144,7 @@ def ttft_chart(view: TTFTView) -> alt.HConcatChart:
     return alt.hconcat(idle, cdf)
 
 
-class TTFTDashboard:
+class TTFTDashboard(Dashboard):
     """Sliders: SSD read bandwidth, request rate per machine, hit fraction; admission; KV precision."""
 
     def __init__(self, size: str | None = None, setting: TTFTSetting | None = None) -> None:
@@ -163,12 +163,8 @@ class TTFTDashboard:
         self.admission = widgets.Checkbox(value=base.admission, description="admission: recompute when sooner",
                                           indent=False, layout=widgets.Layout(width="480px"))
         self.kv = widgets.Dropdown(options=list(PRESETS), value=base.kv_preset, description="KV cache")
-        self.summary = widgets.HTML()
-        self.chart_view = ChartView()
-        self.errors = error_box()
-        watch((self.bandwidth, self.rate, self.hit, self.admission, self.kv), self.refresh, self.errors)
-        self.widget = widgets.VBox([self.bandwidth, self.rate, self.hit, self.admission, self.kv,
-                                    self.errors, self.summary, self.chart_view.output])
+        shown = [self.bandwidth, self.rate, self.hit, self.admission, self.kv]
+        self.assemble(shown, shown)
         self.view: TTFTView | None = None
         self.refresh()
 
@@ -188,9 +184,6 @@ class TTFTDashboard:
                 f"(a miss costs {self.view.miss_cost_per_mtok:g}; a hit 1/50 of it)</div>")
         self.summary.value = html_table(rows, css_class="tkv-ttft", cell_classes={"p99 TTFT": "tkv-p99"}) + cost
         self.chart_view.show(ttft_chart(self.view))
-
-    def _repr_mimebundle_(self, **kwargs) -> dict:
-        return dashboard_bundle(self.widget, self.chart_view, **kwargs)
 
 
 def _s(seconds: float) -> str:

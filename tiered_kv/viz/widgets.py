@@ -113,7 +113,7 @@ class ChartView:
         spec = dict(self._template_spec)
         spec["datasets"] = datasets
         self.spec = spec
-        self.chart = None  # built from the spec on demand (see ``current_chart``)
+        self.chart = None  # the spec alone describes it
         if self._jupyter_chart_cls is not None:
             if self._jc is None:
                 self._jc = self._jupyter_chart_cls(template)
@@ -131,13 +131,6 @@ class ChartView:
                 display(alt.VegaLite(spec))
         self.redraws += 1
         self.last_redraw_s = time.perf_counter() - t0
-
-    def current_chart(self) -> Any:
-        """The chart on screen as an altair object (e.g. to ``.save`` it as PNG)."""
-        if self.chart is None and self.spec is not None:
-            return _from_spec(self.spec)
-        return self.chart
-
 
 def dashboard_bundle(widget: widgets.Widget, chart_view: ChartView | None = None, **kwargs) -> dict:
     """A dashboard's display: its widget, and a static SVG of the chart it shows now.
@@ -171,15 +164,31 @@ class DashboardBox(widgets.VBox):
         return dashboard_bundle(self, self.chart_view, **kwargs)
 
 
-def _from_spec(spec: dict) -> Any:
-    import altair as alt
+class Dashboard:
+    """Controls whose every change calls ``refresh``, an error line, an HTML summary and a chart.
 
-    for cls in (alt.HConcatChart, alt.VConcatChart, alt.LayerChart, alt.Chart):
-        try:
-            return cls.from_dict(spec)
-        except Exception:  # noqa: BLE001 - try the next top-level kind
-            continue
-    raise ValueError("cannot rebuild an altair chart from this spec")
+    A dashboard builds its controls, calls :meth:`assemble` and defines ``refresh``; it displays
+    as its widget with a static SVG of its chart (:func:`dashboard_bundle`).
+    """
+
+    widget: widgets.Widget
+    chart_view: ChartView
+
+    def refresh(self, _change=None) -> None:
+        raise NotImplementedError
+
+    def assemble(self, watched, shown, box: type = widgets.VBox) -> None:
+        """Watch ``watched``; lay out ``shown``, the error line, the summary and the chart in a ``box``."""
+        self.summary = widgets.HTML()
+        self.chart_view = ChartView()
+        self.errors = error_box()
+        watch(watched, self.refresh, self.errors)
+        self.widget = box([*shown, self.errors, self.summary, self.chart_view.output])
+        if isinstance(self.widget, DashboardBox):
+            self.widget.chart_view = self.chart_view
+
+    def _repr_mimebundle_(self, **kwargs) -> dict:
+        return dashboard_bundle(self.widget, self.chart_view, **kwargs)
 
 
 def records(frame: Any) -> list[dict]:
