@@ -86,13 +86,10 @@ def _eval_note(path) -> str:
 
 
 def _build(s, quick: bool) -> FigureResult:
-    import altair as alt
-
     from tiered_kv.evaluate import context_curve
     from tiered_kv.kernels.fp4_error import error_stats
     from tiered_kv.model import default_checkpoint, load_checkpoint
     from tiered_kv.replay_quality import (
-        NEAR_EXACT_KL,
         attention_locality,
         load_heldout,
         measure,
@@ -113,12 +110,27 @@ def _build(s, quick: bool) -> FigureResult:
         .with_columns(pl.col("ci95").list.get(0).alias("ci95_low"), pl.col("ci95").list.get(1).alias("ci95_high")) \
         .drop("ci95")
 
+    chart = _chart(rep, fp4, curve, s.windows, model.cfg.window, flops_n)
+    w_model = model.cfg.window
+    r_model = model.cfg.replay
+    at = rep.filter((pl.col("window_tokens") == w_model) & (pl.col("replay_tokens") == r_model))
+    near = near_exact_replay(rep, w_model)
+    notes = (_checkpoint_note(path, meta) + _eval_note(path) + _replay_note(s, at, near, w_model, r_model, flops_n)
+             + _context_note(curve, loc, fp4) + (" Quick mode: fewer W, R, contexts and samples." if quick else ""))
+    data = {"replay": rep, "fp4": fp4, "attention_locality": pl.DataFrame([loc]), "context_curve": curve}
+    return FigureResult(chart=chart, claims=_claims(stats), data=data, notes=notes)
+
+
+def _chart(rep: pl.DataFrame, fp4: pl.DataFrame, curve: pl.DataFrame, windows, model_window: int, flops_n: int):
+    """Replay KL and agreement vs R, the context curve, and the two FP4 bars."""
+    import altair as alt
+
     plot = rep.with_columns(pl.col("kl_nats").clip(lower_bound=1e-9).alias("kl_nats_plot"),
                             pl.col("kl_ci95_low").clip(lower_bound=1e-9).alias("kl_lo_plot"),
                             pl.col("kl_ci95_high").clip(lower_bound=1e-9).alias("kl_hi_plot"))
     x = alt.X("replay_tokens:Q", scale=alt.Scale(type="log", base=2), title="replay length R (tokens, log2)")
     color = alt.Color("window_tokens:N", title="window W (tokens)", scale=alt.Scale(scheme="category10"),
-                      sort=list(s.windows))
+                      sort=list(windows))
     base = alt.Chart(plot).encode(
         x=x, color=color,
         tooltip=["window_tokens", "replay_tokens", "exact_bound_tokens", alt.Tooltip("kl_nats:Q", format=".2e"),
@@ -135,15 +147,28 @@ def _build(s, quick: bool) -> FigureResult:
                 title="next-token agreement (argmax)"))
         + base.mark_rule().encode(y="agreement_ci95_low:Q", y2="agreement_ci95_high:Q")
     ).properties(width=300, height=230, title="Replay: next-token agreement")
+    return alt.vconcat(alt.hconcat(kl, agree), alt.hconcat(_context_panel(curve, model_window), _fp4_panel(fp4))
+                       ).properties(title=TITLE)
+
+
+def _context_panel(curve: pl.DataFrame, model_window: int):
+    """Loss of the same 256 bytes against the context before them, the window dashed."""
+    import altair as alt
+
     cbase = alt.Chart(curve).encode(x=alt.X("context_bytes:Q", scale=alt.Scale(type="log", base=2),
                                             title="context before the 256 scored bytes (bytes, log2)"))
-    ctx = (cbase.mark_line(point=True).encode(y=alt.Y("nats_per_byte:Q", scale=alt.Scale(zero=False),
-                                                      title="loss of the same 256 bytes (nats/byte)"),
-                                              tooltip=["context_bytes", alt.Tooltip("nats_per_byte:Q", format=".3f")])
-           + cbase.mark_rule().encode(y="ci95_low:Q", y2="ci95_high:Q")
-           + alt.Chart(pl.DataFrame({"w": [model.cfg.window]})).mark_rule(strokeDash=[4, 3], color="gray")
-           .encode(x="w:Q")).properties(width=300, height=230,
-                                        title=f"Does it use context? (dashed: W={model.cfg.window})")
+    return (cbase.mark_line(point=True).encode(y=alt.Y("nats_per_byte:Q", scale=alt.Scale(zero=False),
+                                                       title="loss of the same 256 bytes (nats/byte)"),
+                                               tooltip=["context_bytes", alt.Tooltip("nats_per_byte:Q", format=".3f")])
+            + cbase.mark_rule().encode(y="ci95_low:Q", y2="ci95_high:Q")
+            + alt.Chart(pl.DataFrame({"w": [model_window]})).mark_rule(strokeDash=[4, 3], color="gray")
+            .encode(x="w:Q")).properties(width=300, height=230,
+                                         title=f"Does it use context? (dashed: W={model_window})")
+
+
+def _fp4_panel(fp4: pl.DataFrame):
+    """KL per decode step and global-KV error of each FP4 format, side by side."""
+    import altair as alt
 
     def fp4_bar(field: str, title: str, fmt: str):
         return alt.Chart(fp4).mark_bar().encode(
@@ -153,50 +178,58 @@ def _build(s, quick: bool) -> FigureResult:
             tooltip=["format", alt.Tooltip(f"{field}:Q", format=fmt)],
         ).properties(width=190, height=200)
 
-    fp4_panel = alt.hconcat(
+    return alt.hconcat(
         fp4_bar("kl_nats", "KL(fp32 KV || FP4 KV), nats/step", ".2e").properties(title="FP4: KL per decode step"),
         fp4_bar("rel_rmse_model_kv", "relative RMSE of the model's global KV", ".3f").properties(
             title="FP4: global-KV error"),
     ).resolve_scale(color="independent")
-    chart = alt.vconcat(alt.hconcat(kl, agree), alt.hconcat(ctx, fp4_panel)).properties(title=TITLE)
 
-    claims = [Claim(claim=f"{fmt.upper()} relative RMSE on N(0,1) (kernels, spec scale rule)",
-                    source="expected for E2M1 with OCP MX v1.0 (32-block E8M0) / NVFP4 (16-block E4M3) scales",
-                    published=_EXPECTED_RMSE[fmt], reproduced=stats[fmt], unit="fraction",
-                    inputs="tiered_kv.kernels.fp4_error.error_stats, 65,536 N(0,1) elements, seed 0",
-                    kind="check",
-                    provenance=("tiered_kv.viz.claim_values:fp4_error_stat",
-                                {"fmt": fmt, "statistic": "rel_rmse_gaussian", "n": _N, "seed": 0,
-                                 "scale_rule": "floor"}))
-              for fmt in ("mxfp4", "nvfp4")]
-    w_model = model.cfg.window
-    r_model = model.cfg.replay
-    at = rep.filter((pl.col("window_tokens") == w_model) & (pl.col("replay_tokens") == r_model))
-    near = near_exact_replay(rep, w_model)
+
+def _claims(stats: dict) -> list[Claim]:
+    """The kernels' relative RMSE on N(0,1) for each FP4 format against its expected value."""
+    return [Claim(claim=f"{fmt.upper()} relative RMSE on N(0,1) (kernels, spec scale rule)",
+                  source="expected for E2M1 with OCP MX v1.0 (32-block E8M0) / NVFP4 (16-block E4M3) scales",
+                  published=_EXPECTED_RMSE[fmt], reproduced=stats[fmt], unit="fraction",
+                  inputs="tiered_kv.kernels.fp4_error.error_stats, 65,536 N(0,1) elements, seed 0",
+                  kind="check",
+                  provenance=("tiered_kv.viz.claim_values:fp4_error_stat",
+                              {"fmt": fmt, "statistic": "rel_rmse_gaussian", "n": _N, "seed": 0,
+                               "scale_rule": "floor"}))
+            for fmt in ("mxfp4", "nvfp4")]
+
+
+def _checkpoint_note(path, meta: dict) -> str:
     corpus = meta.get("corpus", {})
+    return (f"Checkpoint {path.name} (held-out loss {meta.get('final_heldout_loss_nats', float('nan')):.3f} "
+            f"nats/byte; corpus: Python {corpus.get('python', '?')} stdlib, {corpus.get('files', '?')} files). ")
+
+
+def _replay_note(s, at: pl.DataFrame, near, w_model: int, r_model: int, flops_n: int) -> str:
+    """The replay settings, the error at the model's own (W, R), and where replay gets near-exact."""
+    from tiered_kv.replay_quality import NEAR_EXACT_KL
+
+    return (f"{s.samples} held-out sequences, prefix {s.prefix} tokens, {s.steps} teacher-forced decode steps; "
+            "global KV through MXFP4 in both runs; intervals are 95% over sequences. "
+            + (f"At the model's W={w_model}, R={r_model}: KL {float(at['kl_nats'][0]):.3g} nats "
+               f"[{float(at['kl_ci95_low'][0]):.3g}, {float(at['kl_ci95_high'][0]):.3g}], agreement "
+               f"{float(at['agreement'][0]):.1%}, prefill FLOPs ratio at {flops_n:,} tokens "
+               f"{float(at['prefill_flops_ratio'][0]):.3f}. " if at.height else "")
+            + (f"Near-exact (KL upper 95% bound < {NEAR_EXACT_KL:g} nats/step) from R={near['replay_tokens']} "
+               f"(KL {near['kl_nats']:.2g}), FLOPs ratio {near['prefill_flops_ratio']:.3f}; exact bound "
+               f"R={near['exact_bound_tokens']}. " if near else
+               f"No R below the exact bound is near-exact (KL < {NEAR_EXACT_KL:g}). "))
+
+
+def _context_note(curve: pl.DataFrame, loc: dict, fp4: pl.DataFrame) -> str:
+    """The context curve, the attention locality and the FP4 rows, in words."""
     by_ctx = {r["context_bytes"]: r["nats_per_byte"] for r in curve.iter_rows(named=True)}
-    notes = (f"Checkpoint {path.name} (held-out loss {meta.get('final_heldout_loss_nats', float('nan')):.3f} "
-             f"nats/byte; corpus: Python {corpus.get('python', '?')} stdlib, {corpus.get('files', '?')} files). "
-             + _eval_note(path) +
-             f"{s.samples} held-out sequences, prefix {s.prefix} tokens, {s.steps} teacher-forced decode steps; "
-             "global KV through MXFP4 in both runs; intervals are 95% over sequences. "
-             + (f"At the model's W={w_model}, R={r_model}: KL {float(at['kl_nats'][0]):.3g} nats "
-                f"[{float(at['kl_ci95_low'][0]):.3g}, {float(at['kl_ci95_high'][0]):.3g}], agreement "
-                f"{float(at['agreement'][0]):.1%}, prefill FLOPs ratio at {flops_n:,} tokens "
-                f"{float(at['prefill_flops_ratio'][0]):.3f}. " if at.height else "")
-             + (f"Near-exact (KL upper 95% bound < {NEAR_EXACT_KL:g} nats/step) from R={near['replay_tokens']} "
-                f"(KL {near['kl_nats']:.2g}), FLOPs ratio {near['prefill_flops_ratio']:.3f}; exact bound "
-                f"R={near['exact_bound_tokens']}. " if near else
-                f"No R below the exact bound is near-exact (KL < {NEAR_EXACT_KL:g}). ")
-             + "Context: the same 256 held-out bytes cost "
-             + ", ".join(f"{by_ctx[c]:.3f}" for c in sorted(by_ctx)) + " nats/byte after "
-             + ", ".join(f"{c:,}" for c in sorted(by_ctx)) + " bytes of context. "
-             + f"Share of sliding-window attention mass on the most recent {loc['recent_tokens']} of "
-             f"W={loc['window_tokens']} positions: {loc['overall_share']:.1%} (encoder {loc['encoder_share']:.1%}, "
-             f"decoder {loc['decoder_share']:.1%}; uniform would be {loc['uniform_share']:.0%}). FP4 vs fp32 "
-             "global KV (exact windows): " + ", ".join(
-                 f"{r['format']} KL {r['kl_nats']:.2e} [{r['kl_ci95_low']:.2e}, {r['kl_ci95_high']:.2e}], agreement "
-                 f"{r['agreement']:.1%}, KV rel. RMSE {r['rel_rmse_model_kv']:.3f}" for r in fp4.iter_rows(named=True))
-             + "." + (" Quick mode: fewer W, R, contexts and samples." if quick else ""))
-    data = {"replay": rep, "fp4": fp4, "attention_locality": pl.DataFrame([loc]), "context_curve": curve}
-    return FigureResult(chart=chart, claims=claims, data=data, notes=notes)
+    return ("Context: the same 256 held-out bytes cost "
+            + ", ".join(f"{by_ctx[c]:.3f}" for c in sorted(by_ctx)) + " nats/byte after "
+            + ", ".join(f"{c:,}" for c in sorted(by_ctx)) + " bytes of context. "
+            + f"Share of sliding-window attention mass on the most recent {loc['recent_tokens']} of "
+            f"W={loc['window_tokens']} positions: {loc['overall_share']:.1%} (encoder {loc['encoder_share']:.1%}, "
+            f"decoder {loc['decoder_share']:.1%}; uniform would be {loc['uniform_share']:.0%}). FP4 vs fp32 "
+            "global KV (exact windows): " + ", ".join(
+                f"{r['format']} KL {r['kl_nats']:.2e} [{r['kl_ci95_low']:.2e}, {r['kl_ci95_high']:.2e}], agreement "
+                f"{r['agreement']:.1%}, KV rel. RMSE {r['rel_rmse_model_kv']:.3f}" for r in fp4.iter_rows(named=True))
+            + ".")
