@@ -11,6 +11,9 @@ order, sharing one module-scoped state so that the suite starts as few as it can
   greedy tokens), survives K's debris, and treats a corrupted chunk as a miss;
 - F: MXFP4 and NVFP4 connectors: first-token log-probabilities of a tier hit beside R's.
 
+Two more engines, each on its own store, replay their captured trace through the simulator:
+T (per-class TTLs) and C (a capacity of a few chunks under the tier's watermark GC).
+
 Without the engine venv these tests skip with the command that makes it; under CI (``CI`` set,
 as .ci/run has it) a missing engine venv is a failure, never a skip.
 """
@@ -59,10 +62,15 @@ def _prompts() -> dict[str, list[int]]:
 
 
 @pytest.fixture(scope="module")
-def world(tmp_path_factory):
+def tiny_model(tmp_path_factory) -> Path:
     _engine_or_skip()
+    return build_model(tmp_path_factory.mktemp("model") / "model")
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory, tiny_model):
     root = tmp_path_factory.mktemp("engine")
-    model = build_model(root / "model")
+    model = tiny_model
     prompts = _prompts()
     names = list(prompts)
     state = {"root": root, "model": str(model), "prompts": prompts, "names": names,
@@ -117,6 +125,97 @@ def test_captured_trace_replays_to_the_hits_the_connector_measured(world):
     assert report["requests"] == 5
     assert report["measured"] == [0, 6 * BS, 0, 0, 9 * BS]  # what the engine saw (test above)
     assert report["identical"], report
+
+
+def _sent_one_by_one(eng: EngineProcess, steps: list, prompts: dict[str, list[int]]) -> list[int]:
+    """Send each ``(prompt name, traffic class)`` as its own request (a number: a pause in seconds);
+    the tier's hit tokens of each request."""
+    hits = []
+    for step in steps:
+        if isinstance(step, (int, float)):
+            time.sleep(step)
+            continue
+        name, cls = step
+        (r,) = eng.generate([prompts[name]], max_tokens=1, traffic_class=cls)
+        hits.append(r["connector"]["hit_tokens"])
+    return hits
+
+
+def _blocks_and_tail(rng: random.Random, *blocks: list[int]) -> list[int]:
+    """Whole blocks, then 10 more tokens (so every full block can be loaded)."""
+    return [t for b in blocks for t in b] + [rng.randrange(1, 1000) for _ in range(10)]
+
+
+def test_per_class_ttls_replay_to_the_hits_the_connector_measured(tiny_model, tmp_path):
+    """Agent chunks live 3 s, chatbot chunks 60 s; the tier's GC runs before each lookup.
+
+    Re-sends come within one request (well under 3 s) or after a 7 s pause (well past 3 s, far
+    from 60 s), so wall-clock jitter cannot move a request across a TTL. A shared prefix stored
+    by an agent request and then hit by a chatbot one outlives the agent TTL (the chatbot touch
+    keeps it) while the agent's own tail after it expires. The chatbot touches the shared prefix
+    last before the pause: the order in which the simulator's ``ttl`` (TTL of the last toucher)
+    and the tier (longest TTL among the touchers) agree (connectors/parity.py).
+    """
+    from tiered_kv.connectors.parity import parity, predicted_hits
+
+    rng = random.Random(2525)
+    block = lambda: [rng.randrange(1, 1000) for _ in range(BS)]  # noqa: E731
+    shared = [block(), block()]
+    prompts = {"A": _blocks_and_tail(rng, block(), block()), "C": _blocks_and_tail(rng, block(), block()),
+               "G": _blocks_and_tail(rng, *shared, block()), "H": _blocks_and_tail(rng, *shared, block())}
+    steps = [("A", "agent"), ("A", "agent"), ("C", "chatbot"), ("G", "agent"), ("H", "chatbot"), 7.0,
+             ("A", "agent"), ("C", "chatbot"), ("G", "agent"), ("H", "chatbot")]
+    capture = str(tmp_path / "ttl.jsonl")
+    with EngineProcess(log=tmp_path / "T.log") as eng:
+        eng.start(model=str(tiny_model), store=str(tmp_path / "store"), prefix_caching=False, capture=capture,
+                  ttl={"agent": 3, "chatbot": 60}, gc_each_request=True)
+        hits = _sent_one_by_one(eng, steps, prompts)
+    # after the pause: A expired (agent), C kept (chatbot), G keeps the chatbot-held prefix only
+    assert hits == [0, 2 * BS, 0, 0, 2 * BS, 0, 2 * BS, 2 * BS, 3 * BS]
+    report = parity(capture, "ttl", ttl_seconds={"agent": 3.0, "chatbot": 60.0})
+    assert report["measured"] == hits and report["identical"], report
+    assert predicted_hits(capture, "lru").tolist() != hits  # without the TTLs the prediction differs
+
+
+#: The connector's capacity for engine C: 6.45 chunks of ~33.1 kB (32 KiB of bf16 KV + header).
+CAPACITY_BYTES = 213_750
+
+
+def test_a_finite_capacity_replays_to_the_hits_the_connector_measured(tiny_model, tmp_path):
+    """A capacity of 5 chunks under the tier's watermark GC, modelled by ``lru-trie``.
+
+    The GC evicts from above 90 % of ``CAPACITY_BYTES`` down to 80 %: with chunks of ~33.1 kB
+    that is 5 chunks kept after every GC and 6 always evicting, so it is a capacity of 5 blocks
+    (:func:`~tiered_kv.connectors.parity.trie_capacity_tokens` checks it on the chunk sizes the
+    store holds). X and Y share a 2-block prefix P; Z is unrelated. Z's insert evicts X's tail
+    (the oldest leaf, not P, which Y refreshed): X comes back to a partial hit of P; later
+    re-sends find their tails evicted the same way.
+    """
+    from tiered_kv.connectors.parity import parity, predicted_hits, trie_capacity_tokens
+
+    rng = random.Random(2526)
+    block = lambda: [rng.randrange(1, 1000) for _ in range(BS)]  # noqa: E731
+    prefix = [block(), block()]
+    prompts = {"X": _blocks_and_tail(rng, *prefix, block()), "Y": _blocks_and_tail(rng, *prefix, block()),
+               "Z": _blocks_and_tail(rng, block(), block())}
+    steps = [(name, "default") for name in ("X", "Y", "Z", "X", "Y", "Z")]
+    capture, store = str(tmp_path / "capacity.jsonl"), tmp_path / "store"
+    with EngineProcess(log=tmp_path / "C.log") as eng:
+        eng.start(model=str(tiny_model), store=str(store), prefix_caching=False, capture=capture,
+                  capacity_bytes=CAPACITY_BYTES, gc_each_request=True)
+        hits = _sent_one_by_one(eng, steps, prompts)
+    sizes = [p.stat().st_size for p in (store / "chunks").glob("*/*") if len(p.name) == 32]  # chunks/<h>/<key-hex>
+    assert len(sizes) == 5  # P, Y's tail and Z: what the last GC kept
+    # a header's JSON varies by a few bytes with the chunk's creation time: allow 16 either side
+    capacity_tokens = trie_capacity_tokens(CAPACITY_BYTES, (min(sizes) - 16, max(sizes) + 16), BS)
+    assert capacity_tokens == 5 * BS
+    # without the capacity: [0, 2, 0, 3, 3, 2] blocks
+    assert hits == [0, 2 * BS, 0, 2 * BS, 2 * BS, 1 * BS]
+    report = parity(capture, "lru-trie", capacity_tokens=capacity_tokens)
+    assert report["measured"] == hits and report["identical"], report
+    assert predicted_hits(capture, "lru").tolist() != hits
+    print(f"block LRU at the same 5 blocks would predict "
+          f"{predicted_hits(capture, 'lru', capacity_tokens=capacity_tokens).tolist()}")
 
 
 def _partials(store: str) -> list[Path]:
