@@ -53,3 +53,16 @@ def published_marks(value: float, text: str, *, x: str = "hour", at: float = 0.5
     label = alt.Chart(pl.DataFrame({"published": [value], x: [at], "text": [text]})).mark_text(
         align="left", dy=-6).encode(x=f"{x}:Q", y="published:Q", text="text:N")
     return [rule, label]
+
+
+def binary_unit(max_bytes: float, smallest: str = "KiB") -> tuple[str, float]:
+    """(name, bytes) of the largest binary unit, ``smallest`` or larger, in which ``max_bytes`` is at least 1.
+
+    ``("B", 1.0)`` when it is below one ``smallest``.
+    """
+    units = ("PiB", "TiB", "GiB", "MiB", "KiB")
+    for name in units[:units.index(smallest) + 1]:
+        scale = 2.0 ** (10 * (5 - units.index(name)))
+        if max_bytes >= scale:
+            return name, scale
+    return "B", 1.0

@@ -18,20 +18,10 @@ import math
 import polars as pl
 
 from tiered_kv.viz.report import FigureResult
+from tiered_kv.viz.style import binary_unit
 
 NAME = "11_retention_frontier"
 TITLE = "Hit rate vs storage per class: TTL curves against the oracle frontier (14-day synthetic)"
-
-_UNITS = (("PiB", 2.0**50), ("TiB", 2.0**40), ("GiB", 2.0**30), ("MiB", 2.0**20))
-
-
-def storage_unit(byte_days_max: float) -> tuple[str, float]:
-    """The largest binary unit in which the biggest value is at least 1 (e.g. TiB-days)."""
-    for name, scale in _UNITS:
-        if byte_days_max >= scale:
-            return name, scale
-    return "B", 1.0
-
 
 def build_data(preset: str, days: float, seed: int):
     """(curves+frontier frame, markers frame, analysis) for one synthetic run."""
@@ -44,7 +34,7 @@ def build_data(preset: str, days: float, seed: int):
     res = analyze(trace, config=RetentionConfig(ttl_points=48, frontier_points=48, samples=64))
     cur = res.curves.filter(pl.col("ttl_s") > 0)
     fr = res.frontier.filter((pl.col("class") != "all") & (pl.col("byte_days") > 0))
-    unit, scale = storage_unit(float(max(cur["byte_days"].max(), fr["byte_days"].max())))
+    unit, scale = binary_unit(float(max(cur["byte_days"].max(), fr["byte_days"].max())), smallest="MiB")
     col = f"storage_{unit}_days"
     lines = pl.concat([
         cur.select("class", pl.lit("idle TTL").alias("policy"), (pl.col("byte_days") / scale).alias(col),
