@@ -143,9 +143,19 @@ def _expire(now, n_unique, n_classes, ttl_by_class, nxt, prv, present, last, bcl
 
 @njit(cache=True, inline="always")
 def _collect(rule, c, now, high, low, param, used, n_ev, n_unique, n_classes, nxt, prv, present, last, born,
-             bclass, bweight, cused, ev_idle, ev_age, ev_class, record):  # pragma: no cover - compiled
-    """The collector of rules 1-3 after a touch by class ``c``: evict while over the watermark;
-    (used weight, evictions so far). Rule 0 (``lru``) runs inline in the kernel."""
+             seq, bclass, bweight, cused, ev_idle, ev_age, ev_class, record):  # pragma: no cover - compiled
+    """The collector after a touch by class ``c``: evict while over the watermark;
+    (used weight, evictions so far)."""
+    if rule == 0:  # lru: the least recent touch of all (rule 0 keeps no per-class bytes)
+        if used > high:
+            while used > low:
+                v = _oldest(n_unique, n_classes, nxt, seq)
+                if v < 0:
+                    break
+                used -= bweight[v]
+                n_ev = _evict(v, now, nxt, prv, present, last, born, bclass, bweight, cused, ev_idle, ev_age,
+                              ev_class, n_ev, record)
+        return used, n_ev
     if rule == 3:  # quotas: the toucher's own list under its own share of the watermarks
         if cused[c] > high * param[c]:
             while cused[c] > low * param[c] and nxt[n_unique + c] != n_unique + c:
@@ -169,6 +179,29 @@ def _collect(rule, c, now, high, low, param, used, n_ev, n_unique, n_classes, nx
     return used, n_ev
 
 
+@njit(cache=True, inline="always")
+def _touch(b, c, now, w, n_unique, nxt, prv, present, last, born, bclass, bweight, cused,
+           per_class):  # pragma: no cover - compiled
+    """Touch ``b`` by class ``c`` (inserting it with weight ``w`` when absent): it moves to the MRU
+    end of ``c``'s list. Returns the weight it adds to the cache (0 when it was present)."""
+    added = 0.0
+    if present[b]:
+        _unlink(nxt, prv, b)
+        if per_class:
+            cused[bclass[b]] -= bweight[b]
+    else:
+        present[b] = True
+        born[b] = now
+        bweight[b] = w
+        added = w
+    if per_class:
+        cused[c] += bweight[b]
+    _append(nxt, prv, n_unique + c, b)
+    last[b] = now
+    bclass[b] = c
+    return added
+
+
 @njit(cache=True)
 def _cache_kernel(offsets, blocks, weights, times, req_class, n_unique, n_classes, ttl_by_class,
                   high, low, record, inserted, rule, param):  # pragma: no cover - compiled
@@ -188,9 +221,8 @@ def _cache_kernel(offsets, blocks, weights, times, req_class, n_unique, n_classe
     ev_idle = np.empty(m if record else 0, np.float64)
     ev_age = np.empty(m if record else 0, np.float64)
     ev_class = np.empty(m if record else 0, np.int64)
-    n_ev = n_exp = tick = 0
+    n_ev = n_exp = 0
     track = inserted.shape[0] > 0
-    per_class = rule != 0  # rule 0 needs only the total
     used = 0.0
     any_ttl = (ttl_by_class < np.inf).any()
     for r in range(n):
@@ -206,41 +238,13 @@ def _cache_kernel(offsets, blocks, weights, times, req_class, n_unique, n_classe
         hit[r] = p - offsets[r]
         for i in range(offsets[r], offsets[r + 1]):
             b = blocks[i]
-            if present[b]:
-                _unlink(nxt, prv, b)
-                if per_class:
-                    cused[bclass[b]] -= bweight[b]
-            else:
-                present[b] = True
-                born[b] = now
-                bweight[b] = weights[i]
-                used += weights[i]
-                if track:
-                    inserted[i] = True
-            if per_class:
-                cused[c] += bweight[b]
-            _append(nxt, prv, n_unique + c, b)
-            last[b] = now
-            seq[b] = tick
-            tick += 1
-            bclass[b] = c
-            if rule == 0:  # the least recent touch of all, down to the low watermark
-                if used > high:
-                    while used > low:
-                        v = _oldest(n_unique, n_classes, nxt, seq)
-                        if v < 0:
-                            break
-                        used -= bweight[v]
-                        _unlink(nxt, prv, v)
-                        present[v] = False
-                        if record:
-                            ev_idle[n_ev] = now - last[v]
-                            ev_age[n_ev] = now - born[v]
-                            ev_class[n_ev] = bclass[v]
-                        n_ev += 1
-            else:
-                used, n_ev = _collect(rule, c, now, high, low, param, used, n_ev, n_unique, n_classes, nxt, prv,
-                                      present, last, born, bclass, bweight, cused, ev_idle, ev_age, ev_class, record)
+            if track and not present[b]:
+                inserted[i] = True
+            used += _touch(b, c, now, weights[i], n_unique, nxt, prv, present, last, born, bclass, bweight, cused,
+                           rule != 0)
+            seq[b] = i  # the global touch order
+            used, n_ev = _collect(rule, c, now, high, low, param, used, n_ev, n_unique, n_classes, nxt, prv,
+                                  present, last, born, seq, bclass, bweight, cused, ev_idle, ev_age, ev_class, record)
     if record:
         return hit, ev_idle[:n_ev], ev_class[:n_ev], n_ev, n_exp, ev_age[:n_ev]
     return hit, ev_idle, ev_class, n_ev, n_exp, ev_age
