@@ -285,6 +285,70 @@ def _load_init(model: EncoderDecoder, init_model: EncoderDecoder, path: Path) ->
         raise ValueError(f"--init {path}: weights do not fit this stage's model: {bad[:3]}")
 
 
+def _optimizer(model: EncoderDecoder, tc: TrainConfig) -> torch.optim.AdamW:
+    """AdamW with no weight decay on vectors, and the small scalar parameters at ``scalar_lr_mult``."""
+    decay = [p for p in model.parameters() if p.ndim >= 2]
+    no_decay = [p for p in model.parameters() if p.ndim < 2 and p.numel() > 8]
+    scalars = [p for p in model.parameters() if p.ndim < 2 and p.numel() <= 8]
+    return torch.optim.AdamW([{"params": decay, "weight_decay": tc.weight_decay, "lr_mult": 1.0},
+                              {"params": no_decay, "weight_decay": 0.0, "lr_mult": 1.0},
+                              {"params": scalars, "weight_decay": 0.0, "lr_mult": tc.scalar_lr_mult}],
+                             lr=tc.lr, betas=(0.9, 0.95))
+
+
+def _train_step(model: EncoderDecoder, opt: torch.optim.Optimizer, train_bytes: torch.Tensor, tc: TrainConfig,
+                step: int, gen: torch.Generator) -> tuple[torch.Tensor, int]:
+    """One optimizer step on a fresh batch at this step's shape; returns its loss and sequence length."""
+    for g in opt.param_groups:
+        g["lr"] = lr_at(step, tc) * g["lr_mult"]
+    batch, seq_len = tc.shape_at(step)
+    windows, copied = recall_augment_masked(sample_windows(train_bytes, batch, seq_len, gen), tc, gen)
+    weight = 1.0 + (tc.recall_weight - 1.0) * copied.float() if tc.recall_weight != 1.0 else None
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=tc.amp):
+        loss = loss_on(model, windows, weight)
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), tc.grad_clip)
+    opt.step()
+    return loss, seq_len
+
+
+def _initial_model(cfg: ModelConfig,
+                   init_from: Path | None) -> tuple[EncoderDecoder, tuple[Path, dict] | None]:
+    """A fresh model, or one holding a checkpoint's weights (a second training stage), with that
+    checkpoint's path and record."""
+    model = EncoderDecoder(cfg)
+    if init_from is None:
+        return model, None
+    from tiered_kv.model import load_checkpoint
+
+    init_model, init_record = load_checkpoint(init_from, expect_preset=cfg.name)
+    _load_init(model, init_model, init_from)
+    return model, (init_from, init_record)
+
+
+def _record(cfg: ModelConfig, tc: TrainConfig, corpus: Corpus, model: EncoderDecoder,
+            evals: tuple[torch.Tensor, torch.Tensor], history: list[float], heldout_curve: list[dict],
+            t0: float, stage: tuple[Path, dict] | None) -> dict:
+    """What the checkpoint keeps about the run: settings, corpus, final losses, the curves and the
+    stage it started from, if any, so that the token count covers every stage."""
+    train_eval, held = evals
+    record = {
+        "model": cfg.to_dict(), "train": asdict(tc), "corpus": corpus.description, "params": model.num_params,
+        "tokens_seen": sum(b * s for b, s in map(tc.shape_at, range(tc.steps))),
+        "final_train_loss_nats": evaluate(model, train_eval), "final_heldout_loss_nats": evaluate(model, held),
+        "last_batch_loss_nats": history[-1], "loss_history": history, "heldout_curve": heldout_curve,
+        "seconds": time.perf_counter() - t0, "threads": tc.threads,
+    }
+    if stage is not None:
+        init_from, init_record = stage
+        record["init_from"] = str(init_from)
+        record["previous_stage"] = {k: v for k, v in init_record.items() if k != "loss_history"}
+        record["tokens_seen_all_stages"] = record["tokens_seen"] + init_record.get(
+            "tokens_seen_all_stages", init_record.get("tokens_seen", 0))
+    return record
+
+
 def train(cfg: ModelConfig, tc: TrainConfig, corpus: Corpus | None = None, log=print, progress: bool = True,
           resume_from: Path | None = None, stop_after: int | None = None,
           init_from: Path | None = None) -> tuple[EncoderDecoder, dict]:
@@ -299,40 +363,16 @@ def train(cfg: ModelConfig, tc: TrainConfig, corpus: Corpus | None = None, log=p
     torch.set_num_threads(tc.threads)
     corpus = corpus or load_corpus(tc.heldout_every)
     torch.manual_seed(tc.seed)
-    model = EncoderDecoder(cfg)
-    init_record = None
-    if init_from is not None:  # continue from a checkpoint's weights (a second training stage)
-        from tiered_kv.model import load_checkpoint
-
-        init_model, init_record = load_checkpoint(init_from, expect_preset=cfg.name)
-        _load_init(model, init_model, init_from)
+    model, stage = _initial_model(cfg, init_from)
     gen = torch.Generator().manual_seed(tc.seed)
     eval_gen = torch.Generator().manual_seed(tc.seed + 1)
     held = sample_windows(corpus.heldout, tc.eval_windows, min(512, tc.seq_len), eval_gen)
     train_eval = sample_windows(corpus.train, tc.eval_windows, min(512, tc.seq_len), eval_gen)
-    decay = [p for p in model.parameters() if p.ndim >= 2]
-    no_decay = [p for p in model.parameters() if p.ndim < 2 and p.numel() > 8]
-    scalars = [p for p in model.parameters() if p.ndim < 2 and p.numel() <= 8]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": tc.weight_decay, "lr_mult": 1.0},
-                             {"params": no_decay, "weight_decay": 0.0, "lr_mult": 1.0},
-                             {"params": scalars, "weight_decay": 0.0, "lr_mult": tc.scalar_lr_mult}],
-                            lr=tc.lr, betas=(0.9, 0.95))
-    history: list[float] = []
-    heldout_curve: list[dict] = []
-    first, elapsed = 0, 0.0
+    opt = _optimizer(model, tc)
     partial = _partial_path(resume_from)
-    if partial is not None and partial.exists():
-        blob = torch.load(partial, map_location="cpu", weights_only=False)
-        if blob["model"] != cfg.to_dict() or blob["train"] != asdict(tc):
-            raise ValueError(f"{partial}: saved by a run with other settings; delete it or use the same settings")
-        model.load_state_dict(blob["state_dict"])
-        opt.load_state_dict(blob["opt"])
-        gen.set_state(blob["gen"])
-        history, heldout_curve = blob["history"], blob["heldout_curve"]
-        first, elapsed = blob["step"], blob["seconds"]
-        if log:
-            log(f"resuming {partial} at step {first}")
-    t0 = time.perf_counter() - elapsed
+    state = _resume(partial, cfg, tc, model, opt, gen, log)
+    history, heldout_curve, first = state["history"], state["heldout_curve"], state["step"]
+    t0 = time.perf_counter() - state["seconds"]
     iterator = range(first, tc.steps)
     if progress:
         from tqdm.auto import tqdm
@@ -342,17 +382,7 @@ def train(cfg: ModelConfig, tc: TrainConfig, corpus: Corpus | None = None, log=p
     for step in iterator:
         if stop_after is not None and step >= first + stop_after:
             return model, None
-        for g in opt.param_groups:
-            g["lr"] = lr_at(step, tc) * g["lr_mult"]
-        batch, seq_len = tc.shape_at(step)
-        windows, copied = recall_augment_masked(sample_windows(corpus.train, batch, seq_len, gen), tc, gen)
-        weight = 1.0 + (tc.recall_weight - 1.0) * copied.float() if tc.recall_weight != 1.0 else None
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=tc.amp):
-            loss = loss_on(model, windows, weight)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), tc.grad_clip)
-        opt.step()
+        loss, seq_len = _train_step(model, opt, corpus.train, tc, step, gen)
         history.append(loss.item())
         if progress:
             iterator.set_postfix(loss=f"{loss.item():.3f}", seq=seq_len)
@@ -363,33 +393,38 @@ def train(cfg: ModelConfig, tc: TrainConfig, corpus: Corpus | None = None, log=p
             log(f"step {step:5d}  loss {loss.item():.4f}  lr {lr_at(step, tc):.2e}  seq {seq_len}  "
                 f"{time.perf_counter() - t0:.0f}s")
         if partial is not None and ((step + 1) % tc.save_every == 0 or step == tc.steps - 1):
-            tmp = partial.with_suffix(".tmp")
-            torch.save({"model": cfg.to_dict(), "train": asdict(tc), "state_dict": model.state_dict(),
-                        "opt": opt.state_dict(), "gen": gen.get_state(), "history": history,
-                        "heldout_curve": heldout_curve, "step": step + 1,
-                        "seconds": time.perf_counter() - t0}, tmp)
-            tmp.replace(partial)
-    record = {
-        "model": cfg.to_dict(),
-        "train": asdict(tc),
-        "corpus": corpus.description,
-        "params": model.num_params,
-        "tokens_seen": sum(b * s for b, s in map(tc.shape_at, range(tc.steps))),
-        "final_train_loss_nats": evaluate(model, train_eval),
-        "final_heldout_loss_nats": evaluate(model, held),
-        "last_batch_loss_nats": history[-1],
-        "loss_history": history,
-        "heldout_curve": heldout_curve,
-        "seconds": time.perf_counter() - t0,
-        "threads": tc.threads,
-    }
-    if init_record is not None:
-        record["init_from"] = str(init_from)
-        record["previous_stage"] = {k: v for k, v in init_record.items() if k != "loss_history"}
-        record["tokens_seen_all_stages"] = record["tokens_seen"] + init_record.get(
-            "tokens_seen_all_stages", init_record.get("tokens_seen", 0))
+            _save_partial(partial, cfg, tc, model, opt, gen,
+                          {**state, "step": step + 1, "seconds": time.perf_counter() - t0})
+    record = _record(cfg, tc, corpus, model, (train_eval, held), history, heldout_curve, t0, stage)
     model.train(False)
     return model, record
+
+
+def _save_partial(partial: Path, cfg: ModelConfig, tc: TrainConfig, model: EncoderDecoder,
+                  opt: torch.optim.Optimizer, gen: torch.Generator, state: dict) -> None:
+    """Write the full training state under a temporary name and rename it into place, so that an
+    interrupted save never leaves a torn file for the next run to resume from."""
+    tmp = partial.with_suffix(".tmp")
+    torch.save({"model": cfg.to_dict(), "train": asdict(tc), "state_dict": model.state_dict(),
+                "opt": opt.state_dict(), "gen": gen.get_state(), **state}, tmp)
+    tmp.replace(partial)
+
+
+def _resume(partial: Path | None, cfg: ModelConfig, tc: TrainConfig, model: EncoderDecoder,
+            opt: torch.optim.Optimizer, gen: torch.Generator, log) -> dict:
+    """Load a partial run's weights, optimizer and generator (refusing one saved with other settings);
+    the loop's state to continue from, a fresh one when there is nothing to resume."""
+    if partial is None or not partial.exists():
+        return {"history": [], "heldout_curve": [], "step": 0, "seconds": 0.0}
+    blob = torch.load(partial, map_location="cpu", weights_only=False)
+    if blob["model"] != cfg.to_dict() or blob["train"] != asdict(tc):
+        raise ValueError(f"{partial}: saved by a run with other settings; delete it or use the same settings")
+    model.load_state_dict(blob["state_dict"])
+    opt.load_state_dict(blob["opt"])
+    gen.set_state(blob["gen"])
+    if log:
+        log(f"resuming {partial} at step {blob['step']}")
+    return {k: blob[k] for k in ("history", "heldout_curve", "step", "seconds")}
 
 
 def train_preset(name: str, resume_from: Path | None = None, init_from: Path | None = None,
