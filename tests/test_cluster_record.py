@@ -1,9 +1,11 @@
-"""benchmarks/results/cluster.md is written by scripts/cluster_record.py from cluster.json, never by hand.
+"""benchmarks/results/cluster.md is rendered from cluster.json by the cluster benchmark's page
+(``tiered-kv bench record cluster``), never by hand.
 
-The committed page must be what the script renders from the committed JSON; the JSON's cheap
+The committed page must be what the page renders from the committed JSON; the JSON's cheap
 sections (latency model, admission p99) must be what the code gives now; and the whole
-computation, re-run at a small size, must put on the page the numbers a fresh call of the
-package gives (computed here without the script's own functions).
+computation, re-run at a small size through ``tiered-kv bench cluster --json``, must put on the
+page the numbers a fresh call of the package gives (computed here without the module's own
+functions).
 """
 
 import json
@@ -13,14 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from tiered_kv.testing.scripts import load_script
+from tiered_kv.bench import cluster_model as rec
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
-
-
-def _script():
-    return load_script("cluster_record")
+(PAGE,) = rec.PAGES
 
 
 def _same(a, b, path="") -> None:
@@ -51,14 +50,12 @@ def _tables_are_well_formed(page: str) -> None:
 
 
 def test_committed_page_is_rendered_from_the_committed_json():
-    rec = _script()
     record = json.loads((RESULTS / "cluster.json").read_text())
-    assert record["size"] == "record"
-    assert (RESULTS / "cluster.md").read_text() == rec.render(record)
+    assert PAGE.name == "cluster" and record["size"] == "record"
+    assert (RESULTS / "cluster.md").read_text() == PAGE.render(record)
 
 
 def test_committed_latency_and_admission_figures_are_what_the_code_gives_now():
-    rec = _script()
     record = json.loads((RESULTS / "cluster.json").read_text())
     _same(json.loads(json.dumps(rec.latency_section())), record["latency"], "latency")
     fresh = json.loads(json.dumps(rec.admission_section(rec.SIZES["record"]["admission"])))
@@ -66,7 +63,7 @@ def test_committed_latency_and_admission_figures_are_what_the_code_gives_now():
 
 
 @pytest.mark.slow
-def test_small_run_puts_freshly_computed_numbers_on_the_page(tmp_path):
+def test_small_run_puts_freshly_computed_numbers_on_the_page(capsys):
     import contextlib
     import io
 
@@ -77,18 +74,17 @@ def test_small_run_puts_freshly_computed_numbers_on_the_page(tmp_path):
     from tiered_kv.sim.traces import load_trace, shipped_trace
     from tiered_kv.viz.claim_values import day2_disk_fraction
 
-    rec = _script()
-    js, md = tmp_path / "cluster.json", tmp_path / "cluster.md"
-    assert rec.main(["--compute", "--size", "small", "--json", str(js), "--out", str(md)]) == 0
-    record = json.loads(js.read_text())
-    page = md.read_text()
-    assert page == rec.render(record) and record["size"] == "small"
+    assert cli(["bench", "cluster", "--json", "--size", "small"]) == 0
+    record = json.loads(capsys.readouterr().out)
+    assert record["size"] == "small"
+    page = PAGE.render(record)
     headings = [ln for ln in page.splitlines() if ln.startswith("## ")]
     assert [h.split(" (")[0].split(",")[0] for h in headings] == [
         "## Latency model calibration", "## Admission control", "## Routing and pooling on the real trace",
-        "## Disk token fraction", "## CLI", "## Cluster throughput"]
+        "## Disk token fraction", "## CLI"]
     _tables_are_well_formed(page)
-    assert "Written by `scripts/cluster_record.py`" in page and "not the record" in page
+    assert "Written by `tiered-kv bench record cluster`" in page and "not the record" in page
+    assert "Machine: not timed" in page
 
     # latency rows, from the latency model directly
     cfg = L.preset()

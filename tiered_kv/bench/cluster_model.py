@@ -1,19 +1,15 @@
-#!/usr/bin/env python3
-"""Write benchmarks/results/cluster.md from benchmarks/results/cluster.json (issue 14 §3).
+"""The cluster model's record: the latency model's calibration, admission control's p99, routing
+and pooling on the real trace, the disk token fraction, and a 14-day ``tiered-kv simulate`` run.
 
-Every deterministic number of the page (latency model, admission p99, routing and pooling,
-disk token fraction, the 14-day CLI run, the workload's size) is computed by the package and
-written to the JSON first; the page is rendered from the JSON alone, so the record and the code
-cannot drift apart unnoticed (``tests/test_cluster_record.py`` re-runs the computation at a small
-size and checks the page against a fresh one, and the committed page against the committed JSON):
+Nothing here is timed: every number is computed by the package (deterministic, seeded) into the
+JSON, and the page (``PAGES``, record ``cluster``) is rendered from that JSON alone:
 
-    .venv/bin/python scripts/cluster_record.py --compute   # -> cluster.json (minutes), then cluster.md
-    .venv/bin/python scripts/cluster_record.py             # cluster.json -> cluster.md only
-    scripts/assemble_benchmarks.sh                         # -> BENCHMARKS.md
+    tiered-kv bench cluster --json > /tmp/cluster.json     # minutes at the record size
+    tiered-kv bench record cluster /tmp/cluster.json       # benchmarks/results/cluster.{json,md}
 
-``--size small`` computes the same sections on small inputs (what the test runs). The only
-numbers typed here are the timing history of the cluster model's optimisation (issue 6):
-measurements of a machine, not outputs of the code, labelled as such on the page.
+``--size small`` computes the same sections on small inputs (what the tests run); its page says
+it is not the record. The cluster model's speed is timed by ``tiered-kv bench sim`` (key
+``cluster``) and recorded on that page, not here.
 """
 
 from __future__ import annotations
@@ -23,12 +19,12 @@ import contextlib
 import io
 import json
 import math
-import sys
-from pathlib import Path
+from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-JSON_PATH = ROOT / "benchmarks" / "results" / "cluster.json"
-MD_PATH = ROOT / "benchmarks" / "results" / "cluster.md"
+from tiered_kv.bench._pages import Page, standard_page
+
+NAME = "cluster"
+HELP = "cluster model record: latency calibration, admission p99, routing/pooling, disk fraction, 14-day CLI run"
 
 #: Inputs of every section per size. "record" is what the committed page shows: figure 10's quick
 #: and full admission sweeps, figure 08's largest pool, figure 05 at both sizes, the 14-day CLI run.
@@ -55,6 +51,19 @@ H800_BF16_DENSE_FLOPS = 989.4e12
 #: The 14-day CLI run's options besides the workload.
 CLI_OPTIONS = ["--nodes", "10", "--routing", "cache-aware", "--host-capacity", "14GiB",
                "--shared-capacity", "1000000000", "--admission", "--json"]
+
+COMMAND = "tiered-kv bench cluster --json"
+#: The page's machine line when the JSON names none: nothing on it depends on the machine.
+MACHINE = "not timed: every figure on this page is deterministic (seeded) and the same on any machine."
+
+
+def register(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--size", choices=sorted(SIZES), default="record",
+                        help="inputs of every section (default record: minutes; small: what the tests run)")
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    return compute(args.size)
 
 
 # --- computing: every number comes from the package -----------------------------------------
@@ -162,8 +171,9 @@ def cli_section(synth: str, days: float) -> dict:
 
 
 def compute(size: str = "record") -> dict:
+    """Every section at ``size`` (a key of :data:`SIZES`): the JSON the page is rendered from."""
     if size not in SIZES:
-        raise ValueError(f"size: must be one of {sorted(SIZES)}, got {size!r}")
+        raise ValueError(f"--size: must be one of {sorted(SIZES)}, got {size!r}")
     s = SIZES[size]
     return {"size": size, "latency": latency_section(), "admission": admission_section(s["admission"]),
             "routing": routing_section(s["routing_total_tokens"]),
@@ -272,14 +282,14 @@ def _routing(rt: dict) -> str:
 
 
 def _disk(parts: list[dict]) -> str:
-    main = parts[0]
-    classes = ", ".join(f"{k} {_pct(v)}" for k, v in main["by_class"].items())
+    first = parts[0]
+    classes = ", ".join(f"{k} {_pct(v)}" for k, v in first["by_class"].items())
     quick = [p for p in parts[1:] if p["quick"]]
     extra = f"; quick mode with the `{quick[0]['preset']}` preset: {_pct(quick[0]['disk_token_fraction'])}" if quick else ""
-    return (f"Day 2 of a 2-day synthetic run, {main['nodes']} machines, {main['routing']}, GPU tier in-flight only, "
-            f"unlimited shared pool: {_pct(main['disk_token_fraction'])} of input tokens served from SSD "
-            f"(`{main['preset']}` preset, {main['requests']:,} requests; {classes}{extra}) against DeepSeek's "
-            f"published {main['published']:.0%}. Not calibrated on it.")
+    return (f"Day 2 of a 2-day synthetic run, {first['nodes']} machines, {first['routing']}, GPU tier in-flight only, "
+            f"unlimited shared pool: {_pct(first['disk_token_fraction'])} of input tokens served from SSD "
+            f"(`{first['preset']}` preset, {first['requests']:,} requests; {classes}{extra}) against DeepSeek's "
+            f"published {first['published']:.0%}. Not calibrated on it.")
 
 
 def _cli(c: dict) -> str:
@@ -302,39 +312,17 @@ def _cli(c: dict) -> str:
             + (f", idle age at eviction p50 / p90: {idle_text}{near}" if idle else "") + ".")
 
 
-#: The cluster model's timing history (issue 6): measurements of a loaded 2-core machine, on the
-#: workload as it was then; not outputs of the code, so not recomputed.
-THROUGHPUT_HISTORY = """| run | cluster_s | accesses/s | single-LRU baseline (same trace) | peak RSS |
-|---|---|---|---|---|
-| after unpacking tier arrays once | 23.9 s | 0.59 M/s | 3.3 s (7.3x faster) | 1.63 GB |
-| final (chunked, progress bar; my own test run competed for the first half) | 29.8 s | 0.47 M/s | 1.3 s | 1.63 GB |
-| first version (tier tuple unpacked per touch) | 97.0 s | 0.15 M/s | 4.3 s | 1.68 GB |
-
-Those runs replayed the workload as it was in issue 6 (744,455 requests, 14,088,204 block
-accesses). The progress bar of the final run showed 0.25-0.3 M accesses/s while the machine was
-busiest and 1.0-1.9 M/s when it was quieter. Target (>= 10M block accesses in <= 60 s): met in
-both runs (generation 9.7 s and trace compilation 21.8 s came on top and are not part of the
-cluster model). Where the time goes (2-day slice, same config): the per-machine GPU tier
-(hash-table LRU over 10 machines) and cache-aware routing cost most; a GPU tier of 0 (DeepSeek's
-in-flight-only GPU tier) runs about 3x faster.
-
-What I tried: numba IR inlining of the tier kernels (no gain), `_nrt=False` on the touch kernel
-(small gain), unpacking each tier tuple once outside the request loop (the 4x above), a
-direct-indexed (hash-free) shared pool."""
-
-
-def render(r: dict) -> str:
+def render_record(r: dict) -> str:
+    """The cluster sections from the JSON of one ``tiered-kv bench cluster --json`` run."""
     a0 = r["admission"][0]
     mix = a0["mix"]
     adm = [admission_lines(a) for a in r["admission"]]
     w = r["cli"]["workload"]
     small = "" if r["size"] == "record" else f"\n\n**Size `{r['size']}`: small inputs, not the record.**"
-    return f"""# Cluster model, TTFT and cost (issue 6: cluster + latency part)
-
-Written by `scripts/cluster_record.py` from `benchmarks/results/cluster.json`: every number below
-except the timing history of the cluster model is computed by the package (deterministic,
-seeded), written to the JSON, and rendered from it; `tests/test_cluster_record.py` re-runs the
-computation at a small size and checks the page against it.{small}
+    return f"""Every number below is computed by the package, written to the JSON and rendered from it;
+`tests/test_cluster_record.py` re-runs the computation at a small size and checks the page
+against it. The cluster model's speed (its 14-day replay) is timed by
+`tiered-kv bench sim` (key `cluster`) and recorded on that page.{small}
 
 ## Latency model calibration (`tiered_kv/sim/cluster/latency.py`, preset `{r['latency']['preset']}`)
 
@@ -362,39 +350,14 @@ Values from `L.preset()`, `L.miss_ttft`, `L.hit_ttft`, `L.ttft_components` and
 ## CLI, {r['cli']['command'].split('--days ')[1].split()[0]} days
 
 {_cli(r['cli'])} The workload: {w['requests']:,} requests, {w['block_accesses']:,} block accesses,
-{w['unique_blocks']:,} distinct blocks.
-
-## Cluster throughput (`tiered-kv bench sim --json`, key `cluster`; `tiered_kv/bench/_cluster_throughput.py`)
-
-Command: `.venv/bin/python -c "from tiered_kv.bench._cluster_throughput import run_cluster_bench; print(run_cluster_bench(None))"`
-(same function `tiered-kv bench sim` calls; `--no-cluster` skips it). Workload:
-`synth.generate("mixed", 14, 0)`; cluster: 10 machines, cache-aware routing, GPU tier 2M tokens and
-host window tier 200 states per machine, shared LRU SSD pool of 2e9 tokens.
-
-Timing history (measurements, typed from the runs of issue 6 on a 2-core machine shared with
-about six other engineers' jobs, load average 7-10: absolute times are pessimistic and vary by
-about 2x between runs; not re-run by this script):
-
-{THROUGHPUT_HISTORY}
-"""
+{w['unique_blocks']:,} distinct blocks."""
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--compute", action="store_true", help="run the package and write the JSON first")
-    p.add_argument("--size", choices=sorted(SIZES), default="record", help="inputs of --compute")
-    p.add_argument("--json", type=Path, default=JSON_PATH, help="the JSON record (read, or written by --compute)")
-    p.add_argument("--out", type=Path, default=MD_PATH, help="the page to write")
-    args = p.parse_args(argv)
-    if args.compute:
-        record = compute(args.size)
-        args.json.write_text(json.dumps(record, indent=1, allow_nan=False) + "\n")
-        print(f"wrote {args.json}")
-    record = json.loads(args.json.read_text())
-    args.out.write_text(render(record))
-    print(f"wrote {args.out}")
-    return 0
+def render_page(r: dict) -> str:
+    """The whole page: the standard frame (machine line :data:`MACHINE` unless the JSON names one)."""
+    framed = {**r, "recorded": {"machine": MACHINE, **(r.get("recorded") or {})}}
+    return standard_page("Cluster model, TTFT and cost (`tiered-kv bench cluster`)", "cluster", framed, COMMAND,
+                         render_record(r))
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+PAGES = (Page("cluster", render_page, COMMAND),)
