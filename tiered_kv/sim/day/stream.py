@@ -45,6 +45,44 @@ def _set_bit(bits, j):  # pragma: no cover - compiled
     bits[j >> 3] |= np.uint8(1 << (j & 7))
 
 
+@njit(cache=True, inline="always")
+def _lru_run(ids, lo, hi, b0, last_seq, f):  # pragma: no cover - compiled
+    """Leading accesses of ``lo..hi-1`` whose block an LRU with frontier ``f`` holds."""
+    p = 0
+    for i in range(lo, hi):
+        s = last_seq[b0 + ids[i]]
+        if s == 0 or s < f:
+            break
+        p += 1
+    return p
+
+
+@njit(cache=True, inline="always")
+def _ttl_run(ids, lo, hi, b0, last_seq, last_t, bclass, now, ttl, t):  # pragma: no cover - compiled
+    """Leading accesses of ``lo..hi-1`` whose block TTL row ``t`` keeps at ``now``."""
+    p = 0
+    for i in range(lo, hi):
+        b = b0 + ids[i]
+        if last_seq[b] == 0 or now - last_t[b] > ttl[t, bclass[b]]:
+            break
+        p += 1
+    return p
+
+
+@njit(cache=True, inline="always")
+def _admit(k, prev, caps, frontier, count, latest):  # pragma: no cover - compiled
+    """A block last touched at ``prev`` (0: never) is touched: if capacity ``k`` did not hold it,
+    it enters, and the frontier advances past cached blocks while the capacity is over."""
+    if prev == 0 or prev < frontier[k]:
+        count[k] += 1
+        f = frontier[k]
+        while count[k] > caps[k]:
+            if latest[f >> 3] & (1 << (f & 7)):
+                count[k] -= 1
+            f += 1
+        frontier[k] = f
+
+
 @njit(cache=True)
 def _day_kernel(offsets, ids, base, times, lengths, classes, counted, bs,
                 last_seq, last_t, bclass, latest, seq,
@@ -54,10 +92,8 @@ def _day_kernel(offsets, ids, base, times, lengths, classes, counted, bs,
     Policies are the capacities ``caps`` (rows 0..len(caps)-1) then the TTL rows of ``ttl``
     (``ttl[t, class]`` seconds). Returns the access number of the last access.
     """
-    n = offsets.shape[0] - 1
     n_cap = caps.shape[0]
-    n_ttl = ttl.shape[0]
-    for r in range(n):
+    for r in range(offsets.shape[0] - 1):
         lo = offsets[r]
         hi = offsets[r + 1]
         b0 = base[r]
@@ -68,22 +104,9 @@ def _day_kernel(offsets, ids, base, times, lengths, classes, counted, bs,
             input_out[c] += L
             req_out[c] += 1
             for k in range(n_cap):
-                f = frontier[k]
-                p = 0
-                for i in range(lo, hi):
-                    s = last_seq[b0 + ids[i]]
-                    if s == 0 or s < f:
-                        break
-                    p += 1
-                hit_out[k, c] += min(p * bs, L)
-            for t in range(n_ttl):
-                p = 0
-                for i in range(lo, hi):
-                    b = b0 + ids[i]
-                    if last_seq[b] == 0 or now - last_t[b] > ttl[t, bclass[b]]:
-                        break
-                    p += 1
-                hit_out[n_cap + t, c] += min(p * bs, L)
+                hit_out[k, c] += min(_lru_run(ids, lo, hi, b0, last_seq, frontier[k]) * bs, L)
+            for t in range(ttl.shape[0]):
+                hit_out[n_cap + t, c] += min(_ttl_run(ids, lo, hi, b0, last_seq, last_t, bclass, now, ttl, t) * bs, L)
         for i in range(lo, hi):
             b = b0 + ids[i]
             prev = last_seq[b]
@@ -95,14 +118,7 @@ def _day_kernel(offsets, ids, base, times, lengths, classes, counted, bs,
             last_t[b] = now
             bclass[b] = c
             for k in range(n_cap):
-                if prev == 0 or prev < frontier[k]:
-                    count[k] += 1
-                    f = frontier[k]
-                    while count[k] > caps[k]:
-                        if latest[f >> 3] & (1 << (f & 7)):
-                            count[k] -= 1
-                        f += 1
-                    frontier[k] = f
+                _admit(k, prev, caps, frontier, count, latest)
     return seq
 
 
