@@ -33,6 +33,7 @@ from numba import njit
 
 from tiered_kv.sim.peers.trie import TrieTrace, check_capacities, lookup, replay_at, underfilled_mask
 from tiered_kv.sim.policies.belady import stack_hist
+from tiered_kv.sim.policies.frequency import heap_pop, heap_push
 
 
 def replay_optimal_trie(t: TrieTrace, capacity: int) -> tuple[np.ndarray, bool]:
@@ -70,44 +71,6 @@ def optimal_trie_curve(t: TrieTrace, capacities) -> np.ndarray:
     return out
 
 
-@njit(cache=True)
-def _heap_push(hk, hn, hv, size, key, nd, ver):
-    i = size
-    hk[i], hn[i], hv[i] = key, nd, ver
-    while i > 0:
-        p = (i - 1) >> 1
-        if hk[p] < hk[i] or (hk[p] == hk[i] and hn[p] > hn[i]):
-            break
-        hk[p], hk[i] = hk[i], hk[p]
-        hn[p], hn[i] = hn[i], hn[p]
-        hv[p], hv[i] = hv[i], hv[p]
-        i = p
-    return size + 1
-
-
-@njit(cache=True)
-def _heap_pop(hk, hn, hv, size):
-    """Remove the root (smallest key; larger node first on ties); caller read it already."""
-    size -= 1
-    hk[0], hn[0], hv[0] = hk[size], hn[size], hv[size]
-    i = 0
-    while True:
-        lft = 2 * i + 1
-        best = i
-        if lft < size and (hk[lft] < hk[best] or (hk[lft] == hk[best] and hn[lft] > hn[best])):
-            best = lft
-        rgt = lft + 1
-        if rgt < size and (hk[rgt] < hk[best] or (hk[rgt] == hk[best] and hn[rgt] > hn[best])):
-            best = rgt
-        if best == i:
-            break
-        hk[best], hk[i] = hk[i], hk[best]
-        hn[best], hn[i] = hn[i], hn[best]
-        hv[best], hv[i] = hv[i], hv[best]
-        i = best
-    return size
-
-
 @njit(cache=True, inline="always")
 def _current(present, children, version, key, nd, k, v):  # pragma: no cover - compiled
     """Whether a heap entry ``(k, nd, v)`` is still ``nd``'s: a present leaf at that key and version."""
@@ -116,9 +79,11 @@ def _current(present, children, version, key, nd, k, v):  # pragma: no cover - c
 
 @njit(cache=True, inline="always")
 def _push_leaf(hk, hn, hv, hsize, key, version, nd):  # pragma: no cover - compiled
-    """Push ``nd`` under a new version (its older entries turn stale); the heap's size."""
+    """Push ``nd`` under a new version (its older entries turn stale); the heap's size. Entries are
+    (key, -node, version) in the min-heap of :mod:`tiered_kv.sim.policies.frequency`: the smallest
+    key first, the larger node on ties."""
     version[nd] += 1
-    return _heap_push(hk, hn, hv, hsize, key[nd], nd, version[nd])
+    return heap_push(hk, hn, hv, hsize, float(key[nd]), -nd, version[nd])
 
 
 @njit(cache=True)
@@ -129,8 +94,8 @@ def _evict_leaf(hk, hn, hv, hsize, sk, sn, sv, present, children, version, key, 
     ns = 0  # guarded entries set aside, pushed back after
     evicted = False
     while hsize > 0:
-        k0, n0, v0 = hk[0], hn[0], hv[0]
-        hsize = _heap_pop(hk, hn, hv, hsize)
+        k0, n0, v0 = hk[0], -hn[0], hv[0]
+        hsize = heap_pop(hk, hn, hv, hsize)
         if not _current(present, children, version, key, n0, k0, v0):
             continue
         if guard[n0] == r + 1:
@@ -138,7 +103,7 @@ def _evict_leaf(hk, hn, hv, hsize, sk, sn, sv, present, children, version, key, 
             ns += 1
             continue
         if optimal and -k0 <= need:
-            hsize = _heap_push(hk, hn, hv, hsize, k0, n0, v0)
+            hsize = heap_push(hk, hn, hv, hsize, k0, -n0, v0)
             break
         present[n0] = False
         p = parent[n0]
@@ -148,7 +113,7 @@ def _evict_leaf(hk, hn, hv, hsize, sk, sn, sv, present, children, version, key, 
         evicted = True
         break
     for j in range(ns):
-        hsize = _heap_push(hk, hn, hv, hsize, sk[j], sn[j], sv[j])
+        hsize = heap_push(hk, hn, hv, hsize, sk[j], -sn[j], sv[j])
     return hsize, evicted
 
 
@@ -157,12 +122,12 @@ def _compact(hk, hn, hv, hsize, present, children, version, key):  # pragma: no 
     """Drop the stale entries and rebuild the heap from the rest; its size."""
     j = 0
     for i in range(hsize):
-        if _current(present, children, version, key, hn[i], hk[i], hv[i]):
+        if _current(present, children, version, key, -hn[i], hk[i], hv[i]):
             hk[j], hn[j], hv[j] = hk[i], hn[i], hv[i]
             j += 1
     hsize = 0
     for i in range(j):
-        hsize = _heap_push(hk, hn, hv, hsize, hk[i], hn[i], hv[i])
+        hsize = heap_push(hk, hn, hv, hsize, hk[i], hn[i], hv[i])
     return hsize
 
 
@@ -179,10 +144,10 @@ def _replay_trie(node, parent, offsets, next_use, warmup, capacity, optimal, hit
     version = np.zeros(n_nodes, dtype=np.int64)
     guard = np.zeros(n_nodes, dtype=np.int64)
     cap_heap = 4 * node.shape[0] + 16
-    hk = np.empty(cap_heap, dtype=np.int64)
+    hk = np.empty(cap_heap, dtype=np.float64)
     hn = np.empty(cap_heap, dtype=np.int64)
     hv = np.empty(cap_heap, dtype=np.int64)
-    sk = np.empty(capacity + 16, dtype=np.int64)
+    sk = np.empty(capacity + 16, dtype=np.float64)
     sn = np.empty(capacity + 16, dtype=np.int64)
     sv = np.empty(capacity + 16, dtype=np.int64)
     hsize = size = clock = 0

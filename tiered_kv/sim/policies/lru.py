@@ -78,21 +78,11 @@ def _append(nxt, prv, tail, b):  # pragma: no cover - compiled
 
 
 @njit(cache=True, inline="always")
-def _oldest(n_unique, n_classes, nxt, seq):  # pragma: no cover - compiled
-    """The least recently touched of the class lists' heads (-1 when all are empty)."""
-    best = -1
-    best_seq = np.iinfo(np.int64).max
-    for k in range(n_classes):
-        s = n_unique + k
-        if nxt[s] != s and seq[nxt[s]] < best_seq:
-            best_seq = seq[nxt[s]]
-            best = nxt[s]
-    return best
-
-
-@njit(cache=True, inline="always")
-def _victim(rule, now, n_unique, n_classes, nxt, last, param):  # pragma: no cover - compiled
-    """The head a scored rule evicts (``weighted``: 1, ``ttl-priority``: 2); -1 when all are empty."""
+def _victim(rule, c, now, n_unique, n_classes, nxt, last, seq, param):  # pragma: no cover - compiled
+    """The head the victim rule evicts after a touch by class ``c``; -1 when there is none."""
+    if rule == 3:
+        h = nxt[n_unique + c]
+        return h if h != n_unique + c else -1
     best = -1
     best_score = -np.inf
     for k in range(n_classes):
@@ -100,7 +90,12 @@ def _victim(rule, now, n_unique, n_classes, nxt, last, param):  # pragma: no cov
         h = nxt[s]
         if h == s:
             continue
-        score = (now - last[h]) * param[k] if rule == 1 else -(last[h] + param[k])
+        if rule == 0:
+            score = -float(seq[h])
+        elif rule == 1:
+            score = (now - last[h]) * param[k]
+        else:
+            score = -(last[h] + param[k])
         if score > best_score:
             best_score = score
             best = h
@@ -110,7 +105,7 @@ def _victim(rule, now, n_unique, n_classes, nxt, last, param):  # pragma: no cov
 @njit(cache=True, inline="always")
 def _evict(b, now, nxt, prv, present, last, born, bclass, bweight, cused, ev_idle, ev_age, ev_class, n_ev,
            record):  # pragma: no cover - compiled
-    """Evict ``b`` (rules 1-3, which count bytes per class); the evictions so far."""
+    """Evict ``b``; the evictions so far (its class's bytes drop too, which only rules 1-3 read)."""
     _unlink(nxt, prv, b)
     present[b] = False
     cused[bclass[b]] -= bweight[b]
@@ -145,35 +140,24 @@ def _expire(now, n_unique, n_classes, ttl_by_class, nxt, prv, present, last, bcl
 def _collect(rule, c, now, high, low, param, used, n_ev, n_unique, n_classes, nxt, prv, present, last, born,
              seq, bclass, bweight, cused, ev_idle, ev_age, ev_class, record):  # pragma: no cover - compiled
     """The collector after a touch by class ``c``: evict while over the watermark;
-    (used weight, evictions so far)."""
-    if rule == 0:  # lru: the least recent touch of all (rule 0 keeps no per-class bytes)
-        if used > high:
-            while used > low:
-                v = _oldest(n_unique, n_classes, nxt, seq)
-                if v < 0:
-                    break
-                used -= bweight[v]
-                n_ev = _evict(v, now, nxt, prv, present, last, born, bclass, bweight, cused, ev_idle, ev_age,
-                              ev_class, n_ev, record)
-        return used, n_ev
-    if rule == 3:  # quotas: the toucher's own list under its own share of the watermarks
-        if cused[c] > high * param[c]:
-            while cused[c] > low * param[c] and nxt[n_unique + c] != n_unique + c:
-                v = nxt[n_unique + c]
-                used -= bweight[v]
-                n_ev = _evict(v, now, nxt, prv, present, last, born, bclass, bweight, cused, ev_idle, ev_age,
-                              ev_class, n_ev, record)
-        return used, n_ev
-    total = 0.0  # summed per class, in class order
-    for k in range(n_classes):
-        total += cused[k]
-    if total > high:
-        while total > low:
-            v = _victim(rule, now, n_unique, n_classes, nxt, last, param)
+    (used weight, evictions so far). The load it watches: ``lru`` the used weight (it keeps no
+    per-class bytes), ``quotas`` the toucher's own bytes under its share, the others the sum per class."""
+    share = param[c] if rule == 3 else 1.0
+    if rule == 0:
+        load = used
+    elif rule == 3:
+        load = cused[c]
+    else:
+        load = 0.0  # summed per class, in class order
+        for k in range(n_classes):
+            load += cused[k]
+    if load > high * share:
+        while load > low * share:
+            v = _victim(rule, c, now, n_unique, n_classes, nxt, last, seq, param)
             if v < 0:
                 break
             used -= bweight[v]
-            total -= bweight[v]
+            load -= bweight[v]
             n_ev = _evict(v, now, nxt, prv, present, last, born, bclass, bweight, cused, ev_idle, ev_age, ev_class,
                           n_ev, record)
     return used, n_ev
