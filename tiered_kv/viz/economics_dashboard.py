@@ -26,6 +26,7 @@ import polars as pl
 from tiered_kv.sim import retention as R
 from tiered_kv.sim.trace_replay import CompiledTrace
 from tiered_kv.units import format_bytes, format_duration
+from tiered_kv.viz.style import binary_unit
 from tiered_kv.viz.widgets import Dashboard, DashboardBox, control, log_slider, records
 
 DAY_S = R.DAY_S
@@ -33,15 +34,6 @@ DAY_S = R.DAY_S
 CAPACITY_STEPS = 120
 _KINDS = ["idle TTL", "oracle frontier", "chosen TTL", "optimal TTL at capacity"]
 _COLORS = ["#1f77b4", "#d62728", "black", "#2ca02c"]
-_UNITS = (("PiB", 2.0**50), ("TiB", 2.0**40), ("GiB", 2.0**30), ("MiB", 2.0**20), ("KiB", 2.0**10))
-
-
-def storage_unit(max_bytes: float) -> tuple[str, float]:
-    """The largest binary unit in which ``max_bytes`` is at least 1."""
-    for name, scale in _UNITS:
-        if max_bytes >= scale:
-            return name, scale
-    return "B", 1.0
 
 
 @dataclass(eq=False)
@@ -207,7 +199,7 @@ def economics_datasets(analysis: EconomicsAnalysis, view: dict) -> dict[str, lis
 
 
 def _unit(analysis: EconomicsAnalysis) -> tuple[str, float]:
-    return storage_unit(float(analysis.curves["avg_bytes"].max()))
+    return binary_unit(float(analysis.curves["avg_bytes"].max()))
 
 
 def economics_template(analysis: EconomicsAnalysis) -> alt.HConcatChart:

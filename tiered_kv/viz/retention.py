@@ -46,10 +46,6 @@ def evaluate(table: R.RetentionTable, setting: R.Setting) -> RetentionView:
     )
 
 
-def _fmt_s(seconds: float) -> str:
-    return format_duration(seconds)
-
-
 def retention_datasets(view: RetentionView) -> dict[str, list[dict]]:
     """The named data sources of :func:`retention_template` at one setting (JSON rows)."""
     s = view.setting
@@ -98,8 +94,8 @@ def summary_rows(view: RetentionView) -> list[dict]:
     for row, e in zip(view.rates.iter_rows(named=True), eff, strict=True):
         rows.append({
             "class": row["class"],
-            "TTL": "" if math.isnan(row["ttl_seconds"]) else _fmt_s(row["ttl_seconds"]),
-            "effective retention": "" if math.isnan(e) else _fmt_s(e),
+            "TTL": "" if math.isnan(row["ttl_seconds"]) else format_duration(row["ttl_seconds"]),
+            "effective retention": "" if math.isnan(e) else format_duration(e),
             "token hit rate": f"{row['token_hit_rate']:.2%}",
             "hit tokens": f"{row['hit_tokens']:,}",
         })

@@ -46,13 +46,8 @@ def _ms(values: list[float]) -> dict:
 def run(args: argparse.Namespace) -> dict:
     from pathlib import Path
 
-    from tqdm import tqdm
-
-    from tiered_kv.sim.policies import TTL
     from tiered_kv.sim.retention import settings as R
-    from tiered_kv.sim.trace_replay import compile_trace, replay
     from tiered_kv.sim.traces import load_trace, shipped_trace
-    from tiered_kv.viz.retention import RetentionDashboard, evaluate
 
     path = Path(args.trace) if Path(args.trace).exists() else shipped_trace(args.trace)
     frame = load_trace(path)
@@ -62,11 +57,35 @@ def run(args: argparse.Namespace) -> dict:
     t0 = time.perf_counter()
     table = R.build_table(frame)
     build = time.perf_counter() - t0
+    move, ev, base, view = (_ms(t) for t in _time_moves(table, frame, args.moves))
+    return {
+        "trace": str(path.name), "requests": int(frame.height), "block_lookups": int(table.touch_start.size),
+        "table_rows": int(table.weight.size), "jit_warmup_s": jit, "build_s": build,
+        "move": move, "evaluate": ev, "baseline_one_replay": base, "baseline_view_by_replays": view,
+        "view_points": int(1 + len(R.ttl_grid(table)) + len(R.capacity_grid(table))),
+        "speedup_view_evaluate_vs_replays": view["p50_ms"] / ev["p50_ms"] if ev["p50_ms"] else math.nan,
+        "target_ms": 200.0, "meets_target_p95": move["p95_ms"] < 200.0,
+    }
+
+
+def _time_moves(table, frame, n_moves: int) -> tuple[list[float], list[float], list[float], list[float]]:
+    """Seconds of each slider move, of each evaluate alone, of one replay, and of a whole view by replays.
+
+    The sweep moves the first class's TTL slider down from the trace's duration, then the capacity
+    slider down from the footprint to 16 blocks.
+    """
+    from tqdm import tqdm
+
+    from tiered_kv.sim.policies import TTL
+    from tiered_kv.sim.retention import settings as R
+    from tiered_kv.sim.trace_replay import compile_trace, replay
+    from tiered_kv.viz.retention import RetentionDashboard, evaluate
+
     dash = RetentionDashboard(table, title="bench")
     cls = table.classes[0]
     hi_ttl, footprint = table.duration_s, float(table.distinct_blocks * table.block_size)
-    ttls = np.geomspace(5.0, hi_ttl, max(args.moves // 2, 2))[::-1]
-    caps = np.geomspace(footprint, 16 * table.block_size, max(args.moves - len(ttls), 2))
+    ttls = np.geomspace(5.0, hi_ttl, max(n_moves // 2, 2))[::-1]
+    caps = np.geomspace(footprint, 16 * table.block_size, max(n_moves - len(ttls), 2))
     moves, evals, baseline, views = [], [], [], []
     compiled = compile_trace(frame)
     for i, value in enumerate(tqdm([*[("ttl", t) for t in ttls], *[("cap", c) for c in caps]],
@@ -93,12 +112,4 @@ def run(args: argparse.Namespace) -> dict:
             for c in R.capacity_grid(table):
                 replay(compiled, TTL(ttl_seconds={cls: setting.ttl_s[0]}, capacity_tokens=int(c)))
             views.append(time.perf_counter() - t0 + baseline[-1] if baseline else 0.0)
-    move, ev, base, view = _ms(moves), _ms(evals), _ms(baseline), _ms(views)
-    return {
-        "trace": str(path.name), "requests": int(frame.height), "block_lookups": int(table.touch_start.size),
-        "table_rows": int(table.weight.size), "jit_warmup_s": jit, "build_s": build,
-        "move": move, "evaluate": ev, "baseline_one_replay": base, "baseline_view_by_replays": view,
-        "view_points": int(1 + len(R.ttl_grid(table)) + len(R.capacity_grid(table))),
-        "speedup_view_evaluate_vs_replays": view["p50_ms"] / ev["p50_ms"] if ev["p50_ms"] else math.nan,
-        "target_ms": 200.0, "meets_target_p95": move["p95_ms"] < 200.0,
-    }
+    return moves, evals, baseline, views

@@ -88,15 +88,8 @@ class ChartView:
                 self._jc.chart = chart
             self.spec = self._jc.spec
         else:
-            from IPython.display import display
-
-            if self._out is None:
-                self._out = widgets.Output()
-                self.output.children = (self._out,)
             self.spec = chart.to_dict()
-            with self._out:
-                self._out.clear_output(wait=True)
-                display(chart)
+            self._display(chart)
         self.redraws += 1
         self.last_redraw_s = time.perf_counter() - t0
 
@@ -121,16 +114,21 @@ class ChartView:
             self._jc.spec = spec
         else:
             import altair as alt
-            from IPython.display import display
 
-            if self._out is None:
-                self._out = widgets.Output()
-                self.output.children = (self._out,)
-            with self._out:
-                self._out.clear_output(wait=True)
-                display(alt.VegaLite(spec))
+            self._display(alt.VegaLite(spec))
         self.redraws += 1
         self.last_redraw_s = time.perf_counter() - t0
+
+    def _display(self, chart: Any) -> None:
+        """Without anywidget: display ``chart`` in an ``Output`` area, clearing what it showed."""
+        from IPython.display import display
+
+        if self._out is None:
+            self._out = widgets.Output()
+            self.output.children = (self._out,)
+        with self._out:
+            self._out.clear_output(wait=True)
+            display(chart)
 
 def dashboard_bundle(widget: widgets.Widget, chart_view: ChartView | None = None, **kwargs) -> dict:
     """A dashboard's display: its widget, and a static SVG of the chart it shows now.

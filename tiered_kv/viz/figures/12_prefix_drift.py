@@ -22,12 +22,10 @@ TITLE = "Exact-prefix cache over 20 turns: writing approximate KV vs exact catch
 
 
 def build(quick: bool) -> FigureResult:
-    import altair as alt
-    import torch
-
-    from tiered_kv.drift import drift_summary, prefix_drift
+    from tiered_kv.drift import prefix_drift
     from tiered_kv.model import default_checkpoint, load_checkpoint
     from tiered_kv.replay_quality import load_heldout, sample_sequences
+    from tiered_kv.viz.widgets import torch_threads
 
     path = default_checkpoint("small")
     if not path.exists():
@@ -35,12 +33,21 @@ def build(quick: bool) -> FigureResult:
     model, _ = load_checkpoint(path)
     turns, first, step, n_conv = (4, 512, 192, 1) if quick else (20, 512, 192, 4)
     convs = sample_sequences(load_heldout(400_000 if quick else None), n_conv, first + (turns - 1) * step, seed=5)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(2)
-    try:
+    with torch_threads(2):
         raw = prefix_drift(model, convs, turns=turns, first=first, step=step, block_size=64)
-    finally:
-        torch.set_num_threads(threads)
+    chart, summary = _chart(raw)
+    notes = (f"{n_conv} conversation(s) of held-out text, {turns} turns, first prompt {first} tokens, "
+             f"+{step} tokens a turn, 64-token MXFP4 blocks, R={model.cfg.replay}, W={model.cfg.window}. ")
+    return FigureResult(chart=chart, claims=[], data={"raw": raw, "summary": summary},
+                        notes=_notes(raw, turns, notes))
+
+
+def _chart(raw: pl.DataFrame):
+    """(chart, summary): first-token KL and stored-KV error per turn, one line per write mode."""
+    import altair as alt
+
+    from tiered_kv.drift import drift_summary
+
     summary = drift_summary(raw).with_columns(
         pl.col("mode").replace({"exact": "exact catch-up (default)", "approximate": "write approximate"}),
         pl.col("kl_nats").clip(lower_bound=1e-9).alias("kl_plot"),
@@ -60,8 +67,11 @@ def build(quick: bool) -> FigureResult:
                 title="max |stored KV - exact KV| (log; 1e-6 = identical)"),
         tooltip=["mode", "turn", alt.Tooltip("kv_max_abs_error:Q", format=".3g")]).properties(
         width=330, height=240, title="what the SSD tier holds for the prompt")
-    chart = alt.hconcat(kl, err).properties(title=TITLE)
+    return alt.hconcat(kl, err).properties(title=TITLE), summary
 
+
+def _notes(raw: pl.DataFrame, turns: int, settings: str) -> str:
+    """The KL and stored-KV error of both write modes, and what exactness costs, in words."""
     def mean_of(mode: str, col: str, last: bool = False) -> float:
         sub = raw.filter(pl.col("mode") == mode)
         if last:
@@ -74,14 +84,12 @@ def build(quick: bool) -> FigureResult:
     exact_same = ("byte-identical to an uncached prefill's" if differing == 0 else
                   f"{differing:,} of {values:,} stored values ({differing / values:.2g}) differ from an uncached "
                   "prefill's")
-    notes = ("The model reads its context only through the global KV and the window caches (no path from "
-             "earlier token ids to the output), so drift in the stored KV reaches every later answer. "
-             f"{n_conv} conversation(s) of held-out text, {turns} turns, first prompt {first} tokens, "
-             f"+{step} tokens a turn, 64-token MXFP4 blocks, R={model.cfg.replay}, W={model.cfg.window}. "
-             f"Mean first-token KL over all turns: write approximate {mean_of('approximate', 'kl_nats'):.3g} nats, "
-             f"exact catch-up {mean_of('exact', 'kl_nats'):.3g} nats; at turn {turns}: "
-             f"{mean_of('approximate', 'kl_nats', True):.3g} vs {mean_of('exact', 'kl_nats', True):.3g}. "
-             f"Largest stored-KV error: approximate {raw.filter(pl.col('mode') == 'approximate')['kv_max_abs_error'].max():.3g}, "
-             f"exact {exact_err:.3g} ({exact_same}). Cost of exactness: {float(catch_up.mean()):,.0f} extra encoder tokens per turn on "
-             "average, off the critical path (the first token still uses the fast replayed state).")
-    return FigureResult(chart=chart, claims=[], data={"raw": raw, "summary": summary}, notes=notes)
+    return ("The model reads its context only through the global KV and the window caches (no path from "
+            "earlier token ids to the output), so drift in the stored KV reaches every later answer. "
+            + settings +
+            f"Mean first-token KL over all turns: write approximate {mean_of('approximate', 'kl_nats'):.3g} nats, "
+            f"exact catch-up {mean_of('exact', 'kl_nats'):.3g} nats; at turn {turns}: "
+            f"{mean_of('approximate', 'kl_nats', True):.3g} vs {mean_of('exact', 'kl_nats', True):.3g}. "
+            f"Largest stored-KV error: approximate {raw.filter(pl.col('mode') == 'approximate')['kv_max_abs_error'].max():.3g}, "
+            f"exact {exact_err:.3g} ({exact_same}). Cost of exactness: {float(catch_up.mean()):,.0f} extra encoder tokens per turn on "
+            "average, off the critical path (the first token still uses the fast replayed state).")
