@@ -81,7 +81,7 @@ def seed_store(model, root: str, ns, work: dict, tokens: list, progress: bool) -
 
 
 def calibrate(model, ns, root: str, work: dict, tokens: list, count: int, repeats: int, chunk_bytes: float,
-               progress: bool) -> dict:
+              progress: bool) -> dict:
     """Isolated prefills at unlimited bandwidth (nothing stored): the compute fit and the raw read speed."""
     from tqdm.auto import tqdm
 
@@ -226,7 +226,7 @@ class _Point:
         self.lock = threading.Lock()
         self.t0 = time.monotonic() + 0.05
         self.write_q: queue.Queue = queue.Queue()
-        self.streams = _Streams(streams, cores)
+        self.queues = _Streams(streams, cores)
         self.ready_q = [queue.Queue() for _ in range(streams)]
         self.views = [_StreamView(self.tier, self.submit_write) for _ in range(streams)]
         self.engines = [Engine(model, self.views[s], HostTier("1GiB", name=f"stream{s}"), name=f"stream{s}")
@@ -254,14 +254,14 @@ class _Point:
             i, hit = job
             self.views[s].hit = hit
             begin = self.now()
-            self.streams.started(s, i, begin)
+            self.queues.started(s, i, begin)
             try:
                 res = self.engines[s].prefill(self.tokens[i], store=True)
             except BaseException as exc:  # noqa: BLE001
                 self.errors.append(exc)
-                self.streams.finished(s, i)
+                self.queues.finished(s, i)
                 continue
-            self.streams.finished(s, i)
+            self.queues.finished(s, i)
             end = self.now() - res.store_s
             self.start_s[i], self.done[i], self.compute[i] = begin, end, res.ttft_s
 
@@ -299,10 +299,10 @@ class _Point:
             if restore and policy != "load" and self._recomputes(i, s, now, policy, restore_s[i], recompute_s[i],
                                                                  raw_read_bytes_per_s):
                 self.recomputed[i], self.ready[i] = True, now
-                self.streams.add(s, i, recompute_s[i])
+                self.queues.add(s, i, recompute_s[i])
                 self.ready_q[s].put((i, _empty_hit(self.ns)))
                 continue
-            self.streams.add(s, i, restore_s[i] if restore else recompute_s[i])
+            self.queues.add(s, i, restore_s[i] if restore else recompute_s[i])
             th = threading.Thread(target=self.read, args=(i,), name=f"read{i}", daemon=True)
             th.start()
             readers.append(th)
@@ -314,7 +314,7 @@ class _Point:
         time at the raw read speed, and stream ``s``'s queue."""
         nbytes = int(int(self.work["blocks"][i]) * self.chunk_bytes)
         queued = (self.bucket.predict(nbytes) if self.bucket is not None else 0.0) + nbytes / raw_read_bytes_per_s
-        return C.decide(policy, self.streams.state(s, now, queued), restore_compute_s=restore_s,
+        return C.decide(policy, self.queues.state(s, now, queued), restore_compute_s=restore_s,
                         recompute_s=recompute_s)
 
     def drain(self, readers: list[threading.Thread], threads: list[threading.Thread]) -> None:
