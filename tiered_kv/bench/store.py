@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import statistics
 import tempfile
 import threading
 import time
@@ -58,11 +59,6 @@ def register(parser: argparse.ArgumentParser) -> None:
                         help="object stores: requests in flight, for the tier and for raw obstore (default 64)")
     parser.add_argument("--latency-runs", type=int, default=20,
                         help="object stores: get_prefix runs for p50/p99 (default 20)")
-
-
-def _median(xs: list[float]) -> float:
-    xs = sorted(xs)
-    return xs[len(xs) // 2] if len(xs) % 2 else 0.5 * (xs[len(xs) // 2 - 1] + xs[len(xs) // 2])
 
 
 def _drop_cache(paths: list[Path]) -> None:
@@ -114,102 +110,84 @@ def _raw_read_os(paths: list[Path]) -> int:
     return sum(len(b) for b in held)
 
 
+#: Every phase a repeat times, raw and tier alike.
+PHASES = ("put", "raw_write", "raw_write_parallel", "get_warm", "raw_read_warm", "raw_read_parallel_warm",
+          "raw_read_os_warm", "get_cold", "raw_read_cold", "put_with_quantize")
+#: result key -> (raw phase, tier phase): raw / tier per repeat, then the median of those.
+PAIRED = {"put_ratio_vs_raw": ("raw_write", "put"), "put_ratio_vs_raw_parallel": ("raw_write_parallel", "put"),
+          "get_ratio_vs_raw": ("raw_read_warm", "get_warm"),
+          "get_ratio_vs_raw_parallel": ("raw_read_parallel_warm", "get_warm"),
+          "get_ratio_vs_raw_os_read": ("raw_read_os_warm", "get_warm"),
+          "get_cold_ratio_vs_raw": ("raw_read_cold", "get_cold")}
+
+
 def _size_case(label: str, ns, tokens, root: Path, args, pool) -> dict:
-    import torch
+    """One size per token: the tier against raw file I/O of the very same packed chunks."""
     from tqdm import tqdm
 
-    from tiered_kv import codec
-    from tiered_kv.keys import block_keys
-    from tiered_kv.tiers.ssd import SSDConfig, SSDTier, layout
+    from tiered_kv.bench._store_object import payload
 
-    n_blocks = len(tokens) // ns.block_size
-    g = torch.Generator().manual_seed(0)
-    kv = torch.randn(n_blocks * ns.block_size, 2, ns.kv_heads, ns.head_dim, generator=g, dtype=torch.float32)
-    t0 = time.perf_counter()
-    chunks = codec.quantize_blocks(kv, ns)
-    quantize_s = time.perf_counter() - t0
-    keys = block_keys(tokens, ns)
-    objs = [codec.pack_chunk(q, namespace=ns, key=k, parent=keys[i - 1] if i else bytes(16), index=i,
-                             traffic_class="bench", created=0.0) for i, (q, k) in enumerate(zip(chunks, keys, strict=True))]
-    total = sum(len(o) for o in objs)
+    kv, chunks, keys, objs, quantize_s = payload(ns, tokens)
+    n_blocks, total = len(tokens) // ns.block_size, sum(len(o) for o in objs)
     res: dict = {"bytes_per_token": chunks[0].nbytes / ns.block_size, "chunks": n_blocks,
                  "chunk_bytes": len(objs[0]), "total_bytes": total, "quantize_cpu_s": quantize_s,
                  "kv_heads": ns.kv_heads, "head_dim": ns.head_dim, "fmt": ns.fmt}
-    timings: dict[str, list[float]] = {k: [] for k in (
-        "put", "raw_write", "raw_write_parallel", "get_warm", "raw_read_warm", "raw_read_parallel_warm",
-        "raw_read_os_warm",
-        "get_cold", "raw_read_cold", "put_with_quantize")}
-    bar = tqdm(total=args.repeat, desc=f"store bench ({label})", leave=False, delay=1.0)
-    def timed(name: str, fn):
-        t0 = time.perf_counter()
-        out = fn()
-        timings[name].append(time.perf_counter() - t0)
-        return out
-
-    for r in range(args.repeat):
-        base = root / f"{label}-{r}"
-        tier = SSDTier(base / "tier", namespace=ns,  # steady state: shard dirs exist
-                       config=SSDConfig(auto_gc=False, io_threads=args.io_threads, precreate_shards=True))
-        for d in ("raw", "rawp"):
-            (base / d).mkdir()
-        raw_paths = [base / "raw" / f"{i:06d}" for i in range(n_blocks)]
-        # writes, each from a clean page cache (os.sync), in an order that alternates per run
-        writes = [("put", partial(tier.put_quantized, tokens, chunks, "bench")),
-                  ("raw_write", partial(_raw_write, base / "raw", objs, None)),
-                  ("raw_write_parallel", partial(_raw_write, base / "rawp", objs, pool))]
-        for name, fn in (writes if r % 2 == 0 else writes[::-1]):
-            os.sync()
-            timed(name, fn)
-        os.sync()
-        # warm reads (page cache), interleaved
-        reads = [("get_warm", partial(tier.get_prefix, tokens)),
-                 ("raw_read_warm", partial(_raw_read, raw_paths, None)),
-                 ("raw_read_parallel_warm", partial(_raw_read, raw_paths, pool)),
-                 ("raw_read_os_warm", partial(_raw_read_os, raw_paths))]
-        for name, fn in (reads if r % 2 == 0 else reads[::-1]):
-            out = timed(name, fn)
-            if name == "get_warm":
-                tier.flush()  # the access record is written in the background, off the read path
-                assert out.blocks == n_blocks and abs(out.nbytes - total) <= 32 * n_blocks  # +- header digits
-            else:
-                assert out == total
-        # cold reads
-        tier_paths = [base / "tier" / layout.chunk_path(k) for k in keys]
-        _drop_cache(tier_paths)
-        assert timed("get_cold", partial(tier.get_prefix, tokens)).blocks == n_blocks
-        tier.flush()
-        _drop_cache(raw_paths)
-        timed("raw_read_cold", partial(_raw_read, raw_paths, None))
-        if r == 0:  # end to end once: FP4 quantize on this CPU + put
-            t2 = SSDTier(base / "tier2", namespace=ns,
-                         config=SSDConfig(background_touch=False, auto_gc=False, precreate_shards=True))
-            os.sync()
-            timed("put_with_quantize", partial(t2.put, tokens, kv, "bench"))
-            t2.close()
+    timings: dict[str, list[float]] = {k: [] for k in PHASES}
+    for r in tqdm(range(args.repeat), desc=f"store bench ({label})", leave=False, delay=1.0):
+        tier = _size_repeat(r, root / f"{label}-{r}", ns, tokens, (kv, chunks, keys, objs), timings, args, pool)
         if r < args.repeat - 1:
             tier.close()
-            shutil.rmtree(base)
-        bar.update()
-    bar.close()
-    med = {k: _median(v) for k, v in timings.items() if v}
-    gbps = lambda s: total / s / 1e9
+            shutil.rmtree(root / f"{label}-{r}")
+    med = {k: statistics.median(v) for k, v in timings.items() if v}
     res["seconds"] = med
     res["seconds_all"] = {k: v for k, v in timings.items() if v}  # every repeat, for the spread
-    res["GBps"] = {k: gbps(v) for k, v in med.items()}
-    # raw / tier per repeat (the two timed one after the other), then the median of those
-    paired = lambda raw, tier: Paired.between(timings[raw], timings[tier]).median
-    res["put_ratio_vs_raw"] = paired("raw_write", "put")
-    res["put_ratio_vs_raw_parallel"] = paired("raw_write_parallel", "put")
-    res["get_ratio_vs_raw"] = paired("raw_read_warm", "get_warm")
-    res["get_ratio_vs_raw_parallel"] = paired("raw_read_parallel_warm", "get_warm")
-    res["get_ratio_vs_raw_os_read"] = paired("raw_read_os_warm", "get_warm")
-    res["get_cold_ratio_vs_raw"] = paired("raw_read_cold", "get_cold")
+    res["GBps"] = {k: total / v / 1e9 for k, v in med.items()}
+    res.update({key: Paired.between(timings[raw], timings[t]).median for key, (raw, t) in PAIRED.items()})
     res["get_prefix_latency_ms"] = _latency(tier, tokens, n_blocks, args)
     tier.close()
     if args.naive:
         res["naive_zarr_array_per_chunk"] = _naive(root / f"{label}-naive", objs, med)
     shutil.rmtree(root / f"{label}-{args.repeat - 1}", ignore_errors=True)
     return res
+
+
+def _size_repeat(r: int, base: Path, ns, tokens, data: tuple, timings: dict[str, list[float]], args, pool):
+    """One repeat: writes (each from a clean page cache), warm reads, then cold reads, raw and tier
+    in turn; the first repeat also times put with the FP4 quantization. Returns the open tier."""
+    from tiered_kv.bench._store_object import check_read, in_turn, timed
+    from tiered_kv.tiers.ssd import SSDConfig, SSDTier, layout
+
+    kv, chunks, keys, objs = data
+    n_blocks, total = len(tokens) // ns.block_size, sum(len(o) for o in objs)
+    tier = SSDTier(base / "tier", namespace=ns,  # steady state: shard dirs exist
+                   config=SSDConfig(auto_gc=False, io_threads=args.io_threads, precreate_shards=True))
+    for d in ("raw", "rawp"):
+        (base / d).mkdir()
+    raw_paths = [base / "raw" / f"{i:06d}" for i in range(n_blocks)]
+    os.sync()
+    for _ in in_turn(timings, r, [("put", partial(tier.put_quantized, tokens, chunks, "bench")),
+                                  ("raw_write", partial(_raw_write, base / "raw", objs, None)),
+                                  ("raw_write_parallel", partial(_raw_write, base / "rawp", objs, pool))]):
+        os.sync()
+    reads = [("get_warm", partial(tier.get_prefix, tokens)), ("raw_read_warm", partial(_raw_read, raw_paths, None)),
+             ("raw_read_parallel_warm", partial(_raw_read, raw_paths, pool)),
+             ("raw_read_os_warm", partial(_raw_read_os, raw_paths))]
+    for name, out in in_turn(timings, r, reads):
+        if name == "get_warm":
+            tier.flush()  # the access record is written in the background, off the read path
+        check_read(out, n_blocks, total)
+    _drop_cache([base / "tier" / layout.chunk_path(k) for k in keys])
+    assert timed(timings, "get_cold", partial(tier.get_prefix, tokens)).blocks == n_blocks
+    tier.flush()
+    _drop_cache(raw_paths)
+    timed(timings, "raw_read_cold", partial(_raw_read, raw_paths, None))
+    if r == 0:  # end to end once: FP4 quantize on this CPU + put
+        t2 = SSDTier(base / "tier2", namespace=ns,
+                     config=SSDConfig(background_touch=False, auto_gc=False, precreate_shards=True))
+        os.sync()
+        timed(timings, "put_with_quantize", partial(t2.put, tokens, kv, "bench"))
+        t2.close()
+    return tier
 
 
 def _latency(tier, tokens, n_blocks: int, args) -> dict:
