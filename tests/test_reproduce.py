@@ -6,7 +6,6 @@ give the row's value. Where an independent check exists (a formula), the row is 
 against that too.
 """
 
-import importlib
 import json
 import math
 
@@ -95,10 +94,11 @@ def _independent(rec: dict) -> float | None:
 def _clear_caches() -> None:
     """So a provenance runs its computation again instead of reading the figure's result."""
     import tiered_kv.viz.claim_values as cv
+    from tiered_kv.sim.cluster.disk_day import disk_day
 
     cv._synth.cache_clear()
     cv._agent_hour.cache_clear()
-    importlib.import_module("tiered_kv.viz.figures.05_disk_fraction").run.cache_clear()
+    disk_day.cache_clear()
 
 
 def test_reproduce_quick_writes_every_figure_and_the_report(tmp_path):

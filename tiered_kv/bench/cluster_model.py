@@ -133,18 +133,16 @@ def routing_section(total_tokens: int) -> dict:
 
 
 def disk_fraction_section(quick: bool) -> dict:
-    """Figure 05: day 2 of a 2-day run (its own ``run``), totals and per class."""
-    import importlib
-
+    """Figure 05's run (:func:`~tiered_kv.sim.cluster.disk_day.disk_day`): day 2, totals and per class."""
     from tiered_kv.sim.cluster import summarize
+    from tiered_kv.sim.cluster.disk_day import PUBLISHED_DISK_FRACTION, disk_day
 
-    fig05 = importlib.import_module("tiered_kv.viz.figures.05_disk_fraction")
-    preset, cfg, _, day2 = fig05.run(quick)
+    preset, cfg, _, day2 = disk_day(quick)
     total = summarize(day2)
     return {"quick": quick, "preset": preset, "nodes": cfg.nodes, "routing": cfg.routing,
             "requests": total["requests"], "disk_token_fraction": total["disk_token_fraction"],
             "by_class": {k: v["disk_token_fraction"] for k, v in total["by_class"].items()},
-            "published": fig05.PUBLISHED_DISK_FRACTION}
+            "published": PUBLISHED_DISK_FRACTION}
 
 
 def cli_section(synth: str, days: float) -> dict:

@@ -87,9 +87,9 @@ def bounded_replay_flops_ratio(tokens: int) -> float:
 def day2_disk_fraction(quick: bool) -> float:
     """Share of day 2's input tokens served from SSD in figure 05's cluster run."""
     from tiered_kv.sim.cluster import summarize
+    from tiered_kv.sim.cluster.disk_day import disk_day
 
-    fig05 = importlib.import_module("tiered_kv.viz.figures.05_disk_fraction")
-    return float(summarize(fig05.run(quick)[3])["disk_token_fraction"])
+    return float(summarize(disk_day(quick)[3])["disk_token_fraction"])
 
 
 def shipped_cache_ratio(trace: str) -> float:

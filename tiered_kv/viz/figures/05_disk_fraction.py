@@ -11,33 +11,14 @@ dropped as warm-up so returning sessions find their earlier KV, as in a live ser
 
 from __future__ import annotations
 
-from functools import lru_cache
-
 import polars as pl
 
+from tiered_kv.sim.cluster.disk_day import PUBLISHED_DISK_FRACTION, disk_day
 from tiered_kv.viz.report import Claim, FigureResult
 from tiered_kv.viz.style import published_marks
 
 NAME = "05_disk_fraction"
 TITLE = "Share of input tokens served from the SSD tier over a simulated day"
-PUBLISHED_DISK_FRACTION = 0.56
-
-
-@lru_cache(maxsize=2)
-def run(quick: bool):
-    """(preset, config, cluster result, day-2 requests); cached: figure 06 reuses it."""
-    from tiered_kv.sim.cluster import ClusterConfig, simulate_cluster
-    from tiered_kv.sim.trace_replay import compile_trace
-    from tiered_kv.sim.workload.synth import generate
-
-    preset = "ci" if quick else "mixed"
-    df = generate(preset, 2.0, 0)
-    trace = compile_trace(df)
-    cfg = ClusterConfig(nodes=10, routing="cache-aware", gpu_capacity_tokens=0,
-                        host_capacity_bytes=64 * 2**30)
-    res = simulate_cluster(trace, cfg)
-    day2 = res.requests.filter(pl.col("timestamp_s") >= 86_400.0)
-    return preset, cfg, res, day2
 
 
 def build(quick: bool) -> FigureResult:
@@ -45,7 +26,7 @@ def build(quick: bool) -> FigureResult:
 
     from tiered_kv.sim.cluster import over_time, summarize
 
-    preset, cfg, res, day2 = run(quick)
+    preset, cfg, res, day2 = disk_day(quick)
     hourly = over_time(day2, 3600.0).with_columns(((pl.col("bin_start_s") - 86_400.0) / 3600.0).alias("hour"))
     total = summarize(day2)
     line = alt.Chart(hourly).mark_line(point=True).encode(

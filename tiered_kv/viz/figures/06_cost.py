@@ -58,9 +58,8 @@ def build(quick: bool) -> FigureResult:
 
 def _hit_rates(quick: bool) -> list[tuple[str, float]]:
     """(workload, token hit rate): the Mooncake conversation trace, and figure 05's day 2 when it runs."""
-    import importlib
-
     from tiered_kv.sim.cluster import ClusterConfig, simulate_cluster, summarize
+    from tiered_kv.sim.cluster.disk_day import disk_day
     from tiered_kv.sim.trace_replay import compile_trace
     from tiered_kv.sim.traces import load_trace, shipped_trace
 
@@ -68,7 +67,7 @@ def _hit_rates(quick: bool) -> list[tuple[str, float]]:
                             ClusterConfig(nodes=10, routing="random")).summary()
     points = [("Mooncake conversation, unlimited shared pool", real["token_hit_rate"])]
     try:
-        _, _, _, day2 = importlib.import_module("tiered_kv.viz.figures.05_disk_fraction").run(quick)
+        _, _, _, day2 = disk_day(quick)
         points.append(("synthetic mix, day 2 (figure 05)", summarize(day2)["token_hit_rate"]))
     except Exception:  # noqa: BLE001 - the real-trace point stands alone
         pass

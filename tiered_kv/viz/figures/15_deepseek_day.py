@@ -20,12 +20,12 @@ from pathlib import Path
 
 import polars as pl
 
+from tiered_kv.sim.cluster.disk_day import PUBLISHED_DISK_FRACTION
 from tiered_kv.viz.report import Claim, FigureResult
 from tiered_kv.viz.style import published_marks
 
 NAME = "15_deepseek_day"
 TITLE = "Disk-served share of a DeepSeek-like day: per-class TTLs (3 d / 7 d) and LRU"
-PUBLISHED_DISK_FRACTION = 0.56
 SOURCE = "DeepSeek (608 B input tokens in 24 h, 56% from the disk cache)"
 RECORDED = Path(__file__).resolve().parents[3] / "benchmarks" / "results" / "deepseek_day.json"
 TTL_NAME = "ttl agent=3d chatbot=7d"
