@@ -249,80 +249,92 @@ def simulate_cluster(trace, config: ClusterConfig, ssd_policy: Any = None,
     part-1 policy object (``tiered_kv.sim.policies``) for the shared pool, replayed once.
     ``progress``: a progress bar on runs over two seconds (``False`` turns it off).
     """
-    from tiered_kv.sim.trace_replay import CompiledTrace, compile_trace, replay
+    from tiered_kv.sim.trace_replay import CompiledTrace, compile_trace
 
     t = trace if isinstance(trace, CompiledTrace) else compile_trace(trace, options)
     if t.n_requests == 0:
         raise ValueError("simulate_cluster: the trace has no requests")
-    bs = t.uniform_block_size
     c = config
-    universe = t.n_unique
-    n_acc = t.n_accesses
 
-    def cap_blocks(tokens: float, per: int) -> int:
-        b = _blocks(tokens, bs)
-        return min(b, n_acc) if b >= 0 else n_acc  # unlimited: never more than all accesses
+    def cap_blocks(tokens: float) -> int:
+        b = _blocks(tokens, t.uniform_block_size)
+        return min(b, t.n_accesses) if b >= 0 else t.n_accesses  # unlimited: never more than all accesses
 
-    gpu = new_tier(c.nodes, cap_blocks(c.gpu_capacity_tokens, c.nodes), universe)
-    host = new_tier(c.nodes, min(int(c.host_capacity_bytes // c.window_state_bytes), t.n_requests), universe)
-    ext_p = np.zeros(t.n_requests, dtype=np.int64)
-    policy_name = "lru"
-    if ssd_policy is not None:
-        if c.ssd != "shared":
-            raise ValueError("simulate_cluster: a part-1 SSD policy needs ssd='shared'")
-        res = replay(t, ssd_policy)
-        ext_p = np.asarray(res.hit_blocks_per_request, dtype=np.int64)
-        ssd = new_tier(1, 0, universe)
-        mode = 0
-        policy_name = getattr(ssd_policy, "name", type(ssd_policy).__name__)
-        extra = dict(res.extra)
-    else:
-        parts = 1 if c.ssd == "shared" else c.nodes
-        ssd = new_tier(parts, cap_blocks(c.ssd_capacity_tokens, parts), universe)
-        mode = 1 if c.ssd == "shared" else 2
-        extra = {}
-    rng = np.random.default_rng(c.seed)
-    rand_machine = rng.integers(0, c.nodes, t.n_requests).astype(np.int64)
-    routing = ROUTINGS.index(c.routing)
-    lengths = np.diff(t.offsets)
-    nfull = np.minimum(t.input_length // t.block_size, lengths)
-    window_idx = np.where(nfull > 0, t.offsets[:-1] + nfull - 1, -1).astype(np.int64)
+    gpu = new_tier(c.nodes, cap_blocks(c.gpu_capacity_tokens), t.n_unique)
+    windows = min(int(c.host_capacity_bytes // c.window_state_bytes), t.n_requests)
+    host = new_tier(c.nodes, windows, t.n_unique)
+    ssd, mode, ext_p, policy_name, extra = _ssd_pool(t, c, ssd_policy, cap_blocks(c.ssd_capacity_tokens))
     hist = np.zeros((max(len(t.class_names), 1), _RET_BINS), dtype=np.int64)
-    n = t.n_requests
+    out = _drive(t, c, (gpu, host, ssd), mode, ext_p, hist, progress)
+    return ClusterResult(config=c, requests=_requests_frame(t, c, out, mode),
+                         evictions_ssd=int(ssd[10].sum()) if mode else int(extra.get("evictions", 0)),
+                         evictions_gpu=int(gpu[10].sum()), evictions_host=int(host[10].sum()),
+                         retention=_retention_frame(hist, t.class_names) if mode == 1 else pl.DataFrame(),
+                         ssd_policy=policy_name, extra=extra)
+
+
+def _ssd_pool(t, c: ClusterConfig, ssd_policy: Any,
+              capacity_blocks: int) -> tuple[tuple, int, np.ndarray, str, dict]:
+    """The SSD tier the loop runs (mode 1: one shared LRU pool, 2: one per machine) or, for a part-1
+    policy (mode 0), an empty one and the policy's hit blocks per request from its own replay."""
+    from tiered_kv.sim.trace_replay import replay
+
+    if ssd_policy is None:
+        parts = 1 if c.ssd == "shared" else c.nodes
+        return (new_tier(parts, capacity_blocks, t.n_unique), 1 if c.ssd == "shared" else 2,
+                np.zeros(t.n_requests, dtype=np.int64), "lru", {})
+    if c.ssd != "shared":
+        raise ValueError("simulate_cluster: a part-1 SSD policy needs ssd='shared'")
+    res = replay(t, ssd_policy)
+    return (new_tier(1, 0, t.n_unique), 0, np.asarray(res.hit_blocks_per_request, dtype=np.int64),
+            getattr(ssd_policy, "name", type(ssd_policy).__name__), dict(res.extra))
+
+
+def _drive(t, c: ClusterConfig, tiers: tuple, mode: int, ext_p: np.ndarray, hist: np.ndarray,
+           progress: bool | None) -> tuple:
+    """Run the compiled loop over the trace in about 50 chunks of accesses, for the progress bar;
+    returns its per-request arrays (machine, GPU and total prefix hit, window hit, SSD use)."""
+    from tqdm import tqdm
+
+    gpu, host, ssd = tiers
+    n, n_acc = t.n_requests, t.n_accesses
+    rand_machine = np.random.default_rng(c.seed).integers(0, c.nodes, n).astype(np.int64)
+    nfull = np.minimum(t.input_length // t.block_size, np.diff(t.offsets))
+    window_idx = np.where(nfull > 0, t.offsets[:-1] + nfull - 1, -1).astype(np.int64)
     out = (np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64),
            np.zeros(n, dtype=np.bool_), np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64))
     state = np.zeros((2, c.nodes))
-    last_cls = np.zeros(universe, dtype=np.int32)
+    last_cls = np.zeros(t.n_unique, dtype=np.int32)
     blocks = t.blocks.astype(np.int64)
     chunks = np.unique(np.searchsorted(t.offsets, np.linspace(0, n_acc, 51)[1:-1]).clip(0, n))
     bounds = [0, *[int(x) for x in chunks if 0 < x < n], n]
-    from tqdm import tqdm
-
     with tqdm(total=n_acc, unit="access", unit_scale=True, desc="cluster", delay=2, disable=progress is False) as bar:
         for r0, r1 in zip(bounds[:-1], bounds[1:], strict=True):
-            _run(t.offsets, blocks, t.timestamps, t.input_length, t.class_codes, window_idx, c.nodes, routing,
-                 rand_machine, gpu, host, ssd, mode, ext_p, float(c.load_slack), float(c.load_half_life_s), hist,
-                 r0, r1, out, state, last_cls)
+            _run(t.offsets, blocks, t.timestamps, t.input_length, t.class_codes, window_idx, c.nodes,
+                 ROUTINGS.index(c.routing), rand_machine, gpu, host, ssd, mode, ext_p, float(c.load_slack),
+                 float(c.load_half_life_s), hist, r0, r1, out, state, last_cls)
             bar.update(int(t.offsets[r1] - t.offsets[r0]))
+    return out
+
+
+def _requests_frame(t, c: ClusterConfig, out: tuple, mode: int) -> pl.DataFrame:
+    """One row per request: where it ran and where each of its input tokens came from."""
     machine, p_gpu, p_all, win_hit, ssd_used, ssd_ev = out
+    n = t.n_requests
     gpu_tok = t.hit_tokens_from_blocks(p_gpu)
     hit_tok = t.hit_tokens_from_blocks(p_all)
     replay_tok = np.where((hit_tok > 0) & ~win_hit, np.minimum(hit_tok, c.replay_tokens), 0)
-    frame = pl.DataFrame({
+    return pl.DataFrame({
         "request_id": t.request_id, "timestamp_s": t.timestamps,
         "traffic_class": np.asarray(t.class_names, dtype=object)[t.class_codes].astype(str),
         "machine": machine, "input_tokens": t.input_length, "gpu_tokens": gpu_tok,
         "ssd_tokens": hit_tok - gpu_tok, "recomputed_tokens": t.input_length - hit_tok,
         "window_hit": win_hit, "replay_tokens": replay_tok, "counted": t.counted,
         # a part-1 policy replays outside this loop: its occupancy is not tracked here (NaN)
-        "ssd_bytes_used": (ssd_used * bs * c.kv_bytes_per_token).astype(np.float64) if mode else np.full(n, np.nan),
+        "ssd_bytes_used": (ssd_used * t.uniform_block_size * c.kv_bytes_per_token).astype(np.float64) if mode
+        else np.full(n, np.nan),
         "ssd_evictions": ssd_ev if mode else np.full(n, np.nan),
     })
-    ev_ssd = int(ssd[10].sum()) if mode else int(extra.get("evictions", 0))
-    return ClusterResult(config=c, requests=frame, evictions_ssd=ev_ssd,
-                         evictions_gpu=int(gpu[10].sum()), evictions_host=int(host[10].sum()),
-                         retention=_retention_frame(hist, t.class_names) if mode == 1 else pl.DataFrame(),
-                         ssd_policy=policy_name, extra=extra)
 
 
 def _retention_frame(hist: np.ndarray, names) -> pl.DataFrame:
