@@ -32,7 +32,7 @@ HELP = "write benchmarks/results/NAME.{json,md} from a benchmark's JSON and reas
 ROOT = Path(__file__).resolve().parents[2]
 #: Modules whose ``PAGES`` make the records.
 PAGE_MODULES = ("kernels", "store", "peers", "retention", "widgets", "synth", "sim", "ttft", "policies",
-                "_contention_page")
+                "cluster_model", "_contention_page")
 
 
 def pages() -> dict[str, Page]:
