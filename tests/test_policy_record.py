@@ -114,3 +114,11 @@ def test_record_writes_the_page(tmp_path, bench):
 def test_bench_policies_bad_input(capsys, argv, match):
     assert main(["bench", "policies", "--preset", "ci", "--days", "0.1", *argv]) == 2
     assert match in capsys.readouterr().err
+
+
+def test_an_unknown_preset_is_one_line_naming_the_flag_and_the_presets(capsys):
+    """`--preset nosuch` raised a KeyError traceback from inside the run; argparse now refuses it."""
+    assert main(["bench", "policies", "--preset", "nosuch"]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert "argument --preset: must be one of chatbot, agent, mixed, ci, got 'nosuch'" in err

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from tiered_kv.bench._pages import Page, Paired, Row, brief, recorded, yes
+from tiered_kv.commands import _args
 
 NAME = "policies"
 HELP = "replay time of every policy on the 14-day synthetic mixed workload (median of interleaved repeats)"
@@ -37,7 +38,8 @@ TTL_S = 3 * 86_400.0
 
 
 def register(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--preset", default="mixed", help="synthetic workload preset (default mixed)")
+    parser.add_argument("--preset", default="mixed", type=_args.synth_preset(),
+                        help="synthetic workload preset (default mixed)")
     parser.add_argument("--days", type=float, default=14.0, help="simulated days (default 14)")
     parser.add_argument("--scale", type=float, default=1.0,
                         help="factor on the preset's request rates (default 1.0: about 14 M block accesses)")
