@@ -479,44 +479,7 @@ def policy_curves(trace: CompiledTrace, specs, capacities_tokens, *, admission: 
                          "written_tokens": bel.written_tokens.tolist(), "block_hits": None}
         else:
             replay.append(spec)
-    caps_arg = [None if math.isinf(c) else int(c) for c in caps]
-    tasks = [(s, j) for j in range(len(caps)) for s in replay]  # interleaved: the bar moves evenly
-    results: dict[tuple[str, int], tuple] = {}
-    if tasks:
-        run_spec = {s: ("class-lru" if parse_policy_spec(s) == ("lru", {}) else s) for s in replay}
-        for s in replay:  # bad parameters fail here, before any replay or worker starts
-            _make_point_policy(run_spec[s], None, admission, bpt)
-        bar = None
-        if progress:
-            from tqdm import tqdm
-
-            bar = tqdm(total=len(tasks), desc="policies", unit="replay", leave=False)
-        if workers <= 1 or len(tasks) < 2:
-            _worker_init(trace, bpt)
-            for s, j in tasks:
-                results[(s, j)] = _replay_point(run_spec[s], caps_arg[j], admission)
-                if bar is not None:
-                    bar.update(1)
-        else:
-            import multiprocessing as mp
-            from concurrent.futures import ProcessPoolExecutor, as_completed
-
-            ctx = mp.get_context("fork" if "fork" in mp.get_all_start_methods() else "spawn")
-            with ProcessPoolExecutor(max_workers=int(workers), mp_context=ctx, initializer=_worker_init,
-                                     initargs=(trace, bpt)) as pool:
-                futs = {pool.submit(_replay_point, run_spec[s], caps_arg[j], admission): (s, j) for s, j in tasks}
-                for f in as_completed(futs):
-                    results[futs[f]] = f.result()
-                    if bar is not None:
-                        bar.update(1)
-        if bar is not None:
-            bar.close()
-        for s in replay:
-            rows = [results[(s, j)] for j in range(len(caps))]
-            out[s] = {"method": "replay", "hit_tokens": [r[0] for r in rows], "written_tokens": [r[1] for r in rows],
-                      "block_hits": [r[2] for r in rows]}
-            if run_spec[s] != s:
-                out[s]["replayed_as"] = run_spec[s]
+    out.update(_replay_curves(trace, replay, caps, admission, bpt, workers, progress))
     ordered = {}
     for spec in specs:
         d = out[spec]
@@ -526,3 +489,55 @@ def policy_curves(trace: CompiledTrace, specs, capacities_tokens, *, admission: 
             else admission
         ordered[spec] = d
     return ordered
+
+
+def _replay_curves(trace: CompiledTrace, replay: list[str], caps: np.ndarray, admission: str, bpt: float,
+                   workers: int, progress: bool) -> dict[str, dict]:
+    """The specs with no one-pass curve, each replayed once per capacity (plain ``lru`` under a
+    filter as ``class-lru`` with equal weights); every spec's parameters are checked first."""
+    from tiered_kv.sim.policies import parse_policy_spec
+
+    caps_arg = [None if math.isinf(c) else int(c) for c in caps]
+    tasks = [(s, j) for j in range(len(caps)) for s in replay]  # interleaved: the bar moves evenly
+    if not tasks:
+        return {}
+    run_spec = {s: ("class-lru" if parse_policy_spec(s) == ("lru", {}) else s) for s in replay}
+    for s in replay:  # bad parameters fail here, before any replay or worker starts
+        _make_point_policy(run_spec[s], None, admission, bpt)
+    points = [(run_spec[s], caps_arg[j], admission) for s, j in tasks]
+    results = dict(zip(tasks, _replay_points(trace, points, bpt, workers, progress), strict=True))
+    out = {}
+    for s in replay:
+        rows = [results[(s, j)] for j in range(len(caps))]
+        hits, written, block_hits = (list(col) for col in zip(*rows, strict=True))
+        out[s] = {"method": "replay", "hit_tokens": hits, "written_tokens": written, "block_hits": block_hits}
+        if run_spec[s] != s:
+            out[s]["replayed_as"] = run_spec[s]
+    return out
+
+
+def _replay_points(trace: CompiledTrace, points: list[tuple], bpt: float, workers: int,
+                   progress: bool) -> list:
+    """``_replay_point(*point)`` for every point, in this process or a pool of ``workers`` forked
+    processes (each holding the trace once, from its initializer); results in the points' order."""
+    from tqdm import tqdm
+
+    results: list = [None] * len(points)
+    with tqdm(total=len(points), desc="policies", unit="replay", leave=False, disable=not progress) as bar:
+        if workers <= 1 or len(points) < 2:
+            _worker_init(trace, bpt)
+            for i, point in enumerate(points):
+                results[i] = _replay_point(*point)
+                bar.update(1)
+            return results
+        import multiprocessing as mp
+        from concurrent.futures import ProcessPoolExecutor, as_completed
+
+        ctx = mp.get_context("fork" if "fork" in mp.get_all_start_methods() else "spawn")
+        with ProcessPoolExecutor(max_workers=int(workers), mp_context=ctx, initializer=_worker_init,
+                                 initargs=(trace, bpt)) as pool:
+            futs = {pool.submit(_replay_point, *point): i for i, point in enumerate(points)}
+            for f in as_completed(futs):
+                results[futs[f]] = f.result()
+                bar.update(1)
+    return results
