@@ -36,7 +36,7 @@ from tiered_kv.sim.policies.registry import check_range, register_policy
 # counts them.
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def q_push(nx, pv, where, cnt, base, k, b):  # pragma: no cover - compiled
     """Insert ``b`` at the head (newest end) of queue ``k``."""
     ll_push_head(nx, pv, base + k - 1, b)
@@ -44,7 +44,7 @@ def q_push(nx, pv, where, cnt, base, k, b):  # pragma: no cover - compiled
     cnt[k - 1] += 1
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def q_remove(nx, pv, where, cnt, b):  # pragma: no cover - compiled
     """Take ``b`` out of its queue; it becomes absent."""
     ll_unlink(nx, pv, b)
@@ -52,7 +52,7 @@ def q_remove(nx, pv, where, cnt, b):  # pragma: no cover - compiled
     where[b] = 0
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def q_pop(nx, pv, where, cnt, base, k):  # pragma: no cover - compiled
     """Take the tail (oldest) of queue ``k`` out; it becomes absent. Returns it."""
     t = pv[base + k - 1]
@@ -60,7 +60,7 @@ def q_pop(nx, pv, where, cnt, base, k):  # pragma: no cover - compiled
     return t
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def ghost_push(nx, pv, where, cnt, base, k, b, ghost_cap):  # pragma: no cover - compiled
     """Remember the id ``b`` in the ghost FIFO ``k``, dropping its oldest ids to stay within
     ``ghost_cap``; a ghost of less than one id remembers nothing."""

@@ -78,11 +78,21 @@ def _append(nxt, prv, tail, b):  # pragma: no cover - compiled
 
 
 @njit(cache=True, inline="always")
-def _victim(rule, c, now, n_unique, n_classes, nxt, last, seq, param):  # pragma: no cover - compiled
-    """The head the victim rule evicts after a touch by class ``c``; -1 when there is none."""
-    if rule == 3:
-        h = nxt[n_unique + c]
-        return h if h != n_unique + c else -1
+def _oldest(n_unique, n_classes, nxt, seq):  # pragma: no cover - compiled
+    """The least recently touched of the class lists' heads (-1 when all are empty)."""
+    best = -1
+    best_seq = np.iinfo(np.int64).max
+    for k in range(n_classes):
+        s = n_unique + k
+        if nxt[s] != s and seq[nxt[s]] < best_seq:
+            best_seq = seq[nxt[s]]
+            best = nxt[s]
+    return best
+
+
+@njit(cache=True, inline="always")
+def _victim(rule, now, n_unique, n_classes, nxt, last, param):  # pragma: no cover - compiled
+    """The head a scored rule evicts (``weighted``: 1, ``ttl-priority``: 2); -1 when all are empty."""
     best = -1
     best_score = -np.inf
     for k in range(n_classes):
@@ -90,12 +100,7 @@ def _victim(rule, c, now, n_unique, n_classes, nxt, last, seq, param):  # pragma
         h = nxt[s]
         if h == s:
             continue
-        if rule == 0:
-            score = -float(seq[h])
-        elif rule == 1:
-            score = (now - last[h]) * param[k]
-        else:
-            score = -(last[h] + param[k])
+        score = (now - last[h]) * param[k] if rule == 1 else -(last[h] + param[k])
         if score > best_score:
             best_score = score
             best = h
@@ -105,7 +110,7 @@ def _victim(rule, c, now, n_unique, n_classes, nxt, last, seq, param):  # pragma
 @njit(cache=True, inline="always")
 def _evict(b, now, nxt, prv, present, last, born, bclass, bweight, cused, ev_idle, ev_age, ev_class, n_ev,
            record):  # pragma: no cover - compiled
-    """Evict ``b``; the evictions so far (its class's bytes drop too, which only rules 1-3 read)."""
+    """Evict ``b`` (rules 1-3, which count bytes per class); the evictions so far."""
     _unlink(nxt, prv, b)
     present[b] = False
     cused[bclass[b]] -= bweight[b]
@@ -138,52 +143,30 @@ def _expire(now, n_unique, n_classes, ttl_by_class, nxt, prv, present, last, bcl
 
 @njit(cache=True, inline="always")
 def _collect(rule, c, now, high, low, param, used, n_ev, n_unique, n_classes, nxt, prv, present, last, born,
-             seq, bclass, bweight, cused, ev_idle, ev_age, ev_class, record):  # pragma: no cover - compiled
-    """The collector after a touch by class ``c``: evict while over the watermark;
-    (used weight, evictions so far). The load it watches: ``lru`` the used weight (it keeps no
-    per-class bytes), ``quotas`` the toucher's own bytes under its share, the others the sum per class."""
-    share = param[c] if rule == 3 else 1.0
-    if rule == 0:
-        load = used
-    elif rule == 3:
-        load = cused[c]
-    else:
-        load = 0.0  # summed per class, in class order
-        for k in range(n_classes):
-            load += cused[k]
-    if load > high * share:
-        while load > low * share:
-            v = _victim(rule, c, now, n_unique, n_classes, nxt, last, seq, param)
+             bclass, bweight, cused, ev_idle, ev_age, ev_class, record):  # pragma: no cover - compiled
+    """The collector of rules 1-3 after a touch by class ``c``: evict while over the watermark;
+    (used weight, evictions so far). Rule 0 (``lru``) runs inline in the kernel."""
+    if rule == 3:  # quotas: the toucher's own list under its own share of the watermarks
+        if cused[c] > high * param[c]:
+            while cused[c] > low * param[c] and nxt[n_unique + c] != n_unique + c:
+                v = nxt[n_unique + c]
+                used -= bweight[v]
+                n_ev = _evict(v, now, nxt, prv, present, last, born, bclass, bweight, cused, ev_idle, ev_age,
+                              ev_class, n_ev, record)
+        return used, n_ev
+    total = 0.0  # summed per class, in class order
+    for k in range(n_classes):
+        total += cused[k]
+    if total > high:
+        while total > low:
+            v = _victim(rule, now, n_unique, n_classes, nxt, last, param)
             if v < 0:
                 break
             used -= bweight[v]
-            load -= bweight[v]
+            total -= bweight[v]
             n_ev = _evict(v, now, nxt, prv, present, last, born, bclass, bweight, cused, ev_idle, ev_age, ev_class,
                           n_ev, record)
     return used, n_ev
-
-
-@njit(cache=True, inline="always")
-def _touch(b, c, now, w, n_unique, nxt, prv, present, last, born, bclass, bweight, cused,
-           per_class):  # pragma: no cover - compiled
-    """Touch ``b`` by class ``c`` (inserting it with weight ``w`` when absent): it moves to the MRU
-    end of ``c``'s list. Returns the weight it adds to the cache (0 when it was present)."""
-    added = 0.0
-    if present[b]:
-        _unlink(nxt, prv, b)
-        if per_class:
-            cused[bclass[b]] -= bweight[b]
-    else:
-        present[b] = True
-        born[b] = now
-        bweight[b] = w
-        added = w
-    if per_class:
-        cused[c] += bweight[b]
-    _append(nxt, prv, n_unique + c, b)
-    last[b] = now
-    bclass[b] = c
-    return added
 
 
 @njit(cache=True)
@@ -205,8 +188,9 @@ def _cache_kernel(offsets, blocks, weights, times, req_class, n_unique, n_classe
     ev_idle = np.empty(m if record else 0, np.float64)
     ev_age = np.empty(m if record else 0, np.float64)
     ev_class = np.empty(m if record else 0, np.int64)
-    n_ev = n_exp = 0
+    n_ev = n_exp = tick = 0
     track = inserted.shape[0] > 0
+    per_class = rule != 0  # rule 0 needs only the total
     used = 0.0
     any_ttl = (ttl_by_class < np.inf).any()
     for r in range(n):
@@ -222,13 +206,41 @@ def _cache_kernel(offsets, blocks, weights, times, req_class, n_unique, n_classe
         hit[r] = p - offsets[r]
         for i in range(offsets[r], offsets[r + 1]):
             b = blocks[i]
-            if track and not present[b]:
-                inserted[i] = True
-            used += _touch(b, c, now, weights[i], n_unique, nxt, prv, present, last, born, bclass, bweight, cused,
-                           rule != 0)
-            seq[b] = i  # the global touch order
-            used, n_ev = _collect(rule, c, now, high, low, param, used, n_ev, n_unique, n_classes, nxt, prv,
-                                  present, last, born, seq, bclass, bweight, cused, ev_idle, ev_age, ev_class, record)
+            if present[b]:
+                _unlink(nxt, prv, b)
+                if per_class:
+                    cused[bclass[b]] -= bweight[b]
+            else:
+                present[b] = True
+                born[b] = now
+                bweight[b] = weights[i]
+                used += weights[i]
+                if track:
+                    inserted[i] = True
+            if per_class:
+                cused[c] += bweight[b]
+            _append(nxt, prv, n_unique + c, b)
+            last[b] = now
+            seq[b] = tick
+            tick += 1
+            bclass[b] = c
+            if rule == 0:  # the least recent touch of all, down to the low watermark
+                if used > high:
+                    while used > low:
+                        v = _oldest(n_unique, n_classes, nxt, seq)
+                        if v < 0:
+                            break
+                        used -= bweight[v]
+                        _unlink(nxt, prv, v)
+                        present[v] = False
+                        if record:
+                            ev_idle[n_ev] = now - last[v]
+                            ev_age[n_ev] = now - born[v]
+                            ev_class[n_ev] = bclass[v]
+                        n_ev += 1
+            else:
+                used, n_ev = _collect(rule, c, now, high, low, param, used, n_ev, n_unique, n_classes, nxt, prv,
+                                      present, last, born, bclass, bweight, cused, ev_idle, ev_age, ev_class, record)
     if record:
         return hit, ev_idle[:n_ev], ev_class[:n_ev], n_ev, n_exp, ev_age[:n_ev]
     return hit, ev_idle, ev_class, n_ev, n_exp, ev_age

@@ -87,8 +87,11 @@ def arc_kernel(blocks, n_unique, cap, admit):  # pragma: no cover - compiled
         b = blocks[i]
         w = where[b]
         if w == 1 or w == 2:  # a hit: to T2's head
-            q_remove(nx, pv, where, sizes, b)
-            q_push(nx, pv, where, sizes, n_unique, 2, b)
+            ll_unlink(nx, pv, b)
+            ll_push_head(nx, pv, n_unique + 1, b)
+            sizes[w - 1] -= 1
+            sizes[1] += 1
+            where[b] = 2
             hit[i] = True
             continue
         if w >= 3:
