@@ -200,6 +200,31 @@ def _validate_hour(df, hour: int, files: list[Path], n_ids_by_part: np.ndarray, 
     raise ValueError(f"hour {hour}: invalid rows, but no single shard shows them")
 
 
+def _ttl_matrix(ttls: dict[str, dict[str, float]], classes: list[str]) -> np.ndarray:
+    """[TTL policy, class] -> seconds; a class a policy does not name never expires."""
+    ttl = np.full((len(ttls), len(classes)), np.inf)
+    for i, per_class in enumerate(ttls.values()):
+        for cls, seconds in per_class.items():
+            if cls not in classes:
+                raise ValueError(f"ttl {cls!r}: unknown class; allowed: {classes}")
+            ttl[i, classes.index(cls)] = float(seconds)
+    return ttl
+
+
+def _hour_arrays(files: list[Path], hour: int, parts: tuple[np.ndarray, np.ndarray], bs: int, n_classes: int,
+                 warm_s: float) -> tuple[np.ndarray, ...]:
+    """An hour's shards, checked, as the kernel's flat arrays: offsets, ids, their part's id base,
+    times, input lengths, class codes, and whether each request is past the warm-up (counted)."""
+    id_base, n_ids_by_part = parts
+    df = _read_hour(files)
+    _validate_hour(df, hour, files, n_ids_by_part, bs, n_classes)
+    lens = df["block_ids"].list.len().to_numpy().astype(np.int64)
+    times = df["timestamp_s"].to_numpy()
+    ids = df["block_ids"].explode().to_numpy().astype(np.uint32, copy=False)
+    return (np.concatenate([[0], np.cumsum(lens)]), ids, id_base[df["part"].to_numpy()], times, df["input_length"].to_numpy().astype(np.int64),
+            df["class_code"].to_numpy().astype(np.int64), times >= warm_s)
+
+
 def replay_day(root: str | Path, *, capacities: dict[str, float] | None = None,
                ttls: dict[str, dict[str, float]] | None = None, progress: bool = True) -> dict[str, Any]:
     """Replay the day under ``root`` once for every policy; hit rates per policy, class and hour.
@@ -213,67 +238,37 @@ def replay_day(root: str | Path, *, capacities: dict[str, float] | None = None,
     m = read_manifest(root)
     capacities = {"lru unlimited": math.inf} if capacities is None else dict(capacities)
     ttls = {} if ttls is None else dict(ttls)
-    classes = m["classes"]
-    bs = int(m["block_size"])
-    n_ids = int(m["n_ids"])
+    classes, bs, n_ids, hours = m["classes"], int(m["block_size"]), int(m["n_ids"]), int(m["hours"])
     seq_dtype = np.uint32 if m["accesses"] < 2**32 - 2 else np.uint64
     t0, c0 = time.perf_counter(), time.process_time()
-    last_seq = np.zeros(n_ids, seq_dtype)
-    last_t = np.zeros(n_ids, np.float32)
-    bclass = np.zeros(n_ids, np.uint8)
-    latest = np.zeros(m["accesses"] // 8 + 2, np.uint8)
+    state = (np.zeros(n_ids, seq_dtype), np.zeros(n_ids, np.float32), np.zeros(n_ids, np.uint8),
+             np.zeros(m["accesses"] // 8 + 2, np.uint8))
     caps = np.array([min(c, 2**62) for c in capacities.values()], dtype=np.int64)
-    frontier = np.ones(len(caps), np.int64)
-    count = np.zeros(len(caps), np.int64)
-    ttl = np.full((len(ttls), len(classes)), np.inf)
-    for i, per_class in enumerate(ttls.values()):
-        for cls, seconds in per_class.items():
-            if cls not in classes:
-                raise ValueError(f"ttl {cls!r}: unknown class; allowed: {classes}")
-            ttl[i, classes.index(cls)] = float(seconds)
-    names = list(capacities) + list(ttls)
-    hours = int(m["hours"])
+    frontier, count = np.ones(len(caps), np.int64), np.zeros(len(caps), np.int64)
+    ttl, names = _ttl_matrix(ttls, classes), list(capacities) + list(ttls)
     warm_s = float(m["config"]["warmup_days"]) * 86_400.0
-    id_base = np.array([p["id_base"] for p in m["parts"]], dtype=np.int64)
-    n_ids_by_part = np.array([p["n_ids"] for p in m["parts"]], dtype=np.int64)
+    parts = tuple(np.array([p[k] for p in m["parts"]], dtype=np.int64) for k in ("id_base", "n_ids"))
     part_numbers = [int(p["part"]) for p in m["parts"]]
     hit = np.zeros((len(names), len(classes), hours), np.int64)
-    inp = np.zeros((len(classes), hours), np.int64)
-    req = np.zeros((len(classes), hours), np.int64)
-    seq = 0
-    read_s = kernel_s = 0.0
+    inp, req = np.zeros((len(classes), hours), np.int64), np.zeros((len(classes), hours), np.int64)
+    seq, read_s, kernel_s = 0, 0.0, 0.0
     for h in tqdm(range(hours), unit="hour", desc="replay day", disable=not progress):
         files = _hour_files(root, h, part_numbers)
         if not files:
             continue
         ta = time.perf_counter()
-        df = _read_hour(files)
-        _validate_hour(df, h, files, n_ids_by_part, bs, len(classes))
-        lens = df["block_ids"].list.len().to_numpy().astype(np.int64)
-        offsets = np.concatenate([[0], np.cumsum(lens)])
-        ids = df["block_ids"].explode().to_numpy().astype(np.uint32, copy=False)
-        times = df["timestamp_s"].to_numpy()
-        base = id_base[df["part"].to_numpy()]
-        lengths = df["input_length"].to_numpy().astype(np.int64)
-        cls = df["class_code"].to_numpy().astype(np.int64)
-        counted = times >= warm_s
-        del df
+        arrays = _hour_arrays(files, h, parts, bs, len(classes), warm_s)
         tb = time.perf_counter()
         hit_h = np.zeros((len(names), len(classes)), np.int64)
-        inp_h = np.zeros(len(classes), np.int64)
-        req_h = np.zeros(len(classes), np.int64)
-        seq = _day_kernel(offsets, ids, base, times, lengths, cls, counted, bs, last_seq, last_t, bclass, latest,
-                          seq_dtype(seq) if seq_dtype is np.uint32 else np.uint64(seq), caps, frontier, count, ttl,
-                          hit_h, inp_h, req_h)
-        seq = int(seq)
+        inp_h, req_h = np.zeros(len(classes), np.int64), np.zeros(len(classes), np.int64)
+        seq = int(_day_kernel(*arrays, bs, *state, seq_dtype(seq), caps, frontier, count, ttl, hit_h, inp_h, req_h))
         hit[:, :, h], inp[:, h], req[:, h] = hit_h, inp_h, req_h
         read_s += tb - ta
         kernel_s += time.perf_counter() - tb
     return _result(m, names, classes, hit, inp, req, capacities, ttls, bs,
                    {"replay_s": time.perf_counter() - t0, "replay_cpu_s": time.process_time() - c0,
                     "read_s": read_s, "kernel_s": kernel_s, "load_average_1m": _load(),
-                    "replay_peak_rss_bytes": peak_rss_bytes(), "state_bytes":
-                        last_seq.nbytes + last_t.nbytes + bclass.nbytes + latest.nbytes})
+                    "replay_peak_rss_bytes": peak_rss_bytes(), "state_bytes": sum(a.nbytes for a in state)})
 
 
 def _load() -> float | None:
