@@ -221,8 +221,9 @@ def _hour_arrays(files: list[Path], hour: int, parts: tuple[np.ndarray, np.ndarr
     lens = df["block_ids"].list.len().to_numpy().astype(np.int64)
     times = df["timestamp_s"].to_numpy()
     ids = df["block_ids"].explode().to_numpy().astype(np.uint32, copy=False)
-    return (np.concatenate([[0], np.cumsum(lens)]), ids, id_base[df["part"].to_numpy()], times, df["input_length"].to_numpy().astype(np.int64),
-            df["class_code"].to_numpy().astype(np.int64), times >= warm_s)
+    return (np.concatenate([[0], np.cumsum(lens)]), ids, id_base[df["part"].to_numpy()], times,
+            df["input_length"].to_numpy().astype(np.int64), df["class_code"].to_numpy().astype(np.int64),
+            times >= warm_s)
 
 
 def replay_day(root: str | Path, *, capacities: dict[str, float] | None = None,
@@ -261,7 +262,8 @@ def replay_day(root: str | Path, *, capacities: dict[str, float] | None = None,
         tb = time.perf_counter()
         hit_h = np.zeros((len(names), len(classes)), np.int64)
         inp_h, req_h = np.zeros(len(classes), np.int64), np.zeros(len(classes), np.int64)
-        seq = int(_day_kernel(*arrays, bs, *state, seq_dtype(seq), caps, frontier, count, ttl, hit_h, inp_h, req_h))
+        seq = int(_day_kernel(*arrays, bs, *state, seq_dtype(seq), caps, frontier, count, ttl,
+                              hit_h, inp_h, req_h))
         hit[:, :, h], inp[:, h], req[:, h] = hit_h, inp_h, req_h
         read_s += tb - ta
         kernel_s += time.perf_counter() - tb
