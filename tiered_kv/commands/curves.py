@@ -70,6 +70,11 @@ def _pick(n: int, k: int | None) -> list[int]:
     return sorted({round(i * (n - 1) / max(k - 1, 1)) for i in range(k)})
 
 
+def _rates(hits, inp: int) -> list[float]:
+    """Token hit rates of integer hit counts (0 on a trace with no counted input)."""
+    return [int(h) / inp if inp else 0.0 for h in hits]
+
+
 def compute_curves(trace, sem, capacities, ttls, belady_idx: list[int], progress: bool = True,
                    fifo_trie: bool = False) -> dict[str, Any]:
     """Every curve of the JSON output for a compiled trace (field names: docs/semantics.md).
@@ -89,59 +94,68 @@ def compute_curves(trace, sem, capacities, ttls, belady_idx: list[int], progress
     infinite = C.infinite_bound(trace, keys)
     nxt = next_use(trace)  # shared by the TTL keys and Belady
     ttl = C.ttl_curve(trace, ttls, nxt=nxt)
-    belady: list[float | None] = [None] * len(caps)
-    belady_hits: list[int | None] = [None] * len(caps)
-    by_class: dict[str, dict[str, list]] = {}
     if sem.lru_policy == "lru-trie":
-        # kvcache.ai: trie-leaf LRU and trie Belady (tiered_kv.sim.peers), totals only
-        from tiered_kv.sim.peers.trie import from_compiled
-        from tiered_kv.sim.peers.trie_belady import optimal_trie_curve
-        from tiered_kv.sim.peers.trie_lru import lru_trie_curve
-
-        t = from_compiled(trace)
-        blocks = (caps // bs).astype(np.int64)
-        lru_hit = lru_trie_curve(t, blocks)
-        if belady_idx:
-            opt = optimal_trie_curve(t, blocks[belady_idx])
-            for j, i in enumerate(belady_idx):
-                belady_hits[i] = int(opt[j])
-                belady[i] = int(opt[j]) / inp if inp else 0.0
+        lru_hit, belady_hits, belady, by_class = _trie_curves(trace, caps, belady_idx, inp)
     else:
-        lru = C.lru_curve(trace, caps, keys)
-        lru_hit = lru.hit_tokens
-        if belady_idx:
-            bel = C.belady_curve(trace, caps[belady_idx], progress=progress, nxt=nxt)
-            for j, i in enumerate(belady_idx):
-                belady_hits[i] = int(bel.hit_tokens[j])
-                belady[i] = float(bel.token_hit_rate[j])
-        for name in trace.class_names:
-            by_class[name] = {"input_tokens": lru.by_class_input_tokens[name],
-                              "lru_token_hit_rate": lru.class_rate(name).tolist(),
-                              "ttl_token_hit_rate": ttl.class_rate(name).tolist(),
-                              "infinite_token_hit_rate": float(infinite.class_rate(name)[0])}
+        lru_hit, belady_hits, belady, by_class = _block_curves(trace, caps, keys, belady_idx, nxt, progress,
+                                                               (ttl, infinite))
     fifo = {}
     if fifo_trie or sem.lru_policy == "lru-trie":
         from tiered_kv.sim.peers.trie import from_compiled
         from tiered_kv.sim.peers.trie_fifo import fifo_trie_curve
 
         hits = fifo_trie_curve(from_compiled(trace), (caps // bs).astype(np.int64))
-        fifo = {"fifo_trie_hit_tokens": [int(h) for h in hits],
-                "fifo_trie_token_hit_rate": [int(h) / inp if inp else 0.0 for h in hits]}
+        fifo = {"fifo_trie_hit_tokens": [int(h) for h in hits], "fifo_trie_token_hit_rate": _rates(hits, inp)}
     return {
-        "requests": int(trace.counted.sum()),
-        "input_tokens": inp,
-        "block_size": bs,
+        "requests": int(trace.counted.sum()), "input_tokens": inp, "block_size": bs,
         "capacity_tokens": [int(c) for c in caps],
-        "lru_hit_tokens": [int(h) for h in lru_hit],
-        "lru_token_hit_rate": [int(h) / inp if inp else 0.0 for h in lru_hit],
-        "belady_hit_tokens": belady_hits,
-        "belady_token_hit_rate": belady,
-        **fifo,
-        "ttl_seconds": [float(t) for t in ttls],
-        "ttl_token_hit_rate": ttl.token_hit_rate.tolist(),
-        "infinite_token_hit_rate": float(infinite.token_hit_rate[0]),
-        "by_class": by_class,
+        "lru_hit_tokens": [int(h) for h in lru_hit], "lru_token_hit_rate": _rates(lru_hit, inp),
+        "belady_hit_tokens": belady_hits, "belady_token_hit_rate": belady, **fifo,
+        "ttl_seconds": [float(t) for t in ttls], "ttl_token_hit_rate": ttl.token_hit_rate.tolist(),
+        "infinite_token_hit_rate": float(infinite.token_hit_rate[0]), "by_class": by_class,
     }
+
+
+def _trie_curves(trace, caps, belady_idx: list[int], inp: int) -> tuple:
+    """kvcache.ai: trie-leaf LRU and trie Belady (tiered_kv.sim.peers), totals only: (LRU hit
+    tokens, Belady hit tokens and rates, None where not computed, an empty per-class dict)."""
+    import numpy as np
+
+    from tiered_kv.sim.peers.trie import from_compiled
+    from tiered_kv.sim.peers.trie_belady import optimal_trie_curve
+    from tiered_kv.sim.peers.trie_lru import lru_trie_curve
+
+    t = from_compiled(trace)
+    blocks = (caps // trace.uniform_block_size).astype(np.int64)
+    lru_hit = lru_trie_curve(t, blocks)
+    belady_hits: list[int | None] = [None] * len(caps)
+    opt = optimal_trie_curve(t, blocks[belady_idx]) if belady_idx else []
+    for j, i in enumerate(belady_idx):
+        belady_hits[i] = int(opt[j])
+    belady = [None if h is None else (h / inp if inp else 0.0) for h in belady_hits]
+    return lru_hit, belady_hits, belady, {}
+
+
+def _block_curves(trace, caps, keys, belady_idx: list[int], nxt, progress: bool, bounds: tuple) -> tuple:
+    """Block-level LRU (one pass) and Belady (at ``belady_idx``), with per-class LRU, TTL and
+    infinite-cache rates from the ``bounds`` (TTL curve, infinite bound) already computed."""
+    from tiered_kv.sim import curves as C
+
+    ttl, infinite = bounds
+    lru = C.lru_curve(trace, caps, keys)
+    belady_hits: list[int | None] = [None] * len(caps)
+    belady: list[float | None] = [None] * len(caps)
+    if belady_idx:
+        bel = C.belady_curve(trace, caps[belady_idx], progress=progress, nxt=nxt)
+        for j, i in enumerate(belady_idx):
+            belady_hits[i] = int(bel.hit_tokens[j])
+            belady[i] = float(bel.token_hit_rate[j])
+    by_class = {name: {"input_tokens": lru.by_class_input_tokens[name],
+                       "lru_token_hit_rate": lru.class_rate(name).tolist(),
+                       "ttl_token_hit_rate": ttl.class_rate(name).tolist(),
+                       "infinite_token_hit_rate": float(infinite.class_rate(name)[0])}
+                for name in trace.class_names}
+    return lru.hit_tokens, belady_hits, belady, by_class
 
 
 def run(args: argparse.Namespace) -> int:
