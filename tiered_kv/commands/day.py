@@ -53,33 +53,6 @@ def register(parser: argparse.ArgumentParser) -> None:
     md.add_argument("json_path", metavar="JSON")
 
 
-def policies(capacities, ttls, bytes_per_token: float, block_size: int = 512):
-    """({name: capacity blocks}, {name: {class: seconds}}) from the command's strings."""
-    from tiered_kv.units import format_bytes, parse_bytes, parse_duration
-
-    if not (1 <= bytes_per_token <= 1e8):
-        raise ValueError(f"--bytes-per-token: {bytes_per_token:g} is out of range; allowed: [1, 1e8]")
-    caps = {}
-    for text in capacities:
-        if text.strip().lower() in ("inf", "unlimited"):
-            caps["lru unlimited"] = math.inf
-            continue
-        nbytes = parse_bytes(text, name="--capacity")
-        if nbytes <= 0:
-            raise ValueError(f"--capacity: {text!r} is out of range; allowed: a size > 0 or 'inf'")
-        caps[f"lru {format_bytes(nbytes)}"] = nbytes // (bytes_per_token * block_size)
-    out_ttls = {}
-    for text in ttls:
-        per = {}
-        for item in text.split(","):
-            cls, dur = item.split("=", 1) if "=" in item else ("*", item)
-            seconds = parse_duration(dur.strip(), name=f"--ttl {cls}")
-            for c in (("agent", "chatbot") if cls.strip() == "*" else (cls.strip(),)):
-                per[c] = seconds
-        out_ttls["ttl " + text.replace(",", " ")] = per
-    return caps, out_ttls
-
-
 def run(args: argparse.Namespace) -> int:
     from tiered_kv.commands._common import jsonable
 
@@ -101,9 +74,10 @@ def run(args: argparse.Namespace) -> int:
         print(markdown(json.loads(Path(args.json_path).read_text())))
         return 0
     from tiered_kv.sim.day import replay_day
+    from tiered_kv.sim.day.policies import day_policies
 
-    caps, ttls = policies(args.capacity or [*DEFAULT_CAPACITIES, "inf"], args.ttl or list(DEFAULT_TTLS),
-                          args.bytes_per_token)
+    caps, ttls = day_policies(args.capacity or [*DEFAULT_CAPACITIES, "inf"], args.ttl or list(DEFAULT_TTLS),
+                              args.bytes_per_token)
     res = replay_day(args.root, capacities=caps, ttls=ttls, progress=not args.no_progress)
     res["bytes_per_token"] = args.bytes_per_token
     text = json.dumps(jsonable(res), indent=2, allow_nan=False)
@@ -123,12 +97,30 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+GIB = 2**30
+
+
 def markdown(r: dict) -> str:
     """The BENCHMARKS.md section of one recorded run (every number from the JSON)."""
+    cfg = r["generated"]["config"]
+    lines = [*_md_intro(r), "", *_md_steps(r), "", *_md_shares(r)]
+    if r["input_tokens"] < 0.95 * 608e9 * (cfg["days"] - cfg["warmup_days"]):
+        lines += ["", _md_scaled(r)]
+    if r.get("note"):
+        lines += ["", r["note"]]
+    if not cfg["warmup_days"]:
+        lines += ["", "A day that starts with an empty cache: a TTL of days never expires within it (the TTL row "
+                  "equals the unlimited cache), and returns to KV written before the day count as misses, so "
+                  "this is a lower bound of a live service's share; figure 15 (REPORT.md) sets a steady-state "
+                  "day (seven warm-up days, scaled down) beside the published 56%."]
+    return "\n".join(lines)
+
+
+def _md_intro(r: dict) -> list[str]:
+    """What was generated, against DeepSeek's reported day, and the commands that recorded it."""
     g = r["generated"]
     cfg = g["config"]
-    gib = 2**30
-    lines = [
+    return [
         "# A DeepSeek-scale day (`tiered-kv day`, issue 16)",
         "",
         f"{g['input_tokens'] / 1e9:,.1f} B input tokens over {cfg['days']:g} day(s) "
@@ -143,49 +135,56 @@ def markdown(r: dict) -> str:
         "tiered-kv day replay ROOT --record benchmarks/results/deepseek_day.json",
         "scripts/record_day.sh   # this section, from that JSON",
         "```",
-        "",
+    ]
+
+
+def _md_steps(r: dict) -> list[str]:
+    """Wall time and peak memory of generating and of replaying the day."""
+    g = r["generated"]
+    return [
         "| step | wall time | peak RSS |",
         "|---|---|---|",
         "| generate | "
         + (f"{g['generation_s'] / 60:.1f} min" if g["generation_s"] else "resumed")
         + f" (parts: {g['generation_part_s_sum'] / 60:.1f} min summed) | "
-        f"{g['generation_peak_rss_bytes'] / gib:.2f} GiB (largest process) |",
+        f"{g['generation_peak_rss_bytes'] / GIB:.2f} GiB (largest process) |",
         f"| replay, {len(r['policies'])} policies in one pass | {r['replay_s'] / 60:.1f} min"
         + (f", {r['replay_cpu_s'] / 60:.1f} min of CPU" if r.get("replay_cpu_s") is not None else "")
         + f", load average {r.get('load_average_1m') or float('nan'):.0f} at the end "
         f"(reading shards {r['read_s'] / 60:.1f} min, kernel {r['kernel_s'] / 60:.1f} min) | "
-        f"{r['replay_peak_rss_bytes'] / gib:.2f} GiB (cache state {r['state_bytes'] / gib:.2f} GiB) |",
-        "",
+        f"{r['replay_peak_rss_bytes'] / GIB:.2f} GiB (cache state {r['state_bytes'] / GIB:.2f} GiB) |",
+    ]
+
+
+def _md_shares(r: dict) -> list[str]:
+    """The disk-served share of every policy, in total and per class."""
+    classes = r["policies"][next(iter(r["policies"]))]["by_class"]
+    return [
         f"Disk-served share of the counted day ({r['requests']:,} requests, capacities at "
         f"{r['bytes_per_token']:,.0f} bytes/token):",
         "",
-        "| policy | disk share | " + " | ".join(r["policies"][next(iter(r["policies"]))]["by_class"]) + " |",
-        "|---|---|" + "---|" * len(r["policies"][next(iter(r["policies"]))]["by_class"]),
+        "| policy | disk share | " + " | ".join(classes) + " |",
+        "|---|---|" + "---|" * len(classes),
+        *(f"| {name} | {p['disk_token_fraction']:.2%} | " + " | ".join(f"{v:.2%}" for v in p["by_class"].values())
+          + " |" for name, p in r["policies"].items()),
     ]
-    for name, p in r["policies"].items():
-        lines.append(f"| {name} | {p['disk_token_fraction']:.2%} | "
-                     + " | ".join(f"{v:.2%}" for v in p["by_class"].values()) + " |")
-    full = 608e9 * (cfg["days"] - cfg["warmup_days"])
-    if r["input_tokens"] < 0.95 * full:
-        k = full / r["input_tokens"]
-        n_parts = math.ceil(608e9 / cfg["tokens_per_part"])
-        lines += ["", f"**This run holds {r['parts']} of the {n_parts} parts of DeepSeek's day "
-                  f"({1 / k:.1%} of its volume)**, every part a whole day of its share of the traffic, so the "
-                  "shares above are those of a complete day at that volume. Scaled linearly to 608 B tokens "
-                  "(replay time and cache state grow with accesses and blocks): replay about "
-                  + (f"{r['replay_cpu_s'] * k / 60:.0f} min of CPU ({r['replay_s'] * k / 60:.0f} min of wall time "
-                     "at this run's share of the machine)" if r.get("replay_cpu_s") else
-                     f"{r['replay_s'] * k / 60:.0f} min")
-                  + f" at {r['state_bytes'] * k / gib:.1f} GiB of cache state "
-                  f"(+ one hour of shards, about {(r['replay_peak_rss_bytes'] - r['state_bytes']) / gib:.1f} GiB "
-                  f"here); generation {g['generation_part_s_sum'] / r['parts']:.0f} s of wall time per part here, "
-                  f"so about {g['generation_part_s_sum'] / r['parts'] * n_parts / 2 / 60:.0f} min for "
-                  f"{n_parts} parts on 2 processes at this run's share of the machine."]
-    if r.get("note"):
-        lines += ["", r["note"]]
-    if not cfg["warmup_days"]:
-        lines += ["", "A day that starts with an empty cache: a TTL of days never expires within it (the TTL row "
-                  "equals the unlimited cache), and returns to KV written before the day count as misses, so "
-                  "this is a lower bound of a live service's share; figure 15 (REPORT.md) sets a steady-state "
-                  "day (seven warm-up days, scaled down) beside the published 56%."]
-    return "\n".join(lines)
+
+
+def _md_scaled(r: dict) -> str:
+    """A run below DeepSeek's volume: which share of the day it holds, and its costs scaled up to 608 B tokens."""
+    g = r["generated"]
+    cfg = g["config"]
+    k = 608e9 * (cfg["days"] - cfg["warmup_days"]) / r["input_tokens"]
+    n_parts = math.ceil(608e9 / cfg["tokens_per_part"])
+    return (f"**This run holds {r['parts']} of the {n_parts} parts of DeepSeek's day "
+            f"({1 / k:.1%} of its volume)**, every part a whole day of its share of the traffic, so the "
+            "shares above are those of a complete day at that volume. Scaled linearly to 608 B tokens "
+            "(replay time and cache state grow with accesses and blocks): replay about "
+            + (f"{r['replay_cpu_s'] * k / 60:.0f} min of CPU ({r['replay_s'] * k / 60:.0f} min of wall time "
+               "at this run's share of the machine)" if r.get("replay_cpu_s") else
+               f"{r['replay_s'] * k / 60:.0f} min")
+            + f" at {r['state_bytes'] * k / GIB:.1f} GiB of cache state "
+            f"(+ one hour of shards, about {(r['replay_peak_rss_bytes'] - r['state_bytes']) / GIB:.1f} GiB "
+            f"here); generation {g['generation_part_s_sum'] / r['parts']:.0f} s of wall time per part here, "
+            f"so about {g['generation_part_s_sum'] / r['parts'] * n_parts / 2 / 60:.0f} min for "
+            f"{n_parts} parts on 2 processes at this run's share of the machine.")
