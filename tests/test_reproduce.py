@@ -12,7 +12,7 @@ import math
 import pytest
 
 from tiered_kv.cli import main
-from tiered_kv.commands.reproduce import figure_modules
+from tiered_kv.viz.figures import modules as figure_modules
 from tiered_kv.viz.report import KINDS, run_provenance
 
 #: Claims that have no provenance yet, with the reason (none left: every claim has one).

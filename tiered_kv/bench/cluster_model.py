@@ -15,10 +15,10 @@ it is not the record. The cluster model's speed is timed by ``tiered-kv bench si
 from __future__ import annotations
 
 import argparse
-import contextlib
-import io
 import json
 import math
+import subprocess
+import sys
 from typing import Any
 
 from tiered_kv.bench._pages import Page, standard_page
@@ -146,18 +146,15 @@ def disk_fraction_section(quick: bool) -> dict:
 
 
 def cli_section(synth: str, days: float) -> dict:
-    """``tiered-kv simulate`` in process (its --json answer), and the size of its workload."""
-    from tiered_kv.cli import main
+    """``tiered-kv simulate`` as a user runs it (a process; its --json answer), and its workload's size."""
     from tiered_kv.sim.trace_replay import compile_trace
     from tiered_kv.sim.workload.synth import generate
 
     argv = ["simulate", "--synth", synth, "--days", f"{days:g}", *CLI_OPTIONS]
-    buf = io.StringIO()
-    with contextlib.redirect_stdout(buf):
-        rc = main(argv)
-    if rc != 0:
-        raise RuntimeError(f"tiered-kv {' '.join(argv)} exited {rc}")
-    r = json.loads(buf.getvalue())
+    done = subprocess.run([sys.executable, "-m", "tiered_kv.cli", *argv], capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"tiered-kv {' '.join(argv)} exited {done.returncode}: {done.stderr.strip()[-500:]}")
+    r = json.loads(done.stdout)
     keep = ("requests", "token_hit_rate", "window_hit_rate", "ttft_p50_s", "ttft_p90_s", "ttft_p99_s",
             "cost_per_mtok", "evictions_ssd", "recomputed_by_admission")
     trace = compile_trace(generate(synth, float(days), 0))

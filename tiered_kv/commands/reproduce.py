@@ -16,7 +16,6 @@ import argparse
 import importlib
 import json
 import os
-import pkgutil
 import time
 from pathlib import Path
 
@@ -42,25 +41,13 @@ def default_jobs() -> int:
     return max(1, (os.cpu_count() or 1) // 2)
 
 
-def figure_modules():
-    import tiered_kv.viz.figures as pkg
-
-    mods = []
-    for info in pkgutil.iter_modules(pkg.__path__):
-        if info.name.startswith("_"):
-            continue
-        m = importlib.import_module(f"{pkg.__name__}.{info.name}")
-        if hasattr(m, "build") and hasattr(m, "NAME"):
-            mods.append(m)
-    return sorted(mods, key=lambda m: m.NAME)
-
-
 def run(args: argparse.Namespace) -> int:
     from tiered_kv import FIGURES_DIR
+    from tiered_kv.viz.figures import modules
 
     out: Path = args.out or FIGURES_DIR
     out.mkdir(parents=True, exist_ok=True)
-    every = figure_modules()
+    every = modules()
     mods = every
     if args.only:
         mods = [m for m in mods if any(s in m.NAME for s in args.only)]

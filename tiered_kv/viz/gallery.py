@@ -66,11 +66,11 @@ class Gallery:
     """
 
     def __init__(self, quick: bool | None = None, eager: bool | None = None) -> None:
-        from tiered_kv.commands.reproduce import figure_modules
         from tiered_kv.viz import is_quick
+        from tiered_kv.viz.figures import modules
 
         self.quick = is_quick() if quick is None else quick
-        self.modules = {m.NAME: m for m in figure_modules()}
+        self.modules = {m.NAME: m for m in modules()}
         if not self.modules:
             raise ValueError("Gallery: no figure modules in tiered_kv/viz/figures")
         self.built: dict[str, BuiltFigure] = {}

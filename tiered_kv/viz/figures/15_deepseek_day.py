@@ -33,14 +33,14 @@ QUICK_SCALE, FULL_SCALE = 1 / 5000, 1 / 200  # of DeepSeek's daily volume
 
 
 def run(quick: bool) -> dict:
-    from tiered_kv.commands.day import policies
     from tiered_kv.sim.day import DEEPSEEK_INPUT_TOKENS_PER_DAY, DayConfig, generate_day, replay_day
+    from tiered_kv.sim.day.policies import day_policies
 
     scale = QUICK_SCALE if quick else FULL_SCALE
     tokens = DEEPSEEK_INPUT_TOKENS_PER_DAY * scale
     cfg = DayConfig(input_tokens_per_day=tokens, days=8.0, warmup_days=7.0, tokens_per_part=min(tokens, 8e9))
     # capacities scale with the volume: DeepSeek-scale 1/4/16 PiB become these
-    caps, ttls = policies([f"{c * scale:.6g}PiB" for c in (1, 4, 16)] + ["inf"],
+    caps, ttls = day_policies([f"{c * scale:.6g}PiB" for c in (1, 4, 16)] + ["inf"],
                           ["agent=3d,chatbot=7d", "agent=1d,chatbot=1d"], 70_272.0)
     with tempfile.TemporaryDirectory(prefix="tiered-kv-day-") as root:
         generate_day(root, cfg, workers=1, progress=False)
