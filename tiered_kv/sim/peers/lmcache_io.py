@@ -24,7 +24,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -123,52 +123,57 @@ def read_lookup_logs(paths: str | Path | Iterable[str | Path], *, model: str | N
     from tiered_kv.sim.traces import SCHEMA, validate_frame
 
     paths = [paths] if isinstance(paths, (str, Path)) else list(paths)
-    rows: list[tuple] = []
+    rows = [row for where, ev in _events(paths)
+            if (model is None or ev.get("model_name") == model)
+            and (row := _event_row(ev, where, traffic_class)) is not None]
+    if not rows:
+        raise ValueError(f"{[str(p) for p in paths]}: no lookup events (after the model filter)")
+    ts = np.array([r[0] for r in rows])
+    n = len(rows)
+    df = pl.DataFrame({
+        "request_id": np.arange(n, dtype=np.int64), "timestamp_s": ts - ts.min(),
+        "input_length": [r[1] for r in rows], "output_length": [0] * n, "block_ids": [r[2] for r in rows],
+        "block_size": [r[3] for r in rows], "traffic_class": [r[4] for r in rows],
+        "session_id": [None] * n, "turn": [None] * n,
+    }, schema=SCHEMA)
+    order = np.argsort(ts, kind="stable")
+    if not np.array_equal(order, np.arange(n)):
+        df = df[order.tolist()]
+    return validate_frame(df, source=str(paths[0]) if len(paths) == 1 else "lmcache logs")
+
+
+def _events(paths: list[Path]) -> Iterator[tuple[str, dict]]:
+    """Every non-blank line of the log files as ``("file:line", event)``, files in name order."""
     for f in _log_files(paths):
         with f.open(encoding="utf-8") as fh:
             for lineno, line in enumerate(fh, start=1):
                 line = line.strip()
                 if not line:
                     continue
-                where = f"{f}:{lineno}"
                 try:
                     ev = json.loads(line)
                 except json.JSONDecodeError as exc:
-                    raise ValueError(f"{where}: not valid JSON ({exc.msg})") from None
-                if model is not None and ev.get("model_name") != model:
-                    continue
-                for name in ("timestamp", "chunk_size", "seq_len", "chunk_hashes"):
-                    if name not in ev:
-                        raise ValueError(f"{where}: field {name!r} is missing")
-                hashes, seq_len, cs = ev["chunk_hashes"], ev["seq_len"], ev["chunk_size"]
-                if not isinstance(hashes, list):
-                    raise ValueError(f"{where}: field 'chunk_hashes' must be a list")
-                if not isinstance(cs, int) or cs < 1:
-                    raise ValueError(f"{where}: field 'chunk_size' must be an integer >= 1, got {cs!r}")
-                if not isinstance(seq_len, int) or seq_len < 0:
-                    raise ValueError(f"{where}: field 'seq_len' must be an integer >= 0, got {seq_len!r}")
-                if not hashes and seq_len == 0:
-                    continue
-                if len(hashes) != seq_len // cs:
-                    raise ValueError(f"{where}: field 'chunk_hashes' has {len(hashes)} hashes; "
-                                     f"seq_len {seq_len} // chunk_size {cs} = {seq_len // cs}")
-                rows.append((float(ev["timestamp"]), int(seq_len), [hash_to_u64(str(h)) for h in hashes],
-                             cs, traffic_class or str(ev.get("model_name") or "lmcache")))
-    if not rows:
-        raise ValueError(f"{[str(p) for p in paths]}: no lookup events (after the model filter)")
-    ts = np.array([r[0] for r in rows])
-    df = pl.DataFrame({
-        "request_id": np.arange(len(rows), dtype=np.int64),
-        "timestamp_s": ts - ts.min(),
-        "input_length": [r[1] for r in rows],
-        "output_length": [0] * len(rows),
-        "block_ids": [r[2] for r in rows],
-        "block_size": [r[3] for r in rows],
-        "traffic_class": [r[4] for r in rows],
-        "session_id": [None] * len(rows),
-        "turn": [None] * len(rows),
-    }, schema=SCHEMA)
-    order = np.argsort(ts, kind="stable")
-    if not np.array_equal(order, np.arange(len(rows))):
-        df = df[order.tolist()]
-    return validate_frame(df, source=str(paths[0]) if len(paths) == 1 else "lmcache logs")
+                    raise ValueError(f"{f}:{lineno}: not valid JSON ({exc.msg})") from None
+                yield f"{f}:{lineno}", ev
+
+
+def _event_row(ev: dict, where: str, traffic_class: str | None) -> tuple | None:
+    """One checked event as (timestamp, seq_len, chunk ids, chunk size, class); None for an event
+    LMCache skips too (no hashes and ``seq_len == 0``)."""
+    for name in ("timestamp", "chunk_size", "seq_len", "chunk_hashes"):
+        if name not in ev:
+            raise ValueError(f"{where}: field {name!r} is missing")
+    hashes, seq_len, cs = ev["chunk_hashes"], ev["seq_len"], ev["chunk_size"]
+    if not isinstance(hashes, list):
+        raise ValueError(f"{where}: field 'chunk_hashes' must be a list")
+    if not isinstance(cs, int) or cs < 1:
+        raise ValueError(f"{where}: field 'chunk_size' must be an integer >= 1, got {cs!r}")
+    if not isinstance(seq_len, int) or seq_len < 0:
+        raise ValueError(f"{where}: field 'seq_len' must be an integer >= 0, got {seq_len!r}")
+    if not hashes and seq_len == 0:
+        return None
+    if len(hashes) != seq_len // cs:
+        raise ValueError(f"{where}: field 'chunk_hashes' has {len(hashes)} hashes; "
+                         f"seq_len {seq_len} // chunk_size {cs} = {seq_len // cs}")
+    return (float(ev["timestamp"]), int(seq_len), [hash_to_u64(str(h)) for h in hashes],
+            cs, traffic_class or str(ev.get("model_name") or "lmcache"))
