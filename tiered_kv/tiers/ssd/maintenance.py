@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from collections.abc import Callable
 
 from zarr.core.sync import sync
 
@@ -23,6 +24,7 @@ from tiered_kv.codec import CorruptChunk, verify_chunk
 from tiered_kv.tiers.ssd import layout, scan, usage
 from tiered_kv.tiers.ssd.backend import Backend
 from tiered_kv.tiers.ssd.retention import (
+    GCPlan,
     RetentionPolicy,
     class_times,
     owned_shards,
@@ -148,16 +150,10 @@ def store_gc(backend: Backend, policy: RetentionPolicy, *, now: float, dry_run: 
         h = layout.shard_of(path)
         return h in owned if h is not None else (part is None or part[0] == 1)
 
-    gone = set(plan.removed)
-    spared = 0
-    drop, write, sources = plan.drop_records, plan.write_records, plan.record_sources
+    gone, spared, records = set(plan.removed), 0, (plan.drop_records, plan.write_records, plan.record_sources)
     if gone and not dry_run:  # readers may have touched chunks since the scan: re-read records
-        fresh = scan.scan_records(backend)
-        again = plan_gc(s.chunks, fresh, policy, now, orphan_grace=orphan_grace)
-        kept = gone - set(again.removed)
-        spared = sum(1 for k in kept if mine(s.paths[k]))
-        gone &= set(again.removed)
-        drop, write, sources = rehome_records(s.chunks, fresh, gone)
+        gone, spared, records = _recheck(backend, s, plan, policy, now, orphan_grace, mine)
+    drop, write, sources = records
     ours = [k for k in plan.removed if k in gone and mine(s.paths[k])]
     strays = [p for p in backend.removable(s.strays, partial_grace) if mine(p)]
     corrupt = [p for p in s.corrupt if mine(p)]
@@ -181,13 +177,33 @@ def store_gc(backend: Backend, policy: RetentionPolicy, *, now: float, dry_run: 
     corrupt = _still_corrupt(backend, corrupt)
     # Children before parents: a reader never sees a parent vanish under a surviving child.
     backend.delete([s.paths[k] for k in sorted(ours, key=lambda k: -s.chunks[k].index)])
-    # a moved record is written by the owner of the record it replaces (the removed tail's);
-    # a record that cannot be written only makes its prefix look older
-    moved = [(layout.access_path(r.key, r.traffic_class), r) for r in write]
-    backend.write([(p, r.encode()) for p, r in moved if mine(sources[p])])
-    backend.delete([p for p in drop if mine(p)] + corrupt + strays)
+    _rewrite_records(backend, records, mine, corrupt + strays)
     usage.after_gc(backend, before, _shard_bytes(s, owned, gone))
     return report
+
+
+def _recheck(backend: Backend, s: scan.Scan, plan: GCPlan, policy: RetentionPolicy, now: float,
+             orphan_grace: float, mine: Callable[[str], bool]) -> tuple[set[bytes], int, tuple]:
+    """The plan again on freshly read access records: a chunk read since the scan is spared (and
+    counted, when this pass owns it); returns what goes, how many were spared, and the records."""
+    gone = set(plan.removed)
+    fresh = scan.scan_records(backend)
+    again = plan_gc(s.chunks, fresh, policy, now, orphan_grace=orphan_grace)
+    spared = sum(1 for k in gone - set(again.removed) if mine(s.paths[k]))
+    gone &= set(again.removed)
+    return gone, spared, rehome_records(s.chunks, fresh, gone)
+
+
+def _rewrite_records(backend: Backend, records: tuple, mine: Callable[[str], bool], extra: list[str]) -> None:
+    """Write the moved access records and delete the dropped ones, with the ``extra`` objects.
+
+    A moved record is written by the owner of the record it replaces (the removed tail's); a
+    record that cannot be written only makes its prefix look older.
+    """
+    drop, write, sources = records
+    moved = [(layout.access_path(r.key, r.traffic_class), r) for r in write]
+    backend.write([(p, r.encode()) for p, r in moved if mine(sources[p])])
+    backend.delete([p for p in drop if mine(p)] + extra)
 
 
 def _shard_bytes(s: scan.Scan, owned: set[str], gone: set[bytes]) -> dict[str, int]:
