@@ -51,7 +51,7 @@ def root(tmp_path: Path) -> Path:
 
 def test_every_page_is_recorded_and_every_record_has_its_page():
     assert {"kernels", "store", "store_s3", "peers", "retention", "widgets", "synth", "sim", "sim_cli", "ttft",
-            "ttft_short", "policies", "contention", "cluster"} <= set(COMMITTED)
+            "ttft_short", "policies", "contention", "engine", "cluster"} <= set(COMMITTED)
 
 
 @pytest.mark.parametrize("name", COMMITTED)

@@ -16,7 +16,7 @@ from pathlib import Path
 from tiered_kv.bench._pages import Row
 
 #: The benchmark modules whose lines make the table, in its order.
-ORDER = ("kernels", "store", "sim", "ttft", "_contention_page", "peers", "policies", "retention", "widgets", "synth")
+ORDER = ("kernels", "store", "sim", "ttft", "engine", "_contention_page", "peers", "policies", "retention", "widgets", "synth")
 
 #: The DeepSeek-scale day is recorded by ``tiered-kv day replay --record`` (not a bench module).
 DAY_REPLAY_S = 30 * 60.0

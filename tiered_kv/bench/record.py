@@ -31,7 +31,7 @@ HELP = "write benchmarks/results/NAME.{json,md} from a benchmark's JSON and reas
 #: The checkout this package sits in (the results live beside the code they measure).
 ROOT = Path(__file__).resolve().parents[2]
 #: Modules whose ``PAGES`` make the records.
-PAGE_MODULES = ("kernels", "store", "peers", "retention", "widgets", "synth", "sim", "ttft", "policies",
+PAGE_MODULES = ("kernels", "store", "peers", "retention", "widgets", "synth", "sim", "ttft", "engine", "policies",
                 "cluster_model", "_contention_page")
 
 
