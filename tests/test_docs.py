@@ -4,6 +4,7 @@ things this repository has."""
 from __future__ import annotations
 
 import contextlib
+import importlib
 import io
 import re
 from pathlib import Path
@@ -39,8 +40,9 @@ def _help_texts() -> dict[str, str]:
         names.append([info.stem, "--help"])
     from tiered_kv import bench
 
-    for info in sorted(Path(bench.__file__).parent.glob("[a-z]*.py")):
-        names.append(["bench", info.stem, "--help"])
+    for info in sorted(Path(bench.__file__).parent.glob("[a-z]*.py")):  # a command's NAME may differ from its file
+        names.append(["bench", getattr(importlib.import_module(f"tiered_kv.bench.{info.stem}"), "NAME", info.stem),
+                      "--help"])
     for argv in names:
         buf = io.StringIO()
         with contextlib.redirect_stdout(buf), contextlib.suppress(SystemExit):
