@@ -554,7 +554,3 @@ def default_checkpoint(preset_name: str = "small"):
     from tiered_kv import DATA_DIR
 
     return DATA_DIR / "checkpoints" / f"{preset_name}.pt"
-
-
-def perplexity_bits(loss_nats: float) -> float:
-    return loss_nats / math.log(2)

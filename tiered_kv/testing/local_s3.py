@@ -13,7 +13,6 @@ server do not share one interpreter lock.
 from __future__ import annotations
 
 import logging
-import os
 import socket
 import subprocess
 import sys
@@ -110,6 +109,3 @@ class LocalS3:
         return {"AWS_ENDPOINT_URL": self.endpoint, "AWS_ACCESS_KEY_ID": ACCESS_KEY,
                 "AWS_SECRET_ACCESS_KEY": SECRET_KEY, "AWS_REGION": REGION, "AWS_ALLOW_HTTP": "true",
                 "AWS_EC2_METADATA_DISABLED": "true"}
-
-    def apply_env(self) -> None:
-        os.environ.update(self.env())

@@ -37,7 +37,6 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from tiered_kv.sim.cluster import latency as L
 from tiered_kv.sim.cluster.shared_compute import (  # noqa: F401 - re-exported: the dispatcher's rules
     POLICIES,
     QueueState,
@@ -172,14 +171,6 @@ def break_even_bandwidth(bytes_per_token: float, a: float, b: float, n, cached, 
 
 
 # --- the model's view -----------------------------------------------------------------------
-
-def latency_config(*, bytes_per_token: float, bandwidth_bytes_per_s: float, c: float, a: float, b: float,
-                   replay_tokens: int, write_back: bool) -> L.LatencyConfig:
-    """The latency model with this machine's compute fit, the store's bytes/token and the link."""
-    return L.LatencyConfig(kv_bytes_per_token=bytes_per_token, read_bandwidth_bytes_per_s=bandwidth_bytes_per_s,
-                           prefill_a_s_per_token=a, prefill_b_s_per_token2=b, prefill_fixed_s=c,
-                           replay_tokens=replay_tokens, write_back=write_back)
-
 
 def request_times(work: dict, *, fit: tuple[float, float, float], replay_tokens: int, bytes_per_token: float,
                   bandwidth_bytes_per_s: float, block_size: int, write_back: bool) -> dict[str, np.ndarray]:

@@ -32,7 +32,6 @@ gets the same bucket object.
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import mmap
 import os
@@ -106,11 +105,6 @@ class TokenBucket:
         delay = self.reserve(nbytes)
         if delay > 0:
             time.sleep(delay)
-
-    async def wait_async(self, nbytes: int) -> None:
-        delay = self.reserve(nbytes)
-        if delay > 0:
-            await asyncio.sleep(delay)
 
 
 class GroupTokenBucket(TokenBucket):
