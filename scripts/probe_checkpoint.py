@@ -16,9 +16,9 @@ from pathlib import Path
 
 import torch
 
+from tiered_kv.bounded_replay_error import load_heldout
 from tiered_kv.evaluate import copy_probe, long_context_gain
 from tiered_kv.model import EncoderDecoder, ModelConfig, load_checkpoint
-from tiered_kv.replay_quality import load_heldout
 
 
 def load_any(path: Path) -> tuple[EncoderDecoder, str]:

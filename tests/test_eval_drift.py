@@ -6,11 +6,11 @@ import json
 import pytest
 import torch
 
+from tiered_kv.bounded_replay_error import near_exact_replay, replay_error
 from tiered_kv.cli import main
 from tiered_kv.drift import drift_summary, prefix_drift
 from tiered_kv.evaluate import context_curve, heldout_loss, long_context_gain, read_text_files
 from tiered_kv.model import load_checkpoint, save_checkpoint
-from tiered_kv.replay_quality import near_exact_replay, replay_error
 from tiered_kv.testing.models import scaled_tiny_model
 
 

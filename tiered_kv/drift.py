@@ -95,7 +95,7 @@ def drift_summary(frame):
     """Per mode and turn (a polars frame): mean KL over conversations with a 95% interval, worst KV error."""
     import polars as pl
 
-    from tiered_kv.replay_quality import mean_ci95
+    from tiered_kv.bounded_replay_error import mean_ci95
 
     rows = []
     for (mode, turn), sub in sorted(frame.group_by("mode", "turn"), key=lambda g: (g[0][0], g[0][1])):

@@ -120,7 +120,7 @@ def run(args: argparse.Namespace) -> dict:
     flops = prefill_flops(args.flops_length, model.cfg)
     extra = {}
     if args.replay_quality:
-        from tiered_kv.replay_quality import (
+        from tiered_kv.bounded_replay_error import (
             attention_locality,
             fp4_error,
             load_heldout,

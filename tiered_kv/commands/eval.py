@@ -44,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
     if args.text:
         stream, source = read_text_files(args.text), [str(p) for p in args.text]
     else:
-        from tiered_kv.replay_quality import load_heldout
+        from tiered_kv.bounded_replay_error import load_heldout
 
         stream, source = load_heldout(), "held-out stdlib files (every 20th, sorted order)"
     result = {"checkpoint": str(path), "preset": model.cfg.name, "text": source, "tokens": int(stream.numel()),

@@ -143,7 +143,7 @@ def _prompt_tokens(tokens, need: int):
     import torch
 
     if tokens is None:
-        from tiered_kv.replay_quality import load_heldout
+        from tiered_kv.bounded_replay_error import load_heldout
 
         tokens = load_heldout()
     tokens = torch.as_tensor(tokens).long()

@@ -1,8 +1,8 @@
 """Window size and bounded replay: error, compute and attention mass (notebook 01).
 
 The expensive part, running the model, happens once in :func:`measure`: replay error over a
-grid of windows W and replay lengths R (:func:`tiered_kv.replay_quality.replay_error`) and the
-share of attention mass within each distance (:func:`tiered_kv.replay_quality.attention_locality`).
+grid of windows W and replay lengths R (:func:`tiered_kv.bounded_replay_error.replay_error`) and the
+share of attention mass within each distance (:func:`tiered_kv.bounded_replay_error.attention_locality`).
 The sliders then pick grid points; prefill compute is the closed form of docs/semantics.md
 (baseline ``(L_e + L_d) * N`` layer-tokens, bounded replay ``L_e * N + L_d * R``).
 
@@ -24,10 +24,10 @@ from tiered_kv.viz.widgets import Dashboard, control, html_table, log_slider
 
 
 #: (windows, replays, sequences, prefix tokens, decoded steps) at each notebook size. The full
-#: size is figure 09's measurement (:data:`tiered_kv.replay_quality.SETTINGS` ``"full"``: 64
+#: size is figure 09's measurement (:data:`tiered_kv.bounded_replay_error.SETTINGS` ``"full"``: 64
 #: held-out sequences), so the notebook and the figure print the same numbers.
 def _grids() -> dict:
-    from tiered_kv.replay_quality import SETTINGS
+    from tiered_kv.bounded_replay_error import SETTINGS
 
     f = SETTINGS["full"]
     return {"small": ((8, 16), (2, 8, 32), 1, 96, 8),
@@ -84,7 +84,7 @@ def _size() -> str:
 
 
 def _measure(size: str) -> ReplayMeasurements:
-    from tiered_kv import replay_quality as rq
+    from tiered_kv import bounded_replay_error as rq
 
     windows, replays, n_seq, prefix, steps = _grids()[size]
     model, desc = _model(size)

@@ -11,7 +11,7 @@ bound, on 64 held-out sequences with 95% intervals; beside each R, the prefill-F
 (exact windows), and the claims check the kernels' relative RMSE on N(0,1) against the values
 expected for the formats. The context panel (:func:`tiered_kv.evaluate.context_curve`) shows
 whether the model uses context beyond its window at all: without that, no replay error means
-anything. Settings are :data:`tiered_kv.replay_quality.SETTINGS`, shared with notebook 01.
+anything. Settings are :data:`tiered_kv.bounded_replay_error.SETTINGS`, shared with notebook 01.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ def kv_rmse(model, sequences, formats=("mxfp4", "nvfp4"), block_size: int = 64) 
 def build(quick: bool) -> FigureResult:
     import torch
 
-    from tiered_kv.replay_quality import SETTINGS
+    from tiered_kv.bounded_replay_error import SETTINGS
 
     s = SETTINGS["quick" if quick else "full"]
     threads = torch.get_num_threads()
@@ -86,15 +86,15 @@ def _eval_note(path) -> str:
 
 
 def _build(s, quick: bool) -> FigureResult:
-    from tiered_kv.evaluate import context_curve
-    from tiered_kv.kernels.fp4_error import error_stats
-    from tiered_kv.model import default_checkpoint, load_checkpoint
-    from tiered_kv.replay_quality import (
+    from tiered_kv.bounded_replay_error import (
         attention_locality,
         load_heldout,
         measure,
         near_exact_replay,
     )
+    from tiered_kv.evaluate import context_curve
+    from tiered_kv.kernels.fp4_error import error_stats
+    from tiered_kv.model import default_checkpoint, load_checkpoint
 
     path = default_checkpoint("small")
     if not path.exists():
@@ -206,7 +206,7 @@ def _checkpoint_note(path, meta: dict) -> str:
 
 def _replay_note(s, at: pl.DataFrame, near, w_model: int, r_model: int, flops_n: int) -> str:
     """The replay settings, the error at the model's own (W, R), and where replay gets near-exact."""
-    from tiered_kv.replay_quality import NEAR_EXACT_KL
+    from tiered_kv.bounded_replay_error import NEAR_EXACT_KL
 
     return (f"{s.samples} held-out sequences, prefix {s.prefix} tokens, {s.steps} teacher-forced decode steps; "
             "global KV through MXFP4 in both runs; intervals are 95% over sequences. "

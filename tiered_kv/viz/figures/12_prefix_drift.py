@@ -22,9 +22,9 @@ TITLE = "Exact-prefix cache over 20 turns: writing approximate KV vs exact catch
 
 
 def build(quick: bool) -> FigureResult:
+    from tiered_kv.bounded_replay_error import load_heldout, sample_sequences
     from tiered_kv.drift import prefix_drift
     from tiered_kv.model import default_checkpoint, load_checkpoint
-    from tiered_kv.replay_quality import load_heldout, sample_sequences
     from tiered_kv.viz.widgets import torch_threads
 
     path = default_checkpoint("small")

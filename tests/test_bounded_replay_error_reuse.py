@@ -3,7 +3,7 @@ as when every run is computed again (tiny preset, seconds)."""
 
 import torch
 
-from tiered_kv.replay_quality import _exact_runs, _roundtrip, fp4_error, replay_error
+from tiered_kv.bounded_replay_error import _exact_runs, _roundtrip, fp4_error, replay_error
 from tiered_kv.testing.models import scaled_tiny_model
 
 
