@@ -7,7 +7,8 @@ import pytest
 
 import tiered_kv.bench
 import tiered_kv.commands
-from tiered_kv.cli import build_parser, discover
+from tiered_kv.cli import build_parser
+from tiered_kv.cli_args import discover
 
 
 def _help(*argv: str) -> str:

@@ -1,5 +1,5 @@
 """Bad flag values: each error names the flag the user typed and its allowed range, in one line,
-with exit status 2 (tiered_kv/commands/_args.py); and what `curves` exposes."""
+with exit status 2 (tiered_kv/cli_args.py); and what `curves` exposes."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from tiered_kv.cli import main
-from tiered_kv.commands._args import join_negative_values
+from tiered_kv.cli_args import join_negative_values
 
 SIM = ["simulate", "--trace", "conversation"]
 
@@ -144,7 +144,7 @@ def test_simulate_help_lists_every_registered_policy(capsys):
 
 
 def test_a_library_parameter_name_becomes_the_flag():
-    from tiered_kv.commands._args import name_flags
+    from tiered_kv.cli_args import name_flags
 
     flags = {"days": "--days", "preset": "--synth"}
     assert name_flags("days: must be in (0, 3650], got 0.0", flags) == "--days: must be in (0, 3650], got 0.0"

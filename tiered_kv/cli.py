@@ -12,40 +12,19 @@ file name is its ``NAME``); the full list of commands is imported only for ``--h
 from __future__ import annotations
 
 import argparse
-import importlib
 import os
-import pkgutil
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from types import ModuleType
 
 import tiered_kv
 import tiered_kv.commands
-
-
-def _is_command(module: ModuleType) -> bool:
-    return all(hasattr(module, attr) for attr in ("NAME", "register", "run"))
-
-
-def discover(package: ModuleType, only: str | None = None) -> list[ModuleType]:
-    """Modules of ``package`` that define ``NAME``, ``register`` and ``run``, sorted by name.
-
-    With ``only``, just the module of that file name when it is such a command and its ``NAME``
-    is ``only`` (nothing else is imported); otherwise every command module.
-    """
-    names = [info.name for info in pkgutil.iter_modules(package.__path__) if not info.name.startswith("_")]
-    if only in names:
-        module = importlib.import_module(f"{package.__name__}.{only}")
-        if _is_command(module) and module.NAME == only:
-            return [module]
-    found = [m for m in (importlib.import_module(f"{package.__name__}.{n}") for n in names) if _is_command(m)]
-    return sorted(found, key=lambda m: m.NAME)
+from tiered_kv.cli_args import discover
 
 
 def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     """The parser; given ``argv``, only the subcommand it names is imported and registered."""
-    from tiered_kv.commands._args import Parser, flag_names  # errors as one line naming the flag
+    from tiered_kv.cli_args import Parser, flag_names  # errors as one line naming the flag
 
     parser = Parser(
         prog="tiered-kv",
@@ -83,7 +62,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _run(argv: Sequence[str] | None) -> tuple[int, bool]:
     """(exit status, whether the command that ran may end the process without teardown)."""
-    from tiered_kv.commands._args import join_negative_values, name_flags
+    from tiered_kv.cli_args import join_negative_values, name_flags
 
     argv = join_negative_values(sys.argv[1:] if argv is None else argv)  # --capacity -5GiB reaches its check
     parser = build_parser(argv)

@@ -25,8 +25,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from tiered_kv import cli_args as _args
 from tiered_kv.bench._pages import Page, Paired, Row, brief, recorded, yes
-from tiered_kv.commands import _args
 
 NAME = "policies"
 HELP = "replay time of every policy on the 14-day synthetic mixed workload (median of interleaved repeats)"

@@ -26,7 +26,7 @@ CLUSTER_FLAGS = ("nodes", "routing", "shared_capacity", "gpu_capacity", "host_ca
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from tiered_kv.commands import _args
+    from tiered_kv import cli_args as _args
 
     g = parser.add_argument_group("cluster model (any of these switches to it)")
     g.add_argument("--nodes", type=_args.int_at_least(1, "machines"), default=None, metavar="N",
@@ -66,7 +66,7 @@ def _trace(args: argparse.Namespace):
         return trace, str(args.trace), sem
     from tiered_kv.sim.workload.synth import generate
 
-    days = float(args.days)  # days (tiered_kv.commands._args.synth_days)
+    days = float(args.days)  # days (tiered_kv.cli_args.synth_days)
     sem = get_semantics(args.semantics)
     return compile_trace(generate(args.synth, days, args.seed), sem.options), f"synth {args.synth} ({days:g} days)", sem
 

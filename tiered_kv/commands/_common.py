@@ -24,7 +24,7 @@ def add_trace_arguments(parser: argparse.ArgumentParser, *, required: bool = Tru
     parser.add_argument("--semantics", default="tiered-kv", choices=["tiered-kv", "kvcache-ai", "lmcache"],
                         help="counting rules: tiered-kv (docs/semantics.md), kvcache-ai (file order, last 50%% "
                              "counted, trie-leaf LRU), lmcache (complete chunks, no clamp)")
-    from tiered_kv.commands._args import positive_float
+    from tiered_kv.cli_args import positive_float
 
     parser.add_argument("--bytes-per-token", type=positive_float("KV bytes per token"), default=None, metavar="B",
                         help="KV bytes per token, to read capacities given in bytes (default: "
@@ -90,7 +90,7 @@ def build_policy(args: argparse.Namespace, sem) -> Any:
     if name == "watermark" or name in COLLECTORS:  # sized in bytes, under --high/--low
         if cap is None:
             raise ValueError(f"--policy {name}: needs --capacity (tokens or bytes)")
-        from tiered_kv.commands._args import check_watermarks
+        from tiered_kv.cli_args import check_watermarks
 
         check_watermarks(args.high, args.low)
         return get_policy(name, capacity_bytes=int(cap * bpt), high=args.high, low=args.low,

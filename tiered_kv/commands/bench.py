@@ -11,7 +11,7 @@ import importlib
 import json
 
 import tiered_kv.bench
-from tiered_kv.cli import discover
+from tiered_kv.cli_args import discover
 
 NAME = "bench"
 HELP = "run a benchmark (kernels, store, sim, ttft, ...) and print its figures"

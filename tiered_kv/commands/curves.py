@@ -37,7 +37,7 @@ FAST_EXIT = True
 
 
 def register(parser: argparse.ArgumentParser) -> None:
-    from tiered_kv.commands import _args
+    from tiered_kv import cli_args as _args
     from tiered_kv.commands._common import add_trace_arguments
 
     add_trace_arguments(parser)

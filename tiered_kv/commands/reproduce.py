@@ -24,7 +24,7 @@ HELP = "regenerate all figures and figures/REPORT.md (published vs reproduced nu
 
 
 def register(parser: argparse.ArgumentParser) -> None:
-    from tiered_kv.commands import _args
+    from tiered_kv import cli_args as _args
 
     parser.add_argument("--quick", action="store_true", help="small sizes (CI)")
     parser.add_argument("--out", type=Path, default=None, help="output folder (default: figures/)")

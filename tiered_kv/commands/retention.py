@@ -27,7 +27,7 @@ HELP = "hit rate vs stored byte-days per class, oracle frontier, best per-class 
 
 
 def register(parser: argparse.ArgumentParser) -> None:
-    from tiered_kv.commands import _args
+    from tiered_kv import cli_args as _args
 
     src = parser.add_mutually_exclusive_group(required=True)
     src.add_argument("--trace", metavar="PATH", help="trace file, or a shipped trace name (conversation)")
@@ -57,7 +57,7 @@ def load(args: argparse.Namespace):
     if args.synth is not None:
         from tiered_kv.sim.workload.synth import generate
 
-        days = 14.0 if args.days is None else float(args.days)  # days (tiered_kv.commands._args.synth_days)
+        days = 14.0 if args.days is None else float(args.days)  # days (tiered_kv.cli_args.synth_days)
         frame = generate(args.synth, days, args.seed)
         return compile_trace(frame), f"synth {args.synth}, {days:g} days, seed {args.seed}"
     if args.days is not None:

@@ -27,7 +27,7 @@ PARAMETER_FLAGS = {"preset": "--synth"}
 
 
 def register(parser: argparse.ArgumentParser) -> None:
-    from tiered_kv.commands import _args
+    from tiered_kv import cli_args as _args
     from tiered_kv.commands._common import add_trace_arguments
 
     add_trace_arguments(parser, required=False)  # --synth may replace --trace (cluster model)
@@ -53,7 +53,7 @@ def register(parser: argparse.ArgumentParser) -> None:
 
 
 def _policy_help() -> str:
-    from tiered_kv.commands._args import registered_policies
+    from tiered_kv.cli_args import registered_policies
 
     return (f"a registered policy: {', '.join(registered_policies())} (default: lru; under --semantics "
             "kvcache-ai, lru and belady run as lru-trie and belady-trie; docs/policies.md)")
@@ -68,7 +68,7 @@ def simulate_single(args: argparse.Namespace) -> dict[str, Any]:
     trace, sem = load_compiled(args)
     policy = build_policy(args, sem)
     if args.ttl:  # a trace without classes is all 'default': say how to name it
-        from tiered_kv.commands._args import check_ttl_classes
+        from tiered_kv.cli_args import check_ttl_classes
         from tiered_kv.commands._common import parse_ttls
 
         check_ttl_classes(parse_ttls(args.ttl)[0], trace.class_names)

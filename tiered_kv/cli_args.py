@@ -12,15 +12,22 @@ Two argparse habits are handled here as well:
   option (``expected one argument``): :func:`join_negative_values` glues such a value to its
   flag (``--capacity=-5GiB``) before parsing, so the type sees it and names the range;
 * :class:`Parser` prints an error as one line plus where to look, not the whole usage.
+
+:func:`discover` finds the modules that are commands (``tiered-kv NAME``, and ``tiered-kv bench
+NAME`` in :mod:`tiered_kv.bench`). This module sits below the commands and the benchmarks, so
+both use it without importing each other or :mod:`tiered_kv.cli`.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import math
+import pkgutil
 import re
 import sys
 from collections.abc import Callable, Sequence
+from types import ModuleType
 
 #: A value that looks like a negative number, with or without a unit (-5, -5GiB, -.5, -1e3).
 _NEGATIVE = re.compile(r"-(\d|\.\d)")
@@ -276,3 +283,22 @@ def name_flags(message: str, flags: dict[str, str]) -> str:
     if m is None or m.group(1) not in flags:
         return message
     return f"{flags[m.group(1)]}: {message[m.end():]}"
+
+
+def _is_command(module: ModuleType) -> bool:
+    return all(hasattr(module, attr) for attr in ("NAME", "register", "run"))
+
+
+def discover(package: ModuleType, only: str | None = None) -> list[ModuleType]:
+    """Modules of ``package`` that define ``NAME``, ``register`` and ``run``, sorted by name.
+
+    With ``only``, just the module of that file name when it is such a command and its ``NAME``
+    is ``only`` (nothing else is imported); otherwise every command module.
+    """
+    names = [info.name for info in pkgutil.iter_modules(package.__path__) if not info.name.startswith("_")]
+    if only in names:
+        module = importlib.import_module(f"{package.__name__}.{only}")
+        if _is_command(module) and module.NAME == only:
+            return [module]
+    found = [m for m in (importlib.import_module(f"{package.__name__}.{n}") for n in names) if _is_command(m)]
+    return sorted(found, key=lambda m: m.NAME)
