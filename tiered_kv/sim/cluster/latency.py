@@ -354,37 +354,6 @@ def _heap_pop(ht, hs, size):
         i = best
 
 
-@njit(cache=True, inline="always")
-def _next_event(fifo_t, f_head, f_tail, ht, h_size, arrival, a):  # pragma: no cover - compiled
-    """The smallest (time, kind, seq) of the three sources: (kind, time); kinds load-done 0 <
-    write 1 < arrival 2; -1 when all are empty."""
-    kind = -1
-    best_t = np.inf
-    if f_head < f_tail:
-        kind, best_t = 0, fifo_t[f_head]
-    if h_size > 0 and ht[0] < best_t:
-        kind, best_t = 1, ht[0]
-    if a < arrival.size and arrival[a] < best_t:
-        kind, best_t = 2, arrival[a]
-    return kind, best_t
-
-
-@njit(cache=True, inline="always")
-def _arrive(i, t, link_free, compute_free, machine, xfer, hit_compute, miss_compute, loads, admission,
-            recomputed, load_time):  # pragma: no cover - compiled
-    """Request ``i`` arrives at ``t``: (whether its load joins the read queue, the compute it needs
-    now otherwise, when that load is done, the read link's next free time)."""
-    if not loads[i]:
-        return False, hit_compute[i], 0.0, link_free
-    load_ready = max(link_free, t) + xfer[i]
-    m = machine[i]
-    if admission and max(compute_free[m], t) + miss_compute[i] < max(compute_free[m], load_ready) + hit_compute[i]:
-        recomputed[i] = True
-        return False, miss_compute[i], 0.0, link_free
-    load_time[i] = xfer[i]
-    return True, 0.0, load_ready, load_ready
-
-
 @njit(cache=True)
 def _queue_kernel(arrival, machine, machines, xfer, hit_compute, miss_compute, write_s, loads, admission):
     """Event loop of :func:`simulate_queue`. Three event sources merged in (time, kind, seq)
@@ -399,22 +368,42 @@ def _queue_kernel(arrival, machine, machines, xfer, hit_compute, miss_compute, w
     link_free = 0.0
     fifo = np.empty(n, dtype=np.int64)
     fifo_t = np.empty(n)
+    f_head, f_tail = 0, 0
     ht = np.empty(n)
     hs = np.empty(n, dtype=np.int64)
+    h_size = 0
     write_req = np.empty(n, dtype=np.int64)
-    f_head = f_tail = h_size = n_writes = a = 0
+    n_writes = 0
+    a = 0
     while a < n or f_head < f_tail or h_size > 0:
-        kind, t = _next_event(fifo_t, f_head, f_tail, ht, h_size, arrival, a)
+        # pick the smallest (time, kind, seq): kinds load-done 0 < write 1 < arrival 2
+        kind = -1
+        best_t = np.inf
+        if f_head < f_tail:
+            kind, best_t = 0, fifo_t[f_head]
+        if h_size > 0 and ht[0] < best_t:
+            kind, best_t = 1, ht[0]
+        if a < n and arrival[a] < best_t:
+            kind, best_t = 2, arrival[a]
+        t = best_t
         if kind == 2:
             i = a
             a += 1
-            queued, work, ready, link_free = _arrive(i, t, link_free, compute_free, machine, xfer, hit_compute,
-                                                     miss_compute, loads, admission, recomputed, load_time)
-            if queued:  # its load is queued: it computes when the load is done
-                fifo[f_tail] = i
-                fifo_t[f_tail] = ready
-                f_tail += 1
-                continue
+            if not loads[i]:
+                work = hit_compute[i]
+            else:
+                load_ready = max(link_free, t) + xfer[i]
+                m = machine[i]
+                if admission and max(compute_free[m], t) + miss_compute[i] < max(compute_free[m], load_ready) + hit_compute[i]:
+                    recomputed[i] = True
+                    work = miss_compute[i]
+                else:
+                    link_free = load_ready
+                    load_time[i] = xfer[i]
+                    fifo[f_tail] = i
+                    fifo_t[f_tail] = load_ready
+                    f_tail += 1
+                    continue
         elif kind == 0:
             i = fifo[f_head]
             f_head += 1

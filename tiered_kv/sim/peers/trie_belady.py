@@ -33,7 +33,6 @@ from numba import njit
 
 from tiered_kv.sim.peers.trie import TrieTrace, check_capacities, lookup, replay_at, underfilled_mask
 from tiered_kv.sim.policies.belady import stack_hist
-from tiered_kv.sim.policies.frequency import heap_pop, heap_push
 
 
 def replay_optimal_trie(t: TrieTrace, capacity: int) -> tuple[np.ndarray, bool]:
@@ -71,64 +70,42 @@ def optimal_trie_curve(t: TrieTrace, capacities) -> np.ndarray:
     return out
 
 
-@njit(cache=True, inline="always")
-def _current(present, children, version, key, nd, k, v):  # pragma: no cover - compiled
-    """Whether a heap entry ``(k, nd, v)`` is still ``nd``'s: a present leaf at that key and version."""
-    return present[nd] and children[nd] == 0 and version[nd] == v and key[nd] == k
-
-
-@njit(cache=True, inline="always")
-def _push_leaf(hk, hn, hv, hsize, key, version, nd):  # pragma: no cover - compiled
-    """Push ``nd`` under a new version (its older entries turn stale); the heap's size. Entries are
-    (key, -node, version) in the min-heap of :mod:`tiered_kv.sim.policies.frequency`: the smallest
-    key first, the larger node on ties."""
-    version[nd] += 1
-    return heap_push(hk, hn, hv, hsize, float(key[nd]), -nd, version[nd])
-
-
 @njit(cache=True)
-def _evict_leaf(hk, hn, hv, hsize, sk, sn, sv, present, children, version, key, guard, parent, r, optimal,
-                need):  # pragma: no cover - compiled
-    """Evict the best leaf not guarded by request ``r``, unless (``optimal``) it is needed no later
-    than ``need``: then nothing goes. Returns (heap size, evicted)."""
-    ns = 0  # guarded entries set aside, pushed back after
-    evicted = False
-    while hsize > 0:
-        k0, n0, v0 = hk[0], -hn[0], hv[0]
-        hsize = heap_pop(hk, hn, hv, hsize)
-        if not _current(present, children, version, key, n0, k0, v0):
-            continue
-        if guard[n0] == r + 1:
-            sk[ns], sn[ns], sv[ns] = k0, n0, v0
-            ns += 1
-            continue
-        if optimal and -k0 <= need:
-            hsize = heap_push(hk, hn, hv, hsize, k0, -n0, v0)
+def _heap_push(hk, hn, hv, size, key, nd, ver):
+    i = size
+    hk[i], hn[i], hv[i] = key, nd, ver
+    while i > 0:
+        p = (i - 1) >> 1
+        if hk[p] < hk[i] or (hk[p] == hk[i] and hn[p] > hn[i]):
             break
-        present[n0] = False
-        p = parent[n0]
-        children[p] -= 1
-        if p > 0 and present[p] and children[p] == 0:
-            hsize = _push_leaf(hk, hn, hv, hsize, key, version, p)
-        evicted = True
-        break
-    for j in range(ns):
-        hsize = heap_push(hk, hn, hv, hsize, sk[j], -sn[j], sv[j])
-    return hsize, evicted
+        hk[p], hk[i] = hk[i], hk[p]
+        hn[p], hn[i] = hn[i], hn[p]
+        hv[p], hv[i] = hv[i], hv[p]
+        i = p
+    return size + 1
 
 
 @njit(cache=True)
-def _compact(hk, hn, hv, hsize, present, children, version, key):  # pragma: no cover - compiled
-    """Drop the stale entries and rebuild the heap from the rest; its size."""
-    j = 0
-    for i in range(hsize):
-        if _current(present, children, version, key, -hn[i], hk[i], hv[i]):
-            hk[j], hn[j], hv[j] = hk[i], hn[i], hv[i]
-            j += 1
-    hsize = 0
-    for i in range(j):
-        hsize = heap_push(hk, hn, hv, hsize, hk[i], hn[i], hv[i])
-    return hsize
+def _heap_pop(hk, hn, hv, size):
+    """Remove the root (smallest key; larger node first on ties); caller read it already."""
+    size -= 1
+    hk[0], hn[0], hv[0] = hk[size], hn[size], hv[size]
+    i = 0
+    while True:
+        lft = 2 * i + 1
+        best = i
+        if lft < size and (hk[lft] < hk[best] or (hk[lft] == hk[best] and hn[lft] > hn[best])):
+            best = lft
+        rgt = lft + 1
+        if rgt < size and (hk[rgt] < hk[best] or (hk[rgt] == hk[best] and hn[rgt] > hn[best])):
+            best = rgt
+        if best == i:
+            break
+        hk[best], hk[i] = hk[i], hk[best]
+        hn[best], hn[i] = hn[i], hn[best]
+        hv[best], hv[i] = hv[i], hv[best]
+        i = best
+    return size
 
 
 @njit(cache=True)
@@ -144,42 +121,81 @@ def _replay_trie(node, parent, offsets, next_use, warmup, capacity, optimal, hit
     version = np.zeros(n_nodes, dtype=np.int64)
     guard = np.zeros(n_nodes, dtype=np.int64)
     cap_heap = 4 * node.shape[0] + 16
-    hk = np.empty(cap_heap, dtype=np.float64)
+    hk = np.empty(cap_heap, dtype=np.int64)
     hn = np.empty(cap_heap, dtype=np.int64)
     hv = np.empty(cap_heap, dtype=np.int64)
-    sk = np.empty(capacity + 16, dtype=np.float64)
+    sk = np.empty(capacity + 16, dtype=np.int64)
     sn = np.empty(capacity + 16, dtype=np.int64)
     sv = np.empty(capacity + 16, dtype=np.int64)
-    hsize = size = clock = 0
+    hsize = 0
+    size = 0
+    clock = 0
     filled = False
     for r in range(offsets.shape[0] - 1):
         if r >= warmup and not filled:
             return False
         s, e, h = lookup(present, node, offsets, r, hit_blocks)
-        for a in range(s, h):  # hits: touch, guard from eviction
+        for a in range(s, h):
             nd = node[a]
             clock += 1
             key[nd] = -next_use[a] if optimal else clock
             if children[nd] == 0:
-                hsize = _push_leaf(hk, hn, hv, hsize, key, version, nd)
+                version[nd] += 1
+                hsize = _heap_push(hk, hn, hv, hsize, key[nd], nd, version[nd])
             guard[nd] = r + 1
-        for a in range(h, e):  # misses: admit while there is room or a leaf to evict
+        for a in range(h, e):
             nd = node[a]
             if size >= capacity:
-                hsize, evicted = _evict_leaf(hk, hn, hv, hsize, sk, sn, sv, present, children, version, key, guard,
-                                             parent, r, optimal, next_use[a])
+                # evict the best unguarded leaf, or stop admission
+                ns = 0
+                evicted = False
+                while hsize > 0:
+                    k0, n0, v0 = hk[0], hn[0], hv[0]
+                    hsize = _heap_pop(hk, hn, hv, hsize)
+                    if not present[n0] or children[n0] != 0 or version[n0] != v0 or key[n0] != k0:
+                        continue
+                    if guard[n0] == r + 1:
+                        sk[ns], sn[ns], sv[ns] = k0, n0, v0
+                        ns += 1
+                        continue
+                    if optimal and -k0 <= next_use[a]:
+                        hsize = _heap_push(hk, hn, hv, hsize, k0, n0, v0)
+                        break
+                    present[n0] = False
+                    size -= 1
+                    p = parent[n0]
+                    children[p] -= 1
+                    if p > 0 and present[p] and children[p] == 0:
+                        version[p] += 1
+                        hsize = _heap_push(hk, hn, hv, hsize, key[p], p, version[p])
+                    evicted = True
+                    break
+                for j in range(ns):
+                    hsize = _heap_push(hk, hn, hv, hsize, sk[j], sn[j], sv[j])
                 if not evicted:
                     break
-                size -= 1
-            if size >= capacity or not present[parent[nd]]:
+            if size < capacity and present[parent[nd]]:
+                present[nd] = True
+                size += 1
+                children[parent[nd]] += 1
+                clock += 1
+                key[nd] = -next_use[a] if optimal else clock
+                version[nd] += 1
+                hsize = _heap_push(hk, hn, hv, hsize, key[nd], nd, version[nd])
+                if size >= capacity and r < warmup:
+                    filled = True
+            else:
                 break
-            present[nd] = True
-            size += 1
-            children[parent[nd]] += 1
-            clock += 1
-            key[nd] = -next_use[a] if optimal else clock
-            hsize = _push_leaf(hk, hn, hv, hsize, key, version, nd)
-            filled = filled or (size >= capacity and r < warmup)
-        if hsize > cap_heap - 2 * (e - s) - 8:
-            hsize = _compact(hk, hn, hv, hsize, present, children, version, key)
+        if hsize > cap_heap - 2 * (e - s) - 8:  # compact stale entries
+            j = 0
+            for i in range(hsize):
+                n0 = hn[i]
+                if present[n0] and children[n0] == 0 and version[n0] == hv[i] and key[n0] == hk[i]:
+                    hk[j], hn[j], hv[j] = hk[i], n0, hv[i]
+                    j += 1
+            hsize = 0
+            for i in range(j):
+                hsize = _heap_push(hk, hn, hv, hsize, hk[i], hn[i], hv[i])
     return filled
+
+

@@ -14,7 +14,7 @@ import numpy as np
 from numba import njit
 
 from tiered_kv.sim.policies.blockwise import BlockPolicy
-from tiered_kv.sim.policies.frequency import heap_pop, heap_push, pop_current
+from tiered_kv.sim.policies.frequency import heap_pop, heap_push
 from tiered_kv.sim.policies.registry import (
     DEFAULT_BYTES_PER_TOKEN,
     PolicyRun,
@@ -36,36 +36,23 @@ def next_use(trace: CompiledTrace) -> np.ndarray:
     return nxt
 
 
-@njit(cache=True, inline="always")
-def _lookup(present, blocks, lo, hi):  # pragma: no cover - compiled
-    """(leading present blocks, present blocks) among accesses ``lo..hi-1``."""
-    lead = 0
-    n_present = 0
-    for i in range(lo, hi):
-        if present[blocks[i]]:
-            n_present += 1
-            if lead == i - lo:
-                lead += 1
-    return lead, n_present
-
-
 @njit(cache=True)
 def _belady_kernel(offsets, blocks, depth, nxt_use, n_unique, capacity):  # pragma: no cover - compiled
-    # A live block's heap entry is (-next use, -depth): the min-heap's top is the farthest next
-    # use, deepest on ties (next uses are distinct, so the order is total).
-    # Blocks never used again ("dead") are always evicted first; which dead block goes first
-    # cannot change any later hit (none is accessed again), so they are only counted, not
-    # heaped: most accesses of a trace are last accesses.
+    # Blocks never used again ("dead") have the largest keys, so they are always evicted first;
+    # which dead block goes first cannot change any later hit (none is accessed again), so they
+    # are only counted, not heaped: most accesses of a trace are last accesses.
     # ``written[i]``: access i missed, its block has a next use, and it was kept (not bypassed):
     # the SSD write. A dead block is never written (it could only sit in free space).
     n = offsets.shape[0] - 1
     m = blocks.shape[0]
+    dmul = np.int64(1)
+    for i in range(m):
+        if depth[i] + 1 > dmul:
+            dmul = np.int64(depth[i]) + 1
     present = np.zeros(n_unique, np.bool_)
-    cur1 = np.zeros(n_unique, np.float64)  # each live block's current entry
-    cur2 = np.zeros(n_unique, np.int64)
-    k1 = np.empty(m + 1, np.float64)
-    k2 = np.empty(m + 1, np.int64)
-    hv = np.empty(m + 1, np.int64)
+    key_of = np.zeros(n_unique, np.int64)
+    heap_k = np.empty(m + 1, np.int64)  # max-heap of keys: next use x dmul + depth
+    heap_b = np.empty(m + 1, np.int64)
     hn = 0
     used = 0  # live (heaped) + dead blocks in the cache
     dead = 0
@@ -73,27 +60,73 @@ def _belady_kernel(offsets, blocks, depth, nxt_use, n_unique, capacity):  # prag
     any_present = np.zeros(n, np.int64)
     written = np.zeros(m, np.bool_)
     for r in range(n):
-        hit[r], any_present[r] = _lookup(present, blocks, offsets[r], offsets[r + 1])
-        for i in range(offsets[r], offsets[r + 1]):
+        lo = offsets[r]
+        hi = offsets[r + 1]
+        p = 0
+        lead = True
+        for i in range(lo, hi):
+            if present[blocks[i]]:
+                any_present[r] += 1
+                if lead:
+                    p += 1
+            else:
+                lead = False
+        hit[r] = p
+        for i in range(lo, hi):
             b = blocks[i]
             miss = not present[b]
             if miss:
                 used += 1
-            present[b] = nxt_use[i] < m
-            if present[b]:
-                cur1[b] = -float(nxt_use[i])
-                cur2[b] = -np.int64(depth[i])
-                hn = heap_push(k1, k2, hv, hn, cur1[b], cur2[b], b)
-            else:  # last access of b: it turns dead
+            if nxt_use[i] >= m:  # last access of b: it turns dead
+                present[b] = False
+                key_of[b] = -1
                 dead += 1
+            else:
+                present[b] = True
+                key = nxt_use[i] * dmul + depth[i]
+                key_of[b] = key
+                j = hn
+                hn += 1
+                while j > 0:
+                    parent = (j - 1) >> 1
+                    if heap_k[parent] >= key:
+                        break
+                    heap_k[j] = heap_k[parent]
+                    heap_b[j] = heap_b[parent]
+                    j = parent
+                heap_k[j] = key
+                heap_b[j] = b
             while used > capacity:
-                used -= 1
                 if dead > 0:
                     dead -= 1
-                else:
-                    x, _, hn = pop_current(k1, k2, hv, hn, present, cur1, cur2)
-                    present[x] = False
-            written[i] = miss and present[b]
+                    used -= 1
+                    continue
+                # pop the max valid entry: the farthest next use, deepest on ties
+                vk = heap_k[0]
+                vb = heap_b[0]
+                hn -= 1
+                lk = heap_k[hn]
+                lb = heap_b[hn]
+                j = 0
+                while True:
+                    child = 2 * j + 1
+                    if child >= hn:
+                        break
+                    if child + 1 < hn and heap_k[child + 1] > heap_k[child]:
+                        child += 1
+                    if heap_k[child] <= lk:
+                        break
+                    heap_k[j] = heap_k[child]
+                    heap_b[j] = heap_b[child]
+                    j = child
+                if hn > 0:
+                    heap_k[j] = lk
+                    heap_b[j] = lb
+                if present[vb] and key_of[vb] == vk:
+                    present[vb] = False
+                    used -= 1
+            if miss and present[b]:
+                written[i] = True
     return hit, any_present, written
 
 
@@ -244,64 +277,6 @@ def _deposit(prio, member, pos, seg, fill, base, q, y, py):
 
 
 @njit(cache=True)
-def _take_out(prio, member, pos, fill, base, s, x):  # pragma: no cover - compiled
-    """Remove item ``x`` from segment ``s`` (its last slot fills the hole)."""
-    b = base[s]
-    i = pos[x]
-    last = fill[s] - 1
-    fill[s] = last
-    if i != last:
-        prio[b + i] = prio[b + last]
-        member[b + i] = member[b + last]
-        moved = member[b + i]
-        pos[moved] = i
-        _sift_up(prio, member, pos, b, i)
-        _sift_down(prio, member, pos, b, last, pos[moved])
-
-
-@njit(cache=True)
-def _push_down(prio, member, pos, seg, fill, base, x, px, x_res, stop, below, never):  # pragma: no cover
-    """Push item ``x`` (candidate priority ``px``, resident ``x_res``) down segments ``0..stop-1``,
-    swapping with each segment's worst it beats; ``below``: x came from below every capacity.
-
-    Returns ``(y, y_res, placed, landed)``: the item still carried (with its resident priority)
-    unless ``placed`` in a segment with room, and the segment x itself landed in (-1: none).
-    """
-    y = x
-    py = px
-    y_res = x_res
-    landed = -1
-    for q in range(stop):
-        if fill[q] < base[q + 1] - base[q]:  # room: the stack is shallower than this capacity
-            _deposit(prio, member, pos, seg, fill, base, q, y, y_res)
-            return y, y_res, True, q if y == x else landed
-        if py >= never:
-            # y is never used again: below here it could only trade places with other such
-            # items, which changes no segment's count of them and no future hit.
-            if below:
-                for q2 in range(q + 1, stop):
-                    if fill[q2] < base[q2 + 1] - base[q2]:
-                        _deposit(prio, member, pos, seg, fill, base, q2, y, y_res)
-                        return y, y_res, True, landed
-            return y, y_res, False, landed
-        b = base[q]
-        if py < prio[b]:  # y beats the segment's worst: swap them
-            if y == x and landed < 0:
-                landed = q
-            w = member[b]
-            pw = prio[b]
-            prio[b] = y_res
-            member[b] = y
-            pos[y] = 0
-            seg[y] = q
-            _sift_down(prio, member, pos, b, fill[q], np.int64(0))  # int64: the one specialisation
-            y = w
-            py = pw
-            y_res = pw
-    return y, y_res, False, landed
-
-
-@njit(cache=True)
 def stack_hist(items, cand, res, never, weight, cls, n_cls, n_items, bounds):  # pragma: no cover - compiled
     """:func:`stack_pass` without the writes: ``hist[c, q]`` only."""
     return stack_pass(items, cand, res, never, weight, cls, n_cls, n_items, bounds, np.zeros(0, np.int64),
@@ -345,12 +320,53 @@ def stack_pass(items, cand, res, never, weight, cls, n_cls, n_items, bounds, wwe
         inside = 0 <= sx < nq
         if inside:  # a hit from capacity bounds[sx] up; take x out (its slot is refilled below)
             hist[cls[a], sx] += weight[a]
-            _take_out(prio, member, pos, fill, base, sx, x)
-        else:
-            sx = nq
-        # x competes as a candidate and is stored with its resident priority
-        y, y_res, placed, landed = _push_down(prio, member, pos, seg, fill, base, x, cand[a], res[a], sx,
-                                              not inside, never)
+            b = base[sx]
+            i = pos[x]
+            last = fill[sx] - 1
+            fill[sx] = last
+            if i != last:
+                prio[b + i] = prio[b + last]
+                member[b + i] = member[b + last]
+                moved = member[b + i]
+                pos[moved] = i
+                _sift_up(prio, member, pos, b, i)
+                _sift_down(prio, member, pos, b, last, pos[moved])
+        y = x
+        py = cand[a]  # x competes as a candidate...
+        y_res = res[a]  # ...and is stored with its resident priority
+        placed = False
+        landed = -1  # the segment x itself lands in (-1: not yet)
+        for q in range(sx if inside else nq):
+            if fill[q] < base[q + 1] - base[q]:  # room: the stack is shallower than this capacity
+                _deposit(prio, member, pos, seg, fill, base, q, y, y_res)
+                if y == x:
+                    landed = q
+                placed = True
+                break
+            if py >= never:
+                # y is never used again: below here it could only trade places with other such
+                # items, which changes no segment's count of them and no future hit.
+                if not inside:
+                    for q2 in range(q + 1, nq):
+                        if fill[q2] < base[q2 + 1] - base[q2]:
+                            _deposit(prio, member, pos, seg, fill, base, q2, y, y_res)
+                            placed = True
+                            break
+                break
+            b = base[q]
+            if py < prio[b]:  # y beats the segment's worst: swap them
+                if y == x and landed < 0:
+                    landed = q
+                w = member[b]
+                pw = prio[b]
+                prio[b] = y_res
+                member[b] = y
+                pos[y] = 0
+                seg[y] = q
+                _sift_down(prio, member, pos, b, fill[q], np.int64(0))  # int64: the one specialisation
+                y = w
+                py = pw
+                y_res = pw
         if not placed:
             if inside:
                 _deposit(prio, member, pos, seg, fill, base, sx, y, y_res)
@@ -358,7 +374,7 @@ def stack_pass(items, cand, res, never, weight, cls, n_cls, n_items, bounds, wwe
                 seg[y] = nq
         if track and landed >= 0 and cand[a] < never:
             whist[landed] += wweight[a]
-            whist[sx] -= wweight[a]
+            whist[sx if inside else nq] -= wweight[a]
     return hist
 
 

@@ -30,46 +30,6 @@ from numba import njit
 from tiered_kv.sim.policies.blockwise import BlockPolicy, ll_init, ll_push_head, ll_unlink
 from tiered_kv.sim.policies.registry import check_range, register_policy
 
-# --------------------------------------------------------------------------------------------
-# numbered queues, shared with :mod:`.segmented`: queue ``k`` (1, 2, ...) is the list with
-# sentinel ``base + k - 1``, ``where[b] == k`` marks its members (0: absent) and ``cnt[k - 1]``
-# counts them.
-
-
-@njit(cache=True)
-def q_push(nx, pv, where, cnt, base, k, b):  # pragma: no cover - compiled
-    """Insert ``b`` at the head (newest end) of queue ``k``."""
-    ll_push_head(nx, pv, base + k - 1, b)
-    where[b] = k
-    cnt[k - 1] += 1
-
-
-@njit(cache=True)
-def q_remove(nx, pv, where, cnt, b):  # pragma: no cover - compiled
-    """Take ``b`` out of its queue; it becomes absent."""
-    ll_unlink(nx, pv, b)
-    cnt[where[b] - 1] -= 1
-    where[b] = 0
-
-
-@njit(cache=True)
-def q_pop(nx, pv, where, cnt, base, k):  # pragma: no cover - compiled
-    """Take the tail (oldest) of queue ``k`` out; it becomes absent. Returns it."""
-    t = pv[base + k - 1]
-    q_remove(nx, pv, where, cnt, t)
-    return t
-
-
-@njit(cache=True)
-def ghost_push(nx, pv, where, cnt, base, k, b, ghost_cap):  # pragma: no cover - compiled
-    """Remember the id ``b`` in the ghost FIFO ``k``, dropping its oldest ids to stay within
-    ``ghost_cap``; a ghost of less than one id remembers nothing."""
-    if ghost_cap < 1:
-        return
-    while cnt[k - 1] + 1 > ghost_cap:
-        q_pop(nx, pv, where, cnt, base, k)
-    q_push(nx, pv, where, cnt, base, k, b)
-
 
 @njit(cache=True)
 def fifo_kernel(blocks, n_unique, cap, admit):  # pragma: no cover - compiled
@@ -142,41 +102,22 @@ def sieve_kernel(blocks, n_unique, cap, admit):  # pragma: no cover - compiled
 
 
 @njit(cache=True)
-def _s3_evict(nx, pv, where, freq, cnt, base, main_cap, ghost_cap, move_to_main):  # pragma: no cover
-    """Evict one block: from the main queue (2) when it is over its size or the small one (1) is
-    empty, else from the small one, whose tail moves to main or drops into the ghost (3)."""
-    M = base + 1
-    if cnt[1] > main_cap or cnt[0] == 0:
-        while cnt[1] > 0:
-            t = pv[M]
-            if freq[t] < 1:
-                q_remove(nx, pv, where, cnt, t)
-                return
-            freq[t] = min(freq[t], 3) - 1  # reinserted
-            ll_unlink(nx, pv, t)
-            ll_push_head(nx, pv, M, t)
-        return
-    while cnt[0] > 0:
-        t = q_pop(nx, pv, where, cnt, base, 1)
-        if freq[t] < move_to_main:
-            ghost_push(nx, pv, where, cnt, base, 3, t, ghost_cap)
-            return
-        freq[t] = 0
-        q_push(nx, pv, where, cnt, base, 2, t)
-
-
-@njit(cache=True)
 def s3fifo_kernel(blocks, n_unique, cap, admit, small_ratio, ghost_ratio, move_to_main):  # pragma: no cover
     m = blocks.shape[0]
     small_cap = np.int64(cap * small_ratio)
     main_cap = cap - small_cap
     ghost_cap = np.int64(cap * ghost_ratio)
     nx, pv = ll_init(n_unique, 3)
-    where = np.zeros(n_unique, np.int8)  # 0 absent, 1 small, 2 main, 3 ghost (queues at n_unique + k - 1)
-    cnt = np.zeros(3, np.int64)
+    S = n_unique  # small queue
+    M = n_unique + 1  # main queue
+    G = n_unique + 2  # ghost ids
+    where = np.zeros(n_unique, np.int8)  # 0 absent, 1 small, 2 main, 3 ghost
     freq = np.zeros(n_unique, np.int64)
     hit = np.zeros(m, np.bool_)
     ins = np.zeros(m, np.bool_)
+    n_small = 0
+    n_main = 0
+    n_ghost = 0
     peak = 0
     evicted_once = False
     for i in range(m):
@@ -186,22 +127,66 @@ def s3fifo_kernel(blocks, n_unique, cap, admit, small_ratio, ghost_ratio, move_t
             freq[b] += 1
             hit[i] = True
             continue
+        on_ghost = False
         if w == 3:
-            q_remove(nx, pv, where, cnt, b)
+            ll_unlink(nx, pv, b)
+            where[b] = 0
+            n_ghost -= 1
+            on_ghost = True
         if not admit[i] or small_cap < 1:
             continue
-        while cnt[0] + cnt[1] + 1 > cap:
+        while n_small + n_main + 1 > cap:
             evicted_once = True
-            _s3_evict(nx, pv, where, freq, cnt, n_unique, main_cap, ghost_cap, move_to_main)
-        if w == 3 or (small_cap > 1 and not evicted_once and cnt[0] >= small_cap):
-            q_push(nx, pv, where, cnt, n_unique, 2, b)
+            if n_main > main_cap or n_small == 0:
+                evicted = False
+                while not evicted and n_main > 0:
+                    t = pv[M]
+                    ll_unlink(nx, pv, t)
+                    if freq[t] >= 1:
+                        f = freq[t] if freq[t] < 3 else 3
+                        freq[t] = f - 1
+                        ll_push_head(nx, pv, M, t)
+                    else:
+                        where[t] = 0
+                        n_main -= 1
+                        evicted = True
+            else:
+                evicted = False
+                while not evicted and n_small > 0:
+                    t = pv[S]
+                    ll_unlink(nx, pv, t)
+                    n_small -= 1
+                    if freq[t] >= move_to_main:
+                        freq[t] = 0
+                        where[t] = 2
+                        ll_push_head(nx, pv, M, t)
+                        n_main += 1
+                    else:
+                        where[t] = 0
+                        if ghost_cap >= 1:
+                            while n_ghost + 1 > ghost_cap:
+                                g = pv[G]
+                                ll_unlink(nx, pv, g)
+                                where[g] = 0
+                                n_ghost -= 1
+                            where[t] = 3
+                            ll_push_head(nx, pv, G, t)
+                            n_ghost += 1
+                        evicted = True
+        if on_ghost or (small_cap > 1 and not evicted_once and n_small >= small_cap):
+            where[b] = 2
+            ll_push_head(nx, pv, M, b)
+            n_main += 1
         elif small_cap > 1:
-            q_push(nx, pv, where, cnt, n_unique, 1, b)
+            where[b] = 1
+            ll_push_head(nx, pv, S, b)
+            n_small += 1
         else:
             continue
         freq[b] = 0
         ins[i] = True
-        peak = max(peak, cnt[0] + cnt[1])
+        if n_small + n_main > peak:
+            peak = n_small + n_main
     return hit, ins, peak
 
 

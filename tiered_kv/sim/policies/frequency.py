@@ -77,42 +77,6 @@ def heap_pop(k1, k2, hv, n):  # pragma: no cover - compiled
 
 
 @njit(cache=True)
-def _age(k1, k2, hv, members, used, freq, cur1, cur2):  # pragma: no cover - compiled
-    """Halve every cached block's count (rounding up) and rebuild the heap from them; its size."""
-    hn = 0
-    for j in range(used):
-        x = members[j]
-        freq[x] = (freq[x] + 1) >> 1
-        cur1[x] = float(freq[x])
-        hn = heap_push(k1, k2, hv, hn, cur1[x], cur2[x], x)
-    return hn
-
-
-@njit(cache=True)
-def pop_current(k1, k2, hv, hn, present, cur1, cur2):  # pragma: no cover - compiled
-    """Pop entries until one whose block is present with that key: (block, key, heap size).
-    The heap must hold such an entry."""
-    while True:
-        x = hv[0]
-        a = k1[0]
-        t = k2[0]
-        hn = heap_pop(k1, k2, hv, hn)
-        if present[x] and cur1[x] == a and cur2[x] == t:
-            return x, a, hn
-
-
-@njit(cache=True, inline="always")
-def _members_drop(members, slot, used, x):  # pragma: no cover - compiled
-    """Remove ``x`` from the dense list of cached blocks (the last takes its slot); the new count."""
-    used -= 1
-    last = members[used]
-    members[slot[x]] = last
-    slot[last] = slot[x]
-    slot[x] = -1
-    return used
-
-
-@njit(cache=True)
 def _heap_kernel(blocks, n_unique, cap, admit, value, aging, dynamic):  # pragma: no cover - compiled
     """LFU (dynamic=False: key = frequency) or GDSF (dynamic=True: key = L + frequency x value)."""
     m = blocks.shape[0]
@@ -135,31 +99,49 @@ def _heap_kernel(blocks, n_unique, cap, admit, value, aging, dynamic):  # pragma
     floor = 0.0
     for i in range(m):
         if aging > 0 and i > 0 and i % aging == 0:
-            hn = _age(k1, k2, hv, members, used, freq, cur1, cur2)
+            hn = 0
+            for j in range(used):
+                x = members[j]
+                freq[x] = (freq[x] + 1) >> 1
+                cur1[x] = float(freq[x])
+                hn = heap_push(k1, k2, hv, hn, cur1[x], cur2[x], x)
         b = blocks[i]
         if present[b]:
             hit[i] = True
             freq[b] += 1
             cur1[b] = floor + freq[b] * val[b] if dynamic else float(freq[b])
-        elif admit[i] and cap >= 1:
-            while used + 1 > cap:
-                x, a, hn = pop_current(k1, k2, hv, hn, present, cur1, cur2)
-                present[x] = False
-                floor = a if dynamic else floor
-                used = _members_drop(members, slot, used, x)
-            present[b] = True
-            freq[b] = 1
-            val[b] = value[i]
-            cur1[b] = floor + val[b] if dynamic else 1.0
-            members[used] = b
-            slot[b] = used
-            used += 1
-            ins[i] = True
-            peak = max(peak, used)
-        else:
+            cur2[b] = i
+            hn = heap_push(k1, k2, hv, hn, cur1[b], i, b)
             continue
+        if not admit[i] or cap < 1:
+            continue
+        while used + 1 > cap:
+            x = hv[0]
+            a = k1[0]
+            t = k2[0]
+            hn = heap_pop(k1, k2, hv, hn)
+            if not present[x] or cur1[x] != a or cur2[x] != t:
+                continue  # stale entry
+            present[x] = False
+            if dynamic:
+                floor = a
+            used -= 1
+            last = members[used]
+            members[slot[x]] = last
+            slot[last] = slot[x]
+            slot[x] = -1
+        present[b] = True
+        freq[b] = 1
+        val[b] = value[i]
+        cur1[b] = floor + val[b] if dynamic else 1.0
         cur2[b] = i
         hn = heap_push(k1, k2, hv, hn, cur1[b], i, b)
+        members[used] = b
+        slot[b] = used
+        used += 1
+        ins[i] = True
+        if used > peak:
+            peak = used
     return hit, ins, peak
 
 

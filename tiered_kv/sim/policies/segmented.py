@@ -33,51 +33,35 @@ import numpy as np
 from numba import njit
 
 from tiered_kv.sim.policies.blockwise import BlockPolicy, ll_init, ll_push_head, ll_unlink
-from tiered_kv.sim.policies.fifo import ghost_push, q_pop, q_push, q_remove
 from tiered_kv.sim.policies.registry import check_range, register_policy
 
 
 @njit(cache=True)
-def _arc_replace(nx, pv, where, sizes, base, p, on_b2):  # pragma: no cover - compiled
-    """REPLACE: T1's tail to B1 when |T1| > p (or == p on a B2 hit, or T2 is empty), else T2's tail to B2."""
+def _arc_replace(nx, pv, where, T1, T2, B1, B2, sizes, p, on_b2):  # pragma: no cover - compiled
+    # sizes: [t1, t2, b1, b2]
     t1 = sizes[0]
     if (t1 > 0 and (t1 > p or (t1 == p and on_b2))) or sizes[1] == 0:
-        q_push(nx, pv, where, sizes, base, 3, q_pop(nx, pv, where, sizes, base, 1))
+        x = pv[T1]
+        ll_unlink(nx, pv, x)
+        ll_push_head(nx, pv, B1, x)
+        where[x] = 3
+        sizes[0] -= 1
+        sizes[2] += 1
     else:
-        q_push(nx, pv, where, sizes, base, 4, q_pop(nx, pv, where, sizes, base, 2))
-
-
-@njit(cache=True, inline="always")
-def _arc_adapt(sizes, w, p, cap):  # pragma: no cover - compiled
-    """The target size of T1 after a ghost hit: raised after B1 (``w`` 3), lowered after B2 (4)."""
-    if w == 3:
-        return min(p + max(sizes[3] / sizes[2], 1.0), float(cap))
-    return max(p - max(sizes[2] / sizes[3], 1.0), 0.0)
-
-
-@njit(cache=True)
-def _arc_make_room(nx, pv, where, sizes, base, p, cap, w):  # pragma: no cover - compiled
-    """Evict until one more block fits; ``w``: where the block was (3, 4: a ghost hit)."""
-    while sizes[0] + sizes[1] + 1 > cap:
-        if w >= 3:
-            _arc_replace(nx, pv, where, sizes, base, p, w == 4)
-        elif sizes[0] + sizes[2] + 1 > cap:
-            if sizes[2] > 0:
-                q_pop(nx, pv, where, sizes, base, 3)
-                _arc_replace(nx, pv, where, sizes, base, p, False)
-            else:
-                q_pop(nx, pv, where, sizes, base, 1)
-        else:
-            if sizes[0] + sizes[1] + sizes[2] + sizes[3] >= 2 * cap and sizes[3] > 0:
-                q_pop(nx, pv, where, sizes, base, 4)
-            _arc_replace(nx, pv, where, sizes, base, p, False)
+        x = pv[T2]
+        ll_unlink(nx, pv, x)
+        ll_push_head(nx, pv, B2, x)
+        where[x] = 4
+        sizes[1] -= 1
+        sizes[3] += 1
 
 
 @njit(cache=True)
 def arc_kernel(blocks, n_unique, cap, admit):  # pragma: no cover - compiled
     m = blocks.shape[0]
     nx, pv = ll_init(n_unique, 4)
-    where = np.zeros(n_unique, np.int8)  # 0 absent, 1 T1, 2 T2, 3 B1, 4 B2 (queues at n_unique + k - 1)
+    T1, T2, B1, B2 = n_unique, n_unique + 1, n_unique + 2, n_unique + 3
+    where = np.zeros(n_unique, np.int8)  # 0 absent, 1 T1, 2 T2, 3 B1, 4 B2
     sizes = np.zeros(4, np.int64)
     hit = np.zeros(m, np.bool_)
     ins = np.zeros(m, np.bool_)
@@ -86,23 +70,64 @@ def arc_kernel(blocks, n_unique, cap, admit):  # pragma: no cover - compiled
     for i in range(m):
         b = blocks[i]
         w = where[b]
-        if w == 1 or w == 2:  # a hit: to T2's head
+        if w == 1 or w == 2:
             ll_unlink(nx, pv, b)
-            ll_push_head(nx, pv, n_unique + 1, b)
-            sizes[w - 1] -= 1
-            sizes[1] += 1
-            where[b] = 2
+            ll_push_head(nx, pv, T2, b)
+            if w == 1:
+                where[b] = 2
+                sizes[0] -= 1
+                sizes[1] += 1
             hit[i] = True
             continue
-        if w >= 3:
-            p = _arc_adapt(sizes, w, p, cap)
-            q_remove(nx, pv, where, sizes, b)
+        ghost = 0
+        if w == 3:
+            ghost = 1
+            d = sizes[3] / sizes[2]
+            p = min(p + max(d, 1.0), float(cap))
+            sizes[2] -= 1
+        elif w == 4:
+            ghost = 2
+            d = sizes[2] / sizes[3]
+            p = max(p - max(d, 1.0), 0.0)
+            sizes[3] -= 1
+        if ghost:
+            ll_unlink(nx, pv, b)
+            where[b] = 0
         if not admit[i] or cap < 1:
             continue
-        _arc_make_room(nx, pv, where, sizes, n_unique, p, cap, w)
-        q_push(nx, pv, where, sizes, n_unique, 2 if w >= 3 else 1, b)
+        while sizes[0] + sizes[1] + 1 > cap:
+            if ghost:
+                _arc_replace(nx, pv, where, T1, T2, B1, B2, sizes, p, ghost == 2)
+            elif sizes[0] + sizes[2] + 1 > cap:
+                if sizes[2] > 0:
+                    x = pv[B1]
+                    ll_unlink(nx, pv, x)
+                    where[x] = 0
+                    sizes[2] -= 1
+                    _arc_replace(nx, pv, where, T1, T2, B1, B2, sizes, p, False)
+                else:
+                    x = pv[T1]
+                    ll_unlink(nx, pv, x)
+                    where[x] = 0
+                    sizes[0] -= 1
+            else:
+                if sizes[0] + sizes[1] + sizes[2] + sizes[3] >= 2 * cap and sizes[3] > 0:
+                    x = pv[B2]
+                    ll_unlink(nx, pv, x)
+                    where[x] = 0
+                    sizes[3] -= 1
+                _arc_replace(nx, pv, where, T1, T2, B1, B2, sizes, p, False)
+        if ghost:
+            ll_push_head(nx, pv, T2, b)
+            where[b] = 2
+            sizes[1] += 1
+        else:
+            ll_push_head(nx, pv, T1, b)
+            where[b] = 1
+            sizes[0] += 1
         ins[i] = True
-        peak = max(peak, sizes[0] + sizes[1])
+        if sizes[0] + sizes[1] > peak:
+            peak = sizes[0] + sizes[1]
     return hit, ins, peak
 
 
@@ -188,51 +213,77 @@ def slru_kernel(blocks, n_unique, cap, admit, n_seg):  # pragma: no cover - comp
 
 
 @njit(cache=True)
-def _twoq_make_room(nx, pv, where, cnt, base, cap, in_cap, out_cap):  # pragma: no cover - compiled
-    """Evict until one more block fits: A1in's tail to A1out while A1in is over its size, else Am's tail."""
-    while cnt[0] + cnt[1] + 1 > cap:
-        if cnt[0] > in_cap:
-            ghost_push(nx, pv, where, cnt, base, 3, q_pop(nx, pv, where, cnt, base, 1), out_cap)
-        else:
-            q_pop(nx, pv, where, cnt, base, 2)
-
-
-@njit(cache=True)
 def twoq_kernel(blocks, n_unique, cap, admit, in_ratio, out_ratio):  # pragma: no cover - compiled
     m = blocks.shape[0]
     in_cap = np.int64(cap * in_ratio)
     out_cap = np.int64(cap * out_ratio)
     am_cap = cap - in_cap
     nx, pv = ll_init(n_unique, 3)
-    where = np.zeros(n_unique, np.int8)  # 0 absent, 1 A1in, 2 Am, 3 A1out (queues at n_unique + k - 1)
-    cnt = np.zeros(3, np.int64)
+    AIN, AOUT, AM = n_unique, n_unique + 1, n_unique + 2
+    where = np.zeros(n_unique, np.int8)  # 0 absent, 1 A1in, 2 Am, 3 A1out
+    n_in = 0
+    n_out = 0
+    n_am = 0
     hit = np.zeros(m, np.bool_)
     ins = np.zeros(m, np.bool_)
     peak = 0
     for i in range(m):
         b = blocks[i]
         w = where[b]
-        if w == 1 or w == 2:
-            if w == 2:  # Am is an LRU; a hit in A1in changes nothing
-                ll_unlink(nx, pv, b)
-                ll_push_head(nx, pv, n_unique + 1, b)
+        if w == 1:
             hit[i] = True
             continue
+        on_ghost = False
         if w == 3:
-            q_remove(nx, pv, where, cnt, b)
+            ll_unlink(nx, pv, b)
+            where[b] = 0
+            n_out -= 1
+            on_ghost = True
+        elif w == 2:
+            ll_unlink(nx, pv, b)
+            ll_push_head(nx, pv, AM, b)
+            hit[i] = True
+            continue
         if not admit[i] or in_cap < 1:
             continue
-        _twoq_make_room(nx, pv, where, cnt, n_unique, cap, in_cap, out_cap)
-        if w == 3:  # remembered in A1out: straight to Am
+        while n_in + n_am + 1 > cap:
+            if n_in > in_cap:
+                t = pv[AIN]
+                ll_unlink(nx, pv, t)
+                n_in -= 1
+                where[t] = 0
+                if out_cap >= 1:
+                    while n_out + 1 > out_cap:
+                        g = pv[AOUT]
+                        ll_unlink(nx, pv, g)
+                        where[g] = 0
+                        n_out -= 1
+                    ll_push_head(nx, pv, AOUT, t)
+                    where[t] = 3
+                    n_out += 1
+            else:
+                t = pv[AM]
+                ll_unlink(nx, pv, t)
+                where[t] = 0
+                n_am -= 1
+        if on_ghost:
             if am_cap < 1:
                 continue
-            while cnt[1] + 1 > am_cap:
-                q_pop(nx, pv, where, cnt, n_unique, 2)
-            q_push(nx, pv, where, cnt, n_unique, 2, b)
+            while n_am + 1 > am_cap:
+                t = pv[AM]
+                ll_unlink(nx, pv, t)
+                where[t] = 0
+                n_am -= 1
+            ll_push_head(nx, pv, AM, b)
+            where[b] = 2
+            n_am += 1
         else:
-            q_push(nx, pv, where, cnt, n_unique, 1, b)
+            ll_push_head(nx, pv, AIN, b)
+            where[b] = 1
+            n_in += 1
         ins[i] = True
-        peak = max(peak, cnt[0] + cnt[1])
+        if n_in + n_am > peak:
+            peak = n_in + n_am
     return hit, ins, peak
 
 

@@ -73,57 +73,6 @@ def write_points(trace: CompiledTrace, strategy: str, every_tokens: int | None =
     return wp
 
 
-@njit(cache=True, inline="always")
-def _deepest_live(blocks, lo, hi, now, seen, is_unit, last, uclass, ttl_by_class):  # pragma: no cover - compiled
-    """The deepest access of ``lo..hi-1`` whose block is a live unit, within the leading seen run; lo - 1 if none."""
-    deepest = lo - 1
-    for i in range(lo, hi):
-        b = blocks[i]
-        if not seen[b]:
-            break
-        if is_unit[b] and now - last[b] <= ttl_by_class[uclass[b]]:
-            deepest = i
-    return deepest
-
-
-@njit(cache=True, inline="always")
-def _touch_chain(u, now, c, parent, last, uclass, ubytes, byte_s):  # pragma: no cover - compiled
-    """Touch unit ``u`` and its ancestors; ``byte_s`` plus the byte-seconds they were stored since."""
-    while u >= 0:
-        byte_s += ubytes[u] * (now - last[u])
-        last[u] = now
-        uclass[u] = c
-        u = parent[u]
-    return byte_s
-
-
-@njit(cache=True)
-def _write_units(blocks, chunk_tokens, wp, lo, hi, deepest, now, c, seen, is_unit, last, ubytes, parent, uclass,
-                 ttl_by_class, bytes_per_token, written, units, byte_s):  # pragma: no cover - compiled
-    """Mark the request's blocks seen and write a unit at each write point deeper than the hit;
-    the totals (bytes written, units written, byte-seconds stored) with these units added."""
-    prev = deepest
-    for i in range(lo, hi):
-        b = blocks[i]
-        seen[b] = True
-        if i <= deepest or not wp[i]:
-            continue
-        if is_unit[b]:  # an expired unit rewritten: charge its last residency first
-            byte_s += ubytes[b] * min(ttl_by_class[uclass[b]], now - last[b])
-        tok = 0
-        for j in range(prev + 1, i + 1):
-            tok += chunk_tokens[j]
-        is_unit[b] = True
-        ubytes[b] = tok * bytes_per_token
-        parent[b] = blocks[prev] if prev >= lo else -1
-        last[b] = now
-        uclass[b] = c
-        written += ubytes[b]
-        units += 1
-        prev = i
-    return written, units, byte_s
-
-
 @njit(cache=True)
 def _unit_kernel(offsets, blocks, chunk_tokens, times, req_class, wp, ttl_by_class, n_unique,
                  bytes_per_token, t_end):  # pragma: no cover - compiled
@@ -140,18 +89,48 @@ def _unit_kernel(offsets, blocks, chunk_tokens, times, req_class, wp, ttl_by_cla
     byte_s = 0.0
     for r in range(n):
         now = times[r]
+        c = req_class[r]
         lo = offsets[r]
-        deepest = _deepest_live(blocks, lo, offsets[r + 1], now, seen, is_unit, last, uclass, ttl_by_class)
+        hi = offsets[r + 1]
+        deepest = lo - 1
+        for i in range(lo, hi):
+            b = blocks[i]
+            if not seen[b]:
+                break
+            if is_unit[b] and now - last[b] <= ttl_by_class[uclass[b]]:
+                deepest = i
         hit[r] = deepest - lo + 1
-        if deepest >= lo:
-            byte_s = _touch_chain(blocks[deepest], now, req_class[r], parent, last, uclass, ubytes, byte_s)
-        written, units, byte_s = _write_units(blocks, chunk_tokens, wp, lo, offsets[r + 1], deepest, now,
-                                              req_class[r], seen, is_unit, last, ubytes, parent, uclass,
-                                              ttl_by_class, bytes_per_token, written, units, byte_s)
+        if deepest >= lo:  # touch the unit and its ancestors
+            u = blocks[deepest]
+            while u >= 0:
+                byte_s += ubytes[u] * (now - last[u])
+                last[u] = now
+                uclass[u] = c
+                u = parent[u]
+        prev = deepest
+        for i in range(lo, hi):
+            b = blocks[i]
+            seen[b] = True
+            if i <= deepest or not wp[i]:
+                continue
+            if is_unit[b]:  # an expired unit rewritten: charge its last residency first
+                byte_s += ubytes[b] * min(ttl_by_class[uclass[b]], now - last[b])
+            tok = 0
+            for j in range(prev + 1, i + 1):
+                tok += chunk_tokens[j]
+            is_unit[b] = True
+            ubytes[b] = tok * bytes_per_token
+            parent[b] = blocks[prev] if prev >= lo else -1
+            last[b] = now
+            uclass[b] = c
+            written += ubytes[b]
+            units += 1
+            prev = i
     stored_end = 0.0
     for b in range(n_unique):
         if is_unit[b]:
-            byte_s += ubytes[b] * min(ttl_by_class[uclass[b]], t_end - last[b])
+            tail = min(ttl_by_class[uclass[b]], t_end - last[b])
+            byte_s += ubytes[b] * tail
             if t_end - last[b] <= ttl_by_class[uclass[b]]:
                 stored_end += ubytes[b]
     return hit, written, units, byte_s, stored_end
