@@ -287,29 +287,13 @@ def _cli_cell(d: dict, key: str) -> str:
     return f"{d[key + '_s']:.2f} s ({_cli_runs(d[key + '_runs_s'])})" if key + "_s" in d else "-"
 
 
-def _cli_build(cli: dict) -> str:
-    """What the cold column measured: the ahead-of-time build when the run had one, else numba."""
-    if "aot_build" not in cli:
-        return ("*Cold*: a fresh empty `NUMBA_CACHE_DIR` and trace cache for every run, so the trace is read "
-                "from its file and every kernel the command needs is compiled by numba.")
-    state = ("present and fresh: the cold runs took their kernels from it and never imported numba"
-             if cli["aot_build"] else "**absent or stale**: every run compiled or loaded its kernels with numba")
-    return ("*Cold*: a fresh empty `NUMBA_CACHE_DIR` and trace cache for every run, so the trace is read from "
-            "its file and each kernel the command needs comes from the ahead-of-time build this run had "
-            f"(`numba.pycc`, since removed) or, where the build does not serve it, is compiled. The build was {state}. "
-            "*Cold, numba*: the same with the build switched off: each kernel compiled by numba.")
-
-
 def render_cli(r: dict) -> str:
     """The CLI start-up page from the JSON of ``tiered-kv bench sim --json --cli-repeat N``."""
     cli, conv = r["cli"], r["conversation"]
     targets, meets = cli["targets"], cli["meets_targets"]
     command, note = recorded(r, CLI_COMMAND)
-    aot = "cold_jit_s" in cli["curves"]  # the run had the ahead-of-time build: numba's cold start beside it
     rows = "\n".join(f"| `{cli['commands'][n]}` | {_cli_cell(cli[n], 'warm')} | {_cli_cell(cli[n], 'cold')} |"
-                     + (f" {_cli_cell(cli[n], 'cold_jit')} |" if aot else "") for n in ("curves", "simulate"))
-    head = ("| command | warm | cold | cold, numba |\n|---|---:|---:|---:|" if aot
-            else "| command | warm | cold |\n|---|---:|---:|")
+                     for n in ("curves", "simulate"))
     load = cli.get("load_average_1m")
     numpy_row = (f"| baseline: a process that only imports numpy (`numpy_imports_s`) | {_s2(cli['numpy_imports_s'])} "
                  f"({_cli_runs(cli['numpy_imports_runs_s'])}) | | |\n" if "numpy_imports_s" in cli else "")
@@ -323,10 +307,13 @@ Written by `tiered-kv bench record sim_cli` from `benchmarks/results/sim_cli.jso
 
 Whole processes, output discarded, median of {cli['repeat']} interleaved runs (every run in
 brackets). *Warm*: numba's cache holds every kernel and the compiled-trace cache holds the trace
-(both filled by one unmeasured run). {_cli_build(cli)} Machine load (1-minute load average) when the
+(both filled by one unmeasured run). *Cold*: a fresh empty `NUMBA_CACHE_DIR` and trace cache for
+every run, so the trace is read from its file and every kernel the command needs is compiled by
+numba. Machine load (1-minute load average) when the
 run ended: {f"{load:.1f}" if load is not None else "not available"}. {note}
 
-{head}
+| command | warm | cold |
+|---|---:|---:|
 {rows}
 
 | figure | measured | target | met? |
@@ -358,15 +345,9 @@ def _summary(d: dict) -> tuple[str, str]:
 
 
 def _summary_cli(d: dict) -> tuple[str, str]:
-    """Warm and cold start; beside the cold start of the ahead-of-time build, the numba path's."""
-    cli = d["cli"]
-    slower = lambda key: max(cli[n][key] for n in ("curves", "simulate"))  # noqa: E731
-    if "cold_jit_s" in cli["curves"]:
-        cold = (f"cold {brief(d['cli_cold_s'])} with the ahead-of-time build, {brief(slower('cold_jit_s'))} "
-                "through numba (the path without the build)")
-    else:
-        cold = f"cold {brief(d['cli_cold_s'])} through numba (this JSON has no ahead-of-time figures)"
-    return (f"warm {brief(d['cli_warm_s'])}, {cold}; slower command, medians",
+    """Warm and cold (empty numba cache) start of the slower command."""
+    return (f"warm {brief(d['cli_warm_s'])}, cold {brief(d['cli_cold_s'])} (numba compiles every kernel); "
+            "slower command, medians",
             f"warm {yes(d['meets_targets']['cli_warm_s'])}; cold {yes(d['meets_targets']['cli_cold_s'])}")
 
 
