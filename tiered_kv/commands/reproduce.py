@@ -242,5 +242,5 @@ def write_report(out: Path, modules, mode: str) -> None:
         claims_table(all_claims) if all_claims else "_No claims yet._",
         "",
     ]
-    (out / "REPORT.md").write_text("\n".join(header + sections) + "\n")
+    (out / "REPORT.md").write_text("\n".join(header) + "\n" + "\n\n".join(sections) + "\n")
     (out / "claims.json").write_text(json.dumps([c.to_dict() for c in all_claims], indent=1) + "\n")
