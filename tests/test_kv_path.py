@@ -25,9 +25,23 @@ def _served_config_dict() -> dict:
     return json.loads((ROOT / "data/checkpoints/small.json").read_text())["model"]
 
 
-def test_committed_checkpoint_has_no_copy_head():
-    cfg = _served_config_dict()
-    assert cfg.get("copy_head_dim", 0) == 0
+def test_served_checkpoint_loads_strictly_and_a_token_pointer_is_refused(tmp_path):
+    """Every tensor of the served checkpoint is one of the model's, and a checkpoint that carries
+    a pointer over token ids (a copy head's setting or weights) does not load: there is no code
+    path that could serve it."""
+    from tiered_kv.model import load_checkpoint
+
+    served = ROOT / "data/checkpoints/small.pt"
+    model, _ = load_checkpoint(served)
+    assert model.cfg.to_dict() == _served_config_dict()
+    blob = torch.load(served, map_location="cpu", weights_only=True)
+    with_weights = {**blob, "state_dict": {**blob["state_dict"], "copy.wq.weight": torch.zeros(4, 192)}}
+    torch.save(with_weights, tmp_path / "weights.pt")
+    with pytest.raises(ValueError, match=r"unexpected \['copy\.wq\.weight'\]"):
+        load_checkpoint(tmp_path / "weights.pt")
+    torch.save({**blob, "config": {**blob["config"], "copy_head_dim": 32}}, tmp_path / "config.pt")
+    with pytest.raises(ValueError, match="does not know: \\['copy_head_dim'\\]"):
+        load_checkpoint(tmp_path / "config.pt")
 
 
 @torch.no_grad()
