@@ -27,6 +27,15 @@ def test_environment_yml_mirrors_pyproject():
     assert "-e .[dev]" in env
 
 
+def test_every_package_folder_is_listed_for_a_regular_install():
+    """An editable install finds subpackages by path, so a folder missing from pyproject's list
+    only breaks `pip install .` (a wheel without it): compare the list with the folders."""
+    tool = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    folders = {".".join(p.parent.relative_to(ROOT).parts) for p in (ROOT / "tiered_kv").rglob("__init__.py")}
+    assert set(tool["packages"]) == folders | {"tiered_kv.kernels"}
+    assert tool["package-dir"]["tiered_kv.kernels"] == "kernels" and (ROOT / "kernels" / "__init__.py").is_file()
+
+
 def test_kernels_is_a_subpackage_only():
     assert importlib.util.find_spec("tiered_kv.kernels") is not None
     # No top-level `kernels` module may be importable from the installed package.
