@@ -1,12 +1,9 @@
 """Fraction of input tokens served from the SSD tier, hour by hour over a simulated day.
 
-Why: DeepSeek reports that 56% of its input tokens are served from the disk cache. Here a day of
-the two-class synthetic workload (:mod:`tiered_kv.sim.workload.synth`, preset ``mixed``, whose classes
-are calibrated on the Mooncake traces, not on this number) runs through the cluster model: 10
-machines, cache-aware routing, a GPU tier that holds only in-flight KV (so no cross-request GPU
-hits, as in DeepSeek's design), host window tiers, and one shared SSD pool large enough to keep
-the day (retention is not the limit here; see figure 03 for TTLs). The first simulated day is
-dropped as warm-up so returning sessions find their earlier KV, as in a live service.
+Why: DeepSeek reports that 56% of its input tokens are served from the disk cache. The day is
+:func:`tiered_kv.sim.cluster.disk_day.disk_day` (the two-class synthetic workload, whose classes
+are calibrated on the Mooncake traces, not on this number, through the cluster model with an
+SSD pool large enough to keep the day; day 1 is warm-up), drawn hour by hour per class.
 """
 
 from __future__ import annotations
