@@ -25,3 +25,22 @@ def test_fp4_error_with_the_replay_grids_exact_runs_is_the_same_frame():
     kvs = list(model.global_kv_batched(torch.stack(cut[:1])).unbind())
     (a,), (b,) = _exact_runs(model, cut[:1], 64, rt), _exact_runs(model, cut[:1], 64, rt, kvs[:1])
     assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+
+
+def test_batched_exact_runs_match_the_inference_path_across_batches(monkeypatch):
+    """Three sequences in batches of two: every exact run's KV and logits are the one-sequence
+    inference path's (encode, then decode from position 0), given its KV or not."""
+    import tiered_kv.bounded_replay_error as bre
+
+    monkeypatch.setattr(bre, "BATCH", 2)
+    model = scaled_tiny_model()
+    g = torch.Generator().manual_seed(3)
+    cut = [torch.randint(0, 256, (68,), generator=g) for _ in range(3)]
+    same = _roundtrip(None, 64, model)
+    kvs = [model.encode(s, 0)[0] for s in cut]
+    for runs in (_exact_runs(model, cut, 64, same), _exact_runs(model, cut, 64, same, kvs)):
+        assert len(runs) == 3
+        for s, kv, (got_kv, got) in zip(cut, kvs, runs, strict=True):
+            want, _ = model.decode(s[:-1], 0, kv, all_logits=True)
+            torch.testing.assert_close(got_kv, kv, rtol=0, atol=1e-5)
+            torch.testing.assert_close(got, want[63:], rtol=0, atol=1e-4)

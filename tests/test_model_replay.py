@@ -157,7 +157,6 @@ def test_batched_bounded_replay_equals_the_inference_paths_replay(settings):
     and a tail decode from start + L_d*(W-1) on is the full decode."""
     torch.manual_seed(1)
     m = EncoderDecoder(preset("tiny", **settings)).eval()
-    w, layers = m.cfg.window, m.cfg.dec_layers
     seqs = torch.stack([_tokens(101, seed=s) for s in range(3)])
     prefix, replay = 80, 9
     s = prefix - replay
@@ -173,8 +172,9 @@ def test_batched_bounded_replay_equals_the_inference_paths_replay(settings):
         got = m.decode_batched(seqs[b:b + 1, s:], s, kv[None])[0]
         torch.testing.assert_close(got, want, rtol=0, atol=1e-4)
     full = m.forward_batched(seqs)
-    start = 101 - 10 - layers * (w - 1)
+    start = seqs.shape[1] - 10 - m.cfg.decoder_reach
     tail = m.decode_batched(seqs[:, start:], start, m.global_kv_batched(seqs))[:, -10:]
+    assert torch.equal(m.forward_batched(seqs, last=10), tail)
     torch.testing.assert_close(tail, full[:, -10:], rtol=0, atol=1e-4)
     assert not torch.allclose(m.decode_batched(seqs[:, start + 5:], start + 5, m.global_kv_batched(seqs))[:, -10:],
                               full[:, -10:], atol=1e-4)  # a shorter tail is a real approximation

@@ -376,7 +376,7 @@ class Engine:
         """Exact decoder windows at the boundary: a decoder replay long enough to be exact.
         Returns the tokens it computed."""
         cfg = self.model.cfg
-        s0 = max(0, boundary - cfg.dec_layers * (cfg.window - 1))
+        s0 = max(0, boundary - cfg.decoder_reach)
         _, st.dec_at_boundary = self.model.decode(st.tokens[s0:boundary], s0, exact_kv)
         return boundary - s0
 

@@ -83,15 +83,9 @@ def target_losses(model: EncoderDecoder, stream: torch.Tensor, starts: list[int]
     out = []
     for i in range(0, len(starts), batch):
         seqs = torch.stack([stream[s - context: s + target].long() for s in starts[i:i + batch]])
+        rt = None if kv_edit is None else (lambda kv, idx=range(i, i + seqs.shape[0]): kv_edit(kv, idx))
         # inputs seqs[:, :-1] predict seqs[:, 1:]; the last ``target`` predictions are the targets
-        inputs = seqs[:, :-1]
-        kv = model.global_kv_batched(inputs)
-        if kv_edit is not None:
-            kv = kv_edit(kv, range(i, i + seqs.shape[0]))
-        # the targets' decoder windows reach back L_d*(W-1) positions: the decoder runs over those
-        # only (the encoder over everything), the same logits as a decode from position 0
-        start = max(0, inputs.shape[1] - target - model.cfg.dec_layers * (model.cfg.window - 1))
-        logits = model.decode_batched(inputs[:, start:], start, kv)[:, -target:]
+        logits = model.forward_batched(seqs[:, :-1], kv_roundtrip=rt, last=target)
         loss = F.cross_entropy(logits.flatten(0, 1).float(), seqs[:, -target:].flatten(), reduction="none")
         out.append(loss.view(-1, target).mean(1))
     return torch.cat(out)

@@ -129,6 +129,11 @@ class ModelConfig:
         """Replay length from which replay through the deeper stack is exact: L*(W-1)+1."""
         return max(self.enc_layers, self.dec_layers) * (self.window - 1) + 1
 
+    @property
+    def decoder_reach(self) -> int:
+        """Positions before a token that the decoder's windows can carry into its output: L_d*(W-1)."""
+        return self.dec_layers * (self.window - 1)
+
     def to_dict(self) -> dict:
         return asdict(self)
 
@@ -376,12 +381,20 @@ class EncoderDecoder(nn.Module):
         return F.linear(self.dec_norm(h), weight)
 
     # ---- training path (batched, from position 0)
-    def forward_batched(self, tokens: torch.Tensor, kv_roundtrip=None) -> torch.Tensor:
-        """Logits [B,T,V] for a batch of sequences that start at position 0."""
+    def forward_batched(self, tokens: torch.Tensor, kv_roundtrip=None, last: int | None = None) -> torch.Tensor:
+        """Logits [B,T,V] for a batch of sequences that start at position 0.
+
+        ``last``: only the last ``last`` positions' logits [B,last,V]. The encoder still runs over
+        everything (the global KV of every position), the decoder only over those positions and
+        their :attr:`~ModelConfig.decoder_reach`: the same logits as a decode from position 0.
+        """
         kv = self.global_kv_batched(tokens)
         if kv_roundtrip is not None:
             kv = kv_roundtrip(kv)
-        return self.decode_batched(tokens, 0, kv)
+        if last is None:
+            return self.decode_batched(tokens, 0, kv)
+        start = max(0, tokens.shape[1] - last - self.cfg.decoder_reach)
+        return self.decode_batched(tokens[:, start:], start, kv)[:, -last:]
 
     def global_kv_batched(self, tokens: torch.Tensor, start: int = 0) -> torch.Tensor:
         """The global KV [B,T,2,Hkv,D] of a batch of sequences at [start, start+T), encoded
