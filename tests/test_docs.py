@@ -39,10 +39,11 @@ def _help_texts() -> dict[str, str]:
     for info in sorted(Path(commands.__file__).parent.glob("[a-z]*.py")):
         names.append([info.stem, "--help"])
     from tiered_kv import bench
+    from tiered_kv.cli_args import discover
+    from tiered_kv.commands.bench import BESIDE
 
-    for info in sorted(Path(bench.__file__).parent.glob("[a-z]*.py")):  # a command's NAME may differ from its file
-        names.append(["bench", getattr(importlib.import_module(f"tiered_kv.bench.{info.stem}"), "NAME", info.stem),
-                      "--help"])
+    beside = [importlib.import_module(name) for name in BESIDE]
+    names += [["bench", m.NAME, "--help"] for m in [*discover(bench), *beside]]
     for argv in names:
         buf = io.StringIO()
         with contextlib.redirect_stdout(buf), contextlib.suppress(SystemExit):

@@ -111,7 +111,7 @@ def _cross_attention_cpu(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_of
 
 
 def _batched_attention(q, k, v, window: int | None, q_offset: int = 0) -> torch.Tensor:
-    """Training path: q [B,T,Hq,D], k/v [B,T,Hkv,D], both from position 0.
+    """Training path: q [B,T,Hq,D], k/v [B,T,Hkv,D], both from position 0 (but see ``q_offset``).
 
     Full causal attention (``window`` None, the cross-attention) goes to SDPA's causal flash
     kernel, which skips the masked half. Sliding-window attention over a long sequence is
@@ -122,14 +122,11 @@ def _batched_attention(q, k, v, window: int | None, q_offset: int = 0) -> torch.
     [0, q_offset+T), as when a batch of bounded replays decodes only a sequence's tail.
     """
     t = q.shape[1]
-    if window is None and q_offset:
-        mask = torch.arange(k.shape[1], device=q.device)[None, :] <= q_offset + torch.arange(t, device=q.device)[:, None]
+    if window is None:  # causal; from q_offset > 0 the mask is offset, so it is written out
+        mask = (torch.arange(k.shape[1], device=q.device)[None, :]
+                <= q_offset + torch.arange(t, device=q.device)[:, None]) if q_offset else None
         out = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
-                                             attn_mask=mask, enable_gqa=True)
-        return out.transpose(1, 2)
-    if window is None:
-        out = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
-                                             is_causal=True, enable_gqa=True)
+                                             attn_mask=mask, is_causal=not q_offset, enable_gqa=True)
         return out.transpose(1, 2)
     if t > 2 * window:
         return _banded_attention(q, k, v, window)

@@ -32,9 +32,12 @@ from typing import Any
 
 import numpy as np
 
+from tiered_kv.tiers.ssd.retention import RetentionPolicy
+
 
 def trie_capacity_tokens(capacity_bytes: float, chunk_bytes: tuple[int, int], block_size: int, *,
-                         high: float = 0.9, low: float = 0.8) -> int:
+                         high: float = RetentionPolicy.high_watermark,
+                         low: float = RetentionPolicy.low_watermark) -> int:
     """The ``lru-trie`` capacity (tokens) that is the tier's watermark GC at ``capacity_bytes``.
 
     ``chunk_bytes``: the smallest and largest chunk in the store (a chunk's real size, header
@@ -49,7 +52,7 @@ def trie_capacity_tokens(capacity_bytes: float, chunk_bytes: tuple[int, int], bl
         raise ValueError(f"trie_capacity_tokens: need 0 < chunk bytes (min <= max), 0 < low <= high <= 1 and a "
                          f"finite capacity, got {chunk_bytes}, low={low}, high={high}, {capacity_bytes}")
     k = int(low * capacity_bytes // large)
-    if k * large > low * capacity_bytes or (k + 1) * small <= high * capacity_bytes:
+    if (k + 1) * small <= high * capacity_bytes:
         raise ValueError(f"capacity_bytes={capacity_bytes}: {k} chunks of {small}-{large} bytes fit under the low "
                          f"watermark but {k + 1} do not always pass the high one; the GC's hysteresis is then no "
                          "one-capacity trie LRU (choose a capacity where it is)")
