@@ -47,7 +47,7 @@ def _ci(d: dict) -> str:
 
 
 def _where(p: dict) -> str:
-    bw = rate_label(p["bandwidth_bytes_per_s"])
+    bw = p["bandwidth"]
     if p.get("bandwidth_over_break_even") is not None:
         bw += f" ({p['bandwidth_over_break_even']:.2g}x)"
     return f"| {bw} | {p['load']:g} ({p['rate_per_s']:.2g}/s) | {POLICY[p['policy']]} "

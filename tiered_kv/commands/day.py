@@ -96,15 +96,16 @@ def run(args: argparse.Namespace) -> int:
           f"peak RSS {res['replay_peak_rss_bytes'] / 2**30:.2f} GiB")
     return 0
 
-
 GIB = 2**30
 
 
 def markdown(r: dict) -> str:
     """The BENCHMARKS.md section of one recorded run (every number from the JSON)."""
+    from tiered_kv.sim.day.shards import DEEPSEEK_INPUT_TOKENS_PER_DAY
+
     cfg = r["generated"]["config"]
     lines = [*_md_intro(r), "", *_md_steps(r), "", *_md_shares(r)]
-    if r["input_tokens"] < 0.95 * 608e9 * (cfg["days"] - cfg["warmup_days"]):
+    if r["input_tokens"] < 0.95 * DEEPSEEK_INPUT_TOKENS_PER_DAY * (cfg["days"] - cfg["warmup_days"]):
         lines += ["", _md_scaled(r)]
     if r.get("note"):
         lines += ["", r["note"]]
@@ -172,10 +173,12 @@ def _md_shares(r: dict) -> list[str]:
 
 def _md_scaled(r: dict) -> str:
     """A run below DeepSeek's volume: which share of the day it holds, and its costs scaled up to 608 B tokens."""
+    from tiered_kv.sim.day.shards import DEEPSEEK_INPUT_TOKENS_PER_DAY
+
     g = r["generated"]
     cfg = g["config"]
-    k = 608e9 * (cfg["days"] - cfg["warmup_days"]) / r["input_tokens"]
-    n_parts = math.ceil(608e9 / cfg["tokens_per_part"])
+    k = DEEPSEEK_INPUT_TOKENS_PER_DAY * (cfg["days"] - cfg["warmup_days"]) / r["input_tokens"]
+    n_parts = math.ceil(DEEPSEEK_INPUT_TOKENS_PER_DAY / cfg["tokens_per_part"])
     return (f"**This run holds {r['parts']} of the {n_parts} parts of DeepSeek's day "
             f"({1 / k:.1%} of its volume)**, every part a whole day of its share of the traffic, so the "
             "shares above are those of a complete day at that volume. Scaled linearly to 608 B tokens "

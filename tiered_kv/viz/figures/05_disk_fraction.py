@@ -33,7 +33,7 @@ def build(quick: bool) -> FigureResult:
         color=alt.Color("traffic_class:N", title="class"),
         tooltip=["hour", "traffic_class", alt.Tooltip("disk_token_fraction:Q", format=".1%"), "input_tokens"],
     )
-    chart = alt.layer(line, *published_marks(PUBLISHED_DISK_FRACTION, "DeepSeek: 56%")).properties(
+    chart = alt.layer(line, *published_marks(PUBLISHED_DISK_FRACTION, f"DeepSeek: {PUBLISHED_DISK_FRACTION:.0%}")).properties(
         width=520, height=300, title=TITLE)
     by = total["by_class"]
     claims = [Claim(

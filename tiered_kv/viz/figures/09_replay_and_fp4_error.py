@@ -45,17 +45,11 @@ def kv_rmse(model, sequences, formats=("mxfp4", "nvfp4"), block_size: int = 64) 
 
 
 def build(quick: bool) -> FigureResult:
-    import torch
-
     from tiered_kv.bounded_replay_error import SETTINGS
+    from tiered_kv.viz.widgets import torch_threads
 
-    s = SETTINGS["quick" if quick else "full"]
-    threads = torch.get_num_threads()
-    torch.set_num_threads(2)
-    try:
-        return _build(s, quick)
-    finally:
-        torch.set_num_threads(threads)
+    with torch_threads(2):
+        return _build(SETTINGS["quick" if quick else "full"], quick)
 
 
 def _eval_note(path) -> str:

@@ -94,7 +94,7 @@ def _chart(res: dict):
         color=alt.Color("policy:N", title="policy (capacities at DeepSeek scale / the scale factor)"),
         tooltip=["policy", "hour", alt.Tooltip("disk_token_fraction:Q", format=".1%")],
     )
-    chart = alt.layer(line, *published_marks(PUBLISHED_DISK_FRACTION, "DeepSeek: 56%")).properties(
+    chart = alt.layer(line, *published_marks(PUBLISHED_DISK_FRACTION, f"DeepSeek: {PUBLISHED_DISK_FRACTION:.0%}")).properties(
         width=520, height=300, title=TITLE)
     return chart, hourly
 

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import polars as pl
 
-from tiered_kv.measure.contention.report import POLICY, effect_lines, model_lines, setup
+from tiered_kv.measure.contention.report import MODELS, POLICY, effect_lines, model_lines, setup
 from tiered_kv.viz.report import FigureResult
 
 NAME = "18_contention"
@@ -37,7 +37,7 @@ RECORDED = Path(__file__).resolve().parents[3] / "benchmarks" / "results" / "con
 CLASS_NAMES = {"restore": "restores (prefix cached: read it)", "miss": "misses (compute, write blocks)"}
 #: (sorted so that the measurement is the solid line)
 SOURCE_NAMES = {"measured": "engine, measured (median of repeats; bars: spread)",
-                "model_shared": "queue model, streams on shared cores"}
+                "model_shared": MODELS["model_shared"]}
 
 
 def _live(quick: bool) -> dict:
@@ -60,9 +60,7 @@ def result(quick: bool) -> tuple[dict, str]:
     """(the benchmark's JSON, where it came from)."""
     if RECORDED.is_file():
         return json.loads(RECORDED.read_text()), "the recorded run in benchmarks/results/contention.json"
-    return _live(quick), ("a tiny live run (tiny preset, random weights, 2 streams, 16 requests, 2 repeats)"
-                          if quick else "a live run with the trained small checkpoint (4 streams, 32 requests, "
-                                        "3 repeats)")
+    return _live(quick), "a live run (its setup below)"
 
 
 def _where(p: dict) -> dict:
