@@ -72,6 +72,7 @@ def test_small_run_puts_freshly_computed_numbers_on_the_page(capsys):
     from tiered_kv.sim.cluster import latency as L
     from tiered_kv.sim.trace_replay import compile_trace
     from tiered_kv.sim.traces import load_trace, shipped_trace
+    from tiered_kv.sim.workload.synth import generate
     from tiered_kv.viz.claim_values import day2_disk_fraction
 
     assert cli(["bench", "cluster", "--json", "--size", "small"]) == 0
@@ -126,4 +127,5 @@ def test_small_run_puts_freshly_computed_numbers_on_the_page(capsys):
     out = json.loads(buf.getvalue())
     assert f"token hit rate {out['token_hit_rate']:.1%}" in page
     assert f"TTFT p50 {out['ttft_p50_s']:.3f} s, p90 {out['ttft_p90_s']:.3f} s, p99 {out['ttft_p99_s']:.3f} s" in page
-    assert re.search(rf"The workload: {record['cli']['workload']['requests']:,} requests", page)
+    workload = compile_trace(generate("ci", 1.0, 0))  # the run's workload, built here
+    assert re.search(rf"The workload: {workload.n_requests:,} requests", page)
