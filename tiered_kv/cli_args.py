@@ -285,20 +285,23 @@ def name_flags(message: str, flags: dict[str, str]) -> str:
     return f"{flags[m.group(1)]}: {message[m.end():]}"
 
 
-def _is_command(module: ModuleType) -> bool:
-    return all(hasattr(module, attr) for attr in ("NAME", "register", "run"))
+COMMAND = ("NAME", "register", "run")
 
 
-def discover(package: ModuleType, only: str | None = None) -> list[ModuleType]:
-    """Modules of ``package`` that define ``NAME``, ``register`` and ``run``, sorted by name.
+def discover(package: ModuleType, only: str | None = None, attrs: tuple[str, ...] = COMMAND) -> list[ModuleType]:
+    """Modules of ``package`` that define every name of ``attrs`` (a command: ``NAME``,
+    ``register`` and ``run``; a figure: ``NAME`` and ``build``), sorted by ``NAME``.
 
-    With ``only``, just the module of that file name when it is such a command and its ``NAME``
-    is ``only`` (nothing else is imported); otherwise every command module.
+    With ``only``, just the module of that file name when it is such a module and its ``NAME``
+    is ``only`` (nothing else is imported); otherwise every such module.
     """
+    def fits(module: ModuleType) -> bool:
+        return all(hasattr(module, attr) for attr in attrs)
+
     names = [info.name for info in pkgutil.iter_modules(package.__path__) if not info.name.startswith("_")]
     if only in names:
         module = importlib.import_module(f"{package.__name__}.{only}")
-        if _is_command(module) and module.NAME == only:
+        if fits(module) and module.NAME == only:
             return [module]
-    found = [m for m in (importlib.import_module(f"{package.__name__}.{n}") for n in names) if _is_command(m)]
+    found = [m for m in (importlib.import_module(f"{package.__name__}.{n}") for n in names) if fits(m)]
     return sorted(found, key=lambda m: m.NAME)

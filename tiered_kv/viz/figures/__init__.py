@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
+import sys
 from types import ModuleType
 
 
 def modules() -> list[ModuleType]:
     """Every figure module (a ``NAME`` and a ``build``), in figure order."""
-    found = (importlib.import_module(f"{__name__}.{info.name}") for info in pkgutil.iter_modules(__path__)
-             if not info.name.startswith("_"))
-    return sorted((m for m in found if hasattr(m, "build") and hasattr(m, "NAME")), key=lambda m: m.NAME)
+    from tiered_kv.cli_args import discover
+
+    return discover(sys.modules[__name__], attrs=("NAME", "build"))
