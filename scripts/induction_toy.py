@@ -155,7 +155,7 @@ class Layers(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = self.e(x)
         for block in self.blocks:
-            h = block.forward_batched(h, T + 1)
+            h, _ = block(h, 0, None, T + 1, 0)
         return self.o(self.norm(h))
 
 

@@ -147,7 +147,7 @@ def test_cross_recency_is_alibi_on_the_cross_attention():
     logits = torch.einsum("thd,jhd->htj", q, k) / math.sqrt(d) - slope[:, None, None] * dist
     att = torch.softmax(logits.masked_fill(dist < 0, float("-inf")), -1)
     want = layer.wo(torch.einsum("htj,jhd->thd", att, v).flatten(-2))
-    for got in (layer.forward(x, 0, gk, gv), layer.forward_batched(x[None], gk[None], gv[None])[0]):
+    for got in (layer(x, 0, gk, gv), layer(x[None], 0, gk[None], gv[None])[0]):
         torch.testing.assert_close(got, want, rtol=0, atol=1e-4)
     plain = _model(qk_norm=False, cross_smear=False, cross_recency=False)
     plain.load_state_dict({name: w for name, w in m.state_dict().items() if "recency" not in name})

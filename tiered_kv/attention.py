@@ -38,8 +38,11 @@ def windowed_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window
 
     ``window`` = None means unbounded (full causal, used by cross-attention). Queries are
     processed in chunks, each seeing only the keys its window can reach, so memory stays
-    bounded and the work is O(Tq * min(W, Tk)).
+    bounded and the work is O(Tq * min(W, Tk)). A batch ``q`` [B,T,Hq,D] takes the training
+    path (:func:`_batched_attention`: windowed keys start at ``q_offset``, global ones at 0).
     """
+    if q.ndim == 4:
+        return _batched_attention(q, k, v, window, q_offset)
     tq, hq, _ = q.shape
     if window is None and k_offset == 0 and q.device.type == "cpu" and _FLASH_CPU is not None:
         return _cross_attention_cpu(q, k, v, q_offset)

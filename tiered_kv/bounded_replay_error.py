@@ -279,7 +279,7 @@ def attention_locality(model: EncoderDecoder, sequences: list[torch.Tensor], rec
                                  ("decoder", model.decoder, model.embed(seq))):
             for layer in layers:
                 h = layer.norm1(x)
-                q, k, _ = layer.attn._qkv(h, torch.arange(n))
+                q, k, _ = layer.attn._qkv(h, 0)
                 qq = q[w - 1:]  # queries with a full window
                 rep = cfg.n_heads // cfg.kv_heads
                 kk = k.repeat_interleave(rep, dim=1)

@@ -203,28 +203,25 @@ class SelfAttention(nn.Module):
         self.q_norm = nn.RMSNorm(hd, eps=cfg.norm_eps) if cfg.qk_norm else None
         self.k_norm = nn.RMSNorm(hd, eps=cfg.norm_eps) if cfg.qk_norm else None
 
-    def _qkv(self, x, positions):
+    def _qkv(self, x, start: int):
         c = self.cfg
         q = self.wq(x).unflatten(-1, (c.n_heads, c.head_dim))
         k = self.wk(x).unflatten(-1, (c.kv_heads, c.head_dim))
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
         v = self.wv(x).unflatten(-1, (c.kv_heads, c.head_dim))
+        positions = torch.arange(start, start + x.shape[-2], device=x.device)
         return rope(q, positions, c.rope_theta), rope(k, positions, c.rope_theta), v
-
-    def forward_batched(self, x: torch.Tensor, window: int, start: int = 0) -> torch.Tensor:
-        q, k, v = self._qkv(x, torch.arange(start, start + x.shape[1], device=x.device))
-        return self.wo(_batched_attention(q, k, v, window).flatten(-2))
 
     def forward(self, x: torch.Tensor, start: int, cache: LayerWindow | None, window: int,
                 keep: int) -> tuple[torch.Tensor, LayerWindow]:
-        """x [T,d] at positions [start, start+T); returns output and the last ``keep`` K/V."""
-        q, k, v = self._qkv(x, torch.arange(start, start + x.shape[0], device=x.device))
+        """x [T,d] at positions [start, start+T) continuing ``cache``, or a batch [B,T,d] from empty
+        windows; returns the output and the last ``keep`` K/V (one sequence)."""
+        q, k, v = self._qkv(x, start)
         if cache is not None and cache.k.shape[0]:
             k = torch.cat([cache.k, k], 0)
             v = torch.cat([cache.v, v], 0)
-        k_offset = start + x.shape[0] - k.shape[0]
-        out = windowed_attention(q, k, v, window, start, k_offset)
+        out = windowed_attention(q, k, v, window, start, start + x.shape[-2] - k.shape[-3])
         return self.wo(out.flatten(-2)), LayerWindow(k[-keep:] if keep else k[:0], v[-keep:] if keep else v[:0])
 
 
@@ -281,16 +278,12 @@ class CrossAttention(nn.Module):
         slope = (self.recency * 1e-3 * math.sqrt(d + 1)).to(q.dtype)
         return torch.cat([q * math.sqrt((d + 1) / d), slope[:, None].expand(*q.shape[:-1], 1)], -1)
 
-    def forward_batched(self, x, gk, gv, start: int = 0):
-        q = self._q(x, torch.arange(start, start + x.shape[1], device=x.device))
-        out = _batched_attention(q, self._k(gk), self._v(gv), None, start)[..., : self.cfg.head_dim]
-        return self.wo(out.flatten(-2))
-
     def forward(self, x, start, gk, gv):
-        q = self._q(x, torch.arange(start, start + x.shape[0], device=x.device))
-        end = start + x.shape[0]
-        out = windowed_attention(q, self._k(gk[:end]), self._v(gv[:end]), None, start, 0)[..., : self.cfg.head_dim]
-        return self.wo(out.flatten(-2))
+        """x [..., T, d] at [start, start+T) over the global keys/values [..., >= start+T, Hkv, D]."""
+        q = self._q(x, torch.arange(start, start + x.shape[-2], device=x.device))
+        end = start + x.shape[-2]
+        out = windowed_attention(q, self._k(gk[..., :end, :, :]), self._v(gv[..., :end, :, :]), None, start, 0)
+        return self.wo(out[..., : self.cfg.head_dim].flatten(-2))
 
 
 class MLP(nn.Module):
@@ -315,12 +308,6 @@ class SWALayer(nn.Module):
         self.norm_c = nn.RMSNorm(cfg.d_model, eps=cfg.norm_eps) if cross else None
         self.norm2 = nn.RMSNorm(cfg.d_model, eps=cfg.norm_eps)
         self.mlp = MLP(cfg)
-
-    def forward_batched(self, x, window, gk=None, gv=None, start: int = 0):
-        x = x + self.attn.forward_batched(self.norm1(x), window, start)
-        if self.cross is not None:
-            x = x + self.cross.forward_batched(self.norm_c(x), gk, gv, start)
-        return x + self.mlp(self.norm2(x))
 
     def forward(self, x, start, cache, window, keep, gk=None, gv=None):
         a, new_cache = self.attn(self.norm1(x), start, cache, window, keep)
@@ -380,7 +367,26 @@ class EncoderDecoder(nn.Module):
         weight = self.embed.weight if self.head is None else self.head.weight
         return F.linear(self.dec_norm(h), weight)
 
-    # ---- training path (batched, from position 0)
+    def _stack(self, layers: nn.ModuleList, tokens: torch.Tensor, start: int, state: WindowState | None,
+               gk=None, gv=None) -> tuple[torch.Tensor, WindowState]:
+        """Hidden states of ``layers`` over ``tokens`` at [start, start+T) from ``state`` (None: empty
+        windows), and for one sequence the windows at start+T. A batch [B,T] runs the batched
+        attention (banded windows, causal flash) and keeps no windows."""
+        keep = self.cfg.window - 1 if tokens.ndim == 1 else 0
+        x, wins = self.embed(tokens), []
+        for i, layer in enumerate(layers):
+            x, win = layer(x, start, state.layers[i] if state is not None else None, self.cfg.window, keep, gk, gv)
+            wins.append(win)
+        return x, WindowState(start + tokens.shape[-1], wins)
+
+    def _project(self, h: torch.Tensor, start: int) -> torch.Tensor:
+        c = self.cfg
+        kv = self.kv_proj(self.enc_norm(h)).unflatten(-1, (2, c.kv_heads, c.head_dim))
+        positions = torch.arange(start, start + h.shape[-2], device=h.device)
+        k = rope(kv[..., 0, :, :], positions, c.rope_theta) if c.cross_rope else kv[..., 0, :, :]
+        return torch.stack([k, kv[..., 1, :, :]], -3)
+
+    # ---- training path (batched)
     def forward_batched(self, tokens: torch.Tensor, kv_roundtrip=None, last: int | None = None) -> torch.Tensor:
         """Logits [B,T,V] for a batch of sequences that start at position 0.
 
@@ -391,19 +397,15 @@ class EncoderDecoder(nn.Module):
         kv = self.global_kv_batched(tokens)
         if kv_roundtrip is not None:
             kv = kv_roundtrip(kv)
-        if last is None:
-            return self.decode_batched(tokens, 0, kv)
-        start = max(0, tokens.shape[1] - last - self.cfg.decoder_reach)
-        return self.decode_batched(tokens[:, start:], start, kv)[:, -last:]
+        start = 0 if last is None else max(0, tokens.shape[1] - last - self.cfg.decoder_reach)
+        logits = self.decode_batched(tokens[:, start:], start, kv)
+        return logits if last is None else logits[:, -last:]
 
     def global_kv_batched(self, tokens: torch.Tensor, start: int = 0) -> torch.Tensor:
         """The global KV [B,T,2,Hkv,D] of a batch of sequences at [start, start+T), encoded
         from empty windows (exact from position 0; from ``start`` > 0 it is a bounded replay of
         the encoder): what the SSD tier would hold for them (before FP4)."""
-        x = self.embed(tokens)
-        for layer in self.encoder:
-            x = layer.forward_batched(x, self.cfg.window, start=start)
-        return self._project(self.enc_norm(x), torch.arange(start, start + tokens.shape[1], device=tokens.device))
+        return self._project(self._stack(self.encoder, tokens, start, None)[0], start)
 
     def decode_batched(self, tokens: torch.Tensor, start: int, global_kv: torch.Tensor) -> torch.Tensor:
         """Decoder logits [B,T,V] for tokens [B,T] at [start, start+T), from empty windows,
@@ -413,18 +415,8 @@ class EncoderDecoder(nn.Module):
         positions >= start + L_d*(W-1) equal the full decode's (their windows never reach
         before ``start``), so scoring a long sequence's tail needs the decoder over that tail only.
         """
-        kv = global_kv[:, : start + tokens.shape[1]]
-        gk, gv = kv[..., 0, :, :], kv[..., 1, :, :]
-        y = self.embed(tokens)
-        for layer in self.decoder:
-            y = layer.forward_batched(y, self.cfg.window, gk, gv, start)
+        y, _ = self._stack(self.decoder, tokens, start, None, global_kv[..., 0, :, :], global_kv[..., 1, :, :])
         return self._logits(y)
-
-    def _project(self, h: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        c = self.cfg
-        kv = self.kv_proj(h).unflatten(-1, (2, c.kv_heads, c.head_dim))
-        k = rope(kv[..., 0, :, :], positions, c.rope_theta) if c.cross_rope else kv[..., 0, :, :]
-        return torch.stack([k, kv[..., 1, :, :]], -3)
 
     # ---- inference path (one sequence, any start, window caches)
     def encode(self, tokens: torch.Tensor, start: int, state: WindowState | None = None,
@@ -436,15 +428,8 @@ class EncoderDecoder(nn.Module):
         """
         check_tokens(tokens, self.cfg, end=start + tokens.shape[0])
         _check_state(state, start, "encoder state")
-        keep = self.cfg.window - 1
-        x = self.embed(tokens)
-        new_layers = []
-        for i, layer in enumerate(self.encoder):
-            cache = state.layers[i] if state is not None else None
-            x, win = layer(x, start, cache, self.cfg.window, keep)
-            new_layers.append(win)
-        pos = torch.arange(start, start + tokens.shape[0], device=tokens.device)
-        return self._project(self.enc_norm(x), pos), WindowState(start + tokens.shape[0], new_layers)
+        x, state = self._stack(self.encoder, tokens, start, state)
+        return self._project(x, start), state
 
     def decode(self, tokens: torch.Tensor, start: int, global_kv: torch.Tensor,
                state: WindowState | None = None, *, all_logits: bool = False) -> tuple[torch.Tensor, WindowState]:
@@ -458,44 +443,30 @@ class EncoderDecoder(nn.Module):
         _check_state(state, start, "decoder state")
         if global_kv.shape[0] < end:
             raise ValueError(f"global_kv: needs >= {end} tokens for positions [{start}, {end}), got {global_kv.shape[0]}")
-        gk, gv = global_kv[:, 0], global_kv[:, 1]
-        keep = self.cfg.window - 1
-        y = self.embed(tokens)
-        new_layers = []
-        for i, layer in enumerate(self.decoder):
-            cache = state.layers[i] if state is not None else None
-            y, win = layer(y, start, cache, self.cfg.window, keep, gk, gv)
-            new_layers.append(win)
-        return self._logits(y if all_logits else y[-1:]), WindowState(end, new_layers)
+        y, state = self._stack(self.decoder, tokens, start, state, global_kv[:, 0], global_kv[:, 1])
+        return self._logits(y if all_logits else y[-1:]), state
 
     def forward(self, tokens: torch.Tensor, kv_roundtrip=None) -> torch.Tensor:
         """Full uncached forward of one sequence from position 0: logits [T, V]."""
         kv, _ = self.encode(tokens, 0)
         if kv_roundtrip is not None:
             kv = kv_roundtrip(kv)
-        logits, _ = self.decode(tokens, 0, kv, all_logits=True)
-        return logits
+        return self.decode(tokens, 0, kv, all_logits=True)[0]
 
     def replay_encoder(self, tokens: torch.Tensor, end: int, replay: int) -> WindowState:
         """Rebuild the encoder windows at ``end`` by replaying ``tokens[end-R:end]`` from empty
         windows. Exact when R >= L_e*(W-1) (or when the replay reaches position 0)."""
-        s = max(0, end - replay)
         if end == 0:
-            return WindowState(0, [LayerWindow(*_empty_kv(self.cfg, tokens.device)) for _ in self.encoder])
-        _, state = self.encode(tokens[s:end], s)
-        return state
+            empty = torch.zeros(0, self.cfg.kv_heads, self.cfg.head_dim, device=tokens.device)
+            return WindowState(0, [LayerWindow(empty, empty.clone()) for _ in self.encoder])
+        s = max(0, end - replay)
+        return self.encode(tokens[s:end], s)[1]
 
     def first_token_logits(self, tokens: torch.Tensor, global_kv: torch.Tensor, replay: int,
                            ) -> tuple[torch.Tensor, WindowState]:
         """Bounded replay of the decoder: run it over the last R tokens only, from empty windows."""
-        n = tokens.shape[0]
-        s = max(0, n - replay)
+        s = max(0, tokens.shape[0] - replay)
         return self.decode(tokens[s:], s, global_kv)
-
-
-def _empty_kv(cfg: ModelConfig, device) -> tuple[torch.Tensor, torch.Tensor]:
-    z = torch.zeros(0, cfg.kv_heads, cfg.head_dim, device=device)
-    return z, z.clone()
 
 
 def _check_state(state: WindowState | None, start: int, what: str) -> None:
