@@ -114,21 +114,16 @@ def admission_section(settings) -> list[dict]:
 
 
 def routing_section(total_tokens: int) -> dict:
-    """Figure 08 at one total SSD size: shared pool vs per-machine caches, every routing."""
-    from tiered_kv.sim.cluster import ROUTINGS, ClusterConfig, simulate_cluster
+    """Figure 08 at one total SSD size (:func:`~tiered_kv.sim.cluster.pooling.pool_vs_split`), an unlimited pool beside it."""
+    from tiered_kv.sim.cluster import ClusterConfig
+    from tiered_kv.sim.cluster.pooling import pool_vs_split
     from tiered_kv.sim.trace_replay import compile_trace
     from tiered_kv.sim.traces import load_trace, shipped_trace
 
     trace = compile_trace(load_trace(shipped_trace("conversation")))
-    nodes = 10
-    rows = []
-    for routing in ROUTINGS:
-        for ssd, cap in (("shared", total_tokens), ("per-machine", total_tokens // nodes), ("shared", math.inf)):
-            cfg = ClusterConfig(nodes=nodes, routing=routing, ssd=ssd, ssd_capacity_tokens=cap)
-            s = simulate_cluster(trace, cfg).summary()
-            rows.append({"routing": routing, "ssd": ssd, "ssd_capacity_tokens": None if math.isinf(cap) else cap,
-                         "token_hit_rate": s["token_hit_rate"], "machine_load_imbalance": s["machine_load_imbalance"]})
-    return {"trace": "conversation", "requests": trace.n_requests, "nodes": nodes, "total_tokens": total_tokens,
+    rows = [{k: v for k, v in r.items() if k != "total_ssd_tokens"}
+            for r in pool_vs_split([total_tokens], nodes=10, unlimited=True, trace=trace)]
+    return {"trace": "conversation", "requests": trace.n_requests, "nodes": 10, "total_tokens": total_tokens,
             "load_slack": ClusterConfig().load_slack, "rows": rows}
 
 
@@ -146,23 +141,16 @@ def disk_fraction_section(quick: bool) -> dict:
 
 
 def cli_section(synth: str, days: float) -> dict:
-    """``tiered-kv simulate`` as a user runs it (a process; its --json answer), and its workload's size."""
-    from tiered_kv.sim.trace_replay import compile_trace
-    from tiered_kv.sim.workload.synth import generate
-
+    """``tiered-kv simulate`` as a user runs it (a process; its --json answer, its workload's size included)."""
     argv = ["simulate", "--synth", synth, "--days", f"{days:g}", *CLI_OPTIONS]
     done = subprocess.run([sys.executable, "-m", "tiered_kv.cli", *argv], capture_output=True, text=True)
     if done.returncode != 0:
         raise RuntimeError(f"tiered-kv {' '.join(argv)} exited {done.returncode}: {done.stderr.strip()[-500:]}")
     r = json.loads(done.stdout)
     keep = ("requests", "token_hit_rate", "window_hit_rate", "ttft_p50_s", "ttft_p90_s", "ttft_p99_s",
-            "cost_per_mtok", "evictions_ssd", "recomputed_by_admission")
-    trace = compile_trace(generate(synth, float(days), 0))
+            "cost_per_mtok", "evictions_ssd", "recomputed_by_admission", "effective_retention", "workload")
     return {"command": "tiered-kv " + " ".join(argv), **{k: r[k] for k in keep},
-            "by_class": {k: v["token_hit_rate"] for k, v in r["by_class"].items()},
-            "effective_retention": r["effective_retention"],
-            "workload": {"requests": trace.n_requests, "block_accesses": trace.n_accesses,
-                         "unique_blocks": trace.n_unique}}
+            "by_class": {k: v["token_hit_rate"] for k, v in r["by_class"].items()}}
 
 
 def compute(size: str = "record") -> dict:

@@ -117,6 +117,7 @@ def run_cluster(args: argparse.Namespace) -> dict[str, Any]:
                       "bytes_per_token": bpt, "admission": bool(args.admission),
                       "latency_model": "deepseek-v3 (tiered_kv.sim.cluster.latency)"}
     out.update({k: v for k, v in res.extra.items() if k not in out})
+    out["workload"] = {"requests": trace.n_requests, "block_accesses": trace.n_accesses, "unique_blocks": trace.n_unique}
     span = float(trace.timestamps[-1] - trace.timestamps[0])
     bin_s = 86_400.0 if span > 2 * 86_400.0 else 3_600.0  # days for multi-day runs, else hours
     out["over_time_bin_s"] = bin_s

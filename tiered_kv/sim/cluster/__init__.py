@@ -9,7 +9,8 @@ tokens. :mod:`.contention` is the scenario of ``tiered-kv bench contention`` (re
 misses of fixed lognormal lengths on N streams sharing one link) and the model's prediction of
 it; :mod:`.shared_compute` the queue model whose streams share cores (processor sharing) and the
 admission rules it and the benchmark's dispatcher call; :mod:`.tail_stats` the statistics of
-repeated runs (medians with spread, order-statistic intervals, paired ratios). This package may import :mod:`tiered_kv.sim.trace_replay` (and run any policy object of
+repeated runs (medians with spread, order-statistic intervals, paired ratios); :mod:`.pooling` and
+:mod:`.disk_day` the runs that a figure and the cluster record both read. This package may import :mod:`tiered_kv.sim.trace_replay` (and run any policy object of
 :mod:`tiered_kv.sim.policies` it is given); nothing below it imports it.
 """
 

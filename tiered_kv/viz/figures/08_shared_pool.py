@@ -6,7 +6,7 @@ either pooled or split in ten, under random, round-robin and cache-aware routing
 prefix under a load bound): a pooled cache hits the same whatever the routing (every request
 sees every block), while split caches lose hits unless routing sends a repeat home, and
 cache-aware routing wins back only part of them, at the price of a load bound. Computed by
-:func:`tiered_kv.sim.cluster.simulate_cluster`; no GPU or host tier, so every hit is an SSD hit.
+:func:`tiered_kv.sim.cluster.pooling.pool_vs_split`; no GPU or host tier, so every hit is an SSD hit.
 """
 
 from __future__ import annotations
@@ -44,22 +44,13 @@ def series_frame(data: pl.DataFrame) -> pl.DataFrame:
 def build(quick: bool) -> FigureResult:
     import altair as alt
 
-    from tiered_kv.sim.cluster import ROUTINGS, ClusterConfig, simulate_cluster
-    from tiered_kv.sim.trace_replay import compile_trace
-    from tiered_kv.sim.traces import load_trace, shipped_trace
+    from tiered_kv.sim.cluster.pooling import pool_vs_split
 
-    trace = compile_trace(load_trace(shipped_trace("conversation")))
     totals = [5_000_000, 20_000_000] if quick else [2_000_000, 5_000_000, 10_000_000, 20_000_000, 40_000_000]
-    rows = []
-    for total in totals:
-        for routing in ROUTINGS:
-            for ssd, cap in (("shared pool", total), ("per-machine caches", total // 10)):
-                cfg = ClusterConfig(nodes=10, routing=routing, ssd="shared" if ssd == "shared pool" else "per-machine",
-                                    ssd_capacity_tokens=cap)
-                s = simulate_cluster(trace, cfg).summary()
-                rows.append({"total_ssd_tokens": total, "routing": routing, "ssd": ssd,
-                             "token_hit_rate": s["token_hit_rate"], "machine_load_imbalance": s["machine_load_imbalance"]})
-    data = pl.DataFrame(rows)
+    data = pl.DataFrame(pool_vs_split(totals)).select(
+        "total_ssd_tokens", "routing",
+        pl.col("ssd").replace_strict({"shared": "shared pool", "per-machine": "per-machine caches"}),
+        "token_hit_rate", "machine_load_imbalance")
     drawn = series_frame(data)
     chart = dashed_lines(
         drawn,
