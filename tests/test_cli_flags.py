@@ -131,7 +131,6 @@ def test_errors_name_the_flag_typed_not_the_parameter(argv, flag, range_, capsys
 
 
 def test_simulate_help_lists_every_registered_policy(capsys):
-    import tiered_kv.sim.peers  # noqa: F401 - kvcache.ai's trie policies register here
     from tiered_kv.sim.policies import policy_names
 
     with pytest.raises(SystemExit):

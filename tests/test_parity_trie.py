@@ -2,7 +2,8 @@
 
 The brute force below restates kvcache-simulator's rules literally (prefix-trie nodes, leaves
 only, hit prefix refreshed and guarded, admission stops at the first node that cannot be
-placed, Belady bypass on ties, a capacity must fill during warm-up) in plain Python, with
+placed, Belady bypass on ties, a capacity must fill during warm-up unless that rule is off) in
+plain Python, with
 none of the structure the fast paths rely on (no stack, no heap, no lists).
 """
 
@@ -21,8 +22,10 @@ from tiered_kv.sim.trace_replay import compile_trace
 from tiered_kv.sim.traces import random_trace
 
 
-def brute_force(paths: list[list[int]], weights: list[list[int]], capacity: int, warmup: int, policy: str) -> int:
-    """Counted hit tokens of kvcache.ai's ``lru`` / ``optimal`` at one capacity (0 if underfilled)."""
+def brute_force(paths: list[list[int]], weights: list[list[int]], capacity: int, warmup: int, policy: str,
+                rule: bool = True) -> int:
+    """Counted hit tokens of kvcache.ai's ``lru`` / ``optimal`` at one capacity (0 if underfilled
+    and ``rule``)."""
     reqs = [[tuple(p[: i + 1]) for i in range(len(p))] for p in paths]
     node_id: dict[tuple, int] = {}
     for nodes in reqs:
@@ -39,7 +42,7 @@ def brute_force(paths: list[list[int]], weights: list[list[int]], capacity: int,
     filled = False
     hits = 0
     for r, nodes in enumerate(reqs):
-        if r >= warmup and not filled:
+        if rule and r >= warmup and not filled:
             return 0
         h = 0
         while h < len(nodes) and nodes[h] in present:
@@ -69,10 +72,10 @@ def brute_force(paths: list[list[int]], weights: list[list[int]], capacity: int,
             key[x] = clock if policy == "lru" else next_use(x, r)
             if len(present) >= capacity and r < warmup:
                 filled = True
-    return hits if filled else 0
+    return hits if filled or not rule else 0
 
 
-def _fifo_brute(paths, weights, capacity, warmup) -> int:
+def _fifo_brute(paths, weights, capacity, warmup, rule: bool = True) -> int:
     """kvcache.ai FIFO: hits are the leading present nodes; every missing node is inserted."""
     reqs = [[tuple(p[: i + 1]) for i in range(len(p))] for p in paths]
     present: set = set()
@@ -80,7 +83,7 @@ def _fifo_brute(paths, weights, capacity, warmup) -> int:
     filled = False
     hits = 0
     for r, nodes in enumerate(reqs):
-        if r >= warmup and not filled:
+        if rule and r >= warmup and not filled:
             return 0
         h = 0
         while h < len(nodes) and nodes[h] in present:
@@ -96,7 +99,7 @@ def _fifo_brute(paths, weights, capacity, warmup) -> int:
             queue.append(x)
             if len(present) >= capacity and r < warmup:
                 filled = True
-    return hits if filled else 0
+    return hits if filled or not rule else 0
 
 
 def _paths(seed: int, n: int, max_blocks: int, alphabet: int):
@@ -109,33 +112,36 @@ def _paths(seed: int, n: int, max_blocks: int, alphabet: int):
     return paths, weights
 
 
-def _trie(paths, weights, warmup) -> peers.TrieTrace:
+def _trie(paths, weights, warmup, rule: bool = True) -> peers.TrieTrace:
     offsets = np.concatenate([[0], np.cumsum([len(p) for p in paths])])
-    return peers.build_trie(np.concatenate(paths), offsets, np.concatenate(weights), warmup)
+    return peers.build_trie(np.concatenate(paths), offsets, np.concatenate(weights), warmup, fill_rule=rule)
 
 
 @settings(max_examples=60, deadline=None)
 @given(seed=st.integers(0, 2**31), n=st.integers(1, 24), max_blocks=st.integers(1, 7),
-       alphabet=st.integers(1, 4), warm=st.sampled_from([0.0, 0.25, 0.5, 0.75]))
-@example(seed=102791, n=12, max_blocks=1, alphabet=4, warm=0.25)  # peer's optimal < its FIFO here
-def test_curves_equal_brute_force(seed, n, max_blocks, alphabet, warm):
+       alphabet=st.integers(1, 4), warm=st.sampled_from([0.0, 0.25, 0.5, 0.75]), rule=st.booleans())
+@example(seed=102791, n=12, max_blocks=1, alphabet=4, warm=0.25, rule=True)  # peer's optimal < its FIFO here
+@example(seed=3, n=20, max_blocks=5, alphabet=3, warm=0.0, rule=False)  # no warm-up: every capacity counts
+def test_curves_equal_brute_force(seed, n, max_blocks, alphabet, warm, rule):
     paths, weights = _paths(seed, n, max_blocks, alphabet)
     warmup = int(n * warm)
-    t = _trie(paths, weights, warmup)
+    if not rule:
+        warmup = 0  # the rule is off only where every request counts
+    t = _trie(paths, weights, warmup, rule)
     caps = np.arange(0, t.n_nodes + 3)
     lru = peers.lru_trie_curve(t, caps)
     opt = peers.optimal_trie_curve(t, caps)
     fifo = peers.fifo_trie_curve(t, caps)
     for i, c in enumerate(caps):
         c = int(c)
-        want_lru = brute_force(paths, weights, c, warmup, "lru") if c > 0 else 0
-        want_opt = brute_force(paths, weights, c, warmup, "optimal") if c > 0 else 0
-        want_fifo = _fifo_brute(paths, weights, c, warmup) if c > 0 else 0
+        want_lru = brute_force(paths, weights, c, warmup, "lru", rule) if c > 0 else 0
+        want_opt = brute_force(paths, weights, c, warmup, "optimal", rule) if c > 0 else 0
+        want_fifo = _fifo_brute(paths, weights, c, warmup, rule) if c > 0 else 0
         assert lru[i] == want_lru, ("lru", c)
         assert opt[i] == want_opt, ("optimal", c)
         assert fifo[i] == want_fifo, ("fifo", c)
         # the per-capacity replays agree too (list, leaf heap, ring)
-        if c > 0 and c <= t.warmup_nodes:
+        if c > 0 and (c <= t.warmup_nodes or not rule):
             assert peers.hit_tokens_of(t, peers.replay_lru_trie(t, c)[0]) == want_lru
             assert peers.hit_tokens_of(t, peers.replay_lru_trie_heap(t, c)[0]) == want_lru
             assert peers.hit_tokens_of(t, peers.replay_optimal_trie(t, c)[0]) == want_opt

@@ -14,7 +14,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import tiered_kv.sim.peers  # noqa: F401 - registers lru-trie
 from tiered_kv.sim.peers.semantics import get_semantics
 from tiered_kv.sim.policies import get_policy
 from tiered_kv.sim.trace_replay import ReplayOptions, compile_trace, replay
@@ -60,3 +59,48 @@ def test_lru_trie_at_unlimited_capacity_is_lru_and_the_peers_warmup_rule_stays()
     kv = compile_trace(df, get_semantics("kvcache-ai").options)
     res = replay(kv, get_policy("lru-trie"))
     assert res.extra["underfilled"] is True and res.hit_tokens == 0
+
+
+@pytest.mark.parametrize("semantics", ["tiered-kv", "kvcache-ai"])
+def test_every_trie_curve_equals_its_one_capacity_replay(semantics):
+    """Each trie curve (one pass over every capacity) agrees with the registered policy replayed
+    at each capacity, with the peer's warm-up and without one (where it once reported zeros)."""
+    from tiered_kv.sim.peers import trie
+    from tiered_kv.sim.peers.trie_belady import optimal_trie_curve
+    from tiered_kv.sim.peers.trie_fifo import fifo_trie_curve
+    from tiered_kv.sim.peers.trie_lru import lru_trie_curve
+
+    ct = compile_trace(random_trace(5, 90, block_size=4, max_blocks=5, alphabet=3), get_semantics(semantics).options)
+    t = trie.from_compiled(ct)
+    caps = np.arange(1, t.n_nodes + 2)
+    for name, curve in [("lru-trie", lru_trie_curve), ("fifo-trie", fifo_trie_curve), ("belady-trie", optimal_trie_curve)]:
+        got = curve(t, caps)
+        want = [replay(ct, get_policy(name, capacity_tokens=int(c) * 4)).hit_tokens for c in caps]
+        assert got.tolist() == want, name
+        assert (got > 0).sum() >= len(caps) // 2, name  # not the underfilled zeros
+
+
+def test_curves_command_reports_fifo_trie_hits_without_warmup():
+    """``tiered-kv curves --fifo-trie`` under the default semantics: the FIFO-trie curve is the
+    policy's replay at each capacity, and not all zeros."""
+    from tiered_kv.commands.curves import compute_curves
+
+    sem = get_semantics("tiered-kv")
+    ct = compile_trace(random_trace(6, 80, block_size=4, max_blocks=5, alphabet=3), sem.options)
+    caps = [8, 16, 32, 64]
+    out = compute_curves(ct, sem, caps, [], [], progress=False, fifo_trie=True)
+    want = [replay(ct, get_policy("fifo-trie", capacity_tokens=c)).hit_tokens for c in caps]
+    assert out["fifo_trie_hit_tokens"] == want and max(want) > 0
+
+
+def test_trie_policies_are_found_by_name_in_a_fresh_process():
+    """The registry loads the policies the package ships above it on an unknown name: no caller
+    has to import ``tiered_kv.sim.peers`` first."""
+    import subprocess
+    import sys
+
+    code = ("from tiered_kv.sim.policies import get_policy, policy_names\n"
+            "print(type(get_policy('fifo-trie', capacity_tokens=8)).__name__)\n"
+            "print('belady-trie' in policy_names())")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["FIFOTrie", "True"]

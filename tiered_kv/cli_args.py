@@ -218,19 +218,13 @@ def synth_preset() -> Callable[[str], str]:
     return parse
 
 
-def registered_policies() -> list[str]:
-    """Every registered policy name, kvcache.ai's prefix-trie ones (registered by the peers package) included."""
-    import tiered_kv.sim.peers  # noqa: F401 - registers lru-trie, fifo-trie, belady-trie
-    from tiered_kv.sim.policies import policy_names
-
-    return policy_names()
-
-
 def policy_name() -> Callable[[str], str]:
     """A registered policy name (the registry is read when the flag is given, not at start-up)."""
 
     def parse(text: str) -> str:
-        names = registered_policies()
+        from tiered_kv.sim.policies import policy_names
+
+        names = policy_names()
         if text not in names:
             raise _fail(f"one of {', '.join(names)}", text)
         return text

@@ -53,9 +53,9 @@ def register(parser: argparse.ArgumentParser) -> None:
 
 
 def _policy_help() -> str:
-    from tiered_kv.cli_args import registered_policies
+    from tiered_kv.sim.policies import policy_names
 
-    return (f"a registered policy: {', '.join(registered_policies())} (default: lru; under --semantics "
+    return (f"a registered policy: {', '.join(policy_names())} (default: lru; under --semantics "
             "kvcache-ai, lru and belady run as lru-trie and belady-trie; docs/policies.md)")
 
 

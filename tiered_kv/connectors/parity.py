@@ -67,7 +67,6 @@ def measured_hits(capture: str | Path) -> np.ndarray:
 
 def predicted_hits(capture: str | Path, policy: str = "lru", **params: Any) -> np.ndarray:
     """Hit tokens the simulator predicts for each captured request, in file order."""
-    import tiered_kv.sim.peers  # noqa: F401 - registers lru-trie
     from tiered_kv.sim.policies import get_policy
     from tiered_kv.sim.trace_replay import ReplayOptions, replay
     from tiered_kv.sim.traces import load_trace

@@ -12,7 +12,9 @@ blocks as nodes of a prefix trie: a node is (parent node, block id), so a cached
   *request* index) is farthest, larger node id first on ties, and bypasses the new node when
   that leaf is needed no later than it; ``fifo`` evicts the oldest inserted node, trie or not;
 - a capacity counts only if the cache filled up during the warm-up requests; otherwise the
-  point is "underfilled" and reports 0 hit tokens.
+  point is "underfilled" and reports 0 hit tokens (even with an empty warm-up). Semantics that
+  count every request have no warm-up to judge by: there the rule is off and every capacity
+  counts (``TrieTrace.fill_rule``).
 
 One module per policy: :mod:`.trie_lru`, :mod:`.trie_fifo`, :mod:`.trie_belady` (``optimal``),
 each with a one-pass (or many-capacities) curve and an exact one-capacity replay; this module
@@ -44,7 +46,8 @@ class TrieTrace:
 
     ``node[a]`` is the trie node (1..n_nodes) of access ``a``; request ``r`` is
     ``offsets[r]:offsets[r+1]``; ``tokens[a]`` the hit tokens of access ``a``; requests before
-    ``warmup`` are not counted; ``next_use[a]`` the next request using ``node[a]``.
+    ``warmup`` are not counted; ``next_use[a]`` the next request using ``node[a]``;
+    ``fill_rule``: kvcache.ai's underfilled rule applies.
     """
 
     node: np.ndarray  # int64 [m]
@@ -53,6 +56,7 @@ class TrieTrace:
     tokens: np.ndarray  # int64 [m]
     warmup: int
     measured_tokens: int  # sum of tokens over counted requests (kvcache.ai's total)
+    fill_rule: bool = True
 
     @cached_property
     def next_use(self) -> np.ndarray:
@@ -71,6 +75,13 @@ class TrieTrace:
     def max_request_blocks(self) -> int:
         return int(np.diff(self.offsets).max()) if self.n_requests else 0
 
+    @property
+    def fill_by(self) -> int:
+        """The request by which the cache must have filled for a capacity to count: the end of
+        the warm-up, or, with the rule off, after the last request (the kernels' early stop
+        never fires)."""
+        return self.warmup if self.fill_rule else self.n_requests
+
     @cached_property
     def warmup_nodes(self) -> int:
         """Distinct nodes seen during warm-up: the largest capacity that fills in time
@@ -79,7 +90,8 @@ class TrieTrace:
         return int(self.node[:end].max()) if end else 0
 
 
-def build_trie(blocks: np.ndarray, offsets: np.ndarray, tokens: np.ndarray, warmup: int) -> TrieTrace:
+def build_trie(blocks: np.ndarray, offsets: np.ndarray, tokens: np.ndarray, warmup: int,
+               fill_rule: bool = True) -> TrieTrace:
     """Map each request's block sequence onto prefix-trie nodes (node = (parent, block)).
 
     Node ids follow first appearance in replay order, as in kvcache.ai (its ``optimal`` breaks
@@ -105,7 +117,7 @@ def build_trie(blocks: np.ndarray, offsets: np.ndarray, tokens: np.ndarray, warm
         node, parent = _build_trie(dense, offsets)
     measured = int(tokens[offsets[warmup]:].sum())
     return TrieTrace(node=node, parent=parent, offsets=offsets, tokens=tokens,
-                     warmup=int(warmup), measured_tokens=measured)
+                     warmup=int(warmup), measured_tokens=measured, fill_rule=bool(fill_rule))
 
 
 @njit(cache=True)
@@ -136,12 +148,13 @@ def _chained_nodes(dense, offsets, n_ids):
 
 def from_compiled(trace) -> TrieTrace:
     """A :class:`TrieTrace` from a :class:`tiered_kv.sim.trace_replay.CompiledTrace` (its replay order,
-    token weights and warm-up)."""
+    token weights and warm-up). A trace that counts every request was compiled without a warm-up,
+    so kvcache.ai's underfilled rule is off for it."""
     counted = np.asarray(trace.counted, dtype=bool)
     warmup = int(np.argmax(counted)) if counted.any() else counted.shape[0]
     if not counted[warmup:].all():
         raise ValueError("trie policies need the warm-up to be a leading block of requests")
-    return build_trie(trace.blocks, trace.offsets, trace.tokens, warmup)
+    return build_trie(trace.blocks, trace.offsets, trace.tokens, warmup, fill_rule=warmup > 0)
 
 
 @njit(cache=True)
@@ -195,7 +208,10 @@ def check_capacities(capacities) -> np.ndarray:
 
 
 def underfilled_mask(t: TrieTrace, caps: np.ndarray) -> np.ndarray:
-    """kvcache.ai reports 0 unless the cache filled during warm-up (or the capacity is 0)."""
+    """kvcache.ai reports 0 unless the cache filled during warm-up; a capacity of 0 holds
+    nothing. With the rule off only the capacities of 0 are underfilled."""
+    if not t.fill_rule:
+        return caps <= 0
     return (caps > t.warmup_nodes) | (caps <= 0) | (t.measured_tokens <= 0)
 
 
@@ -207,16 +223,17 @@ def hit_tokens_of(t: TrieTrace, hit_blocks: np.ndarray) -> int:
 
 
 def replay_at(t: TrieTrace, capacity: int, kernel: Callable[[np.ndarray], bool]) -> tuple[np.ndarray, bool]:
-    """(leading hit blocks per request, filled during warm-up) of a one-capacity replay.
+    """(leading hit blocks per request, whether the capacity counts) of a one-capacity replay.
 
-    ``kernel(hit_blocks)`` fills ``hit_blocks`` and returns whether the cache filled during
-    warm-up; a capacity of 0 (or a trace without requests) needs no replay: no hits, and a cache
-    of 0 blocks counts as filled.
+    ``kernel(hit_blocks)`` replays with :attr:`TrieTrace.fill_by` as its deadline, fills
+    ``hit_blocks`` and returns whether the cache filled by then; with the rule off every
+    capacity counts. A capacity of 0 (or a trace without requests) needs no replay: no hits,
+    and a cache of 0 blocks counts as filled.
     """
     hit_blocks = np.zeros(t.n_requests, dtype=np.int64)
     if capacity <= 0 or t.n_requests == 0:
-        return hit_blocks, capacity <= 0
-    return hit_blocks, bool(kernel(hit_blocks))
+        return hit_blocks, capacity <= 0 or not t.fill_rule
+    return hit_blocks, bool(kernel(hit_blocks)) or not t.fill_rule
 
 
 @njit(cache=True, inline="always")

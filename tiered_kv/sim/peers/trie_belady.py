@@ -46,7 +46,7 @@ def replay_lru_trie_heap(t: TrieTrace, capacity: int) -> tuple[np.ndarray, bool]
 
 
 def _replay_leaves(t: TrieTrace, capacity: int, optimal: bool) -> tuple[np.ndarray, bool]:
-    return replay_at(t, capacity, lambda hit: _replay_trie(t.node, t.parent, t.offsets, t.next_use, t.warmup,
+    return replay_at(t, capacity, lambda hit: _replay_trie(t.node, t.parent, t.offsets, t.next_use, t.fill_by,
                                                            int(capacity), optimal, hit))
 
 
@@ -109,10 +109,10 @@ def _heap_pop(hk, hn, hv, size):
 
 
 @njit(cache=True)
-def _replay_trie(node, parent, offsets, next_use, warmup, capacity, optimal, hit_blocks):
+def _replay_trie(node, parent, offsets, next_use, fill_by, capacity, optimal, hit_blocks):
     """Leaf-restricted replay. Keys: LRU = touch clock (min first); optimal = -next use.
 
-    Fills ``hit_blocks``; returns whether the cache filled during warm-up."""
+    Fills ``hit_blocks``; returns whether the cache filled by request ``fill_by``."""
     n_nodes = parent.shape[0]
     present = np.zeros(n_nodes, dtype=np.bool_)
     present[0] = True
@@ -132,7 +132,7 @@ def _replay_trie(node, parent, offsets, next_use, warmup, capacity, optimal, hit
     clock = 0
     filled = False
     for r in range(offsets.shape[0] - 1):
-        if r >= warmup and not filled:
+        if r >= fill_by and not filled:
             return False
         s, e, h = lookup(present, node, offsets, r, hit_blocks)
         for a in range(s, h):
@@ -182,7 +182,7 @@ def _replay_trie(node, parent, offsets, next_use, warmup, capacity, optimal, hit
                 key[nd] = -next_use[a] if optimal else clock
                 version[nd] += 1
                 hsize = _heap_push(hk, hn, hv, hsize, key[nd], nd, version[nd])
-                if size >= capacity and r < warmup:
+                if size >= capacity and r < fill_by:
                     filled = True
             else:
                 break

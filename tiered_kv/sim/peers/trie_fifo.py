@@ -20,7 +20,7 @@ from tiered_kv.sim.peers.trie import TrieTrace, check_capacities, lookup, replay
 
 def replay_fifo_trie(t: TrieTrace, capacity: int) -> tuple[np.ndarray, bool]:
     """Exact kvcache.ai FIFO at one capacity (blocks): (hit blocks per request, filled)."""
-    return replay_at(t, capacity, lambda hit: _replay_fifo(t.node, t.offsets, t.warmup, t.n_nodes,
+    return replay_at(t, capacity, lambda hit: _replay_fifo(t.node, t.offsets, t.fill_by, t.n_nodes,
                                                            int(capacity), hit))
 
 
@@ -85,15 +85,15 @@ def _fifo_lanes(node, offsets, tokens, warmup, n_nodes, caps):
 
 
 @njit(cache=True)
-def _replay_fifo(node, offsets, warmup, n_nodes, capacity, hit_blocks):
-    """Exact FIFO at one capacity: fills ``hit_blocks``, returns whether it filled in warm-up."""
+def _replay_fifo(node, offsets, fill_by, n_nodes, capacity, hit_blocks):
+    """Exact FIFO at one capacity: fills ``hit_blocks``, returns whether it filled by ``fill_by``."""
     cached = np.zeros(n_nodes + 1, dtype=np.bool_)
     ring = np.empty(capacity, dtype=np.int64)
     head = 0
     size = 0
     filled = False
     for r in range(offsets.shape[0] - 1):
-        if r >= warmup and not filled:
+        if r >= fill_by and not filled:
             return False
         s, e, _ = lookup(cached, node, offsets, r, hit_blocks)
         for a in range(s, e):
@@ -107,6 +107,6 @@ def _replay_fifo(node, offsets, warmup, n_nodes, capacity, hit_blocks):
             cached[x] = True
             ring[(head + size) % capacity] = x
             size += 1
-            if size >= capacity and r < warmup:
+            if size >= capacity and r < fill_by:
                 filled = True
     return filled

@@ -31,7 +31,7 @@ from tiered_kv.sim.peers.trie import TrieTrace, check_capacities, lookup, replay
 
 def replay_lru_trie(t: TrieTrace, capacity: int) -> tuple[np.ndarray, bool]:
     """Exact trie-LRU at one capacity (blocks): (leading hit blocks per request, filled in warm-up)."""
-    return replay_at(t, capacity, lambda hit: _replay_lru_list(t.node, t.parent, t.offsets, t.warmup,
+    return replay_at(t, capacity, lambda hit: _replay_lru_list(t.node, t.parent, t.offsets, t.fill_by,
                                                                int(capacity), hit))
 
 
@@ -58,7 +58,7 @@ def lru_trie_curve(t: TrieTrace, capacities) -> np.ndarray:
         hist = np.bincount(np.minimum(dist[counted], t.n_nodes + 1), weights=t.tokens[counted],
                            minlength=t.n_nodes + 2)
         cum = np.cumsum(hist).round().astype(np.int64)  # token sums are exact in float64
-        out[big] = cum[np.minimum(caps[big], t.n_nodes + 1)]
+        out[big] = cum[np.minimum(caps[big], t.n_nodes)]  # bin n_nodes + 1: first touches, never hits
     small = np.flatnonzero(~dead & ~big)
     if small.size:
         out[small] = _lru_small_capacities(dist, t.node, t.offsets, t.tokens, t.warmup,
@@ -139,23 +139,23 @@ def _relink_head(node, s, stop, r, owner, prv, nxt, head, tail):
 
 
 @njit(cache=True)
-def _replay_lru_list(node, parent, offsets, warmup, capacity, hit_blocks):
-    """Exact trie-LRU at one capacity: fills ``hit_blocks``, returns whether it filled in warm-up."""
+def _replay_lru_list(node, parent, offsets, fill_by, capacity, hit_blocks):
+    """Exact trie-LRU at one capacity: fills ``hit_blocks``, returns whether it filled by ``fill_by``."""
     n_nodes = parent.shape[0]
-    return _lru_list_into(node, offsets, warmup, capacity, np.zeros(n_nodes, dtype=np.bool_),
+    return _lru_list_into(node, offsets, fill_by, capacity, np.zeros(n_nodes, dtype=np.bool_),
                           np.empty(n_nodes, dtype=np.int32), np.empty(n_nodes, dtype=np.int32),
                           np.empty(n_nodes, dtype=np.int32), hit_blocks)
 
 
 @njit(cache=True)
-def _lru_list_into(node, offsets, warmup, capacity, present, owner, prv, nxt, hit_blocks):
+def _lru_list_into(node, offsets, fill_by, capacity, present, owner, prv, nxt, hit_blocks):
     """Exact trie-LRU at one capacity in O(1) per access: an LRU list in (request, -depth) order.
 
     The current request's nodes sit at the head while it is admitted, so the tail is the
     oldest leaf of an earlier request (module docstring). When the tail belongs to the current
     request the cache holds nothing else: the peer then evicts the node just inserted (if any)
     and stops admission, which is reproduced here. Fills ``hit_blocks``; returns whether the
-    cache filled during warm-up.
+    cache filled by request ``fill_by``.
     """
     present[:] = False
     owner[:] = -1  # request that last touched the node
@@ -167,7 +167,7 @@ def _lru_list_into(node, offsets, warmup, capacity, present, owner, prv, nxt, hi
     size = 0
     filled = False
     for r in range(offsets.shape[0] - 1):
-        if r >= warmup and not filled:
+        if r >= fill_by and not filled:
             return False
         s, e, h = lookup(present, node, offsets, r, hit_blocks)
         head, tail = _relink_head(node, s, h, r, owner, prv, nxt, head, tail)  # guard the hits
@@ -192,7 +192,7 @@ def _lru_list_into(node, offsets, warmup, capacity, present, owner, prv, nxt, hi
             owner[x] = r
             # link at the head for now (final order is fixed below)
             head, tail = _push_head(x, prv, nxt, head, tail)
-            if size >= capacity and r < warmup:
+            if size >= capacity and r < fill_by:
                 filled = True
             stop = a + 1
         # re-link this request's present nodes at the head, shallowest first (deepest oldest)

@@ -9,12 +9,12 @@ one-capacity replay function.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import ClassVar
 
 import numpy as np
 
-from tiered_kv.sim.peers.trie import TrieTrace, from_compiled
+from tiered_kv.sim.peers.trie import TrieTrace, from_compiled, underfilled_mask
 from tiered_kv.sim.peers.trie_belady import replay_optimal_trie
 from tiered_kv.sim.peers.trie_fifo import replay_fifo_trie
 from tiered_kv.sim.peers.trie_lru import replay_lru_trie
@@ -28,29 +28,19 @@ def _trie_blocks(trace, capacity_tokens: int | None) -> int:
 
 
 def _trie_run(trace, capacity_tokens: int | None, replay_fn):
-    """Replay ``trace`` with ``replay_fn`` at a capacity in tokens.
-
-    kvcache.ai's underfilled rule (a capacity counts only if the cache filled during warm-up)
-    needs a warm-up to judge: under a semantics that counts every request (``tiered-kv``,
-    ``lmcache``: no warm-up) it would zero every capacity, so there the replay's hits stand.
-    (The kernels stop at the first counted request when the cache has not filled; with no
-    warm-up they run with every request as warm-up, which only turns that stop off.)
-    """
+    """Replay ``trace`` with ``replay_fn`` at a capacity in tokens, under kvcache.ai's
+    underfilled rule (:func:`~tiered_kv.sim.peers.trie.underfilled_mask`; it does not apply to
+    semantics without a warm-up, which count every request)."""
     from tiered_kv.sim.policies import PolicyRun
 
     t = from_compiled(trace)
     cap = _trie_blocks(trace, capacity_tokens)
-    if t.warmup == 0:
-        hit_blocks, _ = replay_fn(replace(t, warmup=t.n_requests), cap)
-        underfilled = False
-    else:
-        hit_blocks, filled = replay_fn(t, cap)
-        underfilled = bool(cap <= 0 or not filled or cap > t.warmup_nodes or t.measured_tokens <= 0)
+    hit_blocks, counts = replay_fn(t, cap)
+    underfilled = bool(not counts or underfilled_mask(t, np.array([cap]))[0])
     if underfilled:  # kvcache.ai: a cache that never filled during warm-up reports no hits
         hit_blocks = np.zeros_like(hit_blocks)
     return PolicyRun(np.asarray(hit_blocks, dtype=np.int64),
                      {"capacity_blocks": cap, "underfilled": underfilled, "trie_nodes": t.n_nodes})
-
 
 
 @dataclass(frozen=True)

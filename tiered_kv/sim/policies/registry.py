@@ -51,8 +51,10 @@ class Policy(Protocol):
 
 
 _REGISTRY: dict[str, type] = {}
-#: Said when a name is unknown: policies defined outside this package register when imported.
-_PLUGINS = "kvcache.ai's trie policies lru-trie, fifo-trie, belady-trie register on import tiered_kv.sim.peers"
+#: Modules above this layer that ship policies (kvcache.ai's ``lru-trie``, ``fifo-trie``,
+#: ``belady-trie``): imported by name the first time a name is not found, so the registry
+#: lists them without importing upwards at start-up.
+_SHIPPED_ELSEWHERE = ("tiered_kv.sim.peers.trie_policies",)
 
 
 def register_policy(cls: type) -> type:
@@ -64,15 +66,25 @@ def register_policy(cls: type) -> type:
     return cls
 
 
+def _load_shipped() -> None:
+    import importlib
+
+    for module in _SHIPPED_ELSEWHERE:
+        importlib.import_module(module)
+
+
 def get_policy(name: str, **params: Any):
     """A policy object by registered name, configured with ``params``."""
     if name not in _REGISTRY:
-        raise ValueError(f"policy: must be one of {policy_names()}, got {name!r} ({_PLUGINS})")
+        _load_shipped()
+    if name not in _REGISTRY:
+        raise ValueError(f"policy: must be one of {policy_names()}, got {name!r}")
     return _REGISTRY[name](**params)
 
 
 def policy_names() -> list[str]:
-    """The registered policy names, sorted."""
+    """Every registered policy name, sorted (the ones the package ships elsewhere included)."""
+    _load_shipped()
     return sorted(_REGISTRY)
 
 
