@@ -191,7 +191,6 @@ def _lmcache(df, caps_chunks, repeat, bytes_per_token, bar) -> dict:
 
 
 def _libcachesim(df, caps_blocks, repeat, bar) -> dict:
-    import statistics
     import tempfile
     from pathlib import Path
 
@@ -211,25 +210,13 @@ def _libcachesim(df, caps_blocks, repeat, bar) -> dict:
         for name, ours_name in L.PAIRS.items():
             bar.set_description(f"libcachesim {name} vs tiered-kv {ours_name}")
             L.ours_hits(trace, ours_name, caps[:1])  # load the kernel: one-off, not timed
-            times: dict[str, list[float]] = {"peer": [], "ours": []}
-            cpus: dict[str, list[float]] = {"peer": [], "ours": []}
-            peer = ours = None
-            for _ in range(max(1, repeat)):
-                for side in ("peer", "ours"):
-                    t0, c0 = time.perf_counter(), _cpu_seconds()
-                    if side == "peer":
-                        peer = L.peer_hits(path, name, caps, trace.n_accesses)
-                    else:
-                        ours = L.ours_hits(trace, ours_name, caps)
-                    times[side].append(time.perf_counter() - t0)
-                    cpus[side].append(_cpu_seconds() - c0)
+
+            def peer_fn(n=name):
                 bar.update(1)
-            med = {k: statistics.median(v) for k, v in times.items()}
-            cmed = {k: statistics.median(v) for k, v in cpus.items()}
-            rec = _compare(peer, ours, (med["peer"], cmed["peer"]), (med["ours"], cmed["ours"]), ours_name)
-            rec["hits_peer"] = rec.pop("hit_tokens_peer")
-            rec["hits_ours"] = rec.pop("hit_tokens_ours")
-            rec["peer_seconds_all"], rec["ours_seconds_all"] = times["peer"], times["ours"]
+                return np.asarray(L.peer_hits(path, n, caps, trace.n_accesses))
+
+            rec = _timed_compare(peer_fn, lambda o=ours_name: np.asarray(L.ours_hits(trace, o, caps)), repeat, ours_name)
+            rec["hits_peer"], rec["hits_ours"] = rec.pop("hit_tokens_peer"), rec.pop("hit_tokens_ours")
             out[name] = rec
     return out
 
