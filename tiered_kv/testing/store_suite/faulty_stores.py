@@ -25,10 +25,6 @@ class FullDiskStore(WrapperStore):
         self.budget -= len(value)
         await self._store.set(key, value)
 
-    async def set_if_not_exists(self, key, value) -> None:
-        if not await self._store.exists(key):
-            await self.set(key, value)
-
 
 class VanishingStore(WrapperStore):
     """Deletes an object right before it is read, as a concurrent GC would."""

@@ -43,7 +43,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from zarr.core.buffer import default_buffer_prototype
-from zarr.core.sync import sync
 
 from tiered_kv.keys import KEY_BYTES
 
@@ -167,70 +166,58 @@ def group_problem(data: bytes | None) -> str | None:
         return "attributes are not an object"
     return None
 
-async def _get_whole(store, path: str) -> bytes | None:
-    try:
-        buf = await store.get(path, prototype=default_buffer_prototype())
-    except IsADirectoryError:
-        return NOT_A_FILE
-    except (FileNotFoundError, NotADirectoryError):
-        return None
-    return None if buf is None else buf.to_bytes()
+def _read_doc(backend, path: str) -> bytes | None:
+    data = backend.get_many([path])[0]
+    if isinstance(data, Exception):
+        raise data
+    return data
 
 
-async def _fix_group(backend, path: str, doc: bytes, problems: list[tuple[str, str]]) -> None:
-    store = backend.store
-    data = await _get_whole(store, path)
-    why = group_problem(data)
-    if why is None:
-        return
-    if why == "missing":
-        await store.set_if_not_exists(path, buffer(doc))
-        return
-    problems.append((path, f"{why}; rewritten"))
-    if backend.is_dir(path):
-        await store.delete(path)
-    await store.set(path, buffer(doc))
+def _fix_group(backend, path: str, doc: bytes) -> str | None:
+    """Write the group document ``doc`` unless a valid group is at ``path`` (a missing one with
+    put-if-absent); returns what was wrong with a document it had to overwrite."""
+    why = group_problem(_read_doc(backend, path))
+    if why is not None:
+        (err,) = backend.write([(path, doc)], create=why == "missing")
+        if err is not None and err is not ALREADY_PRESENT:
+            raise err
+    return None if why == "missing" else why
 
 
-async def ensure_layout(backend, namespace=None) -> list[tuple[str, str]]:
+def ensure_layout(backend, namespace=None) -> list[tuple[str, str]]:
     """Write the root group (and the namespace's group) unless they are there; repair garbage.
 
     A ``zarr.json`` that exists but is not a Zarr v3 group (a torn or foreign write) breaks
     every zarr client that opens the store, so it is rewritten; a valid group is never
     overwritten. Returns ``[(path, what was wrong)]`` for what was rewritten.
     """
-    problems: list[tuple[str, str]] = []
-    await _fix_group(backend, "zarr.json", _group_json(ROOT_ATTRIBUTES), problems)
+    docs = [("zarr.json", ROOT_ATTRIBUTES)]
     if namespace is not None:
-        path = f"namespaces/{namespace.digest.hex()}/zarr.json"
-        await _fix_group(backend, path, _group_json(namespace_attributes(namespace)), problems)
-    return problems
+        docs.append((f"namespaces/{namespace.digest.hex()}/zarr.json", namespace_attributes(namespace)))
+    fixed = [(path, _fix_group(backend, path, _group_json(attrs))) for path, attrs in docs]
+    return [(path, f"{why}; rewritten") for path, why in fixed if why is not None]
 
 
-async def check_metadata(backend, *, repair: bool) -> list[tuple[str, str]]:
+def check_metadata(backend, *, repair: bool) -> list[tuple[str, str]]:
     """Problems of the root and namespace ``zarr.json`` documents (``verify``); with ``repair``
     the root is rewritten and a garbage namespace document removed (its tier rewrites it)."""
-    store = backend.store
     problems: list[tuple[str, str]] = []
-    why = group_problem(await _get_whole(store, "zarr.json"))
+    why = group_problem(_read_doc(backend, "zarr.json"))
     if why is not None:
         problems.append(("zarr.json", why))
         if repair:
-            await _fix_group(backend, "zarr.json", _group_json(ROOT_ATTRIBUTES), [])
-    for path in await list_keys(store, "namespaces/"):
-        if not path.endswith("/zarr.json"):
-            continue
-        why = group_problem(await _get_whole(store, path))
-        if why is not None:
+            _fix_group(backend, "zarr.json", _group_json(ROOT_ATTRIBUTES))
+    for path in backend.listing("namespaces/")[0]:
+        if path.endswith("/zarr.json") and (why := group_problem(_read_doc(backend, path))) is not None:
             problems.append((path, why))
             if repair:
-                await store.delete(path)
+                backend.delete([path])
     return problems
 
 
 def is_store(backend) -> bool:
     """True if the backend holds an SSD-tier layout: our root group, or any chunk (a damaged root)."""
-    data = sync(_get_whole(backend.store, "zarr.json"))
+    data = _read_doc(backend, "zarr.json")
     if group_problem(data) is None:
         attrs = json.loads(data).get("attributes", {})
         if isinstance(attrs.get("tiered_kv"), dict) and attrs["tiered_kv"].get("layout") == LAYOUT:

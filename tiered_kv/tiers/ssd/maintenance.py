@@ -18,8 +18,6 @@ import math
 from collections import Counter
 from collections.abc import Callable
 
-from zarr.core.sync import sync
-
 from tiered_kv.codec import CorruptChunk, verify_chunk
 from tiered_kv.tiers.ssd import layout, scan, usage
 from tiered_kv.tiers.ssd.backend import Backend
@@ -95,7 +93,7 @@ def store_verify(backend: Backend, *, repair: bool = True, partial_grace: float 
     ``problems`` counts what was wrong (corrupt objects, obstacles, garbage metadata, strays
     that can be removed); a live writer's recent ``.partial`` files are not problems.
     """
-    metadata = sync(layout.check_metadata(backend, repair=repair))
+    metadata = layout.check_metadata(backend, repair=repair)
     s = _scan(backend, full=True, progress=progress, desc="verifying chunks")
     strays = backend.removable(s.strays, partial_grace)
     report = {"chunks_ok": len(s.chunks), "bytes_ok": sum(h.nbytes for h in s.chunks.values()),

@@ -53,7 +53,7 @@ from datetime import timedelta
 from zarr.core.sync import sync
 
 from tiered_kv.tiers.ssd import layout
-from tiered_kv.tiers.ssd.zarr_backend import ZarrBackend
+from tiered_kv.tiers.ssd.zarr_backend import _NOT_ATTEMPTED, ZarrBackend
 
 OBJECT_SCHEMES = ("s3", "s3a", "gs", "gcs", "az", "azure", "abfs", "abfss")
 ACCESS_TIMEOUT_S = 20.0
@@ -134,31 +134,26 @@ def _configured_endpoint(store) -> str | None:
 
 
 def _first_line(exc: BaseException) -> str:
-    text = " ".join(str(exc).split())
-    return text[:300]
-
-
-def _endpoint(store) -> str:
-    return _configured_endpoint(store) or "the service's default endpoint"
+    return " ".join(str(exc).split())[:300]
 
 
 def access_error(store, exc: BaseException, timeout: float) -> StoreAccessError:
     """One line naming the store and what failed, from an obstore (or timeout) exception."""
     url = store_url(store) or str(store)
     cfg = getattr(store.store, "config", {}) or {}
-    text = str(exc)
+    text, where = str(exc), _configured_endpoint(store) or "the service's default endpoint"
     if isinstance(exc, (asyncio.TimeoutError, TimeoutError)):
-        return StoreAccessError(f"store {url}: no answer from {_endpoint(store)} within {timeout:g} s")
+        return StoreAccessError(f"store {url}: no answer from {where} within {timeout:g} s")
     if "NoSuchBucket" in text:
-        return StoreAccessError(f"store {url}: bucket {cfg.get('bucket', '?')!r} does not exist at {_endpoint(store)}")
+        return StoreAccessError(f"store {url}: bucket {cfg.get('bucket', '?')!r} does not exist at {where}")
     for code in ("InvalidAccessKeyId", "SignatureDoesNotMatch", "AccessDenied", "ExpiredToken",
                  "InvalidToken", "403 Forbidden", "401 Unauthorized"):
         if code in text or type(exc).__name__ in ("PermissionDeniedError", "UnauthenticatedError"):
             code = code if code in text else type(exc).__name__
-            return StoreAccessError(f"store {url}: credentials rejected by {_endpoint(store)} ({code}); "
+            return StoreAccessError(f"store {url}: credentials rejected by {where} ({code}); "
                                     "check AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY or the store's credentials")
     if "error sending request" in text or "onnection refused" in text or "dns error" in text:
-        return StoreAccessError(f"store {url}: cannot connect to {_endpoint(store)} (connection failed)")
+        return StoreAccessError(f"store {url}: cannot connect to {where} (connection failed)")
     return StoreAccessError(f"store {url}: {type(exc).__name__}: {_first_line(exc)}")
 
 
@@ -193,30 +188,21 @@ class ObjectBackend(ZarrBackend):
         except Exception as exc:  # noqa: BLE001 - classified into one line
             raise access_error(self.store, exc, timeout) from None
 
-    def size_of_prefix(self, prefix: str) -> int:
-        """Total bytes of the objects under ``prefix`` (one LIST, pages of 1000)."""
+    def _list(self, prefix: str) -> list[dict]:
+        """Metadata of every object under ``prefix`` (one LIST, pages of 1000)."""
         import obstore as obs
 
-        async def total() -> int:
-            n = 0
-            async for batch in obs.list(self.obs_store, prefix=prefix):
-                n += sum(m["size"] for m in batch)
-            return n
+        async def listing() -> list[dict]:
+            return [m async for batch in obs.list(self.obs_store, prefix=prefix) for m in batch]
 
-        return sync(total())
+        return sync(listing())
+
+    def size_of_prefix(self, prefix: str) -> int:
+        return sum(m["size"] for m in self._list(prefix))
 
     def versions(self, prefix: str) -> dict[str, str]:
         """``{path: version}`` (ETag, else size and mtime) of the objects under ``prefix``, one listing."""
-        import obstore as obs
-
-        async def listing() -> dict[str, str]:
-            out = {}
-            async for batch in obs.list(self.obs_store, prefix=prefix):
-                for m in batch:
-                    out[m["path"]] = m.get("e_tag") or f"{m['size']}@{m['last_modified']}"
-            return out
-
-        return sync(listing())
+        return {m["path"]: m.get("e_tag") or f"{m['size']}@{m['last_modified']}" for m in self._list(prefix)}
 
     # ------------------------------------------------------------------ reads
 
@@ -291,7 +277,7 @@ class ObjectBackend(ZarrBackend):
         return sync(self._write_stream(n, make, create, verify))
 
     async def _write_stream(self, n, make, create, verify) -> tuple[list, list[int]]:
-        res: list = [OSError("not attempted after an earlier failure")] * n
+        res: list = [OSError(_NOT_ATTEMPTED)] * n
         sizes = [0] * n
         sem = asyncio.Semaphore(self.concurrency)
         failed = [False]
@@ -342,7 +328,7 @@ class ObjectBackend(ZarrBackend):
             if existing is not None and (verify is None or verify(path, existing)):
                 return layout.ALREADY_PRESENT
             await obs.put_async(self.obs_store, path, data, use_multipart=False)
-            if existing is not None and self.on_repair is not None:
+            if existing is not None:
                 self.on_repair(path, "existing object failed its checks; replaced")
             return None
         except Exception as exc:  # noqa: BLE001 - the caller decides

@@ -43,8 +43,6 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypedDict
 
-from zarr.core.sync import sync
-
 from tiered_kv import codec
 from tiered_kv.keys import KEY_BYTES, Namespace, as_token_array, block_keys
 from tiered_kv.tiers.ssd import layout, usage
@@ -185,7 +183,7 @@ class SSDTier:
     def _open_layout(self) -> None:
         """Root and namespace groups; garbage ``zarr.json`` is rewritten (and reported)."""
         try:
-            fixed = sync(layout.ensure_layout(self.backend, self.namespace))
+            fixed = layout.ensure_layout(self.backend, self.namespace)
         except OSError as exc:
             if exc.errno not in _FULL_ERRNOS:
                 raise

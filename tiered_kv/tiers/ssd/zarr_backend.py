@@ -40,6 +40,7 @@ from zarr.core.sync import sync
 from tiered_kv.tiers.ssd import layout
 
 _OBSTACLE_ERRORS = (IsADirectoryError, NotADirectoryError, FileExistsError)
+_NOT_ATTEMPTED = "not attempted after an earlier failure"
 
 
 class ZarrBackend:
@@ -52,7 +53,7 @@ class ZarrBackend:
         if not isinstance(io_threads, int) or io_threads < 0:
             raise ValueError(f"io_threads: must be an integer >= 0 (0: zarr's async API), got {io_threads!r}")
         self.store = store
-        self.on_repair = on_repair
+        self.on_repair = on_repair or (lambda path, reason: None)
         self.concurrency = concurrency
         self.sync_path = io_threads > 0 and isinstance(store, SupportsSyncStore)
         self.threads = io_threads
@@ -75,30 +76,35 @@ class ZarrBackend:
     def check_access(self) -> None:
         """Raise a one-line ValueError if the store cannot be reached (a local store always can)."""
 
-    # ------------------------------------------------------------------ fan-out helper
-
     def _fan_out(self, n: int, work: Callable[[range], list]) -> list:
+        """``work`` over ``range(n)``, split into one contiguous part per I/O thread."""
         if self._pool is None or n < 2 * self.threads:
             return work(range(n))
-        k = max(1, min(self.threads, n))
-        step = -(-n // k)
-        out: list = []
-        for part in self._pool.map(work, [range(i, min(n, i + step)) for i in range(0, n, step)]):
-            out.extend(part)
-        return out
+        step = -(-n // self.threads)
+        return [x for part in self._pool.map(work, [range(i, min(n, i + step)) for i in range(0, n, step)])
+                for x in part]
 
     def _fan_out_prefix(self, n: int, read_one: Callable[[int], bytes | None]) -> list[bytes]:
         def work(idx: range) -> list:
             out = []
             for i in idx:
-                data = read_one(i)
-                out.append(data)
+                out.append(data := read_one(i))
                 if data is None or data is layout.NOT_A_FILE:
                     break
             return out
 
         res = self._fan_out(n, work)
         return res[:res.index(None)] if None in res else res
+
+    def _get(self, path: str, byte_range=None) -> bytes | None:
+        """One object through zarr's sync API (None: absent; NOT_A_FILE: a directory is there)."""
+        try:
+            buf = self.store.get_sync(path, prototype=self._proto, byte_range=byte_range)
+        except IsADirectoryError:
+            return layout.NOT_A_FILE
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        return None if buf is None else layout.as_bytes(buf)
 
     # ------------------------------------------------------------------ the hot path
 
@@ -107,18 +113,7 @@ class ZarrBackend:
         directory where an object should be reads as NOT_A_FILE and ends the prefix."""
         if not self.sync_path:
             return sync(self._aread_prefix(paths))
-        get, proto = self.store.get_sync, self._proto
-
-        def read_one(i: int) -> bytes | None:
-            try:
-                buf = get(paths[i], prototype=proto)
-            except IsADirectoryError:
-                return layout.NOT_A_FILE
-            except (FileNotFoundError, NotADirectoryError):
-                return None
-            return None if buf is None else layout.as_bytes(buf)
-
-        return self._fan_out_prefix(len(paths), read_one)
+        return self._fan_out_prefix(len(paths), lambda i: self._get(paths[i]))
 
     async def _aread_prefix(self, paths: Sequence[str]) -> list[bytes]:
         out: list[bytes] = []
@@ -138,8 +133,7 @@ class ZarrBackend:
 
     def exists(self, paths: Sequence[str]) -> list[bool]:
         if not self.sync_path:
-            res = sync(layout.bounded((self.store.exists(p) for p in paths), self.concurrency))
-            return [r is True for r in res]
+            return [r is True for r in sync(layout.bounded((self.store.exists(p) for p in paths), self.concurrency))]
         one = RangeByteRequest(0, 1)
         return [self.store.get_sync(p, prototype=self._proto, byte_range=one) is not None for p in paths]
 
@@ -157,13 +151,12 @@ class ZarrBackend:
         if not self.sync_path:
             res = sync(layout.bounded((self.store.set(p, layout.buffer(b)) for p, b in items), self.concurrency))
             return [r if isinstance(r, Exception) else None for r in res]
-        put = self.store.set_sync
 
         def work(idx: range) -> list:
             out: list[Exception | None] = []
             for i in idx:
                 try:
-                    put(items[i][0], layout.buffer(items[i][1]))
+                    self.store.set_sync(items[i][0], layout.buffer(items[i][1]))
                     out.append(None)
                 except Exception as exc:  # noqa: BLE001 - the caller decides (ENOSPC: warn)
                     out.append(exc)
@@ -184,7 +177,7 @@ class ZarrBackend:
             res += part
             del items
             if any(r is not None and r is not layout.ALREADY_PRESENT for r in part):
-                res += [OSError("not attempted after an earlier failure")] * (n - len(res))
+                res += [OSError(_NOT_ATTEMPTED)] * (n - len(res))
                 sizes += [0] * (n - len(sizes))
                 break
         return res, sizes
@@ -192,8 +185,7 @@ class ZarrBackend:
     def delete(self, paths: Sequence[str]) -> None:
         """Delete objects (a directory in an object's place too); one already gone is fine."""
         if not self.sync_path:
-            results = sync(layout.bounded(self.store.delete(p) for p in paths))
-            for r in results:
+            for r in sync(layout.bounded(self.store.delete(p) for p in paths)):
                 if isinstance(r, Exception) and not isinstance(r, FileNotFoundError):
                     raise r
             return
@@ -209,26 +201,20 @@ class ZarrBackend:
                  ) -> list[bytes | None | Exception]:
         """Objects (or their first bytes) at ``paths``: zarr's sync API when the store has it
         (no event-loop hand-off per object), else its async API under a concurrency bound."""
-        proto = self._proto
-        if isinstance(self.store, SupportsSyncStore):
-            out: list[bytes | None | Exception] = []
-            for p in paths:
-                try:
-                    buf = self.store.get_sync(p, prototype=proto, byte_range=byte_range)
-                    out.append(None if buf is None else layout.as_bytes(buf))
-                except IsADirectoryError:
-                    out.append(layout.NOT_A_FILE)
-                except (FileNotFoundError, NotADirectoryError):
-                    out.append(None)
-                except Exception as exc:  # noqa: BLE001 - returned like the async path does
-                    out.append(exc)
-                if on_done is not None:
-                    on_done(1)
-            return out
-        done = (lambda: on_done(1)) if on_done else None
-        res = sync(layout.bounded((self.store.get(p, prototype=proto, byte_range=byte_range) for p in paths),
-                                  on_done=done))
-        return [r if r is None or isinstance(r, Exception) else layout.as_bytes(r) for r in res]
+        if not isinstance(self.store, SupportsSyncStore):
+            done = (lambda: on_done(1)) if on_done else None
+            res = sync(layout.bounded((self.store.get(p, prototype=self._proto, byte_range=byte_range)
+                                       for p in paths), on_done=done))
+            return [r if r is None or isinstance(r, Exception) else layout.as_bytes(r) for r in res]
+        out: list[bytes | None | Exception] = []
+        for p in paths:
+            try:
+                out.append(self._get(p, byte_range))
+            except Exception as exc:  # noqa: BLE001 - returned like the async path does
+                out.append(exc)
+            if on_done is not None:
+                on_done(1)
+        return out
 
     def listing(self, prefix: str) -> tuple[list[str], dict[str, str]]:
         """Keys under ``prefix``, and obstacles found there (path -> reason; none here)."""
@@ -239,14 +225,10 @@ class ZarrBackend:
         return None
 
     def size_of_prefix(self, prefix: str) -> int:
-        """Total bytes of the objects under ``prefix``."""
-        async def size() -> int:
-            try:
-                return await self.store.getsize_prefix(prefix)
-            except FileNotFoundError:
-                return 0
-
-        return sync(size())
+        try:
+            return sync(self.store.getsize_prefix(prefix))
+        except FileNotFoundError:
+            return 0
 
     def removable(self, strays: list[str], grace: float) -> list[str]:
         """Strays to remove now (a store without mtimes cannot tell a live writer's: all)."""
@@ -258,14 +240,14 @@ class ZarrBackend:
 
     def has_chunks(self) -> bool:
         async def any_chunk() -> bool:
-            try:
-                async for _ in self.store.list_prefix(layout.CHUNKS):
-                    return True
-            except FileNotFoundError:
-                return False
+            async for _ in self.store.list_prefix(layout.CHUNKS):
+                return True
             return False
 
-        return sync(any_chunk())
+        try:
+            return sync(any_chunk())
+        except FileNotFoundError:
+            return False
 
     def precreate_shards(self) -> None:
         """Create the shard directories now (only a local directory has them)."""
@@ -299,28 +281,13 @@ class LocalBackend(ZarrBackend):
         return [os.path.isfile(os.path.join(root, p)) for p in paths]
 
     def write(self, items: Sequence[tuple[str, bytes]], *, create: bool = False, verify=None) -> list:
-        res = super().write(items, create=create, verify=verify)
-        if any(isinstance(r, _OBSTACLE_ERRORS) for r in res):
-            res = self._repair_and_retry(items, res)
-        return res
-
-    def _repair_and_retry(self, items, res: list) -> list:
-        """Remove what blocks a local write (a directory at the object's path, a file at its
-        shard directory's), then write those items once more."""
+        """As any store; a write that an obstacle blocks (a directory at the object's path, a file
+        at its shard directory's) removes the obstacle and is tried once more."""
+        res = super().write(items)
         blocked = [i for i, r in enumerate(res) if isinstance(r, _OBSTACLE_ERRORS)]
-        removed = [self._remove_obstacles(items[i][0]) for i in blocked]
-        if not any(removed):
-            return res
-        for i in blocked:
-            key, data = items[i]
-            try:
-                if self.sync_path:
-                    self.store.set_sync(key, layout.buffer(data))
-                else:
-                    sync(self.store.set(key, layout.buffer(data)))
-                res[i] = None
-            except Exception as exc:  # noqa: BLE001 - reported like the first attempt
-                res[i] = exc
+        if any([self._remove_obstacles(items[i][0]) for i in blocked]):
+            for i, r in zip(blocked, super().write([items[i] for i in blocked]), strict=True):
+                res[i] = r
         return res
 
     def _remove_obstacles(self, path: str) -> bool:
@@ -328,21 +295,17 @@ class LocalBackend(ZarrBackend):
         parts = path.split("/")
         for depth in range(1, len(parts)):  # ancestors that should be directories
             anc = "/".join(parts[:depth])
-            full = os.path.join(str(self.root), anc)
+            full = os.path.join(self.root, anc)
             if os.path.lexists(full) and not os.path.isdir(full):
                 os.unlink(full)
-                self._report(anc, f"a file where directory {anc}/ should be; removed")
+                self.on_repair(anc, f"a file where directory {anc}/ should be; removed")
                 removed = True
-        full = os.path.join(str(self.root), path)
+        full = os.path.join(self.root, path)
         if os.path.isdir(full) and not os.path.islink(full):
             shutil.rmtree(full, ignore_errors=True)
-            self._report(path, "a directory where an object file should be; removed")
+            self.on_repair(path, "a directory where an object file should be; removed")
             removed = True
         return removed
-
-    def _report(self, path: str, reason: str) -> None:
-        if self.on_repair is not None:
-            self.on_repair(path, reason)
 
     def listing(self, prefix: str) -> tuple[list[str], dict[str, str]]:
         """Keys of the files under ``root/prefix`` and the obstacles found there (path -> reason).
@@ -360,14 +323,11 @@ class LocalBackend(ZarrBackend):
         return _sharded_listing(self.root, prefix)
 
     def size_of_prefix(self, prefix: str) -> int:
-        total = 0
         try:
-            for e in os.scandir(self.root / prefix):
-                if e.is_file(follow_symlinks=False):
-                    total += e.stat(follow_symlinks=False).st_size
+            return sum(e.stat(follow_symlinks=False).st_size for e in os.scandir(self.root / prefix)
+                       if e.is_file(follow_symlinks=False))
         except (FileNotFoundError, NotADirectoryError):
             return 0
-        return total
 
     def removable(self, strays: list[str], grace: float) -> list[str]:
         """Only a ``.partial`` file may belong to a live writer (zarr's LocalStore writes
@@ -376,19 +336,17 @@ class LocalBackend(ZarrBackend):
         now = time.time()
         out = []
         for path in strays:
-            if grace <= 0 or not path.endswith(".partial"):
-                out.append(path)
-                continue
-            try:
-                age = now - (self.root / path).stat().st_mtime
-            except FileNotFoundError:
-                continue
-            if age >= grace:
-                out.append(path)
+            if grace > 0 and path.endswith(".partial"):
+                try:
+                    if now - (self.root / path).stat().st_mtime < grace:
+                        continue
+                except FileNotFoundError:
+                    continue
+            out.append(path)
         return out
 
     def is_dir(self, path: str) -> bool:
-        return os.path.isdir(os.path.join(str(self.root), path))
+        return os.path.isdir(os.path.join(self.root, path))
 
     def has_chunks(self) -> bool:
         return any((self.root / layout.CHUNKS / h).is_dir() for h in layout.SHARDS)
