@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 
-from tiered_kv.bench._pages import Page, Row, recorded
+from tiered_kv.bench._pages import Page, Row, head, recorded
 from tiered_kv.measure.contention.report import (
     CLASSES,
     DIRECTION,
@@ -110,14 +110,8 @@ def render_record(r: dict) -> str:
     command, note = recorded(r, COMMAND)
     la0, la1 = r["load_average_start"], r["load_average_end"]
     slow = sorted(p["compute_slowdown"] for p in r["points"])
-    return f"""# Tail latency under contention: restores and misses sharing one store link and the cores
-
-Written by `tiered-kv bench record contention` from `benchmarks/results/contention.json`, the JSON of one run of:
-
-```bash
-{command}
-```
-
+    return head("Tail latency under contention: restores and misses sharing one store link and the cores",
+                "contention", command) + f"""
 {note + chr(10) + chr(10) if note else ""}Load average (1/5/15 min) {la0[0]:.1f}/{la0[1]:.1f}/{la0[2]:.1f} at the start and
 {la1[0]:.1f}/{la1[1]:.1f}/{la1[2]:.1f} at the end, {r['cpus']} CPU(s), {r['torch_threads']} torch thread(s);
 the whole run took {r['wall_s']:.0f} s. Every point ran {r['repeats']} times, in interleaved rounds (each round

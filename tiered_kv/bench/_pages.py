@@ -47,6 +47,11 @@ def yes(ok: bool) -> str:
     return "yes" if ok else "no"
 
 
+def met(ok: bool) -> str:
+    """``yes``, or a bold ``no`` that a reader of a long table does not miss."""
+    return "yes" if ok else "**no**"
+
+
 def spread(values: Sequence[float], fmt: Fmt) -> str:
     """``median (min-max, n runs)`` of ``values``; just the value for a single run."""
     vals = [float(v) for v in values]
@@ -56,21 +61,6 @@ def spread(values: Sequence[float], fmt: Fmt) -> str:
     if len(vals) == 1:
         return f"{fmt(med)} (1 run)"
     return f"{fmt(med)} ({fmt(min(vals))}-{fmt(max(vals))}, {len(vals)} runs)"
-
-
-def span(values: Sequence[float], fmt: Fmt) -> str:
-    """``min-max`` of ``values`` (the spread beside a median shown elsewhere)."""
-    vals = [float(v) for v in values]
-    return f"{fmt(min(vals))}-{fmt(max(vals))}" if len(vals) > 1 else "1 run"
-
-
-def paired_ratios(num: Sequence[float], den: Sequence[float]) -> list[float]:
-    """``num[i] / den[i]`` of paired repeats (a baseline and the path timed beside it).
-
-    The two lists must be the same length: a repeat without its partner is not a pair."""
-    if len(num) != len(den):
-        raise ValueError(f"paired ratios need as many baseline runs as path runs, got {len(num)} and {len(den)}")
-    return [a / b for a, b in zip(num, den, strict=True) if b > 0]
 
 
 @dataclass(frozen=True)
@@ -91,7 +81,11 @@ class Paired:
 
     @classmethod
     def between(cls, num: Sequence[float], den: Sequence[float]) -> Paired:
-        return cls.of(paired_ratios(num, den))
+        """``num[i] / den[i]`` of paired repeats (a baseline and the path timed beside it): a
+        repeat without its partner is not a pair."""
+        if len(num) != len(den):
+            raise ValueError(f"paired ratios need as many baseline runs as path runs, got {len(num)} and {len(den)}")
+        return cls.of([a / b for a, b in zip(num, den, strict=True) if b > 0])
 
     def text(self, fmt: Fmt = ratio, bold: bool = False) -> str:
         """``0.78x (0.26x-0.91x, 5 pairs)``: the median, then the repeats' own range."""
@@ -105,14 +99,23 @@ class Paired:
 class Page:
     """One section of BENCHMARKS.md: ``benchmarks/results/<name>.md`` from ``<name>.json``.
 
-    ``render`` gets the JSON (with its ``recorded`` entry: the command and machine note) and,
-    for each name in ``extra``, that JSON or None when it is missing; ``command`` is what
-    ``tiered-kv bench record`` stores when it is given none."""
+    ``body`` gets the JSON (with its ``recorded`` entry: the command and machine note) and, for
+    each name in ``extra``, that JSON or None when it is missing; ``command`` is what ``tiered-kv
+    bench record`` stores when it is given none. With a ``title``, the body is set in the
+    standard frame (:func:`standard_page`; ``machine``: its note when the JSON names none);
+    without, it is the whole page."""
 
     name: str
-    render: Callable[..., str]
+    body: Callable[..., str]
     command: str
     extra: tuple[str, ...] = ()
+    title: str = ""
+    machine: str = DEFAULT_MACHINE
+
+    def render(self, *data: dict | None) -> str:
+        if not self.title:
+            return self.body(*data)
+        return standard_page(self.title, self.name, data[0], self.command, self.body(*data), self.machine)
 
 
 @dataclass(frozen=True)
@@ -126,15 +129,14 @@ class Row:
     pending: str = ""  # the command still to run when its JSON is missing ("" reads "no result")
 
 
-def recorded(r: dict, default_command: str) -> tuple[str, str]:
+def recorded(r: dict, default_command: str, default_machine: str = DEFAULT_MACHINE) -> tuple[str, str]:
     """(command, machine note) of a record; the defaults when the JSON names none."""
     rec = r.get("recorded") or {}
-    return rec.get("command") or default_command, rec.get("machine", DEFAULT_MACHINE)
+    return rec.get("command") or default_command, rec.get("machine", default_machine)
 
 
-def standard_page(title: str, name: str, r: dict, default_command: str, body: str) -> str:
-    """The usual frame: title, where the page comes from, the command, the machine, the body."""
-    command, machine = recorded(r, default_command)
+def head(title: str, name: str, command: str) -> str:
+    """Every page's head: its title, the JSON it is rendered from and the command that wrote it."""
     return f"""# {title}
 
 Written by `tiered-kv bench record {name}` from `benchmarks/results/{name}.json`, the JSON of one run of:
@@ -142,8 +144,11 @@ Written by `tiered-kv bench record {name}` from `benchmarks/results/{name}.json`
 ```bash
 {command}
 ```
-
-Machine: {machine}
-
-{body}
 """
+
+
+def standard_page(title: str, name: str, r: dict, default_command: str, body: str,
+                  default_machine: str = DEFAULT_MACHINE) -> str:
+    """The usual frame: the head, the machine, the body."""
+    command, machine = recorded(r, default_command, default_machine)
+    return f"{head(title, name, command)}\nMachine: {machine}\n\n{body}\n"

@@ -24,12 +24,11 @@ import asyncio
 import statistics
 import time
 import uuid
-from collections.abc import Callable, Iterator
-from typing import Any
 
 from zarr.core.sync import sync
 
 from tiered_kv.bench._pages import Paired
+from tiered_kv.bench.store import check_read, in_turn, latency_ms, payload
 
 
 async def _bounded(coros, limit: int) -> list:
@@ -87,55 +86,12 @@ def _child(base, prefix: str):
     raise ValueError(f"--url: only s3:// stores are benchmarked, got {type(base).__name__}")
 
 
-def payload(ns, tokens) -> tuple[Any, list, list[bytes], list[bytes], float]:
-    """What both store benches write: the prefix's KV, its FP4 chunks, their keys and the packed
-    objects (the raw side writes these very bytes), and the seconds the quantization took."""
-    import torch
-
-    from tiered_kv import codec
-    from tiered_kv.keys import block_keys
-
-    g = torch.Generator().manual_seed(0)
-    kv = torch.randn(len(tokens) // ns.block_size * ns.block_size, 2, ns.kv_heads, ns.head_dim, generator=g)
-    t0 = time.perf_counter()
-    chunks = codec.quantize_blocks(kv, ns)
-    quantize_s = time.perf_counter() - t0
-    keys = block_keys(tokens, ns)
-    objs = [codec.pack_chunk(q, namespace=ns, key=k, parent=keys[i - 1] if i else bytes(16), index=i,
-                             traffic_class="bench", created=0.0) for i, (q, k) in enumerate(zip(chunks, keys, strict=True))]
-    return kv, chunks, keys, objs, quantize_s
-
-
-def timed(timings: dict[str, list[float]], name: str, fn: Callable[[], Any]) -> Any:
-    """Run ``fn``, appending its wall time to ``timings[name]``; returns what it returned."""
-    t0 = time.perf_counter()
-    out = fn()
-    timings[name].append(time.perf_counter() - t0)
-    return out
-
-
-def in_turn(timings: dict[str, list[float]], r: int, steps: list[tuple[str, Callable[[], Any]]]) -> Iterator[Any]:
-    """Time each ``(name, fn)`` step in an order that flips every repeat, so that neither side
-    always runs first; yields each step's name and result as it finishes."""
-    for name, fn in (steps if r % 2 == 0 else steps[::-1]):
-        yield name, timed(timings, name, fn)
-
-
-def check_read(out: Any, n_blocks: int, total: int) -> None:
-    """A tier read holds every block and the packed bytes (give or take header digits); a raw one the bytes."""
-    if isinstance(out, int):
-        assert out == total
-    else:
-        assert out.blocks == n_blocks and abs(out.nbytes - total) <= 32 * n_blocks
-
-
 def _case(label: str, ns, tokens, base, args, run_id: str) -> dict:
     """One size per token on the object store: the tier against raw obstore, ``--repeat`` times."""
     from tiered_kv.tiers.ssd import SSDConfig, SSDTier, layout
 
-    _, chunks, keys, objs, _ = payload(ns, tokens)
-    n_blocks, total = len(tokens) // ns.block_size, sum(len(o) for o in objs)
-    paths = [layout.chunk_path(k) for k in keys]
+    p = payload(ns, tokens)
+    paths = [layout.chunk_path(k) for k in p.keys]
     timings: dict[str, list[float]] = {k: [] for k in ("put", "raw_put", "get", "raw_get")}
     lat: list[float] = []
     for r in range(args.repeat):
@@ -143,30 +99,28 @@ def _case(label: str, ns, tokens, base, args, run_id: str) -> dict:
         tier_store, raw_store = _child(base, tier_prefix), _child(base, raw_prefix)
         tier = SSDTier(tier_store, namespace=ns,
                        config=SSDConfig(auto_gc=False, background_touch=False, io_concurrency=args.concurrency))
-        list(in_turn(timings, r, [("put", lambda tier=tier: tier.put_quantized(tokens, chunks, "bench")),
-                                  ("raw_put", lambda s=raw_store: _raw_put(s, paths, objs, args.concurrency))]))
+        list(in_turn(timings, r, [("put", lambda tier=tier: tier.put_quantized(tokens, p.chunks, "bench")),
+                                  ("raw_put", lambda s=raw_store: _raw_put(s, paths, p.objs, args.concurrency))]))
         for _, out in in_turn(timings, r, [("get", lambda tier=tier: tier.get_prefix(tokens)),
                                            ("raw_get", lambda s=raw_store: _raw_get(s, paths, args.concurrency))]):
-            check_read(out, n_blocks, total)
+            check_read(out, p)
         if r == args.repeat - 1:
             for _ in range(args.latency_runs):
                 t0 = time.perf_counter()
-                assert tier.get_prefix(tokens).blocks == n_blocks
+                assert tier.get_prefix(tokens).blocks == p.n_blocks
                 lat.append(time.perf_counter() - t0)
         tier.close()
         _delete_prefix(base, tier_prefix)
         _delete_prefix(base, raw_prefix)
     med = {k: statistics.median(v) for k, v in timings.items()}
-    lat.sort()
-    q = lambda p: 1e3 * lat[min(len(lat) - 1, int(p * len(lat)))] if lat else None
     return {
-        "chunks": n_blocks, "chunk_bytes": len(objs[0]), "total_bytes": total,
-        "bytes_per_token": chunks[0].nbytes / ns.block_size, "kv_heads": ns.kv_heads, "head_dim": ns.head_dim,
+        "chunks": p.n_blocks, "chunk_bytes": len(p.objs[0]), "total_bytes": p.total,
+        "bytes_per_token": p.chunks[0].nbytes / ns.block_size, "kv_heads": ns.kv_heads, "head_dim": ns.head_dim,
         "seconds": med, "all_seconds": timings,
-        "GBps": {k: total / v / 1e9 for k, v in med.items()},
+        "GBps": {k: p.total / v / 1e9 for k, v in med.items()},
         "put_ratio_vs_raw": Paired.between(timings["raw_put"], timings["put"]).median,
         "get_ratio_vs_raw": Paired.between(timings["raw_get"], timings["get"]).median,
-        "get_prefix_latency_ms": {"p50_ms": q(0.5), "p99_ms": q(0.99), "samples": len(lat)},
+        "get_prefix_latency_ms": latency_ms(lat),
     }
 
 

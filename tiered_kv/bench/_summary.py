@@ -13,10 +13,11 @@ import importlib
 import json
 from pathlib import Path
 
-from tiered_kv.bench._pages import Row
+from tiered_kv.bench._pages import Row, brief, yes
 
-#: The benchmark modules whose lines make the table, in its order.
-ORDER = ("kernels", "store", "sim", "ttft", "engine", "_contention_page", "peers", "policies", "retention", "widgets", "synth")
+#: The modules whose ``PAGES`` make the records, in the order of their lines (``SUMMARY``) in the table.
+MODULES = ("kernels", "store", "sim", "ttft", "engine", "_contention_page", "peers", "policies", "retention", "widgets",
+           "synth", "cluster_model")
 
 #: The DeepSeek-scale day is recorded by ``tiered-kv day replay --record`` (not a bench module).
 DAY_REPLAY_S = 30 * 60.0
@@ -47,11 +48,9 @@ has recorded it as `benchmarks/results/kernels_gpu.json`.
 
 def _day(d: dict) -> tuple[str, str]:
     rss = d["replay_peak_rss_bytes"]
-    s = d["replay_s"]
-    took = f"{s * 1e3:.0f} ms" if s < 1 else f"{s:.2f} s" if s < 100 else f"{s:,.0f} s"
     return (f"{d['input_tokens'] / 1e9:.0f} B input tokens, {d['generated']['accesses'] / 1e9:.2f} B block "
-            f"accesses: replay {took}, peak RSS {rss / 2**30:.1f} GiB"), \
-        "yes" if d["replay_s"] < DAY_REPLAY_S and rss < DAY_RSS_BYTES else "no"
+            f"accesses: replay {brief(d['replay_s'])}, peak RSS {rss / 2**30:.1f} GiB"), \
+        yes(d["replay_s"] < DAY_REPLAY_S and rss < DAY_RSS_BYTES)
 
 
 DAY = Row("a DeepSeek-scale day, sharded Parquet, replayed through LRU and per-class TTL", ("deepseek_day",),
@@ -63,10 +62,10 @@ DAY_COMMAND = ("tiered-kv day generate ROOT --workers 1; "
 def rows() -> list[tuple[Row, str]]:
     """Every line of the table with the command its first JSON falls back on."""
     out = []
-    for name in ORDER:
+    for name in MODULES:
         module = importlib.import_module(f"tiered_kv.bench.{name}")
         defaults = {p.name: p.command for p in module.PAGES}
-        out += [(row, defaults.get(row.files[0], "")) for row in module.SUMMARY]
+        out += [(row, defaults.get(row.files[0], "")) for row in getattr(module, "SUMMARY", ())]
     return out + [(DAY, DAY_COMMAND)]
 
 

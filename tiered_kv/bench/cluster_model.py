@@ -21,7 +21,7 @@ import subprocess
 import sys
 from typing import Any
 
-from tiered_kv.bench._pages import Page, standard_page
+from tiered_kv.bench._pages import Page
 
 NAME = "cluster"
 HELP = "cluster model record: latency calibration, admission p99, routing/pooling, disk fraction, 14-day CLI run"
@@ -336,11 +336,5 @@ Values from `L.preset()`, `L.miss_ttft`, `L.hit_ttft`, `L.ttft_components` and
 {w['unique_blocks']:,} distinct blocks."""
 
 
-def render_page(r: dict) -> str:
-    """The whole page: the standard frame (machine line :data:`MACHINE` unless the JSON names one)."""
-    framed = {**r, "recorded": {"machine": MACHINE, **(r.get("recorded") or {})}}
-    return standard_page("Cluster model, TTFT and cost (`tiered-kv bench cluster`)", "cluster", framed, COMMAND,
-                         render_record(r))
-
-
-PAGES = (Page("cluster", render_page, COMMAND),)
+PAGES = (Page("cluster", render_record, COMMAND, title="Cluster model, TTFT and cost (`tiered-kv bench cluster`)",
+              machine=MACHINE),)

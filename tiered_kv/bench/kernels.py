@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from tiered_kv.bench._pages import Page, Paired, Row, ms, ratio, spread, standard_page, yes
+from tiered_kv.bench._pages import Page, Paired, Row, ms, ratio, spread, yes
 
 NAME = "kernels"
 HELP = "FP4 quantize/dequantize and sliding-window attention throughput (GB/s vs clone / peak)"
@@ -342,12 +342,9 @@ def _summary_gpu(k: dict) -> tuple[str, str]:
 
 
 PAGES = (
-    Page("kernels", lambda r: standard_page("FP4 kernels (`tiered-kv bench kernels`)", "kernels", r,
-                                            "tiered-kv bench kernels --json", render_record(r)),
-         "tiered-kv bench kernels --json"),
-    Page("kernels_gpu", lambda r: standard_page(
-        "FP4 kernels on the GPU (`bash benchmarks/gpu_check.sh`: `tiered-kv bench kernels`)", "kernels_gpu", r,
-        "tiered-kv bench kernels --json", render_record(r)), "tiered-kv bench kernels --json"),
+    Page("kernels", render_record, "tiered-kv bench kernels --json", title="FP4 kernels (`tiered-kv bench kernels`)"),
+    Page("kernels_gpu", render_record, "tiered-kv bench kernels --json",
+         title="FP4 kernels on the GPU (`bash benchmarks/gpu_check.sh`: `tiered-kv bench kernels`)"),
 )
 SUMMARY = (
     Row("FP4 kernels, CPU", ("kernels",), lambda *_: f">= {CPU_RATIO_TARGET}x clone (issue 2)", _summary_cpu),

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from tiered_kv import cli_args as _args
-from tiered_kv.bench._pages import Page, Paired, Row, brief, recorded, yes
+from tiered_kv.bench._pages import Page, Paired, Row, brief, met, recorded, yes
 
 NAME = "policies"
 HELP = "replay time of every policy on the 14-day synthetic mixed workload (median of interleaved repeats)"
@@ -245,7 +245,7 @@ jobs (see the summary above), so absolute times are pessimistic.
 {_replay_rows(pols)}
 
 Slowest: `{slowest}` at {_t(worst)} (the line for a kernel: a 14-day replay within
-{REPLAY_TARGET_S:.0f} s: {"yes" if worst <= REPLAY_TARGET_S else "**no**"}); all {len(pols)} policies one after the other: \
+{REPLAY_TARGET_S:.0f} s: {met(worst <= REPLAY_TARGET_S)}); all {len(pols)} policies one after the other: \
 {_t(sum(d["median_s"] for d in pols.values()))}.
 """
 
@@ -260,7 +260,7 @@ def _peer_rows(pairs: dict) -> str:
     for name, d in pairs.items():
         cpu = (_libcachesim_speedup(d, "cpu_seconds").text(lambda x: f"{x:.1f}x") if "peer_cpu_seconds_all" in d
                else f"{d['cpu_speedup_vs_peer']:.1f}x")
-        rows.append(f"| {name} | `{d['ours_policy']}` | {'yes' if d['identical'] else '**no**'} | "
+        rows.append(f"| {name} | `{d['ours_policy']}` | {met(d['identical'])} | "
                     f"{_t(d['peer_seconds'])} ({_runs(d['peer_seconds_all'])}) | "
                     f"{_t(d['ours_seconds'])} ({_runs(d['ours_seconds_all'])}) | "
                     f"{_libcachesim_speedup(d).text(lambda x: f'{x:.1f}x')} | {cpu} |")

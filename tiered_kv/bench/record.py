@@ -30,15 +30,12 @@ HELP = "write benchmarks/results/NAME.{json,md} from a benchmark's JSON and reas
 
 #: The checkout this package sits in (the results live beside the code they measure).
 ROOT = Path(__file__).resolve().parents[2]
-#: Modules whose ``PAGES`` make the records.
-PAGE_MODULES = ("kernels", "store", "peers", "retention", "widgets", "synth", "sim", "ttft", "engine", "policies",
-                "cluster_model", "_contention_page")
 
 
 def pages() -> dict[str, Page]:
     """Every page by name, from the modules that render them."""
     out: dict[str, Page] = {}
-    for name in PAGE_MODULES:
+    for name in _summary.MODULES:
         out.update((p.name, p) for p in importlib.import_module(f"tiered_kv.bench.{name}").PAGES)
     return out
 

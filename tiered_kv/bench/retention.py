@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from tiered_kv.bench._pages import Page, Paired, Row, brief, sec, spread, standard_page
+from tiered_kv.bench._pages import Page, Paired, Row, brief, sec, spread
 
 NAME = "retention"
 HELP = "retention speed: per-class TTL curves + oracle frontier vs per-TTL event replays"
@@ -213,9 +213,8 @@ def _summary(r: dict) -> tuple[str, str]:
     return "; ".join(parts) + " (median)", "; ".join(met)
 
 
-PAGES = (Page("retention", lambda r: standard_page("Retention curves + oracle frontier speed (`tiered-kv bench retention`)",
-                                                   "retention", r, "tiered-kv bench retention --json",
-                                                   render_record(r)), "tiered-kv bench retention --json"),)
+PAGES = (Page("retention", render_record, "tiered-kv bench retention --json",
+              title="Retention curves + oracle frontier speed (`tiered-kv bench retention`)"),)
 SUMMARY = (Row("retention curves + oracle frontier", ("retention",),
                lambda r: "; ".join(f"< {v:g} s" for k, v in r["targets_s"].items() if k in r) + " (issue 9)",
                _summary),)

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from tiered_kv.bench._pages import Page, Row, brief, recorded, yes
+from tiered_kv.bench._pages import Page, Row, brief, head, met, ms, recorded, yes
 
 NAME = "sim"
 HELP = "simulator speed: one-pass curves vs per-point replay, Belady, replay throughput, scaling"
@@ -206,25 +206,21 @@ def _runs(r: dict, name: str) -> str:
     return f" ({', '.join(f'{x:.3f}' for x in runs)})" if runs and len(runs) > 1 else ""
 
 
-def _met(ok: bool) -> str:
-    return "yes" if ok else "**no**"
-
-
 def _conversation_rows(r: dict) -> list[str]:
     c, t, m = r["conversation"], r["targets"], r["meets_targets"]
     return [
         f"| LRU curve ({c['lru_capacities']} capacities) + TTL curve ({c['ttl_points']} TTLs), one pass each | "
-        f"{_s(c['curves_s'])}{_runs(c, 'curves_s')} | <= {t['curves_s']:g} s | {_met(m['curves_s'])} |",
+        f"{_s(c['curves_s'])}{_runs(c, 'curves_s')} | <= {t['curves_s']:g} s | {met(m['curves_s'])} |",
         f"| the same {c['lru_capacities'] + c['ttl_points']} points as one event replay each (baseline, one run) | "
         f"{_s(c['per_point_replay_s'])} | | |",
         f"| one-pass speed-up over per-point replay (one baseline run over the median) | "
         f"{c['curves_speedup_vs_per_point']:.0f}x | | |",
         f"| Belady (MIN with bypass) at one capacity, next-use included | {_s(c['belady_one_capacity_s'])}"
-        f"{_runs(c, 'belady_one_capacity_s')} | <= {t['belady_one_capacity_s']:g} s | {_met(m['belady_one_capacity_s'])} |",
+        f"{_runs(c, 'belady_one_capacity_s')} | <= {t['belady_one_capacity_s']:g} s | {met(m['belady_one_capacity_s'])} |",
         f"| Belady curve at the same capacities, one stack pass | {_s(c['belady_curve_s'])}{_runs(c, 'belady_curve_s')} | | |",
         f"| LRU event replay throughput | {c['lru_replay_accesses_per_s'] / 1e6:.1f} M block accesses/s "
         f"({_s(c['lru_replay_s'])}{_runs(c, 'lru_replay_s')}) | >= {t['lru_replay_accesses_per_s'] / 1e6:g} M/s | "
-        f"{_met(m['lru_replay_accesses_per_s'])} |",
+        f"{met(m['lru_replay_accesses_per_s'])} |",
         f"| numba JIT warm-up (every kernel's first call; loads the on-disk cache when filled) | "
         f"{_s(r['jit_warmup_s'])} | reported, not timed | |",
         f"| trace load (polars JSONL) / compile to flat arrays | {_s(r['load_trace_s'])} / {_s(r['compile_trace_s'])} | | |",
@@ -240,7 +236,7 @@ def _cluster_lines(cl: dict) -> list[str]:
         f"GPU, host and SSD tiers. Generate {_s(cl['generate_s'])}, compile {_s(cl['compile_trace_s'])}, "
         f"JIT warm-up {_s(cl['jit_warmup_s'])}; the cluster replay **{_s(cl['cluster_s'])}** "
         f"({cl['cluster_accesses_per_s'] / 1e6:.1f} M accesses/s; target {CLUSTER_TARGET}: "
-        f"{_met(ok['block_accesses_ge_10M'] and ok['cluster_s_le_60'])}), {cl['slowdown_vs_single_lru']:.1f}x one "
+        f"{met(ok['block_accesses_ge_10M'] and ok['cluster_s_le_60'])}), {cl['slowdown_vs_single_lru']:.1f}x one "
         f"single-cache LRU replay of the same trace ({_s(cl['single_lru_s'])}, the baseline in the same run, one "
         f"run each); peak RSS {cl['peak_rss_bytes'] / 2**30:.2f} GiB; token hit rate {cl['token_hit_rate']:.1%}, "
         f"{cl['disk_token_fraction']:.1%} of input tokens from the SSD tier."]
@@ -279,10 +275,6 @@ def _cli_runs(xs: list[float]) -> str:
     return ", ".join(f"{x:.2f}" for x in xs)
 
 
-def _ms_or_s(x: float) -> str:
-    return f"{x:.2f} s" if x >= 1 else f"{1e3 * x:.1f} ms"
-
-
 def _cli_cell(d: dict, key: str) -> str:
     return f"{d[key + '_s']:.2f} s ({_cli_runs(d[key + '_runs_s'])})" if key + "_s" in d else "-"
 
@@ -297,14 +289,8 @@ def render_cli(r: dict) -> str:
     load = cli.get("load_average_1m")
     numpy_row = (f"| baseline: a process that only imports numpy (`numpy_imports_s`) | {_s2(cli['numpy_imports_s'])} "
                  f"({_cli_runs(cli['numpy_imports_runs_s'])}) | | |\n" if "numpy_imports_s" in cli else "")
-    return f"""# CLI start-up of the simulator commands (`tiered-kv bench sim`: `cli_warm_s`, `cli_cold_s`)
-
-Written by `tiered-kv bench record sim_cli` from `benchmarks/results/sim_cli.json`, the JSON of one run of:
-
-```bash
-{command}
-```
-
+    return head("CLI start-up of the simulator commands (`tiered-kv bench sim`: `cli_warm_s`, `cli_cold_s`)",
+                "sim_cli", command) + f"""
 Whole processes, output discarded, median of {cli['repeat']} interleaved runs (every run in
 brackets). *Warm*: numba's cache holds every kernel and the compiled-trace cache holds the trace
 (both filled by one unmeasured run). *Cold*: a fresh empty `NUMBA_CACHE_DIR` and trace cache for
@@ -318,15 +304,15 @@ run ended: {f"{load:.1f}" if load is not None else "not available"}. {note}
 
 | figure | measured | target | met? |
 |---|---:|---:|---|
-| `cli_warm_s` (slower command, warm) | {_s2(r['cli_warm_s'])} | <= {_s2(targets['cli_warm_s'])} | {_met(meets['cli_warm_s'])} |
-| `cli_cold_s` (slower command, cold) | {_s2(r['cli_cold_s'])} | <= {_s2(targets['cli_cold_s'])} | {_met(meets['cli_cold_s'])} |
+| `cli_warm_s` (slower command, warm) | {_s2(r['cli_warm_s'])} | <= {_s2(targets['cli_warm_s'])} | {met(meets['cli_warm_s'])} |
+| `cli_cold_s` (slower command, cold) | {_s2(r['cli_cold_s'])} | <= {_s2(targets['cli_cold_s'])} | {met(meets['cli_cold_s'])} |
 {numpy_row}| baseline: a process that only imports numpy and numba (`imports_s`) | {_s2(cli['imports_s'])} ({_cli_runs(cli['imports_runs_s'])}) | | |
 
 The work itself, in the same run (median of {r['repeat']} after a warm-up call, conversation trace):
-LRU + TTL curves at {conv['lru_capacities']} + {conv['ttl_points']} points {_ms_or_s(conv['curves_s'])}; the Belady curve at
-the same {conv['lru_capacities']} capacities in one stack pass {_ms_or_s(conv['belady_curve_s'])} (one Belady replay at one
-capacity: {_ms_or_s(conv['belady_one_capacity_s'])}); one LRU replay {_ms_or_s(conv['lru_replay_s'])}. Trace load
-{_ms_or_s(r['load_trace_s'])}, compile {_ms_or_s(r['compile_trace_s'])}; first kernel calls (warm-up) in that process {_ms_or_s(r['jit_warmup_s'])}.
+LRU + TTL curves at {conv['lru_capacities']} + {conv['ttl_points']} points {ms(conv['curves_s'])}; the Belady curve at
+the same {conv['lru_capacities']} capacities in one stack pass {ms(conv['belady_curve_s'])} (one Belady replay at one
+capacity: {ms(conv['belady_one_capacity_s'])}); one LRU replay {ms(conv['lru_replay_s'])}. Trace load
+{ms(r['load_trace_s'])}, compile {ms(r['compile_trace_s'])}; first kernel calls (warm-up) in that process {ms(r['jit_warmup_s'])}.
 """
 
 

@@ -13,7 +13,8 @@ array per chunk. Medians of ``--repeat`` runs (every run kept in ``seconds_all``
 
 ``--local-s3`` (a moto S3 server started on 127.0.0.1) or ``--url s3://bucket/prefix`` (a real
 bucket, configured from the environment) benchmark the tier on object storage instead, against
-raw obstore puts and gets of the same bytes at the same concurrency (tiered_kv/bench/_store_object.py).
+raw obstore puts and gets of the same bytes at the same concurrency (tiered_kv/bench/_store_object.py, which
+shares this module's payload and timing helpers).
 """
 
 from __future__ import annotations
@@ -25,16 +26,18 @@ import statistics
 import tempfile
 import threading
 import time
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
+from typing import Any
 
-from tiered_kv.bench._pages import Page, Paired, Row, recorded, sec, spread, standard_page, yes
+from tiered_kv.bench._pages import Page, Paired, Row, head, recorded, sec, spread, yes
 
 NAME = "store"
 HELP = "SSD tier put/get_prefix throughput vs raw file I/O (128K-token prefix), p50/p99 latency"
 
-DEEPSEEK_BYTES_PER_TOKEN = 890
 
 
 def register(parser: argparse.ArgumentParser) -> None:
@@ -59,6 +62,68 @@ def register(parser: argparse.ArgumentParser) -> None:
                         help="object stores: requests in flight, for the tier and for raw obstore (default 64)")
     parser.add_argument("--latency-runs", type=int, default=20,
                         help="object stores: get_prefix runs for p50/p99 (default 20)")
+
+
+@dataclass(frozen=True)
+class Payload:
+    """What both store benches write: the prefix's KV, its FP4 chunks, their keys and the packed
+    objects (the raw side writes these very bytes), the seconds the quantization took, and the
+    chunks' count and bytes."""
+
+    kv: Any
+    chunks: list
+    keys: list[bytes]
+    objs: list[bytes]
+    quantize_s: float
+    n_blocks: int
+    total: int
+
+
+def payload(ns, tokens) -> Payload:
+    import torch
+
+    from tiered_kv import codec
+    from tiered_kv.keys import block_keys
+
+    g = torch.Generator().manual_seed(0)
+    kv = torch.randn(len(tokens) // ns.block_size * ns.block_size, 2, ns.kv_heads, ns.head_dim, generator=g)
+    t0 = time.perf_counter()
+    chunks = codec.quantize_blocks(kv, ns)
+    quantize_s = time.perf_counter() - t0
+    keys = block_keys(tokens, ns)
+    objs = [codec.pack_chunk(q, namespace=ns, key=k, parent=keys[i - 1] if i else bytes(16), index=i,
+                             traffic_class="bench", created=0.0) for i, (q, k) in enumerate(zip(chunks, keys, strict=True))]
+    return Payload(kv, chunks, keys, objs, quantize_s, len(tokens) // ns.block_size, sum(len(o) for o in objs))
+
+
+def timed(timings: dict[str, list[float]], name: str, fn: Callable[[], Any]) -> Any:
+    """Run ``fn``, appending its wall time to ``timings[name]``; returns what it returned."""
+    t0 = time.perf_counter()
+    out = fn()
+    timings[name].append(time.perf_counter() - t0)
+    return out
+
+
+def in_turn(timings: dict[str, list[float]], r: int, steps: list[tuple[str, Callable[[], Any]]]) -> Iterator[Any]:
+    """Time each ``(name, fn)`` step in an order that flips every repeat, so that neither side
+    always runs first; yields each step's name and result as it finishes."""
+    for name, fn in (steps if r % 2 == 0 else steps[::-1]):
+        yield name, timed(timings, name, fn)
+
+
+def check_read(out: Any, p: Payload) -> None:
+    """A tier read holds every block and the packed bytes (give or take header digits); a raw one the bytes."""
+    if isinstance(out, int):
+        assert out == p.total
+    else:
+        assert out.blocks == p.n_blocks and abs(out.nbytes - p.total) <= 32 * p.n_blocks
+
+
+def latency_ms(lat: list[float]) -> dict:
+    """p50 / p99 (ms, None without samples) and the number of samples of get_prefix latencies."""
+    lat = sorted(lat)
+    q = lambda p: 1e3 * lat[min(len(lat) - 1, int(p * len(lat)))] if lat else None
+    return {"p50_ms": q(0.5), "p99_ms": q(0.99), "samples": len(lat)}
 
 
 def _drop_cache(paths: list[Path]) -> None:
@@ -125,49 +190,43 @@ def _size_case(label: str, ns, tokens, root: Path, args, pool) -> dict:
     """One size per token: the tier against raw file I/O of the very same packed chunks."""
     from tqdm import tqdm
 
-    from tiered_kv.bench._store_object import payload
-
-    kv, chunks, keys, objs, quantize_s = payload(ns, tokens)
-    n_blocks, total = len(tokens) // ns.block_size, sum(len(o) for o in objs)
-    res: dict = {"bytes_per_token": chunks[0].nbytes / ns.block_size, "chunks": n_blocks,
-                 "chunk_bytes": len(objs[0]), "total_bytes": total, "quantize_cpu_s": quantize_s,
+    p = payload(ns, tokens)
+    res: dict = {"bytes_per_token": p.chunks[0].nbytes / ns.block_size, "chunks": p.n_blocks,
+                 "chunk_bytes": len(p.objs[0]), "total_bytes": p.total, "quantize_cpu_s": p.quantize_s,
                  "kv_heads": ns.kv_heads, "head_dim": ns.head_dim, "fmt": ns.fmt}
     timings: dict[str, list[float]] = {k: [] for k in PHASES}
     for r in tqdm(range(args.repeat), desc=f"store bench ({label})", leave=False, delay=1.0):
-        tier = _size_repeat(r, root / f"{label}-{r}", ns, tokens, (kv, chunks, keys, objs), timings, args, pool)
+        tier = _size_repeat(r, root / f"{label}-{r}", ns, tokens, p, timings, args, pool)
         if r < args.repeat - 1:
             tier.close()
             shutil.rmtree(root / f"{label}-{r}")
     med = {k: statistics.median(v) for k, v in timings.items() if v}
     res["seconds"] = med
     res["seconds_all"] = {k: v for k, v in timings.items() if v}  # every repeat, for the spread
-    res["GBps"] = {k: total / v / 1e9 for k, v in med.items()}
+    res["GBps"] = {k: p.total / v / 1e9 for k, v in med.items()}
     res.update({key: Paired.between(timings[raw], timings[t]).median for key, (raw, t) in PAIRED.items()})
-    res["get_prefix_latency_ms"] = _latency(tier, tokens, n_blocks, args)
+    res["get_prefix_latency_ms"] = _latency(tier, tokens, p.n_blocks, args)
     tier.close()
     if args.naive:
-        res["naive_zarr_array_per_chunk"] = _naive(root / f"{label}-naive", objs, med)
+        res["naive_zarr_array_per_chunk"] = _naive(root / f"{label}-naive", p.objs, med)
     shutil.rmtree(root / f"{label}-{args.repeat - 1}", ignore_errors=True)
     return res
 
 
-def _size_repeat(r: int, base: Path, ns, tokens, data: tuple, timings: dict[str, list[float]], args, pool):
+def _size_repeat(r: int, base: Path, ns, tokens, p: Payload, timings: dict[str, list[float]], args, pool):
     """One repeat: writes (each from a clean page cache), warm reads, then cold reads, raw and tier
     in turn; the first repeat also times put with the FP4 quantization. Returns the open tier."""
-    from tiered_kv.bench._store_object import check_read, in_turn, timed
     from tiered_kv.tiers.ssd import SSDConfig, SSDTier, layout
 
-    kv, chunks, keys, objs = data
-    n_blocks, total = len(tokens) // ns.block_size, sum(len(o) for o in objs)
     tier = SSDTier(base / "tier", namespace=ns,  # steady state: shard dirs exist
                    config=SSDConfig(auto_gc=False, io_threads=args.io_threads, precreate_shards=True))
     for d in ("raw", "rawp"):
         (base / d).mkdir()
-    raw_paths = [base / "raw" / f"{i:06d}" for i in range(n_blocks)]
+    raw_paths = [base / "raw" / f"{i:06d}" for i in range(p.n_blocks)]
     os.sync()
-    for _ in in_turn(timings, r, [("put", partial(tier.put_quantized, tokens, chunks, "bench")),
-                                  ("raw_write", partial(_raw_write, base / "raw", objs, None)),
-                                  ("raw_write_parallel", partial(_raw_write, base / "rawp", objs, pool))]):
+    for _ in in_turn(timings, r, [("put", partial(tier.put_quantized, tokens, p.chunks, "bench")),
+                                  ("raw_write", partial(_raw_write, base / "raw", p.objs, None)),
+                                  ("raw_write_parallel", partial(_raw_write, base / "rawp", p.objs, pool))]):
         os.sync()
     reads = [("get_warm", partial(tier.get_prefix, tokens)), ("raw_read_warm", partial(_raw_read, raw_paths, None)),
              ("raw_read_parallel_warm", partial(_raw_read, raw_paths, pool)),
@@ -175,9 +234,9 @@ def _size_repeat(r: int, base: Path, ns, tokens, data: tuple, timings: dict[str,
     for name, out in in_turn(timings, r, reads):
         if name == "get_warm":
             tier.flush()  # the access record is written in the background, off the read path
-        check_read(out, n_blocks, total)
-    _drop_cache([base / "tier" / layout.chunk_path(k) for k in keys])
-    assert timed(timings, "get_cold", partial(tier.get_prefix, tokens)).blocks == n_blocks
+        check_read(out, p)
+    _drop_cache([base / "tier" / layout.chunk_path(k) for k in p.keys])
+    assert timed(timings, "get_cold", partial(tier.get_prefix, tokens)).blocks == p.n_blocks
     tier.flush()
     _drop_cache(raw_paths)
     timed(timings, "raw_read_cold", partial(_raw_read, raw_paths, None))
@@ -185,7 +244,7 @@ def _size_repeat(r: int, base: Path, ns, tokens, data: tuple, timings: dict[str,
         t2 = SSDTier(base / "tier2", namespace=ns,
                      config=SSDConfig(background_touch=False, auto_gc=False, precreate_shards=True))
         os.sync()
-        timed(timings, "put_with_quantize", partial(t2.put, tokens, kv, "bench"))
+        timed(timings, "put_with_quantize", partial(t2.put, tokens, p.kv, "bench"))
         t2.close()
     return tier
 
@@ -214,12 +273,7 @@ def _latency(tier, tokens, n_blocks: int, args) -> dict:
             t.start()
         for t in threads:
             t.join()
-        lat.sort()
-
-        def q(p: float, lat: list = lat) -> float:
-            return 1e3 * lat[min(len(lat) - 1, int(p * len(lat)))]
-
-        out[str(n)] = {"p50_ms": q(0.5), "p99_ms": q(0.99), "samples": len(lat)}
+        out[str(n)] = latency_ms(lat)
     return out
 
 
@@ -373,14 +427,7 @@ def render_s3(r: dict) -> str:
     rates = "; ".join(f"{s['chunk_bytes'] / 1e3:.0f} KB objects: {s['chunks'] / s['seconds']['raw_put']:.0f} PUTs/s "
                       f"and {s['chunks'] / s['seconds']['raw_get']:.0f} GETs/s" for s in r["sizes"].values())
     rows = "\n".join(_s3_row(label, s) for label, s in r["sizes"].items())
-    return f"""# SSD tier on object storage (`tiered-kv bench store --local-s3`)
-
-Written by `tiered-kv bench record store_s3` from `benchmarks/results/store_s3.json`, the JSON of one run of:
-
-```bash
-{command}
-```
-
+    return head("SSD tier on object storage (`tiered-kv bench store --local-s3`)", "store_s3", command) + f"""
 Machine: {machine}. Store: {r['store']}; {r['prefix_tokens']:,}-token prefix = \
 {next(iter(r['sizes'].values()))['chunks']} chunks of {r['block_size']} tokens; {r['concurrency']} requests in flight \
 for the tier and for raw obstore alike; {r['repeat']} repeats whose order of tier and raw alternates.
@@ -414,9 +461,8 @@ def _summary(s: dict) -> tuple[str, str]:
 
 
 PAGES = (
-    Page("store", lambda r: standard_page("SSD tier put / get_prefix vs raw files (`tiered-kv bench store`)",
-                                          "store", r, "tiered-kv bench store --json", render_record(r)),
-         "tiered-kv bench store --json"),
+    Page("store", render_record, "tiered-kv bench store --json",
+         title="SSD tier put / get_prefix vs raw files (`tiered-kv bench store`)"),
     Page("store_s3", render_s3, S3_COMMAND),
 )
 SUMMARY = (Row("SSD tier put / get vs raw files", ("store",), lambda *_: f">= {RATIO_TARGET}x raw (issue 3)", _summary),)

@@ -20,7 +20,7 @@ import statistics
 import time
 from typing import Any
 
-from tiered_kv.bench._pages import Page, Row, brief, sec, spread, standard_page
+from tiered_kv.bench._pages import Page, Row, brief, sec, spread
 
 NAME = "synth"
 HELP = "synthetic workload: generation speed of the 14-day mixed preset and the calibration table"
@@ -126,8 +126,7 @@ def _summary(s: dict) -> tuple[str, str]:
     return m + f"; calibration {'(reduced) ' if cal['quick'] else ''}seeds {seeds}", met
 
 
-PAGES = (Page("synth", lambda r: standard_page(
-    "Synthetic multi-day workload: generation speed and calibration (`tiered-kv bench synth`)", "synth", r,
-    "tiered-kv bench synth --json", render_record(r)), "tiered-kv bench synth --json"),)
+PAGES = (Page("synth", render_record, "tiered-kv bench synth --json",
+              title="Synthetic multi-day workload: generation speed and calibration (`tiered-kv bench synth`)"),)
 SUMMARY = (Row("synthetic 14-day workload generation and calibration", ("synth",),
                lambda *_: "every calibration statistic within tolerance (issue 14)", _summary),)

@@ -21,7 +21,7 @@ import argparse
 import statistics
 import tempfile
 
-from tiered_kv.bench._pages import Page, Paired, Row, ratio, recorded, yes
+from tiered_kv.bench._pages import Page, Paired, Row, head, ratio, recorded, yes
 from tiered_kv.flops import prefill_flops  # noqa: F401 - re-exported: the benchmark reports it
 from tiered_kv.measure.ttft import (  # noqa: F401 - the measurement this benchmark records
     CASES,
@@ -207,14 +207,7 @@ def render_page(r: dict, stem: str) -> str:
     crossover = crossover_from_record(r, f"{stem}.json")[1]
     anomalies = "\n".join(f"- {a}" for a in r["anomalies"]) or "- none (every miss is slower than the shorter one's)"
     f = r["prefill_flops"]
-    return f"""# {TITLES[stem]}
-
-Written by `tiered-kv bench record {stem}` from `benchmarks/results/{stem}.json`, the JSON of one run of:
-
-```bash
-{command}
-```
-
+    return head(TITLES[stem], stem, command) + f"""
 {machine}Model `{r['model']}` ({r['params']:,} parameters, W={r['window_tokens']}, R={r['replay_tokens']}),
 {r['fmt']} global KV in {r['block_size_tokens']}-token chunks, the cached previous turn is the prompt
 minus its last {r['suffix_tokens']} tokens, {r['threads']} torch thread(s), {r['repeats']} interleaved

@@ -7,7 +7,7 @@ this package never imports the figures; only the JSON crosses.
 
 from __future__ import annotations
 
-from tiered_kv.bench._pages import Page, Row, ratio, sec, standard_page, yes
+from tiered_kv.bench._pages import Page, Row, ratio, sec, yes
 
 
 def _row(name: str, d: dict) -> str:
@@ -40,8 +40,7 @@ def _summary(w: dict) -> tuple[str, str]:
         yes(w["meets_target_p95"])
 
 
-PAGES = (Page("widgets", lambda r: standard_page("Retention dashboard slider redraw (`tiered-kv bench widgets`)",
-                                                 "widgets", r, "tiered-kv bench widgets --json", render_record(r)),
-              "tiered-kv bench widgets --json"),)
+PAGES = (Page("widgets", render_record, "tiered-kv bench widgets --json",
+              title="Retention dashboard slider redraw (`tiered-kv bench widgets`)"),)
 SUMMARY = (Row("dashboard slider redraw, real trace", ("widgets",), lambda w: f"p95 < {w['target_ms']:g} ms (issue 7)",
                _summary),)
