@@ -5,19 +5,10 @@ A store is named by a local path, a URL (``s3://``, ``gs://``, ``az://`` through
 obstore store object; ``None`` is the default directory (``$TIERED_KV_SSD`` or
 ``~/.cache/tiered-kv/ssd``). :func:`open_backend` turns it into a :class:`Backend` once, when
 the tier (or ``tiered-kv store``) opens it; nothing downstream asks again what kind of store
-it has. Three backends implement the protocol:
-
-- :class:`~tiered_kv.tiers.ssd.zarr_backend.LocalBackend`: a directory on this machine (a
-  LocalStore, or a zarr wrapper around one): direct file reads, ``os.scandir`` listings,
-  repair of obstacles, ``.partial`` ages;
-- :class:`~tiered_kv.tiers.ssd.zarr_backend.ZarrBackend`: any other zarr v3 store (MemoryStore,
-  fsspec), through zarr's sync API where the store has one, else its async API;
-- :class:`~tiered_kv.tiers.ssd.object_backend.ObjectBackend`: S3 and the like through obstore
-  (put-if-absent, bulk deletes, ETags that let GC skip headers it has read).
-
-What they share is the layout (:mod:`tiered_kv.tiers.ssd.layout`): byte for byte the same
-objects on every backend. Optional behaviour wraps a backend rather than living in it:
-bandwidth emulation (:class:`tiered_kv.tiers.ssd.bandwidth.PacedBackend`).
+it has: a local directory (:class:`~.zarr_backend.LocalBackend`), any other zarr store
+(:class:`~.zarr_backend.ZarrBackend`) or an object store (:class:`~.object_backend.ObjectBackend`),
+byte for byte the same objects on each (:mod:`.layout`). Optional behaviour wraps a backend
+rather than living in it (bandwidth emulation: :class:`.bandwidth.PacedBackend`).
 """
 
 from __future__ import annotations
@@ -65,11 +56,10 @@ class Backend(Protocol):
 def open_backend(store: Store | str | os.PathLike | Backend | None, *, io_threads: int = 1,
                  concurrency: int = layout.IO_CONCURRENCY,
                  on_repair: Callable[[str, str], None] | None = None) -> Backend:
-    """The backend for ``store`` (see the module docstring); a Backend is returned as it is.
+    """The backend for ``store`` (a Backend is returned as it is); ``io_threads``: see SSDConfig.
 
-    ``io_threads``: threads per batch on stores with zarr's sync API (1: the caller's; 0: use
-    zarr's async API). Object stores are checked here: unreachable, no such bucket or rejected
-    credentials raise :class:`~tiered_kv.tiers.ssd.object_backend.StoreAccessError`.
+    Object stores are checked here: unreachable, no such bucket or rejected credentials raise
+    :class:`~tiered_kv.tiers.ssd.object_backend.StoreAccessError`.
     """
     if isinstance(store, Backend):
         return store
@@ -92,14 +82,14 @@ def open_store(store: Store | str | os.PathLike | None) -> Store:
 
     if store is None:
         store = layout.default_store_path()
-    if isinstance(store, str) and "://" in store and not store.startswith("file://"):
-        if object_backend.is_object_url(store):
-            return object_backend.open_object_store(store)
-        from zarr.storage import FsspecStore  # memory://, ... (needs the fsspec backend)
+    if isinstance(store, str):
+        store = store.removeprefix("file://")
+        if "://" in store:
+            if object_backend.is_object_url(store):
+                return object_backend.open_object_store(store)
+            from zarr.storage import FsspecStore  # memory://, ... (needs the fsspec backend)
 
-        return FsspecStore.from_url(store)
-    if isinstance(store, str) and store.startswith("file://"):
-        store = store[len("file://"):]
+            return FsspecStore.from_url(store)
     if isinstance(store, (str, os.PathLike)):
         path = Path(store).expanduser()
         if path.exists() and not path.is_dir():

@@ -293,10 +293,6 @@ class PacedBackend:
     def __getattr__(self, name: str):
         return getattr(self.inner, name)
 
-    @property
-    def name(self) -> str:
-        return self.inner.name
-
     def read_prefix(self, paths: Sequence[str]) -> list[bytes]:
         out = self.inner.read_prefix(paths)
         if self.read_limit is not None and out:

@@ -17,18 +17,13 @@ chunks writes one record (for the last key), not 512; every chunk header stores 
 key, so GC propagates a tail's access time to all its ancestors. A parent is therefore never
 older than its children and LRU evicts prefixes from their tails, as a radix-tree cache would.
 
-Publishing is atomic per object: ``LocalStore`` writes a ``<name>.<uuid>.partial`` file and
-renames it into place (zarr >= 3.0), ``MemoryStore`` assigns a dict entry, an object store
-takes one PUT (:mod:`tiered_kv.tiers.ssd.object_backend`). Reaching the objects is a
-backend's job (:mod:`tiered_kv.tiers.ssd.backend`); this module only names them. A writer
-killed mid-put can leave only ``.partial`` files, which never parse as chunks and which ``gc``
-and ``verify`` remove once they are older than a grace period (a live writer may still own them).
-
-What can never be valid is repaired at once, by whoever finds it: a directory where an object
-belongs, a file where a shard directory belongs (both only on a local directory; see
-:class:`tiered_kv.tiers.ssd.zarr_backend.LocalBackend`), a ``zarr.json`` that is not a Zarr v3
-group (rewritten by :func:`ensure_layout`, so other zarr clients can open the store again),
-foreign names under ``chunks/`` and ``access/``.
+Publishing is atomic per object (``LocalStore`` writes ``<name>.<uuid>.partial`` and renames
+it into place; an object store takes one PUT), so a writer killed mid-put can leave only
+``.partial`` files, which never parse as chunks and which ``gc`` and ``verify`` remove once
+older than a grace period (a live writer may still own them). What can never be valid is
+repaired at once by whoever finds it: obstacles on a local directory
+(:class:`~.zarr_backend.LocalBackend`), a ``zarr.json`` that is not a Zarr v3 group (rewritten
+by :func:`ensure_layout`, so other zarr clients can open the store again), foreign names.
 """
 
 from __future__ import annotations
@@ -178,10 +173,15 @@ def _fix_group(backend, path: str, doc: bytes) -> str | None:
     put-if-absent); returns what was wrong with a document it had to overwrite."""
     why = group_problem(_read_doc(backend, path))
     if why is not None:
-        (err,) = backend.write([(path, doc)], create=why == "missing")
+        write_all(backend, [(path, doc)], create=why == "missing")
+    return None if why == "missing" else why
+
+
+def write_all(backend, items: list[tuple[str, bytes]], *, create: bool = False) -> None:
+    """Write ``items`` (put-if-absent with ``create``); raise the first failure."""
+    for err in backend.write(items, create=create):
         if err is not None and err is not ALREADY_PRESENT:
             raise err
-    return None if why == "missing" else why
 
 
 def ensure_layout(backend, namespace=None) -> list[tuple[str, str]]:

@@ -1,15 +1,20 @@
 """Whole-store operations of the SSD tier: stats, verify, gc (used by SSDTier and `tiered-kv store`).
 
-They need no namespace: every chunk carries its own header. They take a backend
-(:func:`tiered_kv.tiers.ssd.backend.open_backend`), so they work on any store the tier works on
-(a local directory, zarr's MemoryStore, fsspec, object stores), and see it only through
-:func:`tiered_kv.tiers.ssd.scan.scan`.
+They need no namespace (every chunk carries its own header) and see a store only through its
+backend and :func:`tiered_kv.tiers.ssd.scan.scan`, so they run on every store the tier runs on.
 
-``store_gc`` with ``part=(i, n)`` is one of ``n`` collectors that each own a range of shards
-(see :mod:`tiered_kv.tiers.ssd.object_backend` for why every instance scans everything and
-deletes only its own). Before deleting it re-reads the access records and spares chunks whose access
-became newer than its scan; a corrupt object is read again and removed only if it still fails.
-After a pass it writes the usage baselines of its shards (:mod:`tiered_kv.tiers.ssd.usage`).
+GC as several instances: ``gc(part=(i, n))`` (``tiered-kv store gc URL --part i/n``) owns
+shards ``i`` of ``n`` (the 16 first hex digits of the keys, split into ``n`` contiguous ranges),
+as 3FS runs one collector per storage node. Each instance scans the whole store (a prefix's
+chunks are spread over all shards, and LRU needs the whole tree), computes the same global
+plan, and deletes only objects in its own shards, children before parents; so instances never
+delete the same object and their union is the global plan. Before deleting, an instance
+re-reads the access records and spares every chunk whose record has become newer than its
+scan (a reader has just returned it). Deleting is the only thing GC does to a chunk, and a
+reader checks every chunk it returns and stops at the first gap, so a reader racing any
+number of collectors returns a shorter valid prefix, never a wrong one.
+A corrupt object is read again and removed only if it still fails. After a pass, GC writes
+the usage baselines of its shards (:mod:`tiered_kv.tiers.ssd.usage`).
 """
 
 from __future__ import annotations

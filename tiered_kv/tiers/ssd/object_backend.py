@@ -26,17 +26,6 @@ records with the chunks and propagates each tail's time to its ancestors through
 keys in the chunk headers. Two readers of one tail racing can leave the earlier time (last
 writer wins): the prefix then looks older by at most the gap between them.
 
-GC as several instances: ``gc(part=(i, n))`` (``tiered-kv store gc URL --part i/n``) owns
-shards ``i`` of ``n`` (the 16 first hex digits of the keys, split into ``n`` contiguous ranges),
-as 3FS runs one collector per storage node. Each instance scans the whole store (a prefix's
-chunks are spread over all shards, and LRU needs the whole tree), computes the same global
-plan, and deletes only objects in its own shards, children before parents; so instances never
-delete the same object and their union is the global plan. Before deleting, an instance
-re-reads the access records and spares every chunk whose record has become newer than its
-scan (a reader has just returned it). Deleting is the only thing GC does to a chunk, and a
-reader checks every chunk it returns and stops at the first gap, so a reader racing any
-number of collectors returns a shorter valid prefix, never a wrong one.
-
 Errors: an unreachable endpoint, a missing bucket or rejected credentials raise
 :class:`StoreAccessError` (a ValueError: the ``tiered-kv`` CLI prints it as one line) naming
 the URL and what failed, within ``ACCESS_TIMEOUT_S`` seconds; URL-opened stores get short

@@ -3,16 +3,10 @@
 A cache hit on the global KV is what makes prefill cheap, so this tier is keyed by the exact
 token prefix (:mod:`tiered_kv.keys`), stores one FP4 chunk object per full block
 (:mod:`tiered_kv.codec`) and keeps them under per-class TTLs and a disk-usage watermark
-(:mod:`tiered_kv.tiers.ssd.retention`). The store is the only shared state: several processes
-may put, get and gc one store at once, with no central index. Layout:
-:mod:`tiered_kv.tiers.ssd.layout`.
-
-The tier talks to its store through one backend, chosen once when it is opened
-(:func:`tiered_kv.tiers.ssd.backend.open_backend`: a local directory, any zarr store, or an
-object store), in batches per call. A ``get_prefix`` reads chunks in order and stops at the
-first miss; its access record is written by a background thread. Optional parts wrap the
-backend or sit beside it: emulated bandwidth (:class:`tiered_kv.tiers.ssd.bandwidth.PacedBackend`)
-and, with a finite capacity, the shared usage ledger (:mod:`tiered_kv.tiers.ssd.usage`).
+(:mod:`.retention`). The store is the only shared state: several processes may put, get and gc
+one store at once, with no central index. A ``get_prefix`` reads chunks in order through the
+store's backend (:mod:`.backend`) and stops at the first miss; its access record is written by a
+background thread.
 
 Failure behaviour, each covered by ``tests/test_ssd_reliability.py``, ``tests/test_ssd_faults.py``
 and, on an S3 server, ``tests/test_ssd_s3.py``:
@@ -185,17 +179,22 @@ class SSDTier:
         try:
             fixed = layout.ensure_layout(self.backend, self.namespace)
         except OSError as exc:
-            if exc.errno not in _FULL_ERRNOS:
+            if not self._full(exc, f"could not write the metadata of namespace {self.namespace.model!r}; stored "
+                              "chunks are readable, puts will fail until space is freed (free space, lower "
+                              "capacity_bytes, or run gc)", stacklevel=4):
                 raise
-            self.counters["store_full"] += 1
-            warnings.warn(StoreFullWarning(
-                f"SSD tier store {self.backend.name} is full "
-                f"({errno.errorcode.get(exc.errno, exc.errno)}): could not write the metadata of namespace "
-                f"{self.namespace.model!r}; stored chunks are readable, puts will fail until space is freed "
-                "(free space, lower capacity_bytes, or run gc)"), stacklevel=3)
             return
         for path, why in fixed:
             self._repaired(path, why)
+
+    def _full(self, exc: BaseException, what: str, *, stacklevel: int) -> bool:
+        """Count and warn when ``exc`` says the store is full (ENOSPC and the like); else False."""
+        if not (isinstance(exc, OSError) and exc.errno in _FULL_ERRNOS):
+            return False
+        self.counters["store_full"] += 1
+        warnings.warn(StoreFullWarning(f"SSD tier store {self.backend.name} is full "
+                                       f"({errno.errorcode.get(exc.errno, exc.errno)}): {what}"), stacklevel=stacklevel)
+        return True
 
     def _repaired(self, path: str, reason: str) -> None:
         self.counters["repaired"] += 1
@@ -209,10 +208,9 @@ class SSDTier:
             return [bytes(tokens_or_key)]
         return block_keys(tokens_or_key, self.namespace)
 
-    def _class(self, traffic_class: str | None, *, allow_none: bool) -> str | None:
-        if traffic_class is None and allow_none:
-            return None
-        return check_class(traffic_class, self.policy.traffic_classes)
+    def _class(self, traffic_class: str | None) -> str | None:
+        """A reader's class (None: refresh whichever classes the chunks have)."""
+        return None if traffic_class is None else check_class(traffic_class, self.policy.traffic_classes)
 
     # ------------------------------------------------------------------ put
 
@@ -223,10 +221,9 @@ class SSDTier:
         float32/bf16/fp16); ``kv_offset`` must be a multiple of ``block_size`` (an engine that
         loaded a prefix from this tier passes only the KV it computed).
         """
-        cls = self._class(traffic_class, allow_none=False)
         arr = as_token_array(tokens)
         keys = block_keys(arr, self.namespace)
-        self._check_put(kv, kv_offset)
+        cls = self._check_put(kv, kv_offset, traffic_class)
         if kv.shape[0] + kv_offset not in (len(arr), len(keys) * self.namespace.block_size):
             raise ValueError(f"kv: covers tokens [{kv_offset}, {kv_offset + kv.shape[0]}) but tokens has "
                              f"{len(arr)} (kv must cover every token from kv_offset, or every full block)")
@@ -239,20 +236,22 @@ class SSDTier:
         hashes a prompt once and looks it up, writes it and files its host-tier entry under the
         same keys, instead of hashing it again in every call.
         """
-        cls = self._class(traffic_class, allow_none=False)
         keys = _check_keys(keys)
-        self._check_put(kv, kv_offset)
+        cls = self._check_put(kv, kv_offset, traffic_class)
         if kv.shape[0] + kv_offset != len(keys) * self.namespace.block_size:
             raise ValueError(f"kv: covers tokens [{kv_offset}, {kv_offset + kv.shape[0]}) but the {len(keys)} keys "
                              f"cover {len(keys) * self.namespace.block_size} (kv must cover every block from kv_offset)")
         return self._put_blocks(keys, kv, cls, kv_offset)
 
-    def _check_put(self, kv, kv_offset: int) -> None:
+    def _check_put(self, kv, kv_offset: int, traffic_class: str) -> str:
+        """The put's traffic class, once it, ``kv`` and ``kv_offset`` are checked."""
+        cls = check_class(traffic_class, self.policy.traffic_classes)
         bs = self.namespace.block_size
         if not isinstance(kv_offset, int) or kv_offset < 0 or kv_offset % bs:
             raise ValueError(f"kv_offset: must be a multiple of block_size={bs} and >= 0, got {kv_offset!r}")
         codec.check_kv(kv, self.namespace)
         _check_tensor_data(kv, "kv")
+        return cls
 
     def _put_blocks(self, keys: list[bytes], kv, cls: str, kv_offset: int) -> int:
         bs = self.namespace.block_size
@@ -278,7 +277,7 @@ class SSDTier:
         """
         from tiered_kv.kernels.fp4 import FP4Tensor
 
-        cls = self._class(traffic_class, allow_none=False)
+        cls = check_class(traffic_class, self.policy.traffic_classes)
         if not isinstance(chunks, (list, tuple)):
             raise ValueError(f"chunks: must be a list of FP4Tensor (one per block), got {type(chunks).__name__}")
         keys = block_keys(tokens, self.namespace)
@@ -357,14 +356,10 @@ class SSDTier:
                         if i > first_bad and r is None])
         ok = [n for i, n, r in zip(missing, sizes, results, strict=True) if i < first_bad and r is None]
         exc = dict(failed)[first_bad]
-        if isinstance(exc, OSError) and exc.errno in _FULL_ERRNOS:
-            self.counters["store_full"] += 1
-            warnings.warn(StoreFullWarning(
-                f"SSD tier store {self.backend.name} is full ({errno.errorcode.get(exc.errno, exc.errno)}): "
-                f"stored {len(ok)} of {len(missing)} new blocks of this put; chunks already in the store are "
-                "intact. Free space, lower capacity_bytes, or run gc."), stacklevel=4)
-            return len(ok), sum(ok)
-        raise exc
+        if not self._full(exc, f"stored {len(ok)} of {len(missing)} new blocks of this put; chunks already in the "
+                          "store are intact. Free space, lower capacity_bytes, or run gc.", stacklevel=5):
+            raise exc
+        return len(ok), sum(ok)
 
     # ------------------------------------------------------------------ get
 
@@ -374,13 +369,11 @@ class SSDTier:
         Every returned chunk passed its CRC32C, length and key checks. A hit counts as an access
         by ``traffic_class`` (None: refreshes whichever classes the chunks already have).
         """
-        cls = self._class(traffic_class, allow_none=True)
-        return self._lookup(block_keys(tokens, self.namespace), cls)
+        return self._lookup(block_keys(tokens, self.namespace), self._class(traffic_class))
 
     def get_prefix_keys(self, keys: list[bytes], traffic_class: str | None = None) -> Hit:
         """:meth:`get_prefix` for a caller that already holds the prompt's block keys."""
-        cls = self._class(traffic_class, allow_none=True)
-        return self._lookup(_check_keys(keys), cls)
+        return self._lookup(_check_keys(keys), self._class(traffic_class))
 
     def _lookup(self, keys: list[bytes], cls: str | None) -> Hit:
         hit = self._read(keys)
@@ -416,9 +409,7 @@ class SSDTier:
         rec = layout.AccessRecord(key, cls, float(self.clock()))
 
         def write_record() -> None:
-            (err,) = self.backend.write([(layout.access_path(key, cls), rec.encode())])
-            if err is not None:
-                raise err
+            layout.write_all(self.backend, [(layout.access_path(key, cls), rec.encode())])
 
         if self._touches is None:
             try:
@@ -440,12 +431,8 @@ class SSDTier:
     def _touch_failed(self, exc: BaseException) -> None:
         """A recency record could not be written: count it, warn, never fail the read."""
         self.counters["touch_errors"] += 1
-        if isinstance(exc, OSError) and exc.errno in _FULL_ERRNOS:
-            self.counters["store_full"] += 1
-            warnings.warn(StoreFullWarning(
-                f"SSD tier store {self.backend.name} is full: an access record was not written "
-                "(the read succeeded; this prefix may look older to LRU)"), stacklevel=4)
-        else:
+        if not self._full(exc, "an access record was not written (the read succeeded; this prefix may look "
+                          "older to LRU)", stacklevel=5):
             warnings.warn(f"SSD tier: access record not written ({exc!r}); the read succeeded",
                           RuntimeWarning, stacklevel=4)
 
@@ -460,7 +447,7 @@ class SSDTier:
         """Record an access now (by ``traffic_class``) of a prefix's tail or of one key."""
         keys = self._keys(tokens_or_key)
         if keys:
-            self._record_access(keys[-1], self._class(traffic_class, allow_none=True))
+            self._record_access(keys[-1], self._class(traffic_class))
 
     def contains(self, tokens_or_key) -> bool:
         """True if every full block of ``tokens`` (or the one ``key``) is stored; no data read."""
@@ -495,7 +482,7 @@ class SSDTier:
         """Apply TTLs, orphan cleanup and the watermarks at ``now`` (default: the injected clock).
 
         ``part=(i, n)`` (or ``"i/n"``): act as GC instance ``i`` of ``n``, deleting only in its
-        share of the key space (see :mod:`tiered_kv.tiers.ssd.object_backend`).
+        share of the key space (see :mod:`tiered_kv.tiers.ssd.maintenance`).
         """
         self.flush()
         now = float(self.clock()) if now is None else float(now)

@@ -3,9 +3,7 @@
 An optional part of the tier: only a tier with a finite ``capacity_bytes`` and ``auto_gc`` keeps
 a ledger (:class:`UsageLedger`); an unbounded tier writes nothing under ``usage/``.
 
-Each writer used to know only its own writes, so 4 writers on a 3 MB store reached 6.5 MB
-before one of them ran GC. Now the store itself carries what a writer needs, in small objects
-next to the chunks (``usage/``):
+The store itself carries what a writer needs, in small objects next to the chunks (``usage/``):
 
 * ``usage/w-<writer id>-<seq>``: one per ``SSDTier`` instance that writes with a finite
   capacity, ``{"written": cumulative chunk bytes it has published, "t": wall time}``, written
@@ -165,7 +163,7 @@ class UsageLedger:
         missing = [h for h in layout.SHARDS if h not in view.baselines]
         if missing:  # first use of this store: measure those shards once, for everyone
             measured = {h: measure_shard(self.backend, h) for h in missing}
-            self._write(baseline_items(measured, view.ledgers))
+            layout.write_all(self.backend, baseline_items(measured, view.ledgers))
             for h, b in measured.items():
                 view.baselines[h] = Baseline(b, dict(view.ledgers))
         return view.estimate()
@@ -176,27 +174,16 @@ class UsageLedger:
             return
         self.written += int(nbytes)
         doc = json.dumps({"written": self.written, "t": time.time()}).encode()
-        if self.backend.rename_free:  # one name, overwritten atomically
-            self.seq = 1
-            self._write([(writer_path(self.writer, self.seq), doc)])
-            return
-        self.seq += 1
-        self._write([(writer_path(self.writer, self.seq), doc)])
+        self.seq = 1 if self.backend.rename_free else self.seq + 1  # (rename_free: one name, overwritten)
+        layout.write_all(self.backend, [(writer_path(self.writer, self.seq), doc)])
         if self.seq > 1:
             self.backend.delete([writer_path(self.writer, self.seq - 1)])
-
-    def _write(self, items) -> None:
-        for err in self.backend.write(items):
-            if err is not None:
-                raise err
 
 
 def after_gc(backend, before: UsageView, shard_bytes: dict[str, int]) -> None:
     """Write the baselines of the shards a GC pass owns (``before``: the ledgers read before
     its scan), then fold idle ledgers away."""
-    for err in backend.write(baseline_items(shard_bytes, before.ledgers)):
-        if err is not None:
-            raise err
+    layout.write_all(backend, baseline_items(shard_bytes, before.ledgers))
     stale = [p for entries in before.ledger_paths.values() for _, p in entries[:-1]]  # a writer died mid-swap
     if stale:
         backend.delete(stale)
