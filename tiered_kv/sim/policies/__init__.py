@@ -2,16 +2,16 @@
 
 :mod:`.registry` sits at the bottom: the :class:`Policy` protocol, :class:`PolicyRun`, the
 registry (:func:`register_policy`, :func:`get_policy`, :func:`policy_names`) and capacity
-parsing; it imports no policy. Above it, one module per policy family, each with the numba
-kernel it runs: :mod:`.lru` (``lru``, ``ttl``, ``watermark``: one kernel), :mod:`.collectors`
-(``gc-lru``, ``gc-weighted``, ``gc-ttl-priority``, ``gc-quotas``: one watermark collector with four
-victim rules, in the same kernel) and :mod:`.belady`
-(MIN with bypass; ``belady-nobypass``, libCacheSim's MIN). The zoo (:mod:`.blockwise`: one access
-at a time, an admission mask, SSD wear): :mod:`.fifo` (``fifo``, ``sieve``, ``s3fifo``),
-:mod:`.frequency` (``lfu`` with aging, ``gdsf`` cost-aware), :mod:`.segmented` (``arc``,
-``slru``, ``2q``), :mod:`.weighted` (``class-lru``); :mod:`.admission` holds the filters any of
-them takes, :mod:`.plugin` the small-class API for user policies (docs/policies.md).
-Importing this package registers every family; plug-ins defined elsewhere
+parsing; it imports no policy. :mod:`.blockwise` holds what the policies share (the zoo's base:
+one access at a time, an admission mask, SSD wear). Above them, one module per policy family,
+each with the numba kernel it runs: :mod:`.lru` (``lru``, ``ttl`` and the kernel the collectors
+share), :mod:`.collectors` (``watermark``, ``gc-lru``, ``gc-weighted``, ``gc-ttl-priority``,
+``gc-quotas``: byte watermarks with five victim rules), :mod:`.belady` (MIN with bypass;
+``belady-nobypass``, libCacheSim's MIN), and the zoo: :mod:`.fifo` (``fifo``, ``sieve``,
+``s3fifo``), :mod:`.frequency` (``lfu`` with aging, ``gdsf`` cost-aware), :mod:`.segmented`
+(``arc``, ``slru``, ``2q``), :mod:`.weighted` (``class-lru``); :mod:`.admission` holds the
+filters any zoo policy takes, :mod:`.plugin` the small-class API for user policies
+(docs/policies.md). Importing this package registers every family; plug-ins defined elsewhere
 (kvcache.ai's prefix-trie policies in :mod:`tiered_kv.sim.peers`) register themselves into the
 same registry. This package may import :mod:`tiered_kv.sim.trace_replay` and :mod:`tiered_kv.units`,
 nothing else of the simulator.
@@ -20,10 +20,10 @@ nothing else of the simulator.
 from tiered_kv.sim.policies.admission import AdmitAll, AllOf, SecondSighting, WritePoints, get_admission
 from tiered_kv.sim.policies.belady import Belady, BeladyNoBypass, next_use
 from tiered_kv.sim.policies.blockwise import BlockPolicy, leading_runs, wear
-from tiered_kv.sim.policies.collectors import GCLRU, Collector, GCQuotas, GCTTLPriority, GCWeighted
+from tiered_kv.sim.policies.collectors import GCLRU, Collector, GCQuotas, GCTTLPriority, GCWeighted, Watermark
 from tiered_kv.sim.policies.fifo import FIFO, S3FIFO, Sieve
 from tiered_kv.sim.policies.frequency import GDSF, LFU
-from tiered_kv.sim.policies.lru import LRU, TTL, Watermark, retention_quantiles, run_cache_kernel, ttl_vector
+from tiered_kv.sim.policies.lru import LRU, TTL, retention_quantiles, run_cache_kernel, ttl_vector
 from tiered_kv.sim.policies.plugin import (
     PluginPolicy,
     load_policy_file,

@@ -13,14 +13,13 @@ from typing import ClassVar
 import numpy as np
 from numba import njit
 
-from tiered_kv.sim.policies.blockwise import BlockPolicy
+from tiered_kv.sim.policies.blockwise import BlockPolicy, check_bpt
 from tiered_kv.sim.policies.frequency import heap_pop, heap_push
 from tiered_kv.sim.policies.registry import (
     DEFAULT_BYTES_PER_TOKEN,
     PolicyRun,
     capacity_blocks,
     check_capacity,
-    check_range,
     register_policy,
 )
 from tiered_kv.sim.trace_replay import CompiledTrace
@@ -146,7 +145,7 @@ class Belady:
 
     def __post_init__(self) -> None:
         check_capacity("belady capacity_tokens", self.capacity_tokens)
-        check_range("belady bytes_per_token", self.bytes_per_token, 0.0, lo_open=True)
+        check_bpt(self.name, self.bytes_per_token)
 
     def run(self, trace: CompiledTrace, nxt: np.ndarray | None = None) -> PolicyRun:
         from tiered_kv.sim.policies.lru import wear_extra

@@ -34,7 +34,7 @@ import numpy as np
 from numba import njit
 
 from tiered_kv.sim.policies.admission import get_admission
-from tiered_kv.sim.policies.registry import DEFAULT_BYTES_PER_TOKEN, PolicyRun, check_capacity, check_range
+from tiered_kv.sim.policies.registry import DEFAULT_BYTES_PER_TOKEN, PolicyRun, check_capacity
 from tiered_kv.sim.trace_replay import CompiledTrace
 
 DAY_S = 86400.0
@@ -98,6 +98,20 @@ def capacity_slots(trace: CompiledTrace, capacity_tokens: int | None) -> int:
     return int(capacity_tokens // trace.uniform_block_size)
 
 
+def per_class(trace: CompiledTrace, values: dict[str, float], default: float, what: str) -> np.ndarray:
+    """``values`` (class -> number) in the trace's class order, ``default`` for classes not named."""
+    unknown = sorted(set(values) - set(trace.class_names))
+    if unknown:
+        raise ValueError(f"{what}: classes {unknown} are not in the trace (classes: {list(trace.class_names)})")
+    return np.array([float(values.get(c, default)) for c in trace.class_names], dtype=np.float64)
+
+
+def check_bpt(name: str, value: Any) -> None:
+    """Bytes per token (the KV format) must be a finite number > 0."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.number)) or not 0 < value < math.inf:
+        raise ValueError(f"{name} bytes_per_token: must be a number > 0, got {value!r}")
+
+
 def wear(trace: CompiledTrace, inserted: np.ndarray, hit_tokens: int, capacity_blocks: int,
          bytes_per_token: float) -> dict[str, Any]:
     """SSD bytes written, bytes written per hit byte, drive writes per day (see the module docstring)."""
@@ -128,7 +142,7 @@ class BlockPolicy:
 
     def __post_init__(self) -> None:
         check_capacity(f"{self.name} capacity_tokens", self.capacity_tokens)
-        check_range(f"{self.name} bytes_per_token", self.bytes_per_token, 0.0, lo_open=True)
+        check_bpt(self.name, self.bytes_per_token)
         object.__setattr__(self, "admission", get_admission(self.admission))
 
     def kernel_run(self, trace: CompiledTrace, capacity_blocks: int, admit: np.ndarray

@@ -1,62 +1,51 @@
-"""One garbage collector under a byte watermark, four victim rules: ``gc-lru``, ``gc-weighted``,
-``gc-ttl-priority``, ``gc-quotas``.
+"""Garbage collectors under a byte watermark: ``watermark`` and four victim rules, ``gc-lru``,
+``gc-weighted``, ``gc-ttl-priority``, ``gc-quotas``.
 
 DeepSeek's store has no expiry timer, only an LRU collector under a disk watermark per storage
 node, yet it quotes 3 days (agent) and 7 days (chatbot). These policies are that collector and
 three ways a single collector could favour one class, so a replay can say what each does to each
-class's effective retention. Every chunk weighs a full chunk's bytes (``bytes_per_token`` x the
-block size, the unit a store allocates); when the used bytes pass ``high`` x ``capacity_bytes``
-the collector evicts down to ``low``:
+class's effective retention (the idle age of its chunks at eviction). When the used bytes pass
+``high`` x ``capacity_bytes`` the collector evicts down to ``low``:
 
-* ``gc-lru``: one least-recently-used order across classes (the collector as described);
+* ``watermark``: one LRU order over the bytes each chunk really holds (a partial tail chunk is
+  smaller); ties go to the chunk touched first (a global touch counter);
+* ``gc-lru``: one LRU order across classes (the collector as described);
 * ``gc-weighted``: class weight on recency; the victim has the largest ``idle * weight[class]``
   (a weight of 7/3 on agent makes its chunks look 7/3 times as idle as they are);
 * ``gc-ttl-priority``: the TTLs as the collector's priority, no timer; the victim has the
   earliest ``last touch + ttl[class]``;
 * ``gc-quotas``: one LRU and one watermark per class over its own share of the bytes.
 
-They run in the LRU family's kernel (:func:`tiered_kv.sim.policies.lru.run_cache_kernel`): each
-class keeps its own LRU list, so a class's least recent chunk is its victim under every rule and
-a rule only chooses between the heads (:data:`~tiered_kv.sim.policies.lru.VICTIM_RULES`).
-``gc-lru`` is the weighted rule with unit weights: ties between classes touched at the same
-instant go to the lower class index, where ``watermark`` (a global touch counter) takes the one
-touched first. The collector starts cold at the trace's start.
+The ``gc-*`` chunks weigh a full chunk's bytes (``bytes_per_token`` x the block size, the unit a
+store allocates). All run in the LRU family's kernel
+(:func:`tiered_kv.sim.policies.lru.run_cache_kernel`): each class keeps its own LRU list, so a
+class's least recent chunk is its victim under every rule and a rule only chooses between the
+heads (:data:`~tiered_kv.sim.policies.lru.VICTIM_RULES`). ``gc-lru`` is the weighted rule with
+unit weights: ties between classes touched at the same instant go to the lower class index. The
+collector starts cold at the trace's start.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import ClassVar
 
 import numpy as np
 
+from tiered_kv.sim.policies.blockwise import check_bpt, per_class
 from tiered_kv.sim.policies.lru import CacheRun, retention_quantiles, run_cache_kernel, wear_extra
-from tiered_kv.sim.policies.registry import DEFAULT_BYTES_PER_TOKEN, PolicyRun, register_policy
+from tiered_kv.sim.policies.registry import DEFAULT_BYTES_PER_TOKEN, PolicyRun, check_range, register_policy
 from tiered_kv.sim.trace_replay import CompiledTrace
 
 DAY_S = 86_400.0
-#: The registered names, in the order the module docstring explains them.
+#: The registered ``gc-*`` names, in the order the module docstring explains them.
 COLLECTORS = ("gc-lru", "gc-weighted", "gc-ttl-priority", "gc-quotas")
-
-
-def per_class(trace: CompiledTrace, values: dict[str, float], default: float, what: str) -> np.ndarray:
-    """``values`` (class -> number) in the trace's class order, ``default`` for classes not named."""
-    unknown = sorted(set(values) - set(trace.class_names))
-    if unknown:
-        raise ValueError(f"{what}: classes {unknown} are not in the trace (classes: {list(trace.class_names)})")
-    return np.array([float(values.get(c, default)) for c in trace.class_names], dtype=np.float64)
-
-
-def _check_values(what: str, values: dict[str, float]) -> None:
-    for cls, v in values.items():
-        if isinstance(v, bool) or not isinstance(v, (int, float, np.number)) or not v >= 0:
-            raise ValueError(f"{what} for class {cls!r}: must be a number >= 0, got {v!r}")
 
 
 @dataclass(frozen=True)
 class Collector:
-    """What the four collectors share: the capacity, the watermarks and the chunk's bytes."""
+    """What the collectors share: the capacity, the watermarks and the chunk's bytes."""
 
     name: ClassVar[str] = "gc"
     rule: ClassVar[str] = "weighted"
@@ -71,9 +60,16 @@ class Collector:
             raise ValueError(f"{self.name} capacity_bytes: must be a finite size >= 0, got {cap!r}")
         if not (0.0 < self.low <= self.high <= 1.0):
             raise ValueError(f"{self.name} high/low: need 0 < low <= high <= 1, got low={self.low}, high={self.high}")
-        bpt = self.bytes_per_token
-        if isinstance(bpt, bool) or not isinstance(bpt, (int, float, np.number)) or not (0 < bpt < math.inf):
-            raise ValueError(f"{self.name} bytes_per_token: must be a number > 0, got {bpt!r}")
+        check_bpt(self.name, self.bytes_per_token)
+        for f in fields(self):  # the per-class numbers (weights, TTLs, shares)
+            values = getattr(self, f.name)
+            for cls, v in values.items() if isinstance(values, dict) else ():
+                if isinstance(v, bool) or not isinstance(v, (int, float, np.number)) or not v >= 0:
+                    raise ValueError(f"{self.name} {f.name} for class {cls!r}: must be a number >= 0, got {v!r}")
+
+    def chunk_bytes(self, trace: CompiledTrace) -> np.ndarray:
+        """Bytes per access: a full chunk's."""
+        return np.full(trace.n_accesses, float(self.bytes_per_token) * trace.uniform_block_size)
 
     def param(self, trace: CompiledTrace) -> np.ndarray:
         """The rule's number per class, in the trace's class order."""
@@ -81,8 +77,7 @@ class Collector:
 
     def collect(self, trace: CompiledTrace, inserted: np.ndarray | None = None) -> CacheRun:
         """Hits per request and every eviction (class, idle and age), from the one kernel."""
-        chunk = float(self.bytes_per_token) * trace.uniform_block_size
-        return run_cache_kernel(trace, weights=np.full(trace.n_accesses, chunk), high=self.high * self.capacity_bytes,
+        return run_cache_kernel(trace, weights=self.chunk_bytes(trace), high=self.high * self.capacity_bytes,
                                 low=self.low * self.capacity_bytes, record=True, inserted=inserted, rule=self.rule,
                                 param=self.param(trace))
 
@@ -94,6 +89,29 @@ class Collector:
             "evictions": int(res.evictions),
             "effective_retention_s": retention_quantiles(res.idle_s, res.evicted_class, trace.class_names),
             **wear_extra(trace, res.hit_blocks, ins, cap_blocks, self.bytes_per_token)})
+
+
+@register_policy
+@dataclass(frozen=True)
+class Watermark(Collector):
+    """LRU over chunk bytes: when used bytes pass ``high`` x capacity, evict down to ``low``.
+
+    Reports each class's *effective retention*: the idle age (now - last touch) of its chunks
+    at eviction, as quantiles, which is what a single watermark makes of each class's TTL.
+    """
+
+    name: ClassVar[str] = "watermark"
+    rule: ClassVar[str] = "lru"
+    capacity_bytes: int = 0
+
+    def __post_init__(self) -> None:
+        if isinstance(self.capacity_bytes, bool) or not isinstance(self.capacity_bytes, (int, np.integer)):
+            raise ValueError(f"watermark capacity_bytes: must be an integer >= 0, got {self.capacity_bytes!r}")
+        super().__post_init__()
+
+    def chunk_bytes(self, trace: CompiledTrace) -> np.ndarray:
+        """Bytes per access: the tokens the chunk holds."""
+        return trace.chunk_tokens.astype(np.float64) * float(self.bytes_per_token)
 
 
 @register_policy
@@ -110,14 +128,7 @@ class GCWeighted(Collector):
     """The victim has the largest ``idle * weights[class]`` (classes not named weigh 1)."""
 
     name: ClassVar[str] = "gc-weighted"
-    weights: dict[str, float] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        _check_values("gc-weighted weight", self.weights)
-
-    def __hash__(self) -> int:
-        return hash((self.capacity_bytes, self.high, self.low, self.bytes_per_token, tuple(sorted(self.weights.items()))))
+    weights: dict[str, float] = field(default_factory=dict, hash=False)
 
     def param(self, trace: CompiledTrace) -> np.ndarray:
         return per_class(trace, self.weights, 1.0, "gc-weighted weights")
@@ -130,16 +141,12 @@ class GCTTLPriority(Collector):
 
     name: ClassVar[str] = "gc-ttl-priority"
     rule: ClassVar[str] = "ttl-priority"
-    ttl_seconds: dict[str, float] = field(default_factory=dict)
+    ttl_seconds: dict[str, float] = field(default_factory=dict, hash=False)
     default_ttl_seconds: float = 7 * DAY_S
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        _check_values("gc-ttl-priority ttl", {**self.ttl_seconds, "default": self.default_ttl_seconds})
-
-    def __hash__(self) -> int:
-        return hash((self.capacity_bytes, self.high, self.low, self.bytes_per_token,
-                     tuple(sorted(self.ttl_seconds.items())), self.default_ttl_seconds))
+        check_range("gc-ttl-priority default_ttl_seconds", self.default_ttl_seconds, 0.0)
 
     def param(self, trace: CompiledTrace) -> np.ndarray:
         return per_class(trace, self.ttl_seconds, self.default_ttl_seconds, "gc-ttl-priority ttl_seconds")
@@ -152,14 +159,7 @@ class GCQuotas(Collector):
 
     name: ClassVar[str] = "gc-quotas"
     rule: ClassVar[str] = "quotas"
-    shares: dict[str, float] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        _check_values("gc-quotas share", self.shares)
-
-    def __hash__(self) -> int:
-        return hash((self.capacity_bytes, self.high, self.low, self.bytes_per_token, tuple(sorted(self.shares.items()))))
+    shares: dict[str, float] = field(default_factory=dict, hash=False)
 
     def param(self, trace: CompiledTrace) -> np.ndarray:
         if not self.shares:

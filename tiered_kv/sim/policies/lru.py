@@ -1,13 +1,10 @@
-"""The LRU family: ``lru``, ``ttl`` and ``watermark``, one numba kernel for all three (and for the
-collectors of :mod:`tiered_kv.sim.policies.collectors`, which only change the victim rule).
+"""The LRU family: ``lru`` and ``ttl`` over block slots, and the one numba kernel they share with
+the byte-watermark collectors of :mod:`tiered_kv.sim.policies.collectors` (``watermark``,
+``gc-*``), which only change the weights and the victim rule.
 
-``watermark`` counts real chunk bytes (bytes per token x the tokens stored in the chunk, so a
-partial tail chunk is smaller); ``lru`` and ``ttl`` count block slots.
-
-The hot loop is a numba kernel over the flat arrays (``cache=True``: compiled once per
-machine, then loaded from numba's on-disk cache). Why numba: the event loop is inherently
-sequential (each decision depends on the state the previous one left), so numpy cannot
-vectorise it, and a Python loop runs at about 1 M accesses/s; the kernel runs at tens of millions.
+Why numba (``cache=True``: compiled once per machine): the event loop is inherently sequential
+(each decision depends on the state the previous one left), so numpy cannot vectorise it, and a
+Python loop runs at about 1 M accesses/s; the kernel runs at tens of millions.
 
 The kernel keeps a set of per-class LRU lists (a block sits in the list of the class whose
 request touched it last), a global touch counter to find the least-recently-used head across
@@ -16,10 +13,8 @@ evicts by weight when the used weight passes a high watermark, down to a low one
 both equal the capacity, weight 1 per block).
 
 SSD wear: the kernel marks every access that inserts its block (absent when touched, so written
-to the cache), and each policy's run reports ``ssd_bytes_written``, ``bytes_written_per_hit_byte``
-and ``drive_writes_per_day`` as the zoo does (:func:`tiered_kv.sim.policies.blockwise.wear`;
-``bytes_per_token`` sets the KV format, default DeepSeek-V3 MLA bf16; an unlimited capacity
-counts as the trace's footprint), plus ``tokens_written``.
+to the cache); each run reports the zoo's wear (:func:`tiered_kv.sim.policies.blockwise.wear`;
+an unlimited capacity counts as the trace's footprint) plus ``tokens_written``.
 """
 
 from __future__ import annotations
@@ -31,6 +26,7 @@ from typing import ClassVar, NamedTuple
 import numpy as np
 from numba import njit
 
+from tiered_kv.sim.policies.blockwise import check_bpt, per_class, wear
 from tiered_kv.sim.policies.registry import (
     DEFAULT_BYTES_PER_TOKEN,
     PolicyRun,
@@ -270,24 +266,16 @@ def run_cache_kernel(trace: CompiledTrace, *, ttl_by_class: np.ndarray | None = 
 
 
 def wear_extra(trace: CompiledTrace, hit_blocks: np.ndarray, inserted: np.ndarray, capacity_blocks: float,
-                bytes_per_token: float) -> dict:
+               bytes_per_token: float) -> dict:
     """SSD wear of a run (:func:`tiered_kv.sim.policies.blockwise.wear`) plus ``tokens_written``.
 
     An unlimited capacity counts as the trace's footprint (every distinct block), as for the zoo.
     """
-    from tiered_kv.sim.policies.blockwise import wear
-
     cap = float(max(trace.n_unique, 1)) if not math.isfinite(capacity_blocks) else capacity_blocks
     hit_tokens = int(trace.hit_tokens_from_blocks(np.asarray(hit_blocks, dtype=np.int64))[trace.counted].sum())
     out = wear(trace, inserted, hit_tokens, cap, bytes_per_token)
     out["tokens_written"] = int(trace.chunk_tokens[inserted].sum())
     return out
-
-
-def _check_bpt(name: str, value) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.number)) or not (value > 0) \
-            or not math.isfinite(value):
-        raise ValueError(f"{name} bytes_per_token: must be a number > 0, got {value!r}")
 
 
 @register_policy
@@ -300,95 +288,52 @@ class LRU:
     bytes_per_token: float = DEFAULT_BYTES_PER_TOKEN  # for SSD wear only
 
     def __post_init__(self) -> None:
-        check_capacity("lru capacity_tokens", self.capacity_tokens)
-        _check_bpt("lru", self.bytes_per_token)
+        check_capacity(f"{self.name} capacity_tokens", self.capacity_tokens)
+        check_bpt(self.name, self.bytes_per_token)
+
+    def ttl_by_class(self, trace: CompiledTrace) -> np.ndarray | None:
+        """Per-class TTL in the trace's class order (None: no expiry)."""
+        return None
 
     def run(self, trace: CompiledTrace) -> PolicyRun:
+        ttl = self.ttl_by_class(trace)
         cap = capacity_blocks(trace, self.capacity_tokens)
         ins = np.zeros(trace.n_accesses, np.bool_)
-        hit, _, _, n_ev, _, _ = run_cache_kernel(trace, high=cap, inserted=ins)
-        return PolicyRun(hit, {"evictions": int(n_ev), **wear_extra(trace, hit, ins, cap, self.bytes_per_token)})
+        hit, _, _, n_ev, n_exp, _ = run_cache_kernel(trace, ttl_by_class=ttl, high=cap, inserted=ins)
+        extra = {"evictions": int(n_ev)}
+        if ttl is not None:
+            extra.update(expirations=int(n_exp), ttl_seconds=dict(zip(trace.class_names, ttl.tolist(), strict=True)))
+        return PolicyRun(hit, {**extra, **wear_extra(trace, hit, ins, cap, self.bytes_per_token)})
 
 
 def ttl_vector(trace: CompiledTrace, ttl_seconds: dict[str, float], default: float) -> np.ndarray:
     """Per-class TTL array in the trace's class order; unknown class names are an error."""
-    unknown = sorted(set(ttl_seconds) - set(trace.class_names) - {"*", "default"})
-    if unknown:
-        raise ValueError(f"ttl: classes {unknown} are not in the trace (classes: {list(trace.class_names)})")
-    return np.array([float(ttl_seconds.get(c, default)) for c in trace.class_names], dtype=np.float64)
+    return per_class(trace, {k: v for k, v in ttl_seconds.items() if k not in ("*", "default")}, default, "ttl")
 
 
 @register_policy
 @dataclass(frozen=True)
-class TTL:
+class TTL(LRU):
     """Keep a block while ``now - last_touch <= ttl`` of the class that touched it last.
 
-    ``ttl_seconds`` maps class -> seconds (``default`` for classes not listed); with
-    ``capacity_tokens`` the least recently used live block is evicted on overflow.
+    ``ttl_seconds`` maps class -> seconds (``default`` or ``*`` for classes not listed, else
+    ``default_ttl_seconds``); with ``capacity_tokens`` the least recently used live block is
+    evicted on overflow.
     """
 
     name: ClassVar[str] = "ttl"
-    ttl_seconds: dict[str, float] = field(default_factory=dict)
+    ttl_seconds: dict[str, float] = field(default_factory=dict, hash=False)
     default_ttl_seconds: float = math.inf
-    capacity_tokens: int | None = None
-    bytes_per_token: float = DEFAULT_BYTES_PER_TOKEN  # for SSD wear only
 
     def __post_init__(self) -> None:
-        check_capacity("ttl capacity_tokens", self.capacity_tokens)
-        _check_bpt("ttl", self.bytes_per_token)
+        super().__post_init__()
         for cls, v in {**self.ttl_seconds, "default": self.default_ttl_seconds}.items():
             if not isinstance(v, (int, float)) or math.isnan(v) or v < 0:
                 raise ValueError(f"ttl for class {cls!r}: must be a duration >= 0 seconds, got {v!r}")
 
-    def __hash__(self) -> int:
-        return hash((tuple(sorted(self.ttl_seconds.items())), self.default_ttl_seconds, self.capacity_tokens,
-                     self.bytes_per_token))
-
-    def run(self, trace: CompiledTrace) -> PolicyRun:
+    def ttl_by_class(self, trace: CompiledTrace) -> np.ndarray:
         default = self.ttl_seconds.get("*", self.ttl_seconds.get("default", self.default_ttl_seconds))
-        ttl = ttl_vector(trace, self.ttl_seconds, default)
-        cap = capacity_blocks(trace, self.capacity_tokens)
-        ins = np.zeros(trace.n_accesses, np.bool_)
-        hit, _, _, n_ev, n_exp, _ = run_cache_kernel(trace, ttl_by_class=ttl, high=cap, inserted=ins)
-        return PolicyRun(hit, {"evictions": int(n_ev), "expirations": int(n_exp),
-                               "ttl_seconds": dict(zip(trace.class_names, ttl.tolist(), strict=True)),
-                               **wear_extra(trace, hit, ins, cap, self.bytes_per_token)})
-
-
-@register_policy
-@dataclass(frozen=True)
-class Watermark:
-    """LRU over chunk bytes: when used bytes pass ``high`` x capacity, evict down to ``low``.
-
-    Reports each class's *effective retention*: the idle age (now - last touch) of its chunks
-    at eviction, as quantiles, which is what a single watermark makes of each class's TTL.
-    """
-
-    name: ClassVar[str] = "watermark"
-    capacity_bytes: int = 0
-    high: float = 0.95
-    low: float = 0.85
-    bytes_per_token: float = DEFAULT_BYTES_PER_TOKEN
-
-    def __post_init__(self) -> None:
-        if isinstance(self.capacity_bytes, bool) or not isinstance(self.capacity_bytes, (int, np.integer)) \
-                or self.capacity_bytes < 0:
-            raise ValueError(f"watermark capacity_bytes: must be an integer >= 0, got {self.capacity_bytes!r}")
-        if not (0.0 < self.low <= self.high <= 1.0):
-            raise ValueError(f"watermark high/low: need 0 < low <= high <= 1, got low={self.low}, high={self.high}")
-        if not (self.bytes_per_token > 0):
-            raise ValueError(f"watermark bytes_per_token: must be > 0, got {self.bytes_per_token!r}")
-
-    def run(self, trace: CompiledTrace) -> PolicyRun:
-        w = trace.chunk_tokens.astype(np.float64) * float(self.bytes_per_token)
-        ins = np.zeros(trace.n_accesses, np.bool_)
-        hit, ages, classes, n_ev, _, _ = run_cache_kernel(
-            trace, weights=w, high=self.high * self.capacity_bytes, low=self.low * self.capacity_bytes, record=True,
-            inserted=ins)
-        cap_blocks = self.capacity_bytes / (trace.uniform_block_size * float(self.bytes_per_token))
-        return PolicyRun(hit, {"evictions": int(n_ev),
-                               "effective_retention_s": retention_quantiles(ages, classes, trace.class_names),
-                               **wear_extra(trace, hit, ins, cap_blocks, self.bytes_per_token)})
+        return ttl_vector(trace, self.ttl_seconds, default)
 
 
 def retention_quantiles(ages: np.ndarray, classes: np.ndarray, names: tuple[str, ...]) -> dict[str, dict]:
@@ -400,4 +345,3 @@ def retention_quantiles(ages: np.ndarray, classes: np.ndarray, names: tuple[str,
         out[name] = {"evictions": int(a.size), "p10_s": q[0], "p50_s": q[1], "p90_s": q[2],
                      "mean_s": float(a.mean()) if a.size else None}
     return out
-

@@ -17,7 +17,7 @@ from typing import ClassVar
 import numpy as np
 from numba import njit
 
-from tiered_kv.sim.policies.blockwise import BlockPolicy, ll_init, ll_push_head, ll_unlink
+from tiered_kv.sim.policies.blockwise import BlockPolicy, ll_init, ll_push_head, ll_unlink, per_class
 from tiered_kv.sim.policies.registry import register_policy
 
 
@@ -75,7 +75,7 @@ class ClassLRU(BlockPolicy):
     """LRU with per-class weights on idle time (``weights``: class -> weight > 0, default 1)."""
 
     name: ClassVar[str] = "class-lru"
-    weights: dict[str, float] = field(default_factory=dict)
+    weights: dict[str, float] = field(default_factory=dict, hash=False)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -83,15 +83,8 @@ class ClassLRU(BlockPolicy):
             if isinstance(w, bool) or not isinstance(w, (int, float)) or not (0 < w < math.inf):
                 raise ValueError(f"class-lru weights[{cls!r}]: must be a number in (0, inf), got {w!r}")
 
-    def __hash__(self) -> int:
-        return hash((self.name, self.capacity_tokens, tuple(sorted(self.weights.items()))))
-
     def kernel_run(self, trace, capacity_blocks, admit):
-        unknown = sorted(set(self.weights) - set(trace.class_names))
-        if unknown:
-            raise ValueError(f"class-lru weights: classes {unknown} are not in the trace "
-                             f"(classes: {list(trace.class_names)})")
-        w = np.array([float(self.weights.get(c, 1.0)) for c in trace.class_names], dtype=np.float64)
+        w = per_class(trace, self.weights, 1.0, "class-lru weights")
         acc_class = trace.class_codes[trace.access_request].astype(np.int64)
         return class_lru_kernel(trace.blocks, trace.n_unique, capacity_blocks, admit, acc_class,
                                 trace.access_time, w)
