@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import argparse
 import resource
-import time
 from typing import Any
+
+from tiered_kv.bench._pages import clocked, traced
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -34,25 +35,13 @@ def run_cluster_bench(args: argparse.Namespace | None = None) -> dict[str, Any]:
 
     days = float(getattr(args, "cluster_days", 14.0) or 14.0)
     preset = getattr(args, "cluster_preset", "mixed") or "mixed"
-    t0 = time.perf_counter()
-    df = generate(preset, days, 0)
-    gen_s = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    trace = compile_trace(df)
-    compile_s = time.perf_counter() - t0
-    del df
+    trace, gen_s, compile_s = traced(lambda: generate(preset, days, 0))
     cfg = ClusterConfig(nodes=10, routing="cache-aware", gpu_capacity_tokens=2_000_000,
                         host_capacity_bytes=int(200 * 1024 * V3_KV_BYTES_PER_TOKEN), ssd_capacity_tokens=2_000_000_000)
     # JIT warm-up on a small slice (compiles, or loads numba's on-disk cache)
-    t0 = time.perf_counter()
-    simulate_cluster(compile_trace(generate("ci", 0.05, 0)), cfg)
-    jit_s = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    res = simulate_cluster(trace, cfg)
-    cluster_s = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    LRU(capacity_tokens=cfg.ssd_capacity_tokens).run(trace)
-    single_s = time.perf_counter() - t0
+    _, jit_s = clocked(lambda: simulate_cluster(compile_trace(generate("ci", 0.05, 0)), cfg))
+    res, cluster_s = clocked(simulate_cluster, trace, cfg)
+    _, single_s = clocked(lambda: LRU(capacity_tokens=cfg.ssd_capacity_tokens).run(trace))
     s = res.summary()
     return {
         "workload": f"synth {preset}, {days:g} days, seed 0",

@@ -1,5 +1,5 @@
-"""What every benchmark's record shares: how a figure and its spread are written, and the two
-shapes a benchmark declares (:class:`Page`, its section of BENCHMARKS.md; :class:`Row`, its line
+"""What every benchmark's record shares: its stopwatch (:func:`clocked`), how a figure and its
+spread are written, and the two shapes a benchmark declares (:class:`Page`, its section of BENCHMARKS.md; :class:`Row`, its line
 of the summary table).
 
 A page is rendered from its JSON alone, so re-rendering the committed JSON gives the committed
@@ -13,8 +13,10 @@ went badly on one side only (a 0.26x beside 0.9x) disappears into it.
 from __future__ import annotations
 
 import statistics
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 Fmt = Callable[[float], str]
 
@@ -24,6 +26,22 @@ DEFAULT_MACHINE = ("the development machine, 2 CPU cores, no GPU. A model traini
                    "both cores at normal priority while this benchmark ran at idle priority (nice 19, "
                    "autogroup nice 19), so absolute times are pessimistic, by several times; the ratios "
                    "are against baselines measured in the same run, interleaved with it.")
+
+
+def clocked(fn: Callable[..., Any], *args: Any) -> tuple[Any, float]:
+    """``(fn(*args), wall seconds it took)``."""
+    t0 = time.perf_counter()
+    out = fn(*args)
+    return out, time.perf_counter() - t0
+
+
+def traced(frame: Callable[[], Any]) -> tuple[Any, float, float]:
+    """(compiled trace, seconds making its frame, seconds compiling it) of the frame ``frame()`` makes."""
+    from tiered_kv.sim.trace_replay import compile_trace
+
+    df, make_s = clocked(frame)
+    trace, compile_s = clocked(compile_trace, df)
+    return trace, make_s, compile_s
 
 
 def ms(x: float) -> str:

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from tiered_kv import cli_args as _args
-from tiered_kv.bench._pages import Page, Paired, Row, brief, met, recorded, yes
+from tiered_kv.bench._pages import Page, Paired, Row, brief, clocked, met, recorded, traced, yes
 
 NAME = "policies"
 HELP = "replay time of every policy on the 14-day synthetic mixed workload (median of interleaved repeats)"
@@ -137,21 +137,16 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     cpu0, load0 = _cpu(), os.getloadavg()[0] if hasattr(os, "getloadavg") else None
     cfg = synth.PRESETS[args.preset]
     cfg = cfg.scaled(args.scale) if args.scale != 1.0 else cfg
-    t0 = time.perf_counter()
-    frame = synth.generate(cfg, args.days, args.seed)
-    generate_s = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    trace = compile_trace(frame)
-    compile_s = time.perf_counter() - t0
-    del frame
+    trace, generate_s, compile_s = traced(lambda: synth.generate(cfg, args.days, args.seed))
     bs = trace.uniform_block_size
     cap = max(1, int(trace.n_unique * args.capacity_fraction)) * bs
 
-    t0 = time.perf_counter()
-    small = compile_trace(random_trace(0, 200))
-    for name in names:  # warm-up: compile or load every kernel, untimed
-        make(name, 8 * small.uniform_block_size, bpt).run(small)
-    warmup_s = time.perf_counter() - t0
+    def warm_up() -> None:  # compile or load every kernel, untimed
+        small = compile_trace(random_trace(0, 200))
+        for name in names:
+            make(name, 8 * small.uniform_block_size, bpt).run(small)
+
+    _, warmup_s = clocked(warm_up)
 
     per_policy = _replays(trace, names, cap, bpt, args.repeat)
     return {

@@ -22,12 +22,11 @@ from __future__ import annotations
 
 import argparse
 import resource
-import time
 from typing import Any
 
 import numpy as np
 
-from tiered_kv.bench._pages import Page, Paired, Row, brief, sec, spread
+from tiered_kv.bench._pages import Page, Paired, Row, brief, clocked, sec, spread, traced
 
 NAME = "retention"
 HELP = "retention speed: per-class TTL curves + oracle frontier vs per-TTL event replays"
@@ -72,18 +71,16 @@ def measure(trace, ttl_points: int, repeat: int, baseline_points: int | None) ->
     grid, _, front = curves_and_frontier(trace, ttl_points)  # shapes only; every timed run repeats it
     sel = np.arange(len(grid)) if baseline_points is None else \
         np.unique(np.linspace(0, len(grid) - 1, max(baseline_points, 1)).round().astype(int))
+
+    def replays() -> None:  # one replay per TTL value (every class at that TTL: the kernel handles all classes)
+        for k in sel:
+            TTL(default_ttl_seconds=float(grid[k])).run(trace)
+
     times, per_points = [], []
     for _ in range(max(repeat, 1)):
-        t0 = time.perf_counter()
-        curves_and_frontier(trace, ttl_points)
-        times.append(time.perf_counter() - t0)
-        t0 = time.perf_counter()
-        for k in sel:  # one replay per TTL value (every class at that TTL: the kernel handles all classes)
-            TTL(default_ttl_seconds=float(grid[k])).run(trace)
-        per_points.append((time.perf_counter() - t0) / len(sel))
-    t0 = time.perf_counter()
-    res = analyze(trace)
-    analysis_s = time.perf_counter() - t0
+        times.append(clocked(curves_and_frontier, trace, ttl_points)[1])
+        per_points.append(clocked(replays)[1] / len(sel))
+    res, analysis_s = clocked(analyze, trace)
     points = len(grid) * len(trace.class_names)
     med, per_point = statistics.median(times), statistics.median(per_points)
     baseline = per_point * len(grid)
@@ -113,15 +110,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     if args.ttl_points < 2:
         raise ValueError("--ttl-points: must be >= 2")
     steps = tqdm(total=4 if args.synth_accesses else 2, desc="bench retention", unit="step", delay=2)
-    t0 = time.perf_counter()
-    trace = compile_trace(load_trace(resolve_trace_path(args.trace)))
-    load_s = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    curves_and_frontier(trace, 4)  # JIT warm-up of every kernel used below
     from tiered_kv.sim.retention.report import analyze
 
-    analyze(trace)
-    jit_s = time.perf_counter() - t0
+    trace, load_s = clocked(lambda: compile_trace(load_trace(resolve_trace_path(args.trace))))
+    _, jit_s = clocked(lambda: (curves_and_frontier(trace, 4), analyze(trace)))  # JIT warm-up of every kernel below
     steps.update()
     out: dict[str, Any] = {"trace": str(args.trace), "load_and_compile_trace_s": load_s, "jit_warmup_s": jit_s,
                            "targets_s": {"conversation": 1.0, "synthetic_14d": 30.0}}
@@ -134,13 +126,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         probe = generate(mixed, 1.0, 0)  # accesses per day of the preset, to scale it to the target
         per_day = float(probe["block_ids"].list.len().sum())
         factor = float(args.synth_accesses) / (14.0 * per_day)
-        t0 = time.perf_counter()
-        frame = generate(mixed.scaled(factor), 14.0, 0)
-        gen_s = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        big = compile_trace(frame)
-        del frame
-        compile_s = time.perf_counter() - t0
+        big, gen_s, compile_s = traced(lambda: generate(mixed.scaled(factor), 14.0, 0))
         steps.update()
         res = measure(big, args.ttl_points, getattr(args, "synth_repeat", 3), args.baseline_points)
         out["synthetic_14d"] = {"preset": "mixed", "rate_factor": factor * (1 / 16), "generate_s": gen_s,

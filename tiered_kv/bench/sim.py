@@ -19,12 +19,11 @@ measured separately and reported, never inside a timing.
 from __future__ import annotations
 
 import argparse
-import time
 from typing import Any
 
 import numpy as np
 
-from tiered_kv.bench._pages import Page, Row, brief, head, met, ms, recorded, yes
+from tiered_kv.bench._pages import Page, Row, brief, clocked, head, met, ms, recorded, traced, yes
 
 NAME = "sim"
 HELP = "simulator speed: one-pass curves vs per-point replay, Belady, replay throughput, scaling"
@@ -44,11 +43,7 @@ def register(parser: argparse.ArgumentParser) -> None:
 
 def median_of(fn, repeat: int, runs: dict[str, list[float]] | None = None, name: str = "") -> float:
     """Median seconds of ``repeat`` calls of ``fn``; with ``runs``, every run is kept under ``name``."""
-    times = []
-    for _ in range(max(repeat, 1)):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
+    times = [clocked(fn)[1] for _ in range(max(repeat, 1))]
     if runs is not None:
         runs[name] = times
     return float(np.median(times))
@@ -120,27 +115,22 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
     from tiered_kv.sim import curves as C
     from tiered_kv.sim.policies import LRU, TTL, Belady
-    from tiered_kv.sim.trace_replay import compile_trace
     from tiered_kv.sim.traces import load_trace, resolve_trace_path
 
     scales = [int(s) for s in str(args.scales).split(",") if s.strip()]
     if not scales or min(scales) < 1:
         raise ValueError("--scales: comma-separated multiples >= 1, e.g. 1,4,16")
-    t0 = time.perf_counter()
-    df = load_trace(resolve_trace_path(args.trace))
-    load_s = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    trace = compile_trace(df)
-    compile_s = time.perf_counter() - t0
-    # JIT warm-up: first call of every kernel (compiles, or loads numba's on-disk cache)
-    t0 = time.perf_counter()
-    C.lru_curve(trace, [512])
-    C.ttl_curve(trace, [1.0])
-    LRU(capacity_tokens=512).run(trace)
-    TTL(default_ttl_seconds=1.0).run(trace)
-    Belady(capacity_tokens=512).run(trace)
-    C.belady_curve(trace, [512])
-    jit_s = time.perf_counter() - t0
+    trace, load_s, compile_s = traced(lambda: load_trace(resolve_trace_path(args.trace)))
+
+    def warm_up() -> None:  # first call of every kernel (compiles, or loads numba's on-disk cache)
+        C.lru_curve(trace, [512])
+        C.ttl_curve(trace, [1.0])
+        LRU(capacity_tokens=512).run(trace)
+        TTL(default_ttl_seconds=1.0).run(trace)
+        Belady(capacity_tokens=512).run(trace)
+        C.belady_curve(trace, [512])
+
+    _, jit_s = clocked(warm_up)
     result: dict[str, Any] = {
         "trace": str(args.trace), "load_trace_s": load_s, "compile_trace_s": compile_s,
         "jit_warmup_s": jit_s, "capacity_tokens": args.capacity, "repeat": args.repeat,

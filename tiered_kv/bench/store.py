@@ -33,7 +33,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from tiered_kv.bench._pages import Page, Paired, Row, head, recorded, sec, spread, yes
+from tiered_kv.bench._pages import Page, Paired, Row, clocked, head, recorded, sec, spread, yes
 
 NAME = "store"
 HELP = "SSD tier put/get_prefix throughput vs raw file I/O (128K-token prefix), p50/p99 latency"
@@ -87,9 +87,7 @@ def payload(ns, tokens) -> Payload:
 
     g = torch.Generator().manual_seed(0)
     kv = torch.randn(len(tokens) // ns.block_size * ns.block_size, 2, ns.kv_heads, ns.head_dim, generator=g)
-    t0 = time.perf_counter()
-    chunks = codec.quantize_blocks(kv, ns)
-    quantize_s = time.perf_counter() - t0
+    chunks, quantize_s = clocked(codec.quantize_blocks, kv, ns)
     keys = block_keys(tokens, ns)
     objs = [codec.pack_chunk(q, namespace=ns, key=k, parent=keys[i - 1] if i else bytes(16), index=i,
                              traffic_class="bench", created=0.0) for i, (q, k) in enumerate(zip(chunks, keys, strict=True))]
@@ -98,9 +96,8 @@ def payload(ns, tokens) -> Payload:
 
 def timed(timings: dict[str, list[float]], name: str, fn: Callable[[], Any]) -> Any:
     """Run ``fn``, appending its wall time to ``timings[name]``; returns what it returned."""
-    t0 = time.perf_counter()
-    out = fn()
-    timings[name].append(time.perf_counter() - t0)
+    out, s = clocked(fn)
+    timings[name].append(s)
     return out
 
 

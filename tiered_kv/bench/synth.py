@@ -17,10 +17,9 @@ from __future__ import annotations
 import argparse
 import resource
 import statistics
-import time
 from typing import Any
 
-from tiered_kv.bench._pages import Page, Row, brief, sec, spread
+from tiered_kv.bench._pages import Page, Row, brief, clocked, sec, spread
 
 NAME = "synth"
 HELP = "synthetic workload: generation speed of the 14-day mixed preset and the calibration table"
@@ -48,9 +47,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     calls: list[dict[str, Any]] = []
     for r in range(args.repeat):
         for seed in args.seeds:
-            t0 = time.perf_counter()
-            df = generate(PRESETS["mixed"], args.days, seed)
-            s = time.perf_counter() - t0
+            df, s = clocked(generate, PRESETS["mixed"], args.days, seed)
             n = int(df["block_ids"].list.len().sum())
             calls.append({"round": r, "seed": seed, "seconds": s, "requests": int(df.height),
                           "block_accesses": n, "accesses_per_s": n / s})
@@ -68,9 +65,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     }
     reports = []
     for seed in args.calibration_seeds:
-        t0 = time.perf_counter()
-        rows = calibration_report(seed, quick=args.quick_calibration).to_dicts()
-        reports.append({"seed": seed, "seconds": time.perf_counter() - t0, "rows": rows})
+        rows, s = clocked(lambda seed=seed: calibration_report(seed, quick=args.quick_calibration).to_dicts())
+        reports.append({"seed": seed, "seconds": s, "rows": rows})
     if reports:
         out["calibration"] = {"quick": bool(args.quick_calibration), "reports": reports,
                               "all_within": all(r["within"] for rep in reports for r in rep["rows"])}

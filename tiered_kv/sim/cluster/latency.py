@@ -76,6 +76,15 @@ PUBLISHED_HIT_S = 0.5
 HIT_SCENARIO_NEW_TOKENS = 512
 
 
+def check_fields(obj, checks) -> None:
+    """Raise a ``ValueError`` naming the first field of the config ``obj`` whose check fails (or is
+    NaN): ``checks`` are ``(field, ok, what it must be)``."""
+    for name, ok, allowed in checks:
+        value = getattr(obj, name)
+        if not ok or (isinstance(value, float) and math.isnan(value)):
+            raise ValueError(f"{type(obj).__name__}.{name}: must be {allowed}, got {value!r}")
+
+
 def mla_kv_bytes_per_token(layers: int = V3_LAYERS, kv_lora_rank: int = V3_KV_LORA_RANK,
                            rope_dim: int = V3_ROPE_DIM, bytes_per_element: float = 2.0) -> float:
     """MLA caches one compressed latent plus a RoPE key per layer: layers*(rank+rope)*bytes.
@@ -118,7 +127,7 @@ class LatencyConfig:
     prefill_fixed_s: float = 0.0
 
     def __post_init__(self) -> None:
-        checks = [
+        check_fields(self, [
             ("kv_bytes_per_token", self.kv_bytes_per_token > 0, "> 0 bytes"),
             ("read_bandwidth_bytes_per_s", self.read_bandwidth_bytes_per_s > 0, "> 0 bytes/s"),
             ("prefill_a_s_per_token", self.prefill_a_s_per_token >= 0, ">= 0 s/token"),
@@ -127,11 +136,7 @@ class LatencyConfig:
             ("hit_price_ratio", 0 <= self.hit_price_ratio <= 1, "in [0, 1]"),
             ("miss_price_per_mtok", self.miss_price_per_mtok >= 0, ">= 0"),
             ("prefill_fixed_s", self.prefill_fixed_s >= 0, ">= 0 s"),
-        ]
-        for name, ok, allowed in checks:
-            value = getattr(self, name)
-            if not ok or (isinstance(value, float) and math.isnan(value)):
-                raise ValueError(f"LatencyConfig.{name}: must be {allowed}, got {value!r}")
+        ])
         if self.prefill_a_s_per_token == 0 and self.prefill_b_s_per_token2 == 0 and self.prefill_fixed_s == 0:
             raise ValueError("LatencyConfig: prefill_a_s_per_token and prefill_b_s_per_token2 "
                              "cannot both be 0 (prefill would be free)")
@@ -447,7 +452,7 @@ class MixConfig:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        for name, ok, allowed in [
+        check_fields(self, [
             ("machines", self.machines >= 1, ">= 1"),
             ("rate_per_machine_s", self.rate_per_machine_s > 0, "> 0 requests/s"),
             ("duration_s", self.duration_s > 0, "> 0 s"),
@@ -456,9 +461,7 @@ class MixConfig:
             ("median_tokens", self.median_tokens >= 1, ">= 1 token"),
             ("sigma", self.sigma >= 0, ">= 0"),
             ("max_tokens", self.max_tokens >= self.median_tokens, ">= median_tokens"),
-        ]:
-            if not ok:
-                raise ValueError(f"MixConfig.{name}: must be {allowed}, got {getattr(self, name)!r}")
+        ])
 
 
 def mixed_workload(mix: MixConfig) -> dict[str, np.ndarray]:

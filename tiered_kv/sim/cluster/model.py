@@ -44,7 +44,7 @@ import numpy as np
 import polars as pl
 from numba import njit
 
-from tiered_kv.sim.cluster.latency import mla_kv_bytes_per_token
+from tiered_kv.sim.cluster.latency import check_fields, mla_kv_bytes_per_token
 from tiered_kv.sim.cluster.lru_tiers import new_tier, touch_arrays
 
 #: DeepSeek-V3 MLA KV in BF16 (70,272 B/token), the default chunk size per token.
@@ -80,7 +80,7 @@ class ClusterConfig:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        checks = [
+        check_fields(self, [
             ("nodes", 1 <= self.nodes <= 64, "an integer in [1, 64]"),
             ("routing", self.routing in ROUTINGS, f"one of {list(ROUTINGS)}"),
             ("gpu_capacity_tokens", self.gpu_capacity_tokens >= 0, ">= 0 tokens"),
@@ -92,10 +92,7 @@ class ClusterConfig:
             ("load_slack", self.load_slack >= 0, ">= 0"),
             ("load_half_life_s", self.load_half_life_s > 0, "> 0 s"),
             ("kv_bytes_per_token", self.kv_bytes_per_token > 0, "> 0 bytes"),
-        ]
-        for name, ok, allowed in checks:
-            if not ok:
-                raise ValueError(f"ClusterConfig.{name}: must be {allowed}, got {getattr(self, name)!r}")
+        ])
 
 
 @dataclass
