@@ -69,19 +69,16 @@ class HostTier:
         old = self._entries.pop(bytes(key), None)
         if old is not None:
             self.used_bytes -= old.nbytes
-        stored = HostEntry(entry.encoder.clone(), entry.decoder.clone() if entry.decoder is not None else None)
-        self._entries[bytes(key)] = stored
+        self._entries[bytes(key)] = HostEntry(entry.encoder.clone(),
+                                              entry.decoder.clone() if entry.decoder is not None else None)
         self.used_bytes += size
         self.stats["puts"] += 1
-        self._evict()
-        return True
-
-    def _evict(self) -> None:
-        while self.used_bytes > self.capacity_bytes and self._entries:
+        while self.used_bytes > self.capacity_bytes and self._entries:  # evict least recently used
             _, victim = self._entries.popitem(last=False)
             self.used_bytes -= victim.nbytes
             self.stats["evictions"] += 1
             self.stats["evicted_bytes"] += victim.nbytes
+        return True
 
     def get(self, key: bytes) -> HostEntry | None:
         """The entry for ``key`` (marked most recently used), or None."""
@@ -100,8 +97,7 @@ class HostTier:
         """
         for i in range(len(keys) - 1, -1, -1):
             if bytes(keys[i]) in self._entries:
-                entry = self.get(keys[i])
-                return (i + 1) * block_size, entry
+                return (i + 1) * block_size, self.get(keys[i])
         self.stats["misses"] += 1
         return 0, None
 

@@ -46,12 +46,9 @@ def _scan(backend: Backend, *, full: bool, progress: bool, desc: str, cache: dic
         return scan.scan(backend, full=full, cache=cache)
     from tqdm import tqdm
 
-    bar = tqdm(desc=desc, unit="obj", leave=False, delay=1.0)
-    try:
+    with tqdm(desc=desc, unit="obj", leave=False, delay=1.0) as bar:
         return scan.scan(backend, full=full, progress=bar.update, on_total=lambda n: setattr(bar, "total", n),
-                           cache=cache)
-    finally:
-        bar.close()
+                         cache=cache)
 
 
 def store_stats(backend: Backend, *, now: float, policy: RetentionPolicy | None = None, progress: bool = False,
@@ -116,18 +113,9 @@ def store_verify(backend: Backend, *, repair: bool = True, partial_grace: float 
 def _still_corrupt(backend: Backend, paths: list[str]) -> list[str]:
     """The corrupt chunk objects that fail again on a fresh read (another writer may have
     replaced one since the scan); obstacles and other objects are returned as they are."""
-    out = []
     chunk_paths = [p for p in paths if layout._CHUNK_RE.fullmatch(p)]
-    fresh = dict(zip(chunk_paths, backend.get_many(chunk_paths), strict=True))
-    for p in paths:
-        if p not in fresh:
-            out.append(p)
-            continue
-        data = fresh[p]
-        if data is None:
-            continue  # gone already
-        if isinstance(data, Exception):
-            raise data
+    out = [p for p in paths if not layout._CHUNK_RE.fullmatch(p)]
+    for p, data in scan.fetched(backend, chunk_paths):  # (one gone already is not listed)
         try:
             verify_chunk(data, key=bytes.fromhex(p.rsplit("/", 1)[1]))
         except CorruptChunk:

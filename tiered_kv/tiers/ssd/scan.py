@@ -40,6 +40,15 @@ def _parse_header(data: bytes, path: str, backend, *, full: bool) -> ChunkHeader
     return None if whole is None else read_header(whole)
 
 
+def fetched(backend, paths: list[str], byte_range=None, progress=None):
+    """``(path, data)`` of the objects at ``paths`` that are still there (a failed read raises)."""
+    for path, data in zip(paths, backend.get_many(paths, byte_range, progress), strict=True):
+        if isinstance(data, Exception):
+            raise data
+        if data is not None:  # (None: deleted under our feet)
+            yield path, data
+
+
 def scan(backend, *, full: bool = False, progress: Callable[[int], None] | None = None,
          on_total: Callable[[int], None] | None = None, cache: dict | None = None) -> Scan:
     """Read every chunk header (``full``: every chunk, CRC-checked) and every access record.
@@ -51,32 +60,22 @@ def scan(backend, *, full: bool = False, progress: Callable[[int], None] | None 
     then costs one listing plus the new chunks' headers). The dict is updated in place.
     """
     versions = backend.versions(CHUNKS) if cache is not None and not full else None
-    if versions is not None:
-        chunk_keys, obstacles = list(versions), {}
-    else:
-        chunk_keys, obstacles = backend.listing(CHUNKS)
+    chunk_keys, obstacles = (list(versions), {}) if versions is not None else backend.listing(CHUNKS)
     access_keys, more = backend.listing(ACCESS)
     if on_total is not None:
         on_total(len(chunk_keys) + len(access_keys))
-    out = Scan()
-    out.corrupt.update(obstacles)
-    out.corrupt.update(more)
-    chunk_paths = []
+    out = Scan(corrupt={**obstacles, **more})
+    keys: dict[str, bytes] = {}
     for path in chunk_keys:
         m = _CHUNK_RE.fullmatch(path)
         if m and m.group(2).startswith(m.group(1)):
-            chunk_paths.append((path, bytes.fromhex(m.group(2))))
+            keys[path] = bytes.fromhex(m.group(2))
         else:
             out.strays.append(path)
     if versions is not None:
-        chunk_paths = _take_cached(chunk_paths, versions, cache, out)
+        keys = _take_cached(keys, versions, cache, out)
     probe = None if full else RangeByteRequest(0, HEADER_PROBE)
-    datas = backend.get_many([p for p, _ in chunk_paths], probe, progress)
-    for (path, key), data in zip(chunk_paths, datas, strict=True):
-        if data is None:
-            continue  # deleted under our feet
-        if isinstance(data, Exception):
-            raise data
+    for path, data in fetched(backend, list(keys), probe, progress):
         try:
             res = _parse_header(data, path, backend, full=full)
         except CorruptChunk as exc:
@@ -84,47 +83,38 @@ def scan(backend, *, full: bool = False, progress: Callable[[int], None] | None 
             continue
         if res is None:
             continue
-        if res.key != key:
+        if res.key != keys[path]:
             out.corrupt[path] = f"chunk holds key {res.key.hex()}"
         else:
-            out.chunks[key] = res
-            out.paths[key] = path
+            out.chunks[res.key] = res
+            out.paths[res.key] = path
             if versions is not None:
                 cache[path] = (versions[path], res)
     _read_records(backend, access_keys, out, progress)
     return out
 
 
-def _take_cached(chunk_paths: list[tuple[str, bytes]], versions: dict[str, str], cache: dict,
-                 out: Scan) -> list[tuple[str, bytes]]:
+def _take_cached(keys: dict[str, bytes], versions: dict[str, str], cache: dict, out: Scan) -> dict[str, bytes]:
     """Put the cached headers whose object still has its version into ``out``; drop cache entries
     of objects that are gone; return the chunks whose headers must be read."""
-    cached = {}
-    for p, _ in chunk_paths:
-        entry = cache.get(p)
-        if entry is not None and entry[0] == versions[p]:
-            cached[p] = entry[1]
-    for path in [p for p in list(cache) if p not in versions]:
-        cache.pop(path, None)
-    for path, key in chunk_paths:
-        if path in cached:
-            out.chunks[key] = cached[path]
+    for path in [p for p in cache if p not in versions]:
+        del cache[path]
+    todo = {}
+    for path, key in keys.items():
+        entry = cache.get(path)
+        if entry is not None and entry[0] == versions[path]:
+            out.chunks[key] = entry[1]
             out.paths[key] = path
-    return [(p, k) for p, k in chunk_paths if p not in cached]
+        else:
+            todo[path] = key
+    return todo
 
 
 def _read_records(backend, access_keys: list[str], out: Scan, progress=None) -> None:
     rec_paths = []
     for path in access_keys:
-        if _ACCESS_RE.fullmatch(path):
-            rec_paths.append(path)
-        else:
-            out.strays.append(path)
-    for path, data in zip(rec_paths, backend.get_many(rec_paths, None, progress), strict=True):
-        if data is None:
-            continue
-        if isinstance(data, Exception):
-            raise data
+        (rec_paths if _ACCESS_RE.fullmatch(path) else out.strays).append(path)
+    for path, data in fetched(backend, rec_paths, None, progress):
         try:
             rec = AccessRecord.decode(data)
         except (ValueError, KeyError, TypeError):
@@ -138,7 +128,6 @@ def _read_records(backend, access_keys: list[str], out: Scan, progress=None) -> 
 
 def scan_records(backend) -> dict[str, AccessRecord]:
     """Every valid access record, read now (GC re-reads them just before deleting)."""
-    keys, _ = backend.listing(ACCESS)
     out = Scan()
-    _read_records(backend, keys, out)
+    _read_records(backend, backend.listing(ACCESS)[0], out)
     return out.records
