@@ -114,9 +114,7 @@ def _case(label: str, ns, tokens, base, args, run_id: str) -> dict:
         _delete_prefix(base, raw_prefix)
     med = {k: statistics.median(v) for k, v in timings.items()}
     return {
-        "chunks": p.n_blocks, "chunk_bytes": len(p.objs[0]), "total_bytes": p.total,
-        "bytes_per_token": p.chunks[0].nbytes / ns.block_size, "kv_heads": ns.kv_heads, "head_dim": ns.head_dim,
-        "seconds": med, "all_seconds": timings,
+        **p.sizes(ns), "seconds": med, "all_seconds": timings,
         "GBps": {k: p.total / v / 1e9 for k, v in med.items()},
         "put_ratio_vs_raw": Paired.between(timings["raw_put"], timings["put"]).median,
         "get_ratio_vs_raw": Paired.between(timings["raw_get"], timings["get"]).median,

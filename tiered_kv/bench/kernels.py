@@ -115,13 +115,9 @@ def run(args: argparse.Namespace) -> dict:
     device = torch.device("cuda" if cuda else "cpu")
     dtype = getattr(torch, args.dtype or ("bfloat16" if cuda else "float32"))
     size = parse_bytes(args.size or ("1GiB" if cuda else "8MiB"), name="--size")
-    if args.repeat < 1:
-        raise ValueError(f"--repeat must be >= 1; got {args.repeat}")
-    if args.window < 1:
-        raise ValueError(f"--window must be >= 1; got {args.window}")
-
-    if args.threads < 1:
-        raise ValueError(f"--threads must be >= 1; got {args.threads}")
+    for flag in ("repeat", "window", "threads"):
+        if getattr(args, flag) < 1:
+            raise ValueError(f"--{flag} must be >= 1; got {getattr(args, flag)}")
     threads_before = torch.get_num_threads()
     from tiered_kv.kernels import fp4
 

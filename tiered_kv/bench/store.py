@@ -39,7 +39,6 @@ NAME = "store"
 HELP = "SSD tier put/get_prefix throughput vs raw file I/O (128K-token prefix), p50/p99 latency"
 
 
-
 def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tokens", type=int, default=131072, help="prefix length in tokens (default 128K)")
     parser.add_argument("--block-size", type=int, default=256, help="tokens per chunk")
@@ -77,6 +76,12 @@ class Payload:
     quantize_s: float
     n_blocks: int
     total: int
+
+    def sizes(self, ns) -> dict:
+        """The figures of the payload both benches report per size."""
+        return {"chunks": self.n_blocks, "chunk_bytes": len(self.objs[0]), "total_bytes": self.total,
+                "bytes_per_token": self.chunks[0].nbytes / ns.block_size, "kv_heads": ns.kv_heads,
+                "head_dim": ns.head_dim}
 
 
 def payload(ns, tokens) -> Payload:
@@ -142,11 +147,7 @@ def _raw_write(dirpath: Path, objs: list[bytes], pool: ThreadPoolExecutor | None
         with open(paths[i], "wb") as f:
             f.write(objs[i])
 
-    if pool is None:
-        for i in range(len(objs)):
-            one(i)
-    else:
-        list(pool.map(one, range(len(objs))))
+    list((pool.map if pool else map)(one, range(len(objs))))
     return paths
 
 
@@ -156,8 +157,7 @@ def _raw_read(paths: list[Path], pool: ThreadPoolExecutor | None) -> int:
         with open(p, "rb") as f:
             return f.read()
 
-    held = list(map(one, paths)) if pool is None else list(pool.map(one, paths))
-    return sum(len(b) for b in held)
+    return sum(len(b) for b in list((pool.map if pool else map)(one, paths)))
 
 
 def _raw_read_os(paths: list[Path]) -> int:
@@ -188,9 +188,7 @@ def _size_case(label: str, ns, tokens, root: Path, args, pool) -> dict:
     from tqdm import tqdm
 
     p = payload(ns, tokens)
-    res: dict = {"bytes_per_token": p.chunks[0].nbytes / ns.block_size, "chunks": p.n_blocks,
-                 "chunk_bytes": len(p.objs[0]), "total_bytes": p.total, "quantize_cpu_s": p.quantize_s,
-                 "kv_heads": ns.kv_heads, "head_dim": ns.head_dim, "fmt": ns.fmt}
+    res: dict = {**p.sizes(ns), "quantize_cpu_s": p.quantize_s, "fmt": ns.fmt}
     timings: dict[str, list[float]] = {k: [] for k in PHASES}
     for r in tqdm(range(args.repeat), desc=f"store bench ({label})", leave=False, delay=1.0):
         tier = _size_repeat(r, root / f"{label}-{r}", ns, tokens, p, timings, args, pool)
