@@ -44,18 +44,12 @@ from __future__ import annotations
 
 import functools
 import math
-import os
 import sys
 from dataclasses import dataclass
 
 import torch
 
-try:  # triton is optional: absent on macOS / Windows, where the torch reference runs
-    import triton
-    import triton.language as tl
-except ImportError:  # pragma: no cover - exercised only without triton
-    triton = None
-    tl = None
+from tiered_kv.kernels import interpreting, resolve_backend, triton
 
 FORMATS = ("mxfp4", "nvfp4")
 BLOCK = {"mxfp4": 32, "nvfp4": 16}
@@ -125,10 +119,6 @@ def _check_fmt(fmt: str) -> None:
         raise ValueError(f"unknown FP4 format {fmt!r}; allowed: {', '.join(FORMATS)}")
 
 
-def _is_interpreting() -> bool:
-    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
-
-
 def _has_numba() -> bool:
     """Whether the numba CPU path (fp4_cpu, numba is a dependency) applies: it packs pairs as uint16."""
     return sys.byteorder == "little"
@@ -141,26 +131,14 @@ NUMBA_MIN_ELEMENTS = 1 << 16
 
 
 def _resolve_backend(backend: str, device: torch.device, numel: int = NUMBA_MIN_ELEMENTS) -> str:
-    if backend not in BACKENDS:
-        raise ValueError(f"unknown backend {backend!r}; allowed: {', '.join(BACKENDS)}")
-    if backend == "auto":
-        if device.type == "cuda":
-            return "triton" if triton is not None else "torch"
-        fused = device.type == "cpu" and numel >= NUMBA_MIN_ELEMENTS and _has_numba()
-        return "numba" if fused else "torch"
+    fused = device.type == "cpu" and numel >= NUMBA_MIN_ELEMENTS and _has_numba()
+    which = resolve_backend(backend, BACKENDS, device, "numba" if fused else "torch")
     if backend == "numba":
         if device.type != "cpu":
             raise ValueError(f"backend='numba' runs on CPU tensors only (got {device.type})")
         if not _has_numba():
             raise ValueError("backend='numba' needs the numba package, which is not installed")
-    if backend == "triton":
-        if triton is None:
-            raise ValueError("backend='triton' needs the triton package, which is not installed")
-        if device.type != "cuda" and not _is_interpreting():
-            raise ValueError(
-                f"backend='triton' needs a CUDA tensor (got {device.type}); on the CPU set "
-                "TRITON_INTERPRET=1 before importing tiered_kv.kernels, or use backend='torch'")
-    return backend
+    return which
 
 
 def _check_input(x: torch.Tensor, fmt: str, scale_rule: str) -> None:
@@ -323,29 +301,19 @@ def _quantize_blocks_torch(xb: torch.Tensor, fmt: str, scale_rule: str,
     return _pack_torch(_e2m1_encode_torch(v)), code.to(torch.uint8)
 
 
-def quantize_torch(x: torch.Tensor, fmt: str = "mxfp4", scale_rule: str = "floor") -> FP4Tensor:
-    """Plain-torch reference of :func:`quantize` (vectorized, processed in cache-sized chunks)."""
-    _check_input(x, fmt, scale_rule)
-    block = BLOCK[fmt]
-    shape, dtype = x.shape, x.dtype
-    if dtype == torch.float64:
-        x = x.to(torch.float32)
-    x = x.contiguous()
-    gs = _nv_global_scale(x) if fmt == "nvfp4" else None
+def _quantize_torch(blocks: torch.Tensor, fmt: str, scale_rule: str, gs: torch.Tensor | None,
+                    shape: torch.Size) -> tuple[torch.Tensor, torch.Tensor]:
+    """Reference: blocks [nb, block] -> (packed [nb, block/2], scale codes [nb]), in cache-sized chunks."""
+    nb, block = blocks.shape
     gs_blocks = _block_gs(gs, shape, block) if gs is not None else None
-    blocks = x.reshape(-1, block)
-    nb = blocks.shape[0]
-    data = torch.empty((nb, block // 2), dtype=torch.uint8, device=x.device)
-    scales = torch.empty((nb,), dtype=torch.uint8, device=x.device)
-    step = _chunk(x.device)
+    data = torch.empty((nb, block // 2), dtype=torch.uint8, device=blocks.device)
+    scales = torch.empty((nb,), dtype=torch.uint8, device=blocks.device)
+    step = _chunk(blocks.device)
     for lo in range(0, nb, step):
         hi = min(lo + step, nb)
         gsb = gs_blocks[lo:hi] if gs_blocks is not None else None
         data[lo:hi], scales[lo:hi] = _quantize_blocks_torch(blocks[lo:hi], fmt, scale_rule, gsb)
-    if fmt == "mxfp4" and nb and bool((scales == 255).any()):
-        raise _nonfinite_error(fmt)
-    return FP4Tensor(data.reshape(*shape[:-1], shape[-1] // 2),
-                     scales.reshape(*shape[:-1], shape[-1] // block), gs, fmt, shape, dtype)
+    return data, scales
 
 
 def _e2m1_pair_table(device: torch.device) -> torch.Tensor:
@@ -355,8 +323,8 @@ def _e2m1_pair_table(device: torch.device) -> torch.Tensor:
     return torch.stack([vals[byte & 15], vals[byte >> 4]], dim=1).to(device)
 
 
-def dequantize_torch(q: FP4Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    """Plain-torch reference of :func:`dequantize`: one table gather per byte, times scale."""
+def _dequantize_torch(q: FP4Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """Reference: one table gather per byte, times scale."""
     block = q.block
     packed = q.data.reshape(-1, block // 2)
     codes = q.scales.reshape(-1)
@@ -376,99 +344,61 @@ def dequantize_torch(q: FP4Tensor, dtype: torch.dtype = torch.float32) -> torch.
     return out.reshape(q.shape)
 
 
-# ----------------------------------------------------------------------------- Triton kernels
-# The device code lives in fp4_triton (imported only when triton is installed); below are the
-# host wrappers that check inputs, allocate outputs and launch it.
+# ----------------------------------------------------------------------------- fast paths
+# The Triton device code lives in fp4_triton (imported only when triton is installed), the numba
+# loops in fp4_cpu; below are the calls that launch them on the blocks :func:`quantize` prepared.
 
 if triton is not None:
     from tiered_kv.kernels.fp4_triton import _dequantize_kernel, _quantize_kernel
 
 
+def _gs_heads(gs: torch.Tensor | None, shape: torch.Size, device) -> tuple[torch.Tensor, int]:
+    """NVFP4's global scales as the kernels read them, fp32 [H] (ones(1) for MXFP4), and H."""
+    if gs is None:
+        return torch.ones(1, dtype=torch.float32, device=device), 1
+    return gs.reshape(-1).to(torch.float32).contiguous(), shape[-2] if gs.ndim == 1 else 1
+
+
 def _blocks_per_prog(fmt: str) -> int:
     """Scale blocks per program: ~4K elements on a GPU, more under the slow interpreter."""
-    per = 4096 if not _is_interpreting() else 16384
-    return per // BLOCK[fmt]
+    return (16384 if interpreting() else 4096) // BLOCK[fmt]
 
 
-def quantize_triton(x: torch.Tensor, fmt: str = "mxfp4", scale_rule: str = "floor") -> FP4Tensor:
-    """Triton path of :func:`quantize` (CUDA, or CPU under TRITON_INTERPRET=1)."""
-    _check_input(x, fmt, scale_rule)
-    _resolve_backend("triton", x.device)
-    block = BLOCK[fmt]
-    shape, dtype = x.shape, x.dtype
-    if dtype == torch.float64:
-        x = x.to(torch.float32)
-    x = x.contiguous()
-    nb = x.numel() // block
-    data = torch.empty((nb, block // 2), dtype=torch.uint8, device=x.device)
-    scales = torch.empty((nb,), dtype=torch.uint8, device=x.device)
-    if fmt == "nvfp4":
-        gs = _nv_global_scale(x)
-        gs_arg = gs.reshape(-1).contiguous()
-    else:
-        gs = None
-        gs_arg = torch.ones(1, dtype=torch.float32, device=x.device)
-    n_heads = shape[-2] if (gs is not None and gs.ndim == 1) else 1
+def _quantize_triton(blocks: torch.Tensor, fmt: str, scale_rule: str, gs: torch.Tensor | None,
+                     shape: torch.Size) -> tuple[torch.Tensor, torch.Tensor]:
+    nb, block = blocks.shape
+    data = torch.empty((nb, block // 2), dtype=torch.uint8, device=blocks.device)
+    scales = torch.empty((nb,), dtype=torch.uint8, device=blocks.device)
+    gs_arg, n_heads = _gs_heads(gs, shape, blocks.device)
     bpp = _blocks_per_prog(fmt)
     if nb:
-        grid = (triton.cdiv(nb, bpp),)
-        _quantize_kernel[grid](x, data, scales, gs_arg, nb, shape[-1] // block, n_heads,
-                               BLOCK=block, BLOCKS_PER_PROG=bpp, IS_NV=fmt == "nvfp4",
-                               CEIL=scale_rule == "ceil")
-    if fmt == "mxfp4" and nb and bool((scales == 255).any()):
-        raise _nonfinite_error(fmt)
-    return FP4Tensor(data.reshape(*shape[:-1], shape[-1] // 2),
-                     scales.reshape(*shape[:-1], shape[-1] // block), gs, fmt, shape, dtype)
+        _quantize_kernel[(triton.cdiv(nb, bpp),)](blocks, data, scales, gs_arg, nb, shape[-1] // block, n_heads,
+                                                  BLOCK=block, BLOCKS_PER_PROG=bpp, IS_NV=fmt == "nvfp4",
+                                                  CEIL=scale_rule == "ceil")
+    return data, scales
 
 
-def dequantize_triton(q: FP4Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    """Triton path of :func:`dequantize` (CUDA, or CPU under TRITON_INTERPRET=1)."""
-    _resolve_backend("triton", q.device)
+def _dequantize_triton(q: FP4Tensor, dtype: torch.dtype) -> torch.Tensor:
     block = q.block
     nb = q.data.numel() // (block // 2)
     # The interpreter's fp32 -> bf16/fp16 casts truncate: write fp32 there, round in torch.
-    kernel_dtype = torch.float32 if _is_interpreting() else dtype
-    out = torch.empty(q.shape, dtype=kernel_dtype, device=q.device)
-    if q.global_scale is not None:
-        gs_arg = q.global_scale.reshape(-1).to(torch.float32).contiguous()
-        n_heads = q.shape[-2] if q.global_scale.ndim == 1 else 1
-    else:
-        gs_arg, n_heads = torch.ones(1, dtype=torch.float32, device=q.device), 1
+    out = torch.empty(q.shape, dtype=torch.float32 if interpreting() else dtype, device=q.device)
+    gs_arg, n_heads = _gs_heads(q.global_scale, q.shape, q.device)
     bpp = _blocks_per_prog(q.fmt)
     if nb:
-        grid = (triton.cdiv(nb, bpp),)
-        _dequantize_kernel[grid](q.data.contiguous(), q.scales.contiguous(), gs_arg, out, nb,
-                                 q.shape[-1] // block, n_heads, BLOCK=block,
-                                 BLOCKS_PER_PROG=bpp, IS_NV=q.fmt == "nvfp4")
-    return out if out.dtype == dtype else out.to(dtype)
+        _dequantize_kernel[(triton.cdiv(nb, bpp),)](q.data.contiguous(), q.scales.contiguous(), gs_arg, out, nb,
+                                                    q.shape[-1] // block, n_heads, BLOCK=block,
+                                                    BLOCKS_PER_PROG=bpp, IS_NV=q.fmt == "nvfp4")
+    return out
 
 
-# ----------------------------------------------------------------------------- fused CPU path
-
-
-def quantize_numba(x: torch.Tensor, fmt: str = "mxfp4", scale_rule: str = "floor") -> FP4Tensor:
-    """Fused CPU path (``fp4_cpu``): one read per element; bytes identical to the reference."""
+def _quantize_numba(blocks: torch.Tensor, fmt: str, scale_rule: str, gs: torch.Tensor | None,
+                    shape: torch.Size) -> tuple[torch.Tensor, torch.Tensor]:
+    """Fused CPU loops (``fp4_cpu``): one read per element; bytes identical to the reference."""
     from tiered_kv.kernels import fp4_cpu
 
-    _check_input(x, fmt, scale_rule)
-    _resolve_backend("numba", x.device)
-    block = BLOCK[fmt]
-    shape, dtype = x.shape, x.dtype
-    x32 = x.to(torch.float32).contiguous()
-    gs = None
-    if fmt == "nvfp4":
-        if x32.ndim >= 3:
-            gs = _nv_global_scale(x32, fp4_cpu.per_head_amax(x32))
-        else:
-            gs = _nv_global_scale(x32)
-        data, scales = fp4_cpu.quantize_blocks(x32.reshape(-1, block), fmt, scale_rule,
-                                               gs.reshape(-1).contiguous(), shape[-1] // block)
-    else:
-        data, scales = fp4_cpu.quantize_blocks(x32.reshape(-1, block), fmt, scale_rule)
-    if fmt == "mxfp4" and scales.numel() and bool((scales == 255).any()):
-        raise _nonfinite_error(fmt)
-    return FP4Tensor(data.reshape(*shape[:-1], shape[-1] // 2),
-                     scales.reshape(*shape[:-1], shape[-1] // block), gs, fmt, shape, dtype)
+    return fp4_cpu.quantize_blocks(blocks, fmt, scale_rule, _gs_heads(gs, shape, blocks.device)[0],
+                                   shape[-1] // BLOCK[fmt])
 
 
 @functools.lru_cache(maxsize=2)
@@ -479,20 +409,18 @@ def scale_table(fmt: str):
     return decode(codes).numpy().copy()
 
 
-def dequantize_numba(q: FP4Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    """Fused CPU path of :func:`dequantize`: one pass, scales decoded by table."""
+def _dequantize_numba(q: FP4Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """Fused CPU loop: one pass, scales decoded by table."""
     from tiered_kv.kernels import fp4_cpu
 
-    _resolve_backend("numba", q.device)
-    block = q.block
-    gs = q.global_scale
-    heads = q.shape[-2] if (gs is not None and gs.ndim == 1) else 1
-    per_row = q.shape[-1] // block
-    out = fp4_cpu.dequantize_blocks(q.data.reshape(-1, block // 2).contiguous(),
-                                    q.scales.reshape(-1).contiguous(), scale_table(q.fmt),
-                                    None if gs is None else gs.reshape(heads), per_row)
-    out = out.reshape(q.shape)
-    return out if dtype == torch.float32 else out.to(dtype)
+    out = fp4_cpu.dequantize_blocks(q.data.reshape(-1, q.block // 2).contiguous(), q.scales.reshape(-1).contiguous(),
+                                    scale_table(q.fmt), _gs_heads(q.global_scale, q.shape, q.device)[0],
+                                    q.shape[-1] // q.block)
+    return out.reshape(q.shape)
+
+
+_QUANTIZE = {"torch": _quantize_torch, "triton": _quantize_triton, "numba": _quantize_numba}
+_DEQUANTIZE = {"torch": _dequantize_torch, "triton": _dequantize_triton, "numba": _dequantize_numba}
 
 
 # ----------------------------------------------------------------------------- public API
@@ -503,16 +431,27 @@ def quantize(x: torch.Tensor, fmt: str = "mxfp4", *, scale_rule: str = "floor",
     """Quantize ``x [..., D]`` to MXFP4 or NVFP4 (see the module docstring for the formats).
 
     ``scale_rule`` ("floor" | "ceil") applies to MXFP4. ``backend``: "auto" (Triton on CUDA,
-    the fused numba path on CPU), "torch" (the reference), "triton" or "numba". Raises ``ValueError`` for an unknown format,
-    rule or backend, a non-float dtype, D not a multiple of the block, or NaN/Inf.
+    the fused numba path on CPU), "torch" (the reference), "triton" or "numba". Raises
+    ``ValueError`` for an unknown format, rule or backend, a non-float dtype, D not a multiple
+    of the block, or NaN/Inf.
     """
     _check_input(x, fmt, scale_rule)
     which = _resolve_backend(backend, x.device, x.numel())
-    if which == "triton":
-        return quantize_triton(x, fmt, scale_rule)
-    if which == "numba":
-        return quantize_numba(x, fmt, scale_rule)
-    return quantize_torch(x, fmt, scale_rule)
+    shape, dtype, block = x.shape, x.dtype, BLOCK[fmt]
+    # the numba loops read fp32; the reference and the Triton kernel read 16-bit inputs as they are
+    x = (x.to(torch.float32) if which == "numba" or dtype == torch.float64 else x).contiguous()
+    gs = None
+    if fmt == "nvfp4" and which == "numba" and x.ndim >= 3:
+        from tiered_kv.kernels import fp4_cpu
+
+        gs = _nv_global_scale(x, fp4_cpu.per_head_amax(x))
+    elif fmt == "nvfp4":
+        gs = _nv_global_scale(x)
+    data, scales = _QUANTIZE[which](x.reshape(-1, block), fmt, scale_rule, gs, shape)
+    if fmt == "mxfp4" and scales.numel() and bool((scales == 255).any()):
+        raise _nonfinite_error(fmt)
+    return FP4Tensor(data.reshape(*shape[:-1], shape[-1] // 2),
+                     scales.reshape(*shape[:-1], shape[-1] // block), gs, fmt, shape, dtype)
 
 
 def dequantize(q: FP4Tensor, dtype: torch.dtype = torch.float32, *,
@@ -523,12 +462,8 @@ def dequantize(q: FP4Tensor, dtype: torch.dtype = torch.float32, *,
     _check_fmt(q.fmt)
     if not dtype.is_floating_point:
         raise ValueError(f"dequantize needs a float output dtype, got {dtype}")
-    which = _resolve_backend(backend, q.device, q.numel)
-    if which == "triton":
-        return dequantize_triton(q, dtype)
-    if which == "numba":
-        return dequantize_numba(q, dtype)
-    return dequantize_torch(q, dtype)
+    out = _DEQUANTIZE[_resolve_backend(backend, q.device, q.numel)](q, dtype)
+    return out if out.dtype == dtype else out.to(dtype)
 
 
 # ----------------------------------------------------------------------------- error statistics

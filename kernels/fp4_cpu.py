@@ -202,28 +202,24 @@ def _torch_threads_kept():
             torch.set_num_threads(n)
 
 
-def quantize_blocks(x32: torch.Tensor, fmt: str, scale_rule: str,
-                    gs_heads: torch.Tensor | None = None,
-                    blocks_per_row: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+def quantize_blocks(x32: torch.Tensor, fmt: str, scale_rule: str, gs_heads: torch.Tensor,
+                    blocks_per_row: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Contiguous fp32 blocks ``[nb, block]`` -> (packed ``[nb, block/2]``, scale codes ``[nb]``).
 
-    NVFP4 needs the global scales ``gs_heads [H]``: block b belongs to head
+    NVFP4 reads the global scales ``gs_heads [H]``: block b belongs to head
     ``(b // blocks_per_row) % H`` (H = 1 for one scale over the whole tensor)."""
     nb, block = x32.shape
     xf = x32.numpy()
     xi = xf.view(np.int32)
     data = np.empty((nb, block // 2), dtype=np.uint8)
     codes = np.empty((nb, block), dtype=np.uint8)  # one code per byte before packing
-    if fmt == "mxfp4":
-        scales = np.empty((nb,), dtype=np.uint8)
-        if nb:
-            with _torch_threads_kept():
-                _quantize_mx(xi, xf, codes, data, scales, _inv_table(), scale_rule == "ceil")
-        return torch.from_numpy(data), torch.from_numpy(scales)
     scales = np.empty((nb,), dtype=np.uint8)
     if nb:
         with _torch_threads_kept():
-            _quantize_nv(xi, xf, codes, data, scales, gs_heads.numpy(), blocks_per_row)
+            if fmt == "mxfp4":
+                _quantize_mx(xi, xf, codes, data, scales, _inv_table(), scale_rule == "ceil")
+            else:
+                _quantize_nv(xi, xf, codes, data, scales, gs_heads.numpy(), blocks_per_row)
     return torch.from_numpy(data), torch.from_numpy(scales)
 
 
@@ -236,20 +232,17 @@ def per_head_amax(x32: torch.Tensor) -> torch.Tensor:
 
 
 def dequantize_blocks(packed: torch.Tensor, codes: torch.Tensor, scale_table: np.ndarray,
-                      gs_heads: torch.Tensor | None = None,
-                      blocks_per_row: int = 1) -> torch.Tensor:
-    """Packed ``[nb, block/2]`` and scale codes ``[nb]`` -> fp32 ``[nb, block]``; NVFP4 takes
-    the global scales ``gs_heads [H]`` as in :func:`quantize_blocks`. ``scale_table`` maps each
-    scale code 0..255 to its fp32 value (``fp4.scale_table``: the reference's own decoders, so
-    this module never imports the reference)."""
+                      gs_heads: torch.Tensor, blocks_per_row: int) -> torch.Tensor:
+    """Packed ``[nb, block/2]`` and scale codes ``[nb]`` -> fp32 ``[nb, block]``, with the global
+    scales ``gs_heads [H]`` as in :func:`quantize_blocks` (ones(1) for MXFP4). ``scale_table``
+    maps each scale code 0..255 to its fp32 value (``fp4.scale_table``: the reference's own
+    decoders, so this module never imports the reference)."""
     nb, half = packed.shape
     out = np.empty((nb, 2 * half), dtype=np.float32)
-    if gs_heads is None:
-        gs_heads = torch.ones(1, dtype=torch.float32)
     if nb:
         with _torch_threads_kept():
             _dequantize(packed.numpy(), codes.numpy(), np.ascontiguousarray(scale_table, dtype=np.float32),
-                        gs_heads.to(torch.float32).contiguous().numpy(), blocks_per_row, out)
+                        gs_heads.numpy(), blocks_per_row, out)
     return torch.from_numpy(out)
 
 

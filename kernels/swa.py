@@ -23,23 +23,15 @@ values; write the output once.
 
 from __future__ import annotations
 
-import os
-
 import torch
 
-try:
-    import triton
+from tiered_kv.kernels import interpreting, resolve_backend, triton
+
+if triton is not None:
     import triton.language as tl
-except ImportError:  # pragma: no cover - exercised only without triton
-    triton = None
-    tl = None
 
 BACKENDS = ("auto", "torch", "triton")
 _DTYPES = (torch.float32, torch.float16, torch.bfloat16)
-
-
-def _is_interpreting() -> bool:
-    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
 def _check(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: int, q_offset: int,
@@ -69,17 +61,7 @@ def _check(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: int, q_off
     for name, off in (("q_offset", q_offset), ("k_offset", k_offset)):
         if isinstance(off, bool) or not isinstance(off, int):
             raise ValueError(f"{name} must be an int; got {off!r}")
-    if backend not in BACKENDS:
-        raise ValueError(f"unknown backend {backend!r}; allowed: {', '.join(BACKENDS)}")
-    if backend == "auto":
-        return "triton" if (q.device.type == "cuda" and triton is not None) else "torch"
-    if backend == "triton":
-        if triton is None:
-            raise ValueError("backend='triton' needs the triton package, which is not installed")
-        if q.device.type != "cuda" and not _is_interpreting():
-            raise ValueError("backend='triton' needs CUDA tensors; on the CPU set "
-                             "TRITON_INTERPRET=1 before importing, or use backend='torch'")
-    return backend
+    return resolve_backend(backend, BACKENDS, q.device)
 
 
 def _visible_keys(Tq: int, Tk: int, window: int, q_offset: int, k_offset: int) -> tuple[int, int]:
@@ -203,7 +185,7 @@ def sliding_window_attention_triton(q: torch.Tensor, k: torch.Tensor, v: torch.T
     Tk, Hkv, _ = k.shape
     scale = D ** -0.5 if scale is None else float(scale)
     q, k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))
-    interp = _is_interpreting()
+    interp = interpreting()
     # The interpreter's fp32 -> bf16/fp16 casts truncate: write fp32 there, round in torch.
     out = torch.empty((Tq, Hq, D), dtype=torch.float32 if interp else q.dtype, device=q.device)
     lo, hi = _visible_keys(Tq, Tk, window, q_offset, k_offset)
