@@ -15,6 +15,7 @@ it is not the record. The cluster model's speed is timed by ``tiered-kv bench si
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import math
 import subprocess
@@ -193,13 +194,8 @@ def admission_lines(a: dict) -> tuple[str, str]:
     """(one sentence on the highest load, a table of every load) for one admission setting."""
     rows, rates = a["rows"], a["rates"]
     top = max(rates)
-    equal = [r for r in sorted(rates) if math.isclose(_p99(rows, r, True, "all"), _p99(rows, r, False, "all"),
-                                                     rel_tol=1e-9)]
-    low = 0.0
-    for r in sorted(rates):  # the loads up to which admission changes nothing
-        if r not in equal:
-            break
-        low = r
+    same = lambda r: math.isclose(_p99(rows, r, True, "all"), _p99(rows, r, False, "all"), rel_tol=1e-9)
+    low = max(itertools.takewhile(same, sorted(rates)), default=0.0)  # the loads up to which admission changes nothing
     sentence = (f"{a['mode'].capitalize()} mode ({a['duration_s']:g} s per point, up to {top:g} requests/s/machine): "
                 f"p99 TTFT (all requests) {_s(_p99(rows, top, False, 'all'))} always loading vs "
                 f"{_s(_p99(rows, top, True, 'all'))} with admission; misses' p99 "
@@ -248,20 +244,18 @@ def _routing(rt: dict) -> str:
                     and (r["ssd_capacity_tokens"] is None) == unlimited)
 
     routings = list(dict.fromkeys(r["routing"] for r in rt["rows"]))
-    shared = [rate(x, "shared") for x in routings]
-    unlimited = [rate(x, "shared", True) for x in routings]
-    same = max(shared) - min(shared) <= 1e-12
-    same_unl = max(unlimited) - min(unlimited) <= 1e-12
+
+    def shared(unlimited: bool, alike: str) -> str:  # one figure when every routing gives it, else each
+        vals = [rate(x, "shared", unlimited) for x in routings]
+        return alike.format(_pct(vals[0])) if max(vals) - min(vals) <= 1e-12 else \
+            ", ".join(f"{_pct(v)} ({x})" for x, v in zip(routings, vals, strict=True))
+
     per = ", ".join(f"{_pct(rate(x, 'per-machine'))} ({x}{', load bound %gx mean' % (1 + rt['load_slack']) if x == 'cache-aware' else ''})"
                     for x in routings)
     return (f"Mooncake {rt['trace']} trace ({rt['requests']:,} requests), {rt['nodes']} machines, SSD only, total "
-            f"{rt['total_tokens'] / 1e6:g}M tokens: shared pool "
-            + (f"{_pct(shared[0])} token hit rate under every routing" if same else
-               ", ".join(f"{_pct(v)} ({x})" for x, v in zip(routings, shared, strict=True)))
+            f"{rt['total_tokens'] / 1e6:g}M tokens: shared pool " + shared(False, "{} token hit rate under every routing")
             + f"; per-machine caches of {rt['total_tokens'] / rt['nodes'] / 1e6:g}M tokens each {per}. Unlimited "
-            f"shared pool: " + (f"{_pct(unlimited[0])} (Mooncake's infinite-cache ratio), identical for all routings"
-                                if same_unl else ", ".join(f"{_pct(v)} ({x})" for x, v in zip(routings, unlimited,
-                                                                                              strict=True))) + ".")
+            "shared pool: " + shared(True, "{} (Mooncake's infinite-cache ratio), identical for all routings") + ".")
 
 
 def _disk(parts: list[dict]) -> str:

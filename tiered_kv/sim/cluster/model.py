@@ -391,10 +391,9 @@ def over_time(requests: pl.DataFrame, bin_s: float = 3600.0) -> pl.DataFrame:
         raise ValueError(f"over_time: bin_s must be > 0 seconds, got {bin_s}")
     df = requests.with_columns((pl.col("timestamp_s") // bin_s * bin_s).alias("bin_start_s"))
     agg = [pl.col(k).sum() for k in _SUMS] + [pl.col("ssd_bytes_used").last(), pl.col("ssd_evictions").last()]
-    by = (df.group_by(["bin_start_s", "traffic_class"]).agg(agg)
-          .vstack(df.group_by("bin_start_s").agg(agg).with_columns(pl.lit("all").alias("traffic_class"))
-                  .select(df.group_by(["bin_start_s", "traffic_class"]).agg(agg).columns)))
-    return by.with_columns(
+    per_class = df.group_by(["bin_start_s", "traffic_class"]).agg(agg)
+    every = df.group_by("bin_start_s").agg(agg).with_columns(pl.lit("all").alias("traffic_class"))
+    return per_class.vstack(every.select(per_class.columns)).with_columns(
         ((pl.col("gpu_tokens") + pl.col("ssd_tokens")) / pl.col("input_tokens")).alias("token_hit_rate"),
         (pl.col("gpu_tokens") / pl.col("input_tokens")).alias("gpu_token_hit_rate"),
         (pl.col("ssd_tokens") / pl.col("input_tokens")).alias("disk_token_fraction"),
