@@ -32,6 +32,14 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def s3_store(bucket: str, prefix: str | None, endpoint: str, **kw):
+    """An obstore ``S3Store`` at ``endpoint`` with the test credentials."""
+    from obstore.store import S3Store
+
+    return S3Store(bucket, prefix=prefix, endpoint=endpoint, access_key_id=ACCESS_KEY, secret_access_key=SECRET_KEY,
+                   region=REGION, client_options={"allow_http": True}, **kw)
+
+
 class LocalS3:
     """``with LocalS3() as s3: store = s3.store(s3.bucket())``."""
 
@@ -95,10 +103,7 @@ class LocalS3:
 
     def store(self, bucket: str, prefix: str = "", **kw):
         """An obstore ``S3Store`` on this server."""
-        from obstore.store import S3Store
-
-        return S3Store(bucket, prefix=prefix or None, endpoint=self.endpoint, access_key_id=ACCESS_KEY,
-                       secret_access_key=SECRET_KEY, region=REGION, client_options={"allow_http": True}, **kw)
+        return s3_store(bucket, prefix or None, self.endpoint, **kw)
 
     def spec(self, bucket: str, prefix: str = "") -> tuple:
         """A picklable description for worker processes (``store_suite.open_spec``)."""

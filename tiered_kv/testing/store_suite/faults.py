@@ -14,7 +14,6 @@ import warnings
 
 import pytest
 import torch
-from zarr.core.sync import sync
 
 from tiered_kv.keys import block_keys
 from tiered_kv.testing.store_suite.base import SuiteBase, make_kv, namespace, reference_kv
@@ -23,6 +22,8 @@ from tiered_kv.testing.store_suite.faulty_stores import (
     SyncFullDiskStore,
     SyncVanishingStore,
     VanishingStore,
+    read_object,
+    write_object,
 )
 from tiered_kv.tiers.ssd import StoreFullWarning, layout
 
@@ -38,9 +39,7 @@ class FaultTests(SuiteBase):
         t.put(toks, make_kv(24), "c")
         keys = block_keys(toks, t.namespace)
         path = layout.chunk_path(keys[1])
-        import zarr.core.sync as zs
-
-        data = bytearray(zs.sync(store.get(path, prototype=layout.default_buffer_prototype())).to_bytes())
+        data = bytearray(read_object(store, path))
         if damage == "flip_payload":
             data[-10] ^= 0x01
         elif damage == "flip_header":
@@ -50,8 +49,8 @@ class FaultTests(SuiteBase):
         elif damage == "empty":
             data = bytearray()
         else:  # a valid chunk under the wrong key
-            data = bytearray(zs.sync(store.get(layout.chunk_path(keys[2]), layout.default_buffer_prototype())).to_bytes())
-        zs.sync(store.set(path, layout.buffer(bytes(data))))
+            data = read_object(store, layout.chunk_path(keys[2]))
+        write_object(store, path, data)
         with warnings.catch_warnings(record=True):
             warnings.simplefilter("always")
             assert t.get_prefix(toks).blocks == 1
@@ -64,12 +63,10 @@ class FaultTests(SuiteBase):
         store = make_store()
         t = self.tier(store)
         t.put(torch.arange(24), make_kv(24), "c")
-        import zarr.core.sync as zs
-
         path = layout.chunk_path(block_keys(torch.arange(24), t.namespace)[2])
-        data = bytearray(zs.sync(store.get(path, prototype=layout.default_buffer_prototype())).to_bytes())
+        data = bytearray(read_object(store, path))
         data[-1] ^= 0xFF
-        zs.sync(store.set(path, layout.buffer(bytes(data))))
+        write_object(store, path, data)
         report = t.verify()
         assert report["chunks_ok"] == 2 and [p for p, _ in report["corrupt"]] == [path]
         assert t.verify()["corrupt"] == []
@@ -131,14 +128,14 @@ class FaultTests(SuiteBase):
 
         store = make_store()
         self.tier(store).put(torch.arange(16), make_kv(16), "c")
-        sync(store.set("zarr.json", layout.buffer(garbage)))
+        write_object(store, "zarr.json", garbage)
         backend = open_backend(store)
         report = store_verify(backend, repair=False)
         assert report["problems"] == 1 and report["metadata"][0][0] == "zarr.json"
         report = store_verify(backend)
         assert report["problems"] == 1 and store_verify(backend)["problems"] == 0
         assert zarr.open_group(store, mode="r").attrs["tiered_kv"]["layout"] == layout.LAYOUT
-        sync(store.set("zarr.json", layout.buffer(garbage)))
+        write_object(store, "zarr.json", garbage)
         with pytest.warns(RuntimeWarning, match="repaired zarr.json"):
             t = self.tier(store)  # a tier opening the store repairs it too
         assert t.counters["repaired"] == 1 and t.get_prefix(torch.arange(16)).blocks == 2

@@ -1,4 +1,5 @@
-"""Fault-injecting store wrappers: a disk that fills up, and objects that vanish before a read.
+"""Fault-injecting store wrappers (a disk that fills up, objects that vanish before a read), and
+raw object access for damaging chunks.
 
 They wrap any zarr v3 Store, so the fault tests (:mod:`.faults`) run on every backend the
 suite runs on; the ``Sync*`` variants add zarr's sync API so the tier's sync path is faulted too.
@@ -10,6 +11,17 @@ import errno
 
 from zarr.core.sync import sync
 from zarr.storage import WrapperStore
+
+from tiered_kv.tiers.ssd import layout
+
+
+def read_object(store, path: str) -> bytes:
+    """An object's bytes straight from the zarr store (what a fault test then damages)."""
+    return sync(store.get(path, prototype=layout.default_buffer_prototype())).to_bytes()
+
+
+def write_object(store, path: str, data: bytes) -> None:
+    sync(store.set(path, layout.buffer(bytes(data))))
 
 
 class FullDiskStore(WrapperStore):

@@ -11,6 +11,8 @@ tests/test_ssd_faults.py).
 
 from __future__ import annotations
 
+import contextlib
+import traceback
 import warnings
 
 import torch
@@ -20,6 +22,15 @@ from tiered_kv.testing.store_suite.base import BS, Clock, namespace
 from tiered_kv.tiers.ssd import SSDConfig, SSDTier
 
 STRESS_PROMPTS = 6
+
+
+@contextlib.contextmanager
+def _errors_into(out: dict):
+    """An exception in a child goes into ``out["errors"]`` (the parent fails the test with it)."""
+    try:
+        yield
+    except Exception as exc:  # noqa: BLE001 - reported to the parent
+        out["errors"] = traceback.format_exc() + repr(exc)
 
 
 def stress_tokens(i: int) -> torch.Tensor:
@@ -67,29 +78,24 @@ def stress_worker(role: str, root, seconds: float, seed: int, barrier, results, 
     codec.dequantize_chunks(codec.quantize_blocks(stress_kv(stress_tokens(0)), namespace()), torch.float32)  # warm-up
     barrier.wait()
     stop = _time.time() + seconds
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            while _time.time() < stop:
-                i = rng.randrange(STRESS_PROMPTS)
-                toks = stress_tokens(i)
-                if role == "writer":
-                    tier.put(toks, stress_kv(toks), rng.choice(["agent", "chatbot"]))
-                elif role == "reader":
-                    hit = tier.get_prefix(toks, "agent")
-                    if hit.blocks:
-                        out["hits"] += 1
-                        out["checked_blocks"] += hit.blocks
-                        if not torch.equal(hit.kv(), refs[i][:hit.hit_tokens]):
-                            out["wrong"] += 1
-                else:
-                    tier.gc(part=part)
-                    _time.sleep(0.02)
-                out["ops"] += 1
-    except Exception as exc:  # noqa: BLE001 - reported to the parent, which fails the test
-        import traceback
-
-        out["errors"] = traceback.format_exc() + repr(exc)
+    with _errors_into(out), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        while _time.time() < stop:
+            i = rng.randrange(STRESS_PROMPTS)
+            toks = stress_tokens(i)
+            if role == "writer":
+                tier.put(toks, stress_kv(toks), rng.choice(["agent", "chatbot"]))
+            elif role == "reader":
+                hit = tier.get_prefix(toks, "agent")
+                if hit.blocks:
+                    out["hits"] += 1
+                    out["checked_blocks"] += hit.blocks
+                    if not torch.equal(hit.kv(), refs[i][:hit.hit_tokens]):
+                        out["wrong"] += 1
+            else:
+                tier.gc(part=part)
+                _time.sleep(0.02)
+            out["ops"] += 1
     tier.close()
     results.put(out)
 
@@ -142,19 +148,13 @@ def capacity_writer(store_spec, capacity: int, seconds: float, seed: int, barrie
     out = {"puts": 0, "max_put_bytes": 0, "auto_gc": 0, "errors": ""}
     barrier.wait()
     stop = _time.time() + seconds
-    try:
-        i = 0
+    with _errors_into(out):
         while _time.time() < stop and tier.usage.written < capacity / 2:
-            toks = torch.arange(CAPACITY_BLOCKS * ns.block_size) + 1_000_000 * (seed + 1) + 1000 * i
+            toks = torch.arange(CAPACITY_BLOCKS * ns.block_size) + 1_000_000 * (seed + 1) + 1000 * out["puts"]
             before = tier.usage.written
             tier.put_quantized(toks, chunks, "c")
             out["max_put_bytes"] = max(out["max_put_bytes"], tier.usage.written - before)
             out["puts"] += 1
-            i += 1
-    except Exception as exc:  # noqa: BLE001 - reported to the parent
-        import traceback
-
-        out["errors"] = traceback.format_exc() + repr(exc)
     out["auto_gc"] = tier.counters["auto_gc"]
     tier.close()
     results.put(out)
@@ -179,11 +179,9 @@ def bandwidth_reader(root: str, rate: float, n_tokens: int, reads: int, barrier,
 def open_spec(spec):
     """A store from a picklable spec: a path, or ("s3", bucket, prefix, endpoint) for tests."""
     if isinstance(spec, tuple) and spec[0] == "s3":
-        from obstore.store import S3Store
+        from tiered_kv.testing.local_s3 import s3_store
 
-        _, bucket, prefix, endpoint = spec
-        return S3Store(bucket, prefix=prefix, endpoint=endpoint, access_key_id="testing",
-                       secret_access_key="testing", region="us-east-1", client_options={"allow_http": True})
+        return s3_store(*spec[1:])
     from zarr.storage import LocalStore
 
     return LocalStore(spec)
