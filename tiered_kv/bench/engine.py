@@ -124,17 +124,14 @@ def _workbench_ttft(lengths: list[int]) -> dict[str, Any]:
             "block_size_tokens": rec.get("block_size_tokens"), "ttft_ms": out}
 
 
-def _mooncake_prompts(requests: int, block_size: int) -> list[list[int]]:
-    """Token prompts for the first ``requests`` of the conversation trace (timestamp order).
+def _mooncake_prompts(frame, block_size: int) -> list[list[int]]:
+    """Token prompts for the requests of ``frame``, a slice of the conversation trace.
 
     Each hash id stands for one engine block of tokens drawn from a generator seeded by the id,
     so two requests share a token prefix exactly as far as they share leading ids. Every block is
     full (the trace's 512-token blocks scaled to ``block_size``), which keeps the prompts short
     enough for a CPU engine while the sharing pattern stays the trace's.
     """
-    from tiered_kv.sim.traces import load_trace, shipped_trace
-
-    frame = load_trace(shipped_trace("conversation")).head(requests)
     prompts = []
     for ids in frame["block_ids"].to_list():  # Mooncake's hash_ids, kept as they are
         prompt: list[int] = []
@@ -145,16 +142,12 @@ def _mooncake_prompts(requests: int, block_size: int) -> list[list[int]]:
     return prompts
 
 
-def _predict_slice(requests: int, block_size: int, workdir: Path) -> int:
-    """Hit tokens the simulator predicts for the slice itself (its hash_ids, blocks of ``block_size``).
-
-    Independent of the engine: the trace's own ids, not the connector's keys, replayed with ``lru``
-    at unlimited capacity, as the tier runs here.
-    """
+def _predict_slice(frame, block_size: int, workdir: Path) -> int:
+    """Hit tokens the simulator predicts for the slice ``frame`` itself (its hash_ids, blocks of
+    ``block_size``). Independent of the engine: the trace's own ids, not the connector's keys,
+    replayed with ``lru`` at unlimited capacity, as the tier runs here."""
     from tiered_kv.connectors.parity import predicted_hits
-    from tiered_kv.sim.traces import load_trace, shipped_trace
 
-    frame = load_trace(shipped_trace("conversation")).head(requests)
     path = workdir / "mooncake_slice.jsonl"
     with open(path, "w", encoding="utf-8") as f:
         for ts, ids in zip(frame["timestamp_s"].to_list(), frame["block_ids"].to_list(), strict=True):
@@ -167,9 +160,11 @@ def _mooncake(model: str, store: str, args: argparse.Namespace, workdir: Path) -
     """The slice replayed against the engine (one request at a time) and through the simulator."""
     from tiered_kv.connectors.client import EngineProcess
     from tiered_kv.connectors.parity import parity
+    from tiered_kv.sim.traces import load_trace, shipped_trace
 
     bs = args.mooncake_block_size
-    prompts = _mooncake_prompts(args.mooncake_requests, bs)
+    frame = load_trace(shipped_trace("conversation")).head(args.mooncake_requests)  # in timestamp order
+    prompts = _mooncake_prompts(frame, bs)
     capture = workdir / "mooncake_capture.jsonl"
     longest = max(len(p) for p in prompts)
     with EngineProcess(log=workdir / "mooncake.log", kv_cache_gib=2) as eng:
@@ -179,7 +174,7 @@ def _mooncake(model: str, store: str, args: argparse.Namespace, workdir: Path) -
         results = eng.generate(prompts)
     report = parity(capture, "lru")
     tokens = sum(len(p) for p in prompts)
-    from_trace = _predict_slice(args.mooncake_requests, bs, workdir)
+    from_trace = _predict_slice(frame, bs, workdir)
     return {"requests": len(prompts), "input_tokens": tokens, "block_size": bs, "vllm_prefix_caching": False,
             "measured_hit_tokens": report["measured_hit_tokens"],
             "predicted_hit_tokens": report["predicted_hit_tokens"],
