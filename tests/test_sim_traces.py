@@ -109,7 +109,7 @@ def test_generic_formats_jsonl_csv_parquet_agree(tmp_path):
     assert x[0] == y[0] and x[1] != y[1]
     bad = pl.DataFrame({"timestamp_s": [0.0], "block_ids": [[5, 6, 7]], "block_size": [16], "input_length": [20]})
     bad.write_parquet(tmp_path / "bad.parquet")
-    with pytest.raises(ValueError, match=r"row 0: field 'block_ids' has 3 ids"):
+    with pytest.raises(ValueError, match=r"row 0: field 'block_ids' has 3 block ids"):
         load_trace(tmp_path / "bad.parquet")
 
 

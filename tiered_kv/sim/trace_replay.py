@@ -25,7 +25,7 @@ decides which blocks are present (:mod:`tiered_kv.sim.policies`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -130,8 +130,7 @@ def compile_trace(df: pl.DataFrame, options: ReplayOptions | None = None) -> Com
     options = options or ReplayOptions()
     n = df.height
     lengths = df["block_ids"].list.len().cast(pl.Int64).to_numpy()
-    offsets = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(lengths, out=offsets[1:])
+    offsets = _offsets(lengths)
     flat = df["block_ids"].explode().to_numpy().astype(np.uint64, copy=False)
     if flat.shape[0] != offsets[-1]:  # explode yields a null for an empty list
         flat = df["block_ids"].list.explode(keep_nulls=False).to_numpy().astype(np.uint64)
@@ -147,20 +146,22 @@ def compile_trace(df: pl.DataFrame, options: ReplayOptions | None = None) -> Com
     codes = classes.replace_strict({c: i for i, c in enumerate(names)}, return_dtype=pl.Int32).to_numpy()
     base = CompiledTrace(
         request_id=df["request_id"].to_numpy().astype(np.int64),
-        timestamps=df["timestamp_s"].to_numpy().astype(np.float64),
-        input_length=input_length,
-        block_size=block_size,
-        class_codes=codes.astype(np.int32),
-        class_names=names,
-        offsets=offsets,
-        blocks=dense.astype(np.int32).reshape(-1),
-        depth=depth,
-        tokens=chunk.astype(np.int64),
-        chunk_tokens=chunk.astype(np.int64),
-        block_keys=keys,
-        counted=np.ones(n, dtype=bool),
-    )
+        timestamps=df["timestamp_s"].to_numpy().astype(np.float64), input_length=input_length,
+        block_size=block_size, class_codes=codes.astype(np.int32), class_names=names, offsets=offsets,
+        blocks=dense.astype(np.int32).reshape(-1), depth=depth, tokens=chunk.astype(np.int64),
+        chunk_tokens=chunk.astype(np.int64), block_keys=keys, counted=np.ones(n, dtype=bool))
     return _apply_options(base, options)
+
+
+#: The per-request and the per-access arrays of a :class:`CompiledTrace`.
+_PER_REQUEST = ("request_id", "timestamps", "input_length", "block_size", "class_codes", "counted")
+_PER_ACCESS = ("blocks", "depth", "tokens", "chunk_tokens")
+
+
+def _offsets(lengths: np.ndarray) -> np.ndarray:
+    offsets = np.zeros(lengths.shape[0] + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    return offsets
 
 
 def _apply_options(t: CompiledTrace, o: ReplayOptions) -> CompiledTrace:
@@ -168,33 +169,22 @@ def _apply_options(t: CompiledTrace, o: ReplayOptions) -> CompiledTrace:
     perm = np.argsort(key, kind="stable")
     if not np.array_equal(perm, np.arange(t.n_requests)):
         lengths = np.diff(t.offsets)[perm]
-        offsets = np.zeros(t.n_requests + 1, dtype=np.int64)
-        np.cumsum(lengths, out=offsets[1:])
+        offsets = _offsets(lengths)
         # access index of every access of the permuted requests, in their new order
         idx = np.repeat(t.offsets[:-1][perm] - offsets[:-1], lengths) + np.arange(offsets[-1])
-        t = CompiledTrace(
-            request_id=t.request_id[perm], timestamps=t.timestamps[perm],
-            input_length=t.input_length[perm], block_size=t.block_size[perm],
-            class_codes=t.class_codes[perm], class_names=t.class_names, offsets=offsets,
-            blocks=t.blocks[idx], depth=t.depth[idx], tokens=t.tokens[idx],
-            chunk_tokens=t.chunk_tokens[idx], block_keys=t.block_keys, counted=t.counted[perm])
+        t = replace(t, offsets=offsets, **{f: getattr(t, f)[perm] for f in _PER_REQUEST},
+                    **{f: getattr(t, f)[idx] for f in _PER_ACCESS})
     blocks, depth, chunk, offsets = t.blocks, t.depth, t.chunk_tokens, t.offsets
     bs_a = t.block_size[t.access_request]
     if o.full_blocks_only:
         keep = chunk == bs_a
-        blocks, depth, chunk = blocks[keep], depth[keep], chunk[keep]
-        per_req = np.bincount(t.access_request[keep], minlength=t.n_requests)
-        offsets = np.zeros(t.n_requests + 1, dtype=np.int64)
-        np.cumsum(per_req, out=offsets[1:])
-        bs_a = bs_a[keep]
+        blocks, depth, chunk, bs_a = blocks[keep], depth[keep], chunk[keep], bs_a[keep]
+        offsets = _offsets(np.bincount(t.access_request[keep], minlength=t.n_requests))
     tokens = chunk if o.clamp_to_input else bs_a.astype(np.int64)
     counted = np.ones(t.n_requests, dtype=bool)
     counted[: int(t.n_requests * o.warmup_fraction)] = False
-    return CompiledTrace(
-        request_id=t.request_id, timestamps=t.timestamps, input_length=t.input_length,
-        block_size=t.block_size, class_codes=t.class_codes, class_names=t.class_names,
-        offsets=offsets, blocks=blocks, depth=depth, tokens=np.ascontiguousarray(tokens),
-        chunk_tokens=np.ascontiguousarray(chunk), block_keys=t.block_keys, counted=counted)
+    return replace(t, offsets=offsets, blocks=blocks, depth=depth, tokens=np.ascontiguousarray(tokens),
+                   chunk_tokens=np.ascontiguousarray(chunk), counted=counted)
 
 
 # --------------------------------------------------------------------------------------------

@@ -30,7 +30,6 @@ from tiered_kv.sim.policies.plugin import (
     make_policy,
     parse_policy_spec,
     plugin_parameters,
-    resolve_policy_name,
 )
 from tiered_kv.sim.policies.registry import (
     DEFAULT_BYTES_PER_TOKEN,
@@ -50,10 +49,11 @@ from tiered_kv.sim.policies.weighted import ClassLRU
 ZOO = ("fifo", "lfu", "arc", "slru", "2q", "s3fifo", "sieve", "gdsf", "class-lru")
 
 __all__ = [
-    "ARC", "DEFAULT_BYTES_PER_TOKEN", "FIFO", "GDSF", "LFU", "LRU", "S3FIFO", "SLRU", "TTL", "ZOO", "AdmitAll",
-    "AllOf", "Belady", "BeladyNoBypass", "BlockPolicy", "ClassLRU", "Collector", "GCLRU", "GCQuotas", "GCTTLPriority",
-    "GCWeighted", "Policy", "PolicyRun", "SecondSighting",
-    "PluginPolicy", "Sieve", "TwoQ", "Watermark", "WritePoints", "capacity_blocks", "capacity_tokens_from", "check_capacity",
-    "get_admission", "get_policy", "leading_runs", "load_policy_file", "make_policy", "next_use", "parse_policy_spec", "plugin_parameters", "policy_names", "register_policy",
-    "resolve_policy_name", "retention_quantiles", "run_cache_kernel", "ttl_vector", "wear",
+    "ARC", "AdmitAll", "AllOf", "Belady", "BeladyNoBypass", "BlockPolicy", "ClassLRU", "Collector",
+    "DEFAULT_BYTES_PER_TOKEN", "FIFO", "GCLRU", "GCQuotas", "GCTTLPriority", "GCWeighted", "GDSF", "LFU",
+    "LRU", "PluginPolicy", "Policy", "PolicyRun", "S3FIFO", "SLRU", "SecondSighting", "Sieve", "TTL",
+    "TwoQ", "Watermark", "WritePoints", "ZOO", "capacity_blocks", "capacity_tokens_from",
+    "check_capacity", "get_admission", "get_policy", "leading_runs", "load_policy_file", "make_policy",
+    "next_use", "parse_policy_spec", "plugin_parameters", "policy_names", "register_policy",
+    "retention_quantiles", "run_cache_kernel", "ttl_vector", "wear",
 ]

@@ -164,19 +164,8 @@ class Belady:
 
 
 def belady_hit_tokens(trace: CompiledTrace, capacities_blocks, nxt: np.ndarray | None = None) -> np.ndarray | None:
-    """Counted hit tokens ``[class, capacity]`` of :class:`Belady` at every capacity (blocks), one pass.
-
-    MIN with bypass keeps, at each step, the best ``C`` of its cache plus the accessed block
-    under one order shared by every capacity (next use, sooner first), so the caches of all
-    capacities are the tops of one stack (Mattson et al. 1970) and inclusion holds: an access
-    pushes its block down the stack, swapping with whatever it beats. Only the asked
-    capacities matter, so the stack is kept as one segment per capacity, each a max-heap of its
-    members (worst on top); an access visits the segments above its own, for every capacity
-    together. This counts *block* hits of the accesses replayed one by one, which equal the
-    replay's prefix hits because Belady's cache is prefix-closed at every lookup
-    (:mod:`tiered_kv.sim.curves`); that needs chained ids (each block id always behind the same
-    parent), so for any other trace this returns None and the caller replays each capacity.
-    """
+    """Counted hit tokens ``[class, capacity]`` of :class:`Belady` at every capacity (blocks), one
+    pass (:func:`belady_stack`); None when the trace's ids are not chained."""
     out = belady_stack(trace, capacities_blocks, nxt)
     return None if out is None else out[0]
 
@@ -185,10 +174,15 @@ def belady_stack(trace: CompiledTrace, capacities_blocks, nxt: np.ndarray | None
                  ) -> tuple[np.ndarray, np.ndarray] | None:
     """(counted hit tokens ``[class, capacity]``, tokens written ``[capacity]``) of :class:`Belady`.
 
-    The one pass of :func:`belady_hit_tokens`, which also counts SSD writes the way
-    :meth:`Belady.run` does (a miss with a next use that is kept, not bypassed; chunk tokens,
-    warm-up included, as :func:`tiered_kv.sim.policies.blockwise.wear` counts them). None when
-    the trace's ids are not chained.
+    MIN with bypass keeps, at each step, the best ``C`` of its cache plus the accessed block
+    under one order shared by every capacity (next use, sooner first), so the caches of all
+    capacities are the tops of one stack (Mattson et al. 1970) and inclusion holds: one pass
+    (:func:`stack_pass`) serves every capacity. This counts *block* hits of the accesses replayed
+    one by one, which equal the replay's prefix hits because Belady's cache is prefix-closed at
+    every lookup (:mod:`tiered_kv.sim.curves`); that needs chained ids (each block id always
+    behind the same parent), so for any other trace this returns None and the caller replays
+    each capacity. Writes are counted as :meth:`Belady.run` does (a miss with a next use that is
+    kept, not bypassed; chunk tokens, warm-up included, as :func:`.blockwise.wear` counts them).
     """
     caps = np.asarray(capacities_blocks, dtype=np.int64).reshape(-1)
     n_cls = len(trace.class_names)

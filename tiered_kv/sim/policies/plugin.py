@@ -1,6 +1,6 @@
 """User policies as small Python classes, and loading them from a file (docs/policies.md).
 
-A plug-in subclasses :class:`PluginPolicy`, sets ``name`` and implements four methods over
+A plug-in subclasses :class:`PluginPolicy`, sets ``name`` and implements five methods over
 block ids (dense ints); the driver here calls them once per block access, in trace order:
 
 - ``reset(capacity_blocks)``: start empty (called once per run);
@@ -83,23 +83,21 @@ def plugin_parameters(cls: type) -> dict[str, tuple[Any, Any]]:
     return out
 
 
+#: What a parameter annotated ``bool``, ``int`` or ``float`` accepts (ints are accepted as floats).
+_KINDS = {bool: ("true or false", (bool,)), int: ("an integer", (int, np.integer)),
+          float: ("a number", (int, float, np.number))}
+
+
 def _coerce(policy: str, key: str, typ, value):
-    """``value`` checked against a parameter's annotated type (ints are accepted as floats)."""
+    """``value`` checked against a parameter's annotated type."""
     if typ is None:
         return value
-    if typ is bool:
-        if isinstance(value, bool):
-            return value
-        raise ValueError(f"policy {policy} parameter {key}: must be true or false, got {value!r}")
-    if typ is int:
-        if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
-            return int(value)
-        raise ValueError(f"policy {policy} parameter {key}: must be an integer, got {value!r}")
-    if typ is float:
-        if isinstance(value, (int, float, np.number)) and not isinstance(value, bool):
-            return float(value)
-        raise ValueError(f"policy {policy} parameter {key}: must be a number, got {value!r}")
-    return value if isinstance(value, str) else str(value)
+    if typ is str:
+        return value if isinstance(value, str) else str(value)
+    what, kinds = _KINDS[typ]
+    if not isinstance(value, kinds) or (typ is not bool and isinstance(value, bool)):
+        raise ValueError(f"policy {policy} parameter {key}: must be {what}, got {value!r}")
+    return typ(value)
 
 
 @dataclass(frozen=True, init=False)
@@ -131,21 +129,6 @@ class PluginPolicy(BlockPolicy):
 
     def check(self) -> None:
         """Validate the parameters (``self.<name>``); raise ValueError naming the parameter and its range."""
-
-    def reset(self, capacity_blocks: int) -> None:
-        raise NotImplementedError
-
-    def lookup(self, block: int) -> bool:
-        raise NotImplementedError
-
-    def touch(self, block: int) -> None:
-        raise NotImplementedError
-
-    def insert(self, block: int) -> None:
-        raise NotImplementedError
-
-    def evict(self) -> int:
-        raise NotImplementedError
 
     def kernel_run(self, trace, capacity_blocks, admit):
         try:
@@ -190,11 +173,6 @@ class PluginPolicy(BlockPolicy):
         return hit, ins, peak
 
 
-def _missing_methods(cls: type) -> list[str]:
-    return [m for m in METHODS if getattr(cls, m, None) is getattr(PluginPolicy, m, None)
-            or not callable(getattr(cls, m, None))]
-
-
 def load_policy_file(spec: str) -> str:
     """Import ``path.py:ClassName``, check it, register it; returns its registered name."""
     path_text, sep, cls_name = spec.rpartition(":")
@@ -215,7 +193,7 @@ def load_policy_file(spec: str) -> str:
         raise ValueError(f"{path}: defines no class {cls_name!r} (policy classes there: {found or 'none'})")
     if not issubclass(cls, PluginPolicy):
         raise ValueError(f"{path}: {cls_name} must subclass tiered_kv.sim.policies.PluginPolicy")
-    missing = _missing_methods(cls)
+    missing = [m for m in METHODS if not callable(getattr(cls, m, None))]
     if missing:
         raise ValueError(f"{path}: {cls_name} lacks method(s) {', '.join(missing)} "
                          f"(a plug-in implements {', '.join(METHODS)})")
@@ -225,13 +203,6 @@ def load_policy_file(spec: str) -> str:
     if _REGISTRY.get(name) is not cls:
         register_policy(cls)
     return name
-
-
-def resolve_policy_name(spec: str) -> str:
-    """A registered name, or a plug-in file spec loaded and registered (its name returned)."""
-    if ".py:" in spec:
-        return load_policy_file(spec)
-    return spec
 
 
 def _value(text: str):

@@ -108,7 +108,8 @@ def chain_column(per_block: pl.Series) -> pl.Series:
     return pl.Series("block_ids", out, dtype=pl.List(pl.UInt64()))
 
 
-def check_lengths(df: pl.DataFrame, path: Path, *, rows_are_lines: bool, strict_ceil: bool) -> None:
+def check_lengths(df: pl.DataFrame, path: Path, *, rows_are_lines: bool, strict_ceil: bool,
+                  field: str = "hash_ids") -> None:
     """Name the line whose block-id count disagrees with input_length and block_size."""
     n = df["block_ids"].list.len().cast(pl.Int64).to_numpy()
     length = df["input_length"].to_numpy()
@@ -122,7 +123,7 @@ def check_lengths(df: pl.DataFrame, path: Path, *, rows_are_lines: bool, strict_
         if length[row] < 1:
             raise ValueError(f"{where}: field 'input_length' must be >= 1 token, got {length[row]}")
         want = f"ceil({length[row]}/{bs[row]}) = {ceil_n[row]}"
-        raise ValueError(f"{where}: field 'hash_ids' has {n[row]} block ids, inconsistent with "
+        raise ValueError(f"{where}: field {field!r} has {n[row]} block ids, inconsistent with "
                          f"input_length {length[row]} and block size {bs[row]} (expected {want})")
 
 

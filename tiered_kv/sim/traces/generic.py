@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from tiered_kv.sim.traces._reading import chain_column, check_utf8, finish, line_of_row, scan_jsonl_for_error
+from tiered_kv.sim.traces import _reading
 
 Where = Callable[[int], str]  # a row index -> "file:line" (JSONL) or "file: row N" (CSV, Parquet)
 
@@ -61,7 +61,7 @@ def _refuse_ids(path: Path, jsonl: bool, where: Where, ids: pl.Series) -> None:
     if row is None:
         return
     if jsonl:
-        scan_jsonl_for_error(path, {})  # names the true line when the column's type hid it
+        _reading.scan_jsonl_for_error(path, {})  # names the true line when the column's type hid it
     raise ValueError(f"{where(row)}: field {ids.name!r} must hold integers >= 0")
 
 
@@ -86,7 +86,7 @@ def _read_parquet(path: Path) -> pl.DataFrame:
 
 def _read_csv(path: Path) -> pl.DataFrame:
     """The CSV with its quoted id lists (space- or comma-separated) parsed into integer lists."""
-    check_utf8(path)
+    _reading.check_utf8(path)
     try:
         raw = pl.read_csv(path)
     except Exception as exc:
@@ -107,7 +107,7 @@ def _read_jsonl(path: Path) -> pl.DataFrame:
     try:
         return pl.read_ndjson(path, infer_schema_length=None)
     except Exception as exc:
-        scan_jsonl_for_error(path, {})
+        _reading.scan_jsonl_for_error(path, {})
         raise ValueError(f"{path}: cannot read as JSONL ({exc})") from None
 
 
@@ -150,8 +150,8 @@ def _blocks_of_ids(raw: pl.DataFrame, bs_col: pl.Series) -> tuple[pl.Series, pl.
     """Chained ``block_ids`` and the input lengths (full blocks only when the trace gives none)."""
     ids = raw["block_ids"]
     if "input_length" in raw.columns:
-        return chain_column(ids), raw["input_length"].cast(pl.Int64)
-    return chain_column(ids), (ids.list.len().cast(pl.Int64) * bs_col).alias("input_length")
+        return _reading.chain_column(ids), raw["input_length"].cast(pl.Int64)
+    return _reading.chain_column(ids), (ids.list.len().cast(pl.Int64) * bs_col).alias("input_length")
 
 
 def _column(raw: pl.DataFrame, name: str, dtype: pl.DataType, default: object) -> pl.Series:
@@ -167,7 +167,7 @@ def load_generic(path: Path, traffic_class: str | None, block_size: int | None) 
     if raw.height == 0:
         raise ValueError(f"{path}: the trace is empty (no requests)")
     jsonl = not parquet and suffix != ".csv"
-    where = (lambda r: f"{path}:{line_of_row(path, r)}") if jsonl else (lambda r: f"{path}: row {r}")
+    where = (lambda r: f"{path}:{_reading.line_of_row(path, r)}") if jsonl else (lambda r: f"{path}: row {r}")
     ts_col = "timestamp_s" if "timestamp_s" in raw.columns else "timestamp" if "timestamp" in raw.columns else None
     if ts_col is None:
         raise ValueError(f"{path}: field 'timestamp_s' (seconds) is missing")
@@ -192,13 +192,6 @@ def load_generic(path: Path, traffic_class: str | None, block_size: int | None) 
                               else _column(raw, "traffic_class", pl.Utf8, "default")),
             "session_id": _column(raw, "session_id", pl.Utf8, None), "turn": _column(raw, "turn", pl.Int32, None)}
     df = pl.DataFrame({k: v.alias(k) for k, v in cols.items()})
-    lens = df["block_ids"].list.len().cast(pl.Int64).to_numpy()
-    length = df["input_length"].to_numpy()
-    bs = df["block_size"].cast(pl.Int64).to_numpy()
-    ok = (length >= 1) & ((lens == -(-length // bs)) | (lens == length // bs))
-    if not ok.all():
-        row = int(np.flatnonzero(~ok)[0])
-        raise ValueError(f"{where(row)}: field 'block_ids' has {lens[row]} ids, inconsistent with "
-                         f"input_length {length[row]} and block_size {bs[row]}")
-    return finish(df, str(path))
+    _reading.check_lengths(df, path, rows_are_lines=jsonl, strict_ceil=False, field="block_ids")
+    return _reading.finish(df, str(path))
 
