@@ -29,6 +29,10 @@ NAME = "sim"
 HELP = "simulator speed: one-pass curves vs per-point replay, Belady, replay throughput, scaling"
 
 
+#: Goals on the conversation trace: seconds at most, accesses per second at least.
+TARGETS = {"curves_s": 1.0, "belady_one_capacity_s": 2.0, "lru_replay_accesses_per_s": 2e6}
+
+
 def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--trace", default="conversation", help="trace path or shipped name (default: conversation)")
     parser.add_argument("--repeat", type=int, default=3, help="timed runs per measurement (the median is reported, every run kept)")
@@ -134,7 +138,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     result: dict[str, Any] = {
         "trace": str(args.trace), "load_trace_s": load_s, "compile_trace_s": compile_s,
         "jit_warmup_s": jit_s, "capacity_tokens": args.capacity, "repeat": args.repeat,
-        "targets": {"curves_s": 1.0, "belady_one_capacity_s": 2.0, "lru_replay_accesses_per_s": 2e6},
+        "targets": dict(TARGETS),
     }
     scaling = {}
     for s in tqdm(scales, desc="scales", unit="x", delay=2):
@@ -143,17 +147,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     result["scaling"] = {k: {f: v[f] for f in ("block_accesses", "curves_s", "belady_one_capacity_s", "belady_curve_s",
                                                "lru_replay_s", "lru_replay_accesses_per_s", "runs_s")}
                          for k, v in scaling.items()}
-    base = result["conversation"]
-    result["meets_targets"] = {
-        "curves_s": base["curves_s"] <= 1.0,
-        "belady_one_capacity_s": base["belady_one_capacity_s"] <= 2.0,
-        "lru_replay_accesses_per_s": base["lru_replay_accesses_per_s"] >= 2e6,
-    }
+    base = result["conversation"]  # a time at most its target; a rate (per_s) at least
+    result["meets_targets"] = {k: base[k] >= v if k.endswith("_per_s") else base[k] <= v for k, v in TARGETS.items()}
     if args.cli_repeat > 0:  # whole-process start-up of curves and simulate (tiered_kv/bench/_cli_startup.py)
-        from tiered_kv.bench._cli_startup import TARGETS, run_cli_bench
+        from tiered_kv.bench._cli_startup import TARGETS as CLI_TARGETS
+        from tiered_kv.bench._cli_startup import run_cli_bench
 
         result.update(run_cli_bench(args.trace, args.cli_repeat))
-        result["targets"].update(TARGETS)
+        result["targets"].update(CLI_TARGETS)
         result["meets_targets"].update(result["cli"]["meets_targets"])
     if not args.no_cluster:  # the cluster model's 14-day run (tiered_kv/bench/_cluster_throughput.py)
         from tiered_kv.bench._cluster_throughput import run_cluster_bench
