@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from tiered_kv.model import EncoderDecoder
+from tiered_kv.model import EncoderDecoder, need_ints
 
 WINDOWS = (128, 256, 512)
 REPLAYS = (16, 32, 64, 128, 256, 512, 1024)
@@ -50,10 +50,7 @@ class ReplaySettings:
     heldout_bytes: int | None = None
 
     def __post_init__(self) -> None:
-        for name in ("samples", "prefix", "steps", "block_size"):
-            v = getattr(self, name)
-            if not isinstance(v, int) or v < 1:
-                raise ValueError(f"ReplaySettings.{name}: must be an integer >= 1, got {v!r}")
+        need_ints(self, ("samples", "prefix", "steps", "block_size"))
         if not self.windows or min(self.windows) < 2 or not self.replays or min(self.replays) < 1:
             raise ValueError("ReplaySettings.windows must be >= 2 tokens and replays >= 1 token")
 
@@ -92,11 +89,16 @@ def mean_ci95(values) -> tuple[float, float, float]:
     return m, m - half, m + half
 
 
-def _kl_agree(exact: torch.Tensor, other: torch.Tensor) -> tuple[float, float]:
-    lp, lq = F.log_softmax(exact.double(), -1), F.log_softmax(other.double(), -1)
-    kl = (lp.exp() * (lp - lq)).sum(-1)
-    agree = (exact.argmax(-1) == other.argmax(-1)).double()
-    return float(kl.mean()), float(agree.mean())
+def _compare(exact: list[torch.Tensor], other: list[torch.Tensor]) -> dict:
+    """Per-sample KL(exact || other) and argmax agreement, as means with 95% intervals."""
+    kls, agrees = [], []
+    for e, o in zip(exact, other, strict=True):
+        lp, lq = F.log_softmax(e.double(), -1), F.log_softmax(o.double(), -1)
+        kls.append(float((lp.exp() * (lp - lq)).sum(-1).mean()))
+        agrees.append(float((e.argmax(-1) == o.argmax(-1)).double().mean()))
+    (kl, kl_lo, kl_hi), (ag, ag_lo, ag_hi) = mean_ci95(kls), mean_ci95(agrees)
+    return {"kl_nats": kl, "kl_ci95_low": kl_lo, "kl_ci95_high": kl_hi,
+            "agreement": ag, "agreement_ci95_low": ag_lo, "agreement_ci95_high": ag_hi}
 
 
 def _roundtrip(fmt: str | None, block_size: int, model: EncoderDecoder):
@@ -138,14 +140,14 @@ def _exact_runs(model: EncoderDecoder, sequences: list[torch.Tensor], prefix: in
 
 @torch.no_grad()
 def _replayed_runs(model: EncoderDecoder, sequences: list[torch.Tensor], prefix: int, replay: int,
-                   exact: list[tuple[torch.Tensor, torch.Tensor]], rt) -> list[torch.Tensor]:
+                   prefix_kv: list[torch.Tensor], rt) -> list[torch.Tensor]:
     """Logits for the same steps with both window caches rebuilt from the last R prefix tokens:
     the encoder replayed from ``prefix - R`` gives the continuation's global KV, the decoder runs
-    from there over the exact prefix KV (the SSD tier's) and the continuation's."""
+    from there over the exact prefix KV (the SSD tier's, ``prefix_kv`` per batch) and the
+    continuation's."""
     s = max(0, prefix - replay)
     out = []
-    for i, toks in _batches(sequences):
-        kv_prefix = torch.stack([kv[:prefix] for kv, _ in exact[i:i + BATCH]])
+    for (_, toks), kv_prefix in zip(_batches(sequences), prefix_kv, strict=True):
         cont = model.global_kv_batched(toks[:, s:], start=s)[:, prefix - s:]
         kv = torch.cat([kv_prefix, torch.stack([rt(k) for k in cont])], 1)
         out += model.decode_batched(toks[:, s:-1], s, kv)[:, prefix - 1 - s:].unbind()
@@ -178,46 +180,39 @@ def replay_error(model: EncoderDecoder, sequences: list[torch.Tensor], *, window
     """
     import polars as pl
 
-    rows = []
     rt = _roundtrip(fmt, block_size, model)
-    combos = []
+    grid = []
     for w in windows:
-        bound = max(model.cfg.enc_layers, model.cfg.dec_layers) * (w - 1) + 1
-        rs = sorted({r for r in replays if r < bound} | ({bound} if include_exact_bound else set()))
-        combos += [(w, r) for r in rs]
-    it = combos
+        bound = model.with_settings(window=w).cfg.exact_replay_tokens
+        grid.append((w, sorted({r for r in replays if r < bound} | ({bound} if include_exact_bound else set()))))
+    bar = None
     if progress:
         from tqdm.auto import tqdm
 
-        it = tqdm(combos, desc="replay quality", unit="(W,R)")
+        bar = tqdm(total=sum(len(rs) for _, rs in grid), desc="replay quality", unit="(W,R)")
     cache: dict[int, list] = {} if exact_runs is None else exact_runs
-    flops_cache: dict[int, dict] = {}
     seqs = [seq[:prefix + steps] for seq in sequences]
-    for w, r in it:
+    rows = []
+    for w, rs in grid:
         m = model.with_settings(window=w)
         if w not in cache:
             cache[w] = _exact_runs(m, seqs, prefix, rt)
-        kls, agrees = [], []
-        for (_, exact), rep in zip(cache[w], _replayed_runs(m, seqs, prefix, r, cache[w], rt), strict=True):
-            kl, ag = _kl_agree(exact, rep)
-            kls.append(kl)
-            agrees.append(ag)
-        bound = max(m.cfg.enc_layers, m.cfg.dec_layers) * (w - 1) + 1
-        kl_m, kl_lo, kl_hi = mean_ci95(kls)
-        ag_m, ag_lo, ag_hi = mean_ci95(agrees)
-        row = {"window_tokens": w, "replay_tokens": r, "exact_bound_tokens": bound,
-               "kl_nats": kl_m, "kl_ci95_low": kl_lo, "kl_ci95_high": kl_hi,
-               "agreement": ag_m, "agreement_ci95_low": ag_lo, "agreement_ci95_high": ag_hi,
-               "samples": len(sequences), "steps": steps, "prefix_tokens": prefix}
+        exact = [logits for _, logits in cache[w]]
+        prefix_kv = [torch.stack([kv[:prefix] for kv, _ in cache[w][i:i + BATCH]]) for i, _ in _batches(seqs)]
         if flops_length:
             from tiered_kv.flops import prefill_flops
 
-            if w not in flops_cache:
-                rs = [rr for ww, rr in combos if ww == w]
-                flops_cache[w] = prefill_flops(flops_length, m.cfg, replays=rs)["ratios_by_replay"]
-            row["prefill_flops_ratio"] = flops_cache[w][r]
-            row["flops_length_tokens"] = flops_length
-        rows.append(row)
+            flops = prefill_flops(flops_length, m.cfg, replays=rs)["ratios_by_replay"]
+        for r in rs:
+            row = {"window_tokens": w, "replay_tokens": r, "exact_bound_tokens": m.cfg.exact_replay_tokens,
+                   **_compare(exact, _replayed_runs(m, seqs, prefix, r, prefix_kv, rt)),
+                   "samples": len(sequences), "steps": steps, "prefix_tokens": prefix}
+            if flops_length:
+                row["prefill_flops_ratio"] = flops[r]
+                row["flops_length_tokens"] = flops_length
+            rows.append(row)
+            if bar is not None:
+                bar.update()
     return pl.DataFrame(rows)
 
 
@@ -240,24 +235,15 @@ def fp4_error(model: EncoderDecoder, sequences: list[torch.Tensor], *, formats=(
     """
     import polars as pl
 
-    rows = []
     seqs = [s[:prefix + steps] for s in sequences]
     with torch.no_grad():
         kvs = [kv for _, toks in _batches(seqs) for kv in model.global_kv_batched(toks).unbind()]
     ref = [logits for _, logits in _exact_runs(model, seqs, prefix, _roundtrip(None, block_size, model), kvs)]
+    rows = []
     for fmt in formats:
-        rt = _roundtrip(fmt, block_size, model)
-        got_all = (known or {}).get(fmt) or [logits for _, logits in _exact_runs(model, seqs, prefix, rt, kvs)]
-        kls, ags = [], []
-        for exact, got in zip(ref, got_all, strict=True):
-            kl, ag = _kl_agree(exact, got)
-            kls.append(kl)
-            ags.append(ag)
-        kl_m, kl_lo, kl_hi = mean_ci95(kls)
-        ag_m, ag_lo, ag_hi = mean_ci95(ags)
-        rows.append({"format": fmt, "kl_nats": kl_m, "kl_ci95_low": kl_lo, "kl_ci95_high": kl_hi,
-                     "agreement": ag_m, "agreement_ci95_low": ag_lo, "agreement_ci95_high": ag_hi,
-                     "samples": len(sequences), "steps": steps})
+        got = (known or {}).get(fmt) or [
+            logits for _, logits in _exact_runs(model, seqs, prefix, _roundtrip(fmt, block_size, model), kvs)]
+        rows.append({"format": fmt, **_compare(ref, got), "samples": len(sequences), "steps": steps})
     return pl.DataFrame(rows)
 
 

@@ -32,7 +32,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from tiered_kv.model import BOS, EOS, EncoderDecoder
+from tiered_kv.model import EncoderDecoder
+from tiered_kv.train import document_tokens
 
 CONTEXTS = (64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
 TARGET_BYTES = 256
@@ -51,11 +52,7 @@ def read_text_files(paths) -> torch.Tensor:
             data.decode("utf-8")
         except UnicodeDecodeError as exc:
             raise ValueError(f"{path}: not a UTF-8 text file (byte {exc.start}); eval scores text only") from None
-        t = torch.empty(len(data) + 2, dtype=torch.int16)
-        t[0], t[-1] = BOS, EOS
-        if data:
-            t[1:-1] = torch.frombuffer(bytearray(data), dtype=torch.uint8).to(torch.int16)
-        parts.append(t)
+        parts.append(document_tokens(data))
     if not parts:
         raise ValueError("eval: no text files given")
     return torch.cat(parts)
@@ -145,14 +142,18 @@ def gain_decomposition(model: EncoderDecoder, stream: torch.Tensor, *, window: i
     full = window - target
     far = full - short  # positions [0, far) of a full-context input are the far KV
     starts = _starts(stream, n, full, target, seed)
-    lf = target_losses(model, stream, starts, full, target)
+    far_kv: dict[int, torch.Tensor] = {}  # each sample's far KV, kept from its full-context run for the swap
+
+    def keep_far(kv: torch.Tensor, idx) -> torch.Tensor:
+        far_kv.update(zip(idx, kv[:, :far].clone().unbind()))
+        return kv
+
+    lf = target_losses(model, stream, starts, full, target, kv_edit=keep_far)
     ls = target_losses(model, stream, starts, short, target)
 
     def swap(kv: torch.Tensor, idx) -> torch.Tensor:
-        donors = torch.stack([stream[starts[(j + 1) % n] - full: starts[(j + 1) % n] + target - 1].long()
-                              for j in idx])
         out = kv.clone()
-        out[:, :far] = model.global_kv_batched(donors)[:, :far].to(kv.dtype)
+        out[:, :far] = torch.stack([far_kv[(j + 1) % n] for j in idx]).to(kv.dtype)
         return out
 
     gain, lo, hi = _mean_ci(ls - lf)

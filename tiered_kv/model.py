@@ -48,6 +48,19 @@ EOS = 257  #: end of a document
 VOCAB_SIZE = 258
 
 
+def need(cfg, cond: bool, setting: str, allowed: str) -> None:
+    """The one form of a config's check: ``<Config>.<setting>: must be <allowed>, got <value>``."""
+    if not cond:
+        raise ValueError(f"{type(cfg).__name__}.{setting}: must be {allowed}, got {getattr(cfg, setting)!r}")
+
+
+def need_ints(cfg, settings: tuple[str, ...]) -> None:
+    """Each of ``settings`` an integer >= 1 (not a bool)."""
+    for name in settings:
+        value = getattr(cfg, name)
+        need(cfg, isinstance(value, int) and not isinstance(value, bool) and value >= 1, name, "an integer >= 1")
+
+
 @dataclass(frozen=True)
 class ModelConfig:
     """Shape of the encoder-decoder. ``window`` (W) and ``replay`` (R) are settings, not weights."""
@@ -103,26 +116,17 @@ class ModelConfig:
     cross_recency: bool = False
 
     def __post_init__(self) -> None:
-        def need(cond: bool, setting: str, allowed: str) -> None:
-            if not cond:
-                raise ValueError(f"ModelConfig.{setting}: must be {allowed}, got {getattr(self, setting)!r}")
-
-        for name in ("vocab_size", "d_model", "n_heads", "kv_heads", "head_dim", "mlp_hidden",
-                     "window", "replay", "max_seq_len"):
-            value = getattr(self, name)
-            need(isinstance(value, int) and not isinstance(value, bool) and value >= 1, name, "an integer >= 1")
-        need(self.vocab_size >= VOCAB_SIZE, "vocab_size", f">= {VOCAB_SIZE} (256 bytes + BOS + EOS)")
-        need(self.n_heads % self.kv_heads == 0, "n_heads", f"a multiple of kv_heads={self.kv_heads}")
-        need(self.head_dim % 2 == 0, "head_dim", "even (rotary pairs)")
-        for name in ("enc_layers", "dec_layers"):
-            value = getattr(self, name)
-            need(isinstance(value, int) and value >= 1, name, "an integer >= 1")
-        need(self.window >= 2, "window", ">= 2 tokens")
-        need(self.replay <= self.max_seq_len, "replay", f"<= max_seq_len={self.max_seq_len}")
-        need(self.rope_theta > 1, "rope_theta", "> 1")
-        need(0 < self.norm_eps < 1, "norm_eps", "in (0, 1)")
-        need(0 < self.embed_init_std <= 10, "embed_init_std", "in (0, 10]")
-        need(0 <= self.cross_logit_scale <= 100, "cross_logit_scale", "in [0, 100] (0: no scale)")
+        need_ints(self, ("vocab_size", "d_model", "n_heads", "kv_heads", "head_dim", "mlp_hidden", "window", "replay",
+                         "max_seq_len", "enc_layers", "dec_layers"))
+        need(self, self.vocab_size >= VOCAB_SIZE, "vocab_size", f">= {VOCAB_SIZE} (256 bytes + BOS + EOS)")
+        need(self, self.n_heads % self.kv_heads == 0, "n_heads", f"a multiple of kv_heads={self.kv_heads}")
+        need(self, self.head_dim % 2 == 0, "head_dim", "even (rotary pairs)")
+        need(self, self.window >= 2, "window", ">= 2 tokens")
+        need(self, self.replay <= self.max_seq_len, "replay", f"<= max_seq_len={self.max_seq_len}")
+        need(self, self.rope_theta > 1, "rope_theta", "> 1")
+        need(self, 0 < self.norm_eps < 1, "norm_eps", "in (0, 1)")
+        need(self, 0 < self.embed_init_std <= 10, "embed_init_std", "in (0, 10]")
+        need(self, 0 <= self.cross_logit_scale <= 100, "cross_logit_scale", "in [0, 100] (0: no scale)")
 
     @property
     def exact_replay_tokens(self) -> int:
@@ -511,23 +515,19 @@ def load_checkpoint(path, expect_preset: str | None = None, **settings) -> tuple
                          f"{type(exc).__name__})") from None
     if not isinstance(blob, dict) or "config" not in blob or "state_dict" not in blob:
         raise ValueError(f"checkpoint {path}: not a tiered-kv checkpoint (needs 'config' and 'state_dict')")
-    known = set(ModelConfig.__dataclass_fields__)
-    unknown = sorted(set(blob["config"]) - known)
+    unknown = sorted(set(blob["config"]) - set(ModelConfig.__dataclass_fields__))
     if unknown:
         raise ValueError(f"checkpoint {path}: config has settings this version does not know: {unknown}")
     cfg = replace(ModelConfig(**blob["config"]), **settings)
     if expect_preset is not None and cfg.name != expect_preset:
         raise ValueError(f"checkpoint {path}: is preset {cfg.name!r}, expected {expect_preset!r}")
     model = EncoderDecoder(cfg)
-    want = model.state_dict()
-    got = blob["state_dict"]
-    missing, extra = sorted(set(want) - set(got)), sorted(set(got) - set(want))
-    shapes = [f"{k}: {tuple(got[k].shape)} vs {tuple(want[k].shape)}" for k in want
-              if k in got and tuple(got[k].shape) != tuple(want[k].shape)]
-    if missing or extra or shapes:
-        detail = "; ".join(x for x in (f"missing {missing[:3]}" if missing else "",
-                                       f"unexpected {extra[:3]}" if extra else "",
-                                       f"shape {shapes[:3]}" if shapes else "") if x)
+    want, got = model.state_dict(), blob["state_dict"]
+    problems = {"missing": sorted(set(want) - set(got)), "unexpected": sorted(set(got) - set(want)),
+                "shape": [f"{k}: {tuple(got[k].shape)} vs {tuple(want[k].shape)}" for k in want
+                          if k in got and tuple(got[k].shape) != tuple(want[k].shape)]}
+    if any(problems.values()):
+        detail = "; ".join(f"{kind} {names[:3]}" for kind, names in problems.items() if names)
         raise ValueError(f"checkpoint {path}: weights do not match its config ({cfg.name}): {detail}")
     model.load_state_dict({k: v.float() for k, v in got.items()})
     model.eval()

@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from tiered_kv.model import BOS, EOS, EncoderDecoder, ModelConfig, preset
+from tiered_kv.model import BOS, EOS, EncoderDecoder, ModelConfig, need, need_ints, preset
 
 
 @dataclass(frozen=True)
@@ -68,38 +68,22 @@ class TrainConfig:
     save_every: int = 50
 
     def __post_init__(self) -> None:
-        for name in ("steps", "batch", "seq_len", "warmup", "heldout_every", "eval_windows", "threads",
-                     "recall_distance", "save_every", "recall_copies"):
-            v = getattr(self, name)
-            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-                raise ValueError(f"TrainConfig.{name}: must be an integer >= 1, got {v!r}")
-        if not 0 < self.lr < 1:
-            raise ValueError(f"TrainConfig.lr: must be in (0, 1), got {self.lr!r}")
-        if self.weight_decay < 0:
-            raise ValueError(f"TrainConfig.weight_decay: must be >= 0, got {self.weight_decay!r}")
-        if self.grad_clip <= 0:
-            raise ValueError(f"TrainConfig.grad_clip: must be > 0, got {self.grad_clip!r}")
-        if self.threads > 256:
-            raise ValueError(f"TrainConfig.threads: must be in [1, 256], got {self.threads!r}")
-        if not 1 <= self.recall_weight <= 100:
-            raise ValueError(f"TrainConfig.recall_weight: must be in [1, 100], got {self.recall_weight!r}")
-        if not 1 <= self.scalar_lr_mult <= 1000:
-            raise ValueError(f"TrainConfig.scalar_lr_mult: must be in [1, 1000], got {self.scalar_lr_mult!r}")
-        if not 0 <= self.recall_prob <= 1:
-            raise ValueError(f"TrainConfig.recall_prob: must be in [0, 1], got {self.recall_prob!r}")
-        lo, hi = self.recall_span
-        if not 1 <= lo <= hi:
-            raise ValueError(f"TrainConfig.recall_span: must be (min, max) with 1 <= min <= max, got {self.recall_span!r}")
-        if not isinstance(self.eval_every, int) or self.eval_every < 0:
-            raise ValueError(f"TrainConfig.eval_every: must be an integer >= 0 (0 = only at the end), got {self.eval_every!r}")
-        prev = -1.0
-        for frac, length in self.curriculum:
-            if not 0 <= frac < 1 or frac <= prev:
-                raise ValueError("TrainConfig.curriculum: phase start fractions must increase within [0, 1), "
-                                 f"got {self.curriculum!r}")
-            if not isinstance(length, int) or length < 2:
-                raise ValueError(f"TrainConfig.curriculum: sequence lengths must be integers >= 2, got {length!r}")
-            prev = frac
+        need_ints(self, ("steps", "batch", "seq_len", "warmup", "heldout_every", "eval_windows", "threads",
+                         "recall_distance", "save_every", "recall_copies"))
+        need(self, 0 < self.lr < 1, "lr", "in (0, 1)")
+        need(self, self.weight_decay >= 0, "weight_decay", ">= 0")
+        need(self, self.grad_clip > 0, "grad_clip", "> 0")
+        need(self, self.threads <= 256, "threads", "in [1, 256]")
+        need(self, 1 <= self.recall_weight <= 100, "recall_weight", "in [1, 100]")
+        need(self, 1 <= self.scalar_lr_mult <= 1000, "scalar_lr_mult", "in [1, 1000]")
+        need(self, 0 <= self.recall_prob <= 1, "recall_prob", "in [0, 1]")
+        need(self, 1 <= self.recall_span[0] <= self.recall_span[1], "recall_span", "(min, max) with 1 <= min <= max")
+        need(self, isinstance(self.eval_every, int) and self.eval_every >= 0, "eval_every",
+             "an integer >= 0 (0 = only at the end)")
+        fracs = [frac for frac, _ in self.curriculum]
+        need(self, all(0 <= f < 1 for f in fracs) and fracs == sorted(set(fracs))
+             and all(isinstance(n, int) and n >= 2 for _, n in self.curriculum), "curriculum",
+             "(start fraction, sequence length) phases, fractions increasing within [0, 1), lengths integers >= 2")
 
     @property
     def tokens_per_step(self) -> int:
@@ -155,6 +139,15 @@ def stdlib_files(root: Path | None = None) -> list[Path]:
     return sorted(files, key=lambda p: p.relative_to(root).as_posix())
 
 
+def document_tokens(data: bytes) -> torch.Tensor:
+    """One document as int16 tokens: BOS, its bytes, EOS."""
+    t = torch.empty(len(data) + 2, dtype=torch.int16)
+    t[0], t[-1] = BOS, EOS
+    if data:
+        t[1:-1] = torch.frombuffer(bytearray(data), dtype=torch.uint8).to(torch.int16)
+    return t
+
+
 def load_corpus(heldout_every: int = 20, root: Path | None = None, max_bytes: int | None = None,
                 heldout_only: bool = False) -> Corpus:
     """Read the stdlib sources into BOS/EOS-delimited byte streams with a held-out split.
@@ -171,10 +164,7 @@ def load_corpus(heldout_every: int = 20, root: Path | None = None, max_bytes: in
             continue
         data = path.read_bytes()
         n_bytes += len(data)
-        t = torch.empty(len(data) + 2, dtype=torch.int16)
-        t[0], t[-1] = BOS, EOS
-        t[1:-1] = torch.frombuffer(bytearray(data), dtype=torch.uint8).to(torch.int16) if data else t[1:-1]
-        (held_parts if i % heldout_every == 0 else train_parts).append(t)
+        (held_parts if i % heldout_every == 0 else train_parts).append(document_tokens(data))
         if max_bytes is not None and n_bytes >= max_bytes:
             break
     desc = {
