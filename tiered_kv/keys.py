@@ -31,22 +31,6 @@ _MASK63 = (1 << 63) - 1
 RAW_FORMATS = ("bf16", "fp32")
 
 
-def _known_formats() -> tuple[str, ...]:
-    """KV formats the FP4 kernels implement, plus raw (imported here: keys stay torch-free until asked)."""
-    from tiered_kv.kernels.fp4 import FORMATS
-
-    return tuple(FORMATS) + RAW_FORMATS
-
-
-def _scale_block(fmt: str) -> int:
-    """Elements per FP4 scale along head_dim (MXFP4 32, NVFP4 16; 1 for raw formats)."""
-    if fmt in RAW_FORMATS:
-        return 1
-    from tiered_kv.kernels.fp4 import BLOCK
-
-    return int(BLOCK[fmt])
-
-
 @dataclass(frozen=True, kw_only=True)
 class Namespace:
     """What must agree for two chunks of KV bytes to be interchangeable.
@@ -63,16 +47,18 @@ class Namespace:
     head_dim: int
 
     def __post_init__(self) -> None:
+        from tiered_kv.kernels.fp4 import BLOCK, FORMATS  # (here: keys stay torch-free until asked)
+
         if not isinstance(self.model, str) or not self.model:
             raise ValueError(f"Namespace.model: must be a non-empty string, got {self.model!r}")
-        formats = _known_formats()
+        formats = tuple(FORMATS) + RAW_FORMATS
         if self.fmt not in formats:
             raise ValueError(f"Namespace.fmt: must be one of {list(formats)}, got {self.fmt!r}")
         for name in ("block_size", "kv_heads", "head_dim"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
                 raise ValueError(f"Namespace.{name}: must be an integer >= 1, got {value!r}")
-        block = _scale_block(self.fmt)
+        block = 1 if self.fmt in RAW_FORMATS else int(BLOCK[self.fmt])  # elements per FP4 scale
         if self.head_dim % block:
             raise ValueError(
                 f"Namespace.head_dim: must be a multiple of {block} (one {self.fmt} scale block), got {self.head_dim}"

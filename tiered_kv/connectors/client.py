@@ -104,14 +104,8 @@ class EngineProcess:
 
 def build_model(path: str | Path, **shape: Any) -> Path:
     """Write a tiny random Llama (:class:`~tiered_kv.connectors.tiny_model.TinyLlama`) with the engine venv."""
-    code = ("import sys, json; from tiered_kv.connectors.tiny_model import TinyLlama, build_tiny_llama; "
-            "print(build_tiny_llama(sys.argv[1], TinyLlama(**json.loads(sys.argv[2]))))")
-    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    done = subprocess.run([str(engine_python()), "-c", code, str(path), json.dumps(shape)],
-                          capture_output=True, text=True, env=env, cwd=str(REPO))
-    if done.returncode:
-        raise EngineError(f"building the model failed: {done.stderr.strip().splitlines()[-1:]}")
-    return Path(done.stdout.strip().splitlines()[-1])
+    with EngineProcess() as eng:
+        return Path(eng.call("build_model", path=str(path), shape=shape)["path"])
 
 
 if __name__ == "__main__":  # `python -m tiered_kv.connectors.client`: is the engine venv usable?

@@ -12,7 +12,6 @@ prefix cache, and after a restart, hits served from the tier alone.
 from __future__ import annotations
 
 import json
-import os
 import random
 import shutil
 import subprocess
@@ -24,10 +23,7 @@ from typing import Any
 import polars as pl
 
 from tiered_kv.connectors.client import EngineProcess, build_model
-
-
-def _quick() -> bool:
-    return os.environ.get("TIERED_KV_QUICK", "") not in ("", "0")
+from tiered_kv.viz import is_quick
 
 
 def tour_prompts(document_tokens: int, seed: int = 8) -> dict[str, list[int]]:
@@ -48,7 +44,7 @@ class EngineTour:
         self.store = self.workdir / "store"
         self.fmt = fmt
         self.block_size = block_size
-        self.prompts = tour_prompts(document_tokens or (600 if _quick() else 4000))
+        self.prompts = tour_prompts(document_tokens or (600 if is_quick() else 4000))
         self.engine: EngineProcess | None = None
         self.engines_started = 0
         self.rows: list[dict[str, Any]] = []

@@ -68,28 +68,19 @@ logger = logging.getLogger("tiered_kv.connectors.vllm")
 
 
 @dataclass(frozen=True)
-class LoadOp:
-    """Fill ``block_ids`` with tier blocks ``first_block ..`` of ``tokens`` (a prefix of the prompt)."""
+class BlockOp:
+    """Engine ``block_ids`` <-> tier blocks ``first_block ..`` of ``tokens`` (a prefix of the prompt)."""
 
     tokens: list[int]
     block_ids: list[int]
     first_block: int
-
-
-@dataclass(frozen=True)
-class SaveOp:
-    """Store engine ``block_ids`` as tier blocks ``first_block ..`` of ``tokens``."""
-
-    tokens: list[int]
-    block_ids: list[int]
-    first_block: int
-    traffic_class: str
+    traffic_class: str | None = None  # (a save's)
 
 
 @dataclass
 class TieredKVMetadata(KVConnectorMetadata):
-    loads: list[LoadOp] = field(default_factory=list)
-    saves: list[SaveOp] = field(default_factory=list)
+    loads: list[BlockOp] = field(default_factory=list)
+    saves: list[BlockOp] = field(default_factory=list)
 
 
 @dataclass
@@ -240,7 +231,7 @@ class TieredKVConnector(KVConnectorBase_V1):
             return
         first, n = st.load
         st.load = None
-        meta.loads.append(LoadOp(tokens=st.tokens[:(first + n) * self.block_size],
+        meta.loads.append(BlockOp(tokens=st.tokens[:(first + n) * self.block_size],
                                  block_ids=st.block_ids[first:first + n], first_block=first))
 
     def _take_saves(self, st: _Request, computed: int, meta: TieredKVMetadata) -> None:
@@ -248,7 +239,7 @@ class TieredKVConnector(KVConnectorBase_V1):
         bs = self.block_size
         done = min(computed, len(st.tokens)) // bs
         if done > st.saved_blocks and done <= len(st.block_ids):
-            meta.saves.append(SaveOp(tokens=st.tokens[:done * bs], block_ids=st.block_ids[st.saved_blocks:done],
+            meta.saves.append(BlockOp(tokens=st.tokens[:done * bs], block_ids=st.block_ids[st.saved_blocks:done],
                                      first_block=st.saved_blocks, traffic_class=st.traffic_class))
             st.saved_blocks = done
 

@@ -11,26 +11,20 @@ tests/test_ssd_faults.py).
 
 from __future__ import annotations
 
-import contextlib
+import random
+import time
 import traceback
 import warnings
+from pathlib import Path
 
 import torch
 
+from tiered_kv import codec
 from tiered_kv.keys import Namespace
 from tiered_kv.testing.store_suite.base import BS, Clock, namespace
 from tiered_kv.tiers.ssd import SSDConfig, SSDTier
 
 STRESS_PROMPTS = 6
-
-
-@contextlib.contextmanager
-def _errors_into(out: dict):
-    """An exception in a child goes into ``out["errors"]`` (the parent fails the test with it)."""
-    try:
-        yield
-    except Exception as exc:  # noqa: BLE001 - reported to the parent
-        out["errors"] = traceback.format_exc() + repr(exc)
 
 
 def stress_tokens(i: int) -> torch.Tensor:
@@ -49,8 +43,6 @@ def stress_kv(tokens: torch.Tensor) -> torch.Tensor:
 
 def stress_references() -> dict[int, torch.Tensor]:
     """FP4 round trip of every stress prompt's KV (what a reader must get back, bit for bit)."""
-    from tiered_kv import codec
-
     ns = namespace()
     out = {}
     for i in range(STRESS_PROMPTS):
@@ -62,25 +54,19 @@ def stress_references() -> dict[int, torch.Tensor]:
 def stress_worker(role: str, root, seconds: float, seed: int, barrier, results, refs) -> None:
     """One process of the concurrency test: 'writer', 'reader' or 'gc' ('gc1/2': GC instance 1
     of 2, owning half the key space). ``root``: a store spec (:func:`open_spec`). Reports counts."""
-    import random
-    import time as _time
-
     torch.set_num_threads(1)
     rng = random.Random(seed)
     part = role[2:] or None if role.startswith("gc") else None
     role = "gc" if role.startswith("gc") else role
-    tier = SSDTier(open_spec(root), namespace=namespace(), capacity_bytes=12_000, high_watermark=0.9,
-                   low_watermark=0.5,
+    tier = SSDTier(open_spec(root), namespace=namespace(), capacity_bytes=12_000, high_watermark=0.9, low_watermark=0.5,
                    config=SSDConfig(orphan_grace=0.0, auto_gc=role == "writer", background_touch=False))
     out = {"role": role, "ops": 0, "checked_blocks": 0, "wrong": 0, "hits": 0, "errors": ""}
-    from tiered_kv import codec
-
     codec.dequantize_chunks(codec.quantize_blocks(stress_kv(stress_tokens(0)), namespace()), torch.float32)  # warm-up
     barrier.wait()
-    stop = _time.time() + seconds
-    with _errors_into(out), warnings.catch_warnings():
+    stop = time.time() + seconds
+    try:
         warnings.simplefilter("ignore")
-        while _time.time() < stop:
+        while time.time() < stop:
             i = rng.randrange(STRESS_PROMPTS)
             toks = stress_tokens(i)
             if role == "writer":
@@ -94,8 +80,10 @@ def stress_worker(role: str, root, seconds: float, seed: int, barrier, results, 
                         out["wrong"] += 1
             else:
                 tier.gc(part=part)
-                _time.sleep(0.02)
+                time.sleep(0.02)
             out["ops"] += 1
+    except Exception as exc:  # noqa: BLE001 - reported to the parent, which fails the test
+        out["errors"] = traceback.format_exc() + repr(exc)
     tier.close()
     results.put(out)
 
@@ -106,8 +94,6 @@ def kill_namespace(kv_heads: int = 8, head_dim: int = 256) -> Namespace:
 
 def kill_target(root, ready_path: str, kv_heads: int = 8, head_dim: int = 256) -> None:
     """Puts large chunks forever (killed with SIGKILL by the test mid-write); ``root``: a spec."""
-    from pathlib import Path
-
     torch.set_num_threads(1)
     ns = kill_namespace(kv_heads, head_dim)
     tier = SSDTier(open_spec(root), namespace=ns, config=SSDConfig(background_touch=False, io_threads=4))
@@ -134,27 +120,25 @@ def capacity_writer(store_spec, capacity: int, seconds: float, seed: int, barrie
     """Puts new prefixes (never seen before) as fast as it can into a store of ``capacity``
     bytes until it has written half of ``capacity`` itself (or ``seconds`` passed); reports its
     puts, the largest bytes one put wrote and its auto-GC count."""
-    import time as _time
-
     torch.set_num_threads(1)
     ns = capacity_namespace()
     tier = SSDTier(open_spec(store_spec), namespace=ns, capacity_bytes=capacity, high_watermark=0.9,
                    low_watermark=0.5, config=SSDConfig(orphan_grace=0.0, background_touch=False))
-    from tiered_kv import codec
-
     g = torch.Generator().manual_seed(seed)
     kv = torch.randn(CAPACITY_BLOCKS * ns.block_size, 2, ns.kv_heads, ns.head_dim, generator=g)
     chunks = codec.quantize_blocks(kv, ns)  # once: the test is about bytes, not quantization
     out = {"puts": 0, "max_put_bytes": 0, "auto_gc": 0, "errors": ""}
     barrier.wait()
-    stop = _time.time() + seconds
-    with _errors_into(out):
-        while _time.time() < stop and tier.usage.written < capacity / 2:
+    stop = time.time() + seconds
+    try:
+        while time.time() < stop and tier.usage.written < capacity / 2:
             toks = torch.arange(CAPACITY_BLOCKS * ns.block_size) + 1_000_000 * (seed + 1) + 1000 * out["puts"]
             before = tier.usage.written
             tier.put_quantized(toks, chunks, "c")
             out["max_put_bytes"] = max(out["max_put_bytes"], tier.usage.written - before)
             out["puts"] += 1
+    except Exception as exc:  # noqa: BLE001 - reported to the parent
+        out["errors"] = traceback.format_exc() + repr(exc)
     out["auto_gc"] = tier.counters["auto_gc"]
     tier.close()
     results.put(out)
@@ -163,15 +147,13 @@ def capacity_writer(store_spec, capacity: int, seconds: float, seed: int, barrie
 def bandwidth_reader(root: str, rate: float, n_tokens: int, reads: int, barrier, hold, results) -> None:
     """Reads the prefix ``arange(n_tokens)`` ``reads`` times through ``read_bandwidth=rate``;
     reports (bytes, monotonic start, end), then keeps its tier open until ``hold`` is set."""
-    import time as _time
-
     tier = SSDTier(root, namespace=namespace(), clock=Clock(), config=SSDConfig(background_touch=False, read_bandwidth=rate))
     toks = torch.arange(n_tokens)
     barrier.wait()
-    t0, nbytes = _time.monotonic(), 0
+    t0, nbytes = time.monotonic(), 0
     for _ in range(reads):
         nbytes += tier.get_prefix(toks).nbytes
-    results.put((nbytes, t0, _time.monotonic()))
+    results.put((nbytes, t0, time.monotonic()))
     hold.wait(60)
     tier.close()
 

@@ -1,35 +1,27 @@
 """The SSD tier's backend for object storage (S3 and S3-compatible services, GCS, Azure) through obstore.
 
-``SSDTier("s3://bucket/prefix", ...)`` or ``SSDTier(obstore.store.S3Store(...), ...)``: the
-store is wrapped in zarr's ``ObjectStore``, so the layout, the scans of ``stats``/``verify``/
-``gc`` and ``tiered-kv store`` run on it unchanged, byte for byte the same objects as on a
-local directory (:mod:`tiered_kv.tiers.ssd.layout`). The hot path talks to obstore directly
-(:class:`ObjectBackend`), where zarr adds nothing but an event-loop hop and a copy.
+The store is wrapped in zarr's ``ObjectStore``, so the layout, the scans and ``tiered-kv store``
+run on it unchanged (byte for byte the same objects as on a local directory); the hot path
+talks to obstore directly, where zarr adds nothing but an event-loop hop and a copy.
 
 Crash safety without rename: a chunk is one object written by one PUT, which S3 makes visible
-whole or not at all, so a writer killed mid-put leaves nothing (no ``.partial`` files either).
-Concurrent writers of one key use put-if-absent (``mode="create"``, ``If-None-Match: *``); the
-loser reads the existing object and takes "already exists" as success only if it passes the
-same CRC32C, length, key and namespace checks a reader applies; otherwise it overwrites it
-(the object was damaged). A service that ignores ``If-None-Match`` turns this into last writer
-wins, which is still safe: both wrote the KV of the same prefix.
+whole or not at all, so a writer killed mid-put leaves nothing. Concurrent writers of one key
+use put-if-absent (``If-None-Match: *``); the loser reads the existing object and takes it as
+success only if it passes the checks a reader applies, else overwrites it (it was damaged). A
+service that ignores ``If-None-Match`` makes this last writer wins, still safe: both wrote the
+KV of the same prefix.
 
-Recency without a central index. The choices were (a) object metadata: S3 metadata is
-immutable, so a touch is a server-side copy of the whole chunk, racing GC, and LIST does not
-return metadata, so GC would need a HEAD per chunk; (b) per-writer access logs: cheap appends
-on a file system, but S3 has no append, so a writer would batch records into segment objects
-that GC must read, fold and compact, and a dead writer's unflushed segment is lost; (c) what
-the local layout already does: one tiny record per ``get_prefix`` on the prefix's *tail* key
-(``access/<h>/<key>.<class>``), overwritten in place. Chosen: (c). A hit of a 512-chunk
-prefix costs one small PUT, written off the read path by a background thread; GC lists the
-records with the chunks and propagates each tail's time to its ancestors through the parent
-keys in the chunk headers. Two readers of one tail racing can leave the earlier time (last
-writer wins): the prefix then looks older by at most the gap between them.
+Recency without a central index. Rejected: object metadata (immutable on S3, so a touch is a
+server-side copy racing GC, and LIST does not return it: a HEAD per chunk) and per-writer access
+logs (S3 has no append: segment objects GC must fold and compact; a dead writer's unflushed
+segment is lost). Chosen: what the local layout does, one tiny record per ``get_prefix`` on the
+prefix's *tail* key, overwritten in place off the read path; GC propagates each tail's time to
+its ancestors. Two readers of one tail racing can leave the earlier time: the prefix then looks
+older by at most the gap between them.
 
 Errors: an unreachable endpoint, a missing bucket or rejected credentials raise
-:class:`StoreAccessError` (a ValueError: the ``tiered-kv`` CLI prints it as one line) naming
-the URL and what failed, within ``ACCESS_TIMEOUT_S`` seconds; URL-opened stores get short
-connect timeouts and few retries (obstore's defaults retry for 3 minutes).
+:class:`StoreAccessError` (a ValueError: the CLI prints one line) within ``ACCESS_TIMEOUT_S``;
+URL-opened stores get short connect timeouts and few retries (obstore's defaults retry for 3 min).
 """
 
 from __future__ import annotations

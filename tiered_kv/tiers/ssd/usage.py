@@ -1,48 +1,35 @@
 """How full the store is, known to every writer without a central index: the capacity bound.
 
-An optional part of the tier: only a tier with a finite ``capacity_bytes`` and ``auto_gc`` keeps
-a ledger (:class:`UsageLedger`); an unbounded tier writes nothing under ``usage/``.
+Only a tier with a finite ``capacity_bytes`` and ``auto_gc`` keeps a ledger (:class:`UsageLedger`);
+the store itself carries what a writer needs, in small objects next to the chunks:
 
-The store itself carries what a writer needs, in small objects next to the chunks (``usage/``):
-
-* ``usage/w-<writer id>-<seq>``: one per ``SSDTier`` instance that writes with a finite
-  capacity, ``{"written": cumulative chunk bytes it has published, "t": wall time}``, written
-  after each of its puts (after the chunks, never before) under the next sequence number,
-  then the previous one deleted; readers take each writer's highest number. (A new name each
-  time, not an overwrite: on ext4, renaming over an existing file flushes it, ~10 ms a put.
-  On an object store, where a PUT replaces an object atomically, the name stays ``-1``.)
-* ``usage/s-<h>``: a baseline of shard ``h`` (first hex digit of the key), written by a GC
-  instance that owns that shard: ``{"bytes": chunk bytes of that shard, "ledgers": {writer:
-  written}}``, where the ledger snapshot was read *before* the shard was measured;
-  ``usage/s-all`` holds the same for all 16 shards in one object (a GC of the whole store, or
-  the first writer that finds no baselines). Each baseline is sound on its own; per shard the
-  newest one is used.
+* ``usage/w-<writer id>-<seq>``: one per writing ``SSDTier``, ``{"written": cumulative chunk
+  bytes it has published, "t": wall time}``, written after each of its puts (after the chunks)
+  under the next sequence number, then the previous one deleted; readers take each writer's
+  highest number. (A new name each time: on ext4, renaming over an existing file flushes it,
+  ~10 ms a put. On an object store, where a PUT replaces an object atomically, it stays ``-1``.)
+* ``usage/s-<h>``: a baseline of shard ``h``, written by a GC instance that owns that shard:
+  ``{"bytes": chunk bytes of the shard, "ledgers": {writer: written}}``, the ledgers read
+  *before* the shard was measured; ``usage/s-all`` holds all 16 shards in one object. Per
+  shard the newest baseline is used.
 
 Estimate = sum of the 16 baselines + for every writer ``written - min over shards of its
-snapshot`` (0 where a baseline has never seen it). It never undercounts a published chunk: a
-chunk whose writer's ledger predates the snapshot was on disk before the measurement; any
-later one is in a ledger delta (a chunk counted twice, in a baseline and a delta, or by two
-writers of the same key, only overcounts, which makes GC run a little early). GC's
-measurement replaces the overcount. An object deleted by anyone only lowers the truth.
+snapshot``. It never undercounts a published chunk: one whose writer's ledger predates the
+snapshot was on disk before the measurement, any later one is in a ledger delta (a chunk
+counted twice only overcounts, which makes GC run a little early, until GC measures again).
 
-The guarantee (tests/test_ssd_faults.py, 4 writer processes on a 3 MB store): a writer with a
-finite ``capacity_bytes`` and ``auto_gc``, after publishing a put's chunks, rewrites its
-ledger, reads the estimate and runs GC if it is above ``high_watermark * capacity`` -- a
-writer passes the high watermark by at most its own batch before it triggers GC. Because the
-ledger is written before the estimate is read, the last writer to finish sees every finished
-put, so at any moment
+The guarantee (tests/test_ssd_faults.py, 4 writer processes on a 3 MB store): after publishing
+a put's chunks, a writer rewrites its ledger, reads the estimate and runs GC if it is above
+``high_watermark * capacity``. Because the ledger is written before the estimate is read, the
+last writer to finish sees every finished put, so at any moment
 
     stored chunk bytes <= high_watermark * capacity_bytes + new bytes of the puts in progress
 
-(with W writers each putting at most B bytes per call: ``high * capacity + W * B``), and GC
-brings them back to ``low_watermark * capacity`` plus what is in flight. Not covered: writers
-with ``auto_gc=False`` or that bypass the tier, and ``.partial`` files of writers killed
-mid-put (removed by GC after their grace period). Cost per put, only when the capacity is
-finite: one small write, one listing of ``usage/`` and a read of its 1-17 + W objects.
-
-Ledgers of writers that are gone are folded away: once every shard baseline holds a writer's
-current count and the ledger has not changed for ``LEDGER_IDLE_S``, GC deletes it (a writer
-that comes back rewrites it, which then overcounts its old bytes until the next GC).
+and GC brings them back to ``low_watermark * capacity`` plus what is in flight. Not covered:
+writers with ``auto_gc=False`` or that bypass the tier, and ``.partial`` files of writers killed
+mid-put. Cost per put: one small write, one listing of ``usage/`` and a read of its 1-17 + W
+objects. A gone writer's ledger is folded away once every baseline holds its count and it has
+not changed for ``LEDGER_IDLE_S`` (a writer that comes back overcounts until the next GC).
 """
 
 from __future__ import annotations
