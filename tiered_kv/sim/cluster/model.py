@@ -232,12 +232,6 @@ def _run(offsets, blocks, ts, n_input, cls, window_idx, nodes, routing, rand_mac
 
 # --- driver -----------------------------------------------------------------------------------
 
-def _blocks(tokens: float, block_size: int) -> int:
-    if math.isinf(tokens):
-        return -1
-    return int(tokens // block_size)
-
-
 def simulate_cluster(trace, config: ClusterConfig, ssd_policy: Any = None,
                      options: Any = None, progress: bool | None = None) -> ClusterResult:
     """Replay ``trace`` (a frame or a :class:`~tiered_kv.sim.trace_replay.CompiledTrace`) on a cluster.
@@ -253,9 +247,8 @@ def simulate_cluster(trace, config: ClusterConfig, ssd_policy: Any = None,
         raise ValueError("simulate_cluster: the trace has no requests")
     c = config
 
-    def cap_blocks(tokens: float) -> int:
-        b = _blocks(tokens, t.uniform_block_size)
-        return min(b, t.n_accesses) if b >= 0 else t.n_accesses  # unlimited: never more than all accesses
+    def cap_blocks(tokens: float) -> int:  # never more than all accesses (unlimited: all of them)
+        return t.n_accesses if math.isinf(tokens) else min(int(tokens // t.uniform_block_size), t.n_accesses)
 
     gpu = new_tier(c.nodes, cap_blocks(c.gpu_capacity_tokens), t.n_unique)
     windows = min(int(c.host_capacity_bytes // c.window_state_bytes), t.n_requests)
@@ -412,9 +405,7 @@ def latency_of(result: ClusterResult, cfg=None, admission: bool = False) -> dict
                            local=df["gpu_tokens"].to_numpy(), window_present=df["window_hit"].to_numpy(),
                            admission=admission)
     counted = df["counted"].to_numpy()
-    out: dict[str, Any] = {}
-    p = lat.percentiles(q.ttft_s[counted])
-    out["ttft_p50_s"], out["ttft_p90_s"], out["ttft_p99_s"] = p["p50"], p["p90"], p["p99"]
+    out: dict[str, Any] = {f"ttft_{k}_s": v for k, v in lat.percentiles(q.ttft_s[counted]).items()}
     hit = (df["gpu_tokens"] + df["ssd_tokens"]).to_numpy()
     out["cost_per_mtok"] = float(lat.cost_per_mtok(cfg, hit[counted].sum(), df["input_tokens"].to_numpy()[counted].sum()))
     out["recomputed_by_admission"] = int(q.recomputed[counted].sum())
