@@ -20,7 +20,7 @@ import ipywidgets as widgets
 import polars as pl
 
 from tiered_kv.viz.style import dashed_lines
-from tiered_kv.viz.widgets import Dashboard, control, html_table, log_slider
+from tiered_kv.viz.widgets import Dashboard, control, html_table, log_slider, slider
 
 
 #: (windows, replays, sequences, prefix tokens, decoded steps) at each notebook size. The full
@@ -56,38 +56,26 @@ class ReplayMeasurements:
                                         title=["loss vs context (dashed: the model's window W)", title])
 
 
-def _model(size: str):
-    import torch
-
-    from tiered_kv.model import EncoderDecoder, default_checkpoint, load_checkpoint, preset
-
-    path = default_checkpoint("small")
-    if size == "full" and path.exists():
-        model, _ = load_checkpoint(path)
-        return model, f"trained {path.name}"
-    torch.manual_seed(0)
-    return EncoderDecoder(preset("tiny")).eval(), "tiny preset, random weights (untrained; CI size)"
-
-
 def measure(size: str | None = None) -> ReplayMeasurements:
     """Run the model over the grid of this size once (minutes at full size, seconds at small)."""
+    from tiered_kv.viz import notebook_size
     from tiered_kv.viz.widgets import torch_threads
 
-    with torch_threads(1 if (size or _size()) == "small" else 2):
-        return _measure(size or _size())
-
-
-def _size() -> str:
-    from tiered_kv.viz import notebook_size
-
-    return notebook_size()
+    size = size or notebook_size()
+    with torch_threads(1 if size == "small" else 2):
+        return _measure(size)
 
 
 def _measure(size: str) -> ReplayMeasurements:
     from tiered_kv import bounded_replay_error as rq
+    from tiered_kv.evaluate import context_curve
+    from tiered_kv.model import default_checkpoint
+    from tiered_kv.viz.tour import notebook_model
 
     windows, replays, n_seq, prefix, steps = _grids()[size]
-    model, desc = _model(size)
+    model, meta = notebook_model(size)
+    desc = "tiny preset, random weights (untrained; CI size)" if meta is None else \
+        f"trained {default_checkpoint('small').name}"
     stream = rq.load_heldout(max_bytes=400_000 if size == "small" else None)
     seqs = rq.sample_sequences(stream, n_seq, prefix + steps, seed=0)
     errors = rq.replay_error(model, seqs, windows=windows, replays=replays, steps=steps, prefix=prefix,
@@ -101,8 +89,6 @@ def _measure(size: str) -> ReplayMeasurements:
             loc = rq.attention_locality(m, probe, recent=d)
             rows.append({"window_tokens": w, "distance_tokens": d, "attention_share": loc["overall_share"],
                          "uniform_share": loc["uniform_share"]})
-    from tiered_kv.evaluate import context_curve
-
     contexts = (16, 64, 256, 1024) if size == "small" else (64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
     curve = pl.DataFrame(context_curve(model, stream, contexts, target=64 if size == "small" else 256,
                                        n=2 if size == "small" else 16)).drop("ci95")
@@ -126,11 +112,10 @@ class ReplayDashboard(Dashboard):
         self.m = measurements
         windows = sorted(set(measurements.errors["window_tokens"].to_list()))
         replays = sorted(set(measurements.errors["replay_tokens"].to_list()))
-        self.window = widgets.SelectionSlider(options=windows, value=windows[-1], description="window W (tokens)",
-                                              continuous_update=False, style={"description_width": "initial"})
-        self.replay = widgets.SelectionSlider(options=replays, value=replays[len(replays) // 2],
-                                              description="replay R (tokens)", continuous_update=False,
-                                              style={"description_width": "initial"})
+        self.window = slider(widgets.SelectionSlider, "window W (tokens)", options=windows, value=windows[-1],
+                             width=None)
+        self.replay = slider(widgets.SelectionSlider, "replay R (tokens)", options=replays,
+                             value=replays[len(replays) // 2], width=None)
         self.prompt = log_slider("prompt N (tokens)", 32768, 1024, 131072, unit="tokens")
         self.assemble((self.window, self.replay, self.prompt), [self.window, self.replay, control(self.prompt)])
         self.point: dict = {}

@@ -39,12 +39,10 @@ def ttft_seconds(case: str, latency_preset: str, tokens: int) -> float:
     """TTFT of a ``tokens`` prompt from :mod:`tiered_kv.sim.cluster.latency`: 'miss' or 'hit'."""
     from tiered_kv.sim.cluster import latency as L
 
-    cfg = L.preset(latency_preset)
-    if case == "miss":
-        return float(L.miss_ttft(cfg, tokens))
-    if case == "hit":
-        return float(L.hit_ttft(cfg, tokens))
-    raise ValueError(f"case: must be 'miss' or 'hit', got {case!r}")
+    ttft = {"miss": L.miss_ttft, "hit": L.hit_ttft}
+    if case not in ttft:
+        raise ValueError(f"case: must be 'miss' or 'hit', got {case!r}")
+    return float(ttft[case](L.preset(latency_preset), tokens))
 
 
 def miss_over_hit_ttft(latency_preset: str, tokens: int) -> float:

@@ -1,15 +1,10 @@
 """The retention-economics dashboard: SSD capacity and per-class TTL sliders over the TTL curves
 and the oracle frontier (notebook 03's economics section).
 
-Everything is computed by :mod:`tiered_kv.sim.retention` once, in :func:`build_analysis`: the
-reuse gaps, the per-class :class:`~tiered_kv.sim.retention.TTLModel`, the oracle frontier, and
-the optimal per-class TTLs and the best shared TTL at every capacity the slider can take. A
-slider move runs :func:`economics_view`, which only looks those up (binary searches in the
-TTL model's sorted arrays and a dict lookup for the capacity), then swaps the chart's data in
-place through :class:`tiered_kv.viz.widgets.ChartView`, like the other dashboards.
-
-Hit rates are token hit rates of counted requests. Storage is average stored bytes (byte-seconds
-over the trace's span, Little's law), shown in the largest binary unit that fits.
+:func:`build_analysis` computes everything once with :mod:`tiered_kv.sim.retention`, including the
+optimal per-class TTLs and the best shared TTL at every capacity the slider can take, so a slider
+move (:func:`economics_view`) only looks them up. Hit rates are token hit rates of counted
+requests; storage is average stored bytes (byte-seconds over the trace's span, Little's law).
 """
 
 from __future__ import annotations
@@ -53,19 +48,19 @@ class EconomicsAnalysis:
     _optimal: dict[float, R.TTLChoice] = field(default_factory=dict)
     _shared: dict[float, R.TTLChoice] = field(default_factory=dict)
 
+    def _choice(self, cache: dict, rule, capacity_bytes: float) -> R.TTLChoice:
+        key = float(capacity_bytes)
+        if key not in cache:
+            cache[key] = rule(self.model, key)
+        return cache[key]
+
     def optimal(self, capacity_bytes: float) -> R.TTLChoice:
         """:func:`tiered_kv.sim.retention.optimal_ttls` at ``capacity_bytes`` (cached)."""
-        key = float(capacity_bytes)
-        if key not in self._optimal:
-            self._optimal[key] = R.optimal_ttls(self.model, key)
-        return self._optimal[key]
+        return self._choice(self._optimal, R.optimal_ttls, capacity_bytes)
 
     def shared(self, capacity_bytes: float) -> R.TTLChoice:
         """:func:`tiered_kv.sim.retention.best_shared_ttl` at ``capacity_bytes`` (cached)."""
-        key = float(capacity_bytes)
-        if key not in self._shared:
-            self._shared[key] = R.best_shared_ttl(self.model, key)
-        return self._shared[key]
+        return self._choice(self._shared, R.best_shared_ttl, capacity_bytes)
 
     def snap_capacity(self, capacity_bytes: float) -> float:
         """The grid capacity nearest ``capacity_bytes`` in log space (slider values land on it)."""
@@ -127,20 +122,12 @@ def build_analysis(trace: CompiledTrace | pl.DataFrame, *, bytes_per_token: floa
 
 
 def economics_view(analysis: EconomicsAnalysis, capacity_bytes: float, ttls: dict[str, float] | tuple | list) -> dict:
-    """What the dashboard shows for one setting (pure lookups; no simulation).
-
-    ``ttls``: per-class TTLs in days (a dict by class name, or a sequence in class order).
-    Returns per-class rows (TTL, hit rate, average stored bytes, for the chosen TTLs and the
-    optimum) and totals for the chosen TTLs, the optimal per-class TTLs at ``capacity_bytes``
-    and the best shared TTL at ``capacity_bytes`` (from :func:`tiered_kv.sim.retention.optimal_ttls`
-    and :func:`~tiered_kv.sim.retention.best_shared_ttl`), plus the oracle frontier there.
-    """
+    """What the dashboard shows at per-class TTLs ``ttls`` (days, by class name or in class order):
+    per-class rows and totals for the chosen TTLs, the optimal per-class TTLs and the best shared
+    TTL at ``capacity_bytes``, and the oracle frontier there (pure lookups; no simulation)."""
     a, m = analysis, analysis.model
     names = a.class_names
-    if isinstance(ttls, dict):
-        ttl_days = [float(ttls[n]) for n in names]
-    else:
-        ttl_days = [float(t) for t in ttls]
+    ttl_days = [float(ttls[n]) for n in names] if isinstance(ttls, dict) else [float(t) for t in ttls]
     if len(ttl_days) != len(names):
         raise ValueError(f"ttls: need one TTL per class {names}, got {len(ttl_days)}")
     ttl_s = np.array(ttl_days) * DAY_S
@@ -188,12 +175,10 @@ def economics_datasets(analysis: EconomicsAnalysis, view: dict) -> dict[str, lis
     unit, scale = _unit(analysis)
     col = f"avg_stored_{unit}"
     lines = analysis.curves.with_columns((pl.col("avg_bytes") / scale).alias(col), pl.col("policy").alias("kind"))
-    pts = []
-    for n, row in view["classes"].items():
-        pts.append({"class": n, "kind": "chosen TTL", "ttl_days": row["ttl_days"],
-                    col: row["avg_bytes"] / scale, "token_hit_rate": row["token_hit_rate"]})
-        pts.append({"class": n, "kind": "optimal TTL at capacity", "ttl_days": row["optimal_ttl_days"],
-                    col: row["optimal_avg_bytes"] / scale, "token_hit_rate": row["optimal_token_hit_rate"]})
+    pts = [{"class": n, "kind": kind, "ttl_days": row[pre + "ttl_days"], col: row[pre + "avg_bytes"] / scale,
+            "token_hit_rate": row[pre + "token_hit_rate"]}
+           for n, row in view["classes"].items()
+           for kind, pre in (("chosen TTL", ""), ("optimal TTL at capacity", "optimal_"))]
     pts = [p for p in pts if p[col] > 0]
     return {"lines": records(lines), "points": records(pl.DataFrame(pts)) if pts else []}
 
@@ -235,10 +220,8 @@ def economics_template(analysis: EconomicsAnalysis) -> alt.HConcatChart:
 
 
 class EconomicsDashboard(Dashboard):
-    """Capacity and per-class TTL sliders over an :class:`EconomicsAnalysis`.
-
-    ``dashboard.view`` is the dict of the last redraw (:func:`economics_view`); ``widget`` is the VBox.
-    """
+    """Capacity and per-class TTL sliders over an :class:`EconomicsAnalysis`; ``view`` is the dict of
+    the last redraw (:func:`economics_view`)."""
 
     def __init__(self, analysis: EconomicsAnalysis, *, capacity_bytes: float | None = None,
                  ttl_days: dict[str, float] | None = None) -> None:
@@ -280,25 +263,11 @@ def economics_dashboard(analysis: EconomicsAnalysis, **kwargs) -> widgets.VBox:
     return box
 
 
-# --- the workloads of notebook 03 -------------------------------------------------------------
-
-#: synthetic chatbot + agent workload at each notebook size: (preset, rate factor, days), as in
-#: :mod:`tiered_kv.viz.retention`
-SYNTH_SIZES = {"small": ("ci", 1.0, 3.0), "full": ("mixed", 0.125, 14.0)}
-
-
 def synthetic_analysis(size: str | None = None, seed: int = 0, preset: str | None = None,
                        days: float | None = None) -> EconomicsAnalysis:
-    """Analysis of a synthetic run (``ci`` for 3 days at small size; 14 days of ``mixed`` at 1/8
-    of its rates at full size)."""
-    from tiered_kv.sim.workload import synth
-    from tiered_kv.viz import notebook_size
+    """Analysis of :func:`tiered_kv.viz.retention.synthetic_workload` (``ci`` for 3 days at small size;
+    14 days of ``mixed`` at 1/8 of its rates at full size)."""
+    from tiered_kv.viz.retention import synthetic_workload
 
-    p, factor, d = SYNTH_SIZES[size or notebook_size()]
-    if preset is not None:
-        p, factor = preset, 1.0
-    d = days or d
-    cfg = synth.PRESETS[p].scaled(factor) if factor != 1.0 else synth.PRESETS[p]
-    rate = f" at {factor:g} of its rates" if factor != 1.0 else ""
-    return build_analysis(synth.generate(cfg, d, seed),
-                          title=f"synthetic '{p}'{rate}, {d:g} days: hit rate vs average stored bytes")
+    frame, what = synthetic_workload(size, seed, preset, days)
+    return build_analysis(frame, title=f"{what}: hit rate vs average stored bytes")

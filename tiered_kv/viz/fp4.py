@@ -1,13 +1,11 @@
 """FP4 for the global KV tier: the E2M1 grid, error by format, bytes per token by architecture.
 
 Every number comes from :mod:`tiered_kv.kernels.fp4` (the quantizer the SSD tier uses) and
-:mod:`tiered_kv.arch` (bytes per token from published parameters). The dashboard draws a fresh
-KV-shaped sample at each slider value (seeded), so moving the tail-heaviness slider shows why
-outlier channels hurt 32-element MXFP4 blocks more than 16-element NVFP4 blocks with an
-E4M3 scale. It shows the error of the *typical* element (the 90% smallest in magnitude): the
-relative RMSE of the whole sample is dominated by its largest values when the tails are heavy
-and falls as they get heavier (see :func:`tiered_kv.kernels.fp4_error.error_stats`), which is why
-an earlier version of this dashboard seemed to contradict its own text.
+:mod:`tiered_kv.arch`. The dashboard draws a fresh KV-shaped sample at each slider value (seeded)
+and shows the error of the *typical* element (the 90% smallest in magnitude): the relative RMSE
+of the whole sample is dominated by its largest values when the tails are heavy and falls as they
+get heavier (:func:`tiered_kv.kernels.fp4_error.error_stats`), which once made this dashboard
+seem to contradict its own text.
 """
 
 from __future__ import annotations
@@ -19,7 +17,7 @@ import ipywidgets as widgets
 import polars as pl
 import torch
 
-from tiered_kv.viz.widgets import Dashboard, html_table
+from tiered_kv.viz.widgets import Dashboard, html_table, slider
 
 FORMATS = ("mxfp4", "nvfp4")
 #: Elements per error sample at each notebook size (multiples of 8 heads x 128 dims).
@@ -27,12 +25,8 @@ SAMPLE_ELEMENTS = {"small": 1 << 14, "full": 1 << 18}
 
 
 def staircase(fmt: str, points: int = 241) -> pl.DataFrame:
-    """Input against decoded value over [-6, 6] with a block scale of exactly 1.
-
-    Each input sits in its own block beside an anchor of 6.0 (the block's amax), so every block
-    gets the scale that maps 6 to the top code: the curve is the E2M1 grid itself (0, 0.5, 1,
-    1.5, 2, 3, 4, 6 and their negatives), as the quantizer produces it.
-    """
+    """Input against decoded value over [-6, 6]: each input sits in its own block beside an anchor
+    of 6.0 (the block's amax), so the block scale is exactly 1 and the curve is the E2M1 grid itself."""
     from tiered_kv.kernels.fp4 import BLOCK, dequantize, quantize
 
     x = torch.linspace(-6.0, 6.0, points)
@@ -54,12 +48,8 @@ def staircase_chart() -> alt.Chart:
 
 
 def error_frame(n: int, seed: int = 0, dof: float = 3.0) -> pl.DataFrame:
-    """Round-trip error per format on N(0,1) and Student-t(dof) KV-shaped samples, with bits/element.
-
-    Columns of :func:`tiered_kv.kernels.fp4_error.error_stats`, plus ``variant`` (format and MXFP4
-    scale rule): whole-sample relative RMSE, the typical element's (``bulk_``) and the share
-    flushed to zero.
-    """
+    """:func:`tiered_kv.kernels.fp4_error.error_stats` on N(0,1) and Student-t(dof) KV-shaped samples,
+    plus ``variant`` (format and MXFP4 scale rule)."""
     from tiered_kv.kernels.fp4_error import error_stats
 
     frame = pl.DataFrame(error_stats(seed=seed, n=n, dof=dof))
@@ -73,20 +63,13 @@ SWEEP_DOFS = (1.0, 1.26, 1.6, 2.0, 2.5, 3.0, 4.0, 6.0, 10.0, 20.0, 50.0)
 
 
 def tail_sweep(n: int, seed: int = 0, dofs=SWEEP_DOFS) -> pl.DataFrame:
-    """:func:`error_frame` at each tail heaviness of ``dofs``: which format degrades first.
-
-    The typical element's error (``bulk_rel_rmse_heavy_tailed``) rises as the tails get heavier,
-    MXFP4's first and most; the whole-sample ratio (``rel_rmse_heavy_tailed``) falls instead,
-    because the largest values, stored almost exactly, dominate both its terms.
-    """
+    """:func:`error_frame` at each tail heaviness of ``dofs``: which format degrades first (the typical
+    element's error rises, MXFP4's first; the whole-sample ratio falls, dominated by the largest values)."""
     return pl.concat([error_frame(n, seed, float(d)) for d in dofs])
 
 
 def error_chart(frame: pl.DataFrame, sweep: pl.DataFrame | None = None) -> alt.Chart | alt.HConcatChart:
-    """Typical-element error by format (bars) and, with ``sweep``, against the tail heaviness.
-
-    One colour per format variant in both panels.
-    """
+    """Typical-element error by format (bars) and, with ``sweep``, against the tail heaviness."""
     long = frame.unpivot(index=["variant", "bits_per_element"],
                          on=["bulk_rel_rmse_gaussian", "bulk_rel_rmse_heavy_tailed"],
                          variable_name="sample", value_name="rel_rmse").with_columns(
@@ -121,11 +104,8 @@ def bytes_frame() -> pl.DataFrame:
 
 
 def bytes_table(frame: pl.DataFrame, arch: str | None = None):
-    """Every row of ``frame`` (:func:`bytes_frame`), or those of one ``arch``, as an HTML table.
-
-    A polars frame shows its first and last five rows only: the DeepSeek-V3 rows of the
-    19-row table were hidden where workshop question 4 sends people to read them.
-    """
+    """Every row of ``frame`` (:func:`bytes_frame`), or those of one ``arch``, as an HTML table (a polars
+    frame shows only its first and last five rows, which hid the rows workshop question 4 reads)."""
     from IPython.display import HTML
 
     rows = frame if arch is None else frame.filter(pl.col("arch") == arch)
@@ -166,10 +146,8 @@ class FP4Dashboard(Dashboard):
         from tiered_kv.viz import notebook_size
 
         self.n = SAMPLE_ELEMENTS[size or notebook_size()]
-        self.dof_slider = widgets.FloatLogSlider(value=dof, base=10, min=0, max=math.log10(50), step=0.05,
-                                                 description="Student-t dof (lower = heavier tails)",
-                                                 continuous_update=False, style={"description_width": "initial"},
-                                                 layout=widgets.Layout(width="520px"))
+        self.dof_slider = slider(widgets.FloatLogSlider, "Student-t dof (lower = heavier tails)", value=dof,
+                                 base=10, min=0, max=math.log10(50), step=0.05, width="520px")
         self.seed_slider = widgets.IntSlider(value=0, min=0, max=20, description="seed", continuous_update=False)
         self.assemble((self.dof_slider, self.seed_slider), [self.dof_slider, self.seed_slider])
         self.frame: pl.DataFrame | None = None

@@ -1,8 +1,8 @@
 """The figures of ``tiered-kv reproduce``, each beside the published numbers it is checked against.
 
-The gallery builds the same figure modules that ``tiered-kv reproduce`` discovers (so a new
-figure shows up here without an edit), with the same ``quick`` switch, and reads every published/reproduced pair from their
-:class:`~tiered_kv.viz.report.Claim` records; no number is typed in.
+The gallery builds the figure modules ``tiered-kv reproduce`` discovers (so a new figure shows up
+here without an edit), with the same ``quick`` switch, and reads every published/reproduced pair
+from their :class:`~tiered_kv.viz.report.Claim` records; no number is typed in.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from dataclasses import dataclass
 import ipywidgets as widgets
 import polars as pl
 
-from tiered_kv.viz.report import Claim, FigureResult, claims_table
-from tiered_kv.viz.widgets import ChartView, dashboard_bundle, error_box, guard, watch
+from tiered_kv.viz.report import FigureResult, claims_table
+from tiered_kv.viz.widgets import Dashboard, guard
 
 
 @dataclass(frozen=True)
@@ -28,20 +28,13 @@ class BuiltFigure:
 
 def claims_frame(figures: list[BuiltFigure]) -> pl.DataFrame:
     """One row per claim: figure, claim, source, published, reproduced, unit, difference, kind."""
-    rows = []
-    for f in figures:
-        for c in f.result.claims:
-            rows.append(_claim_row(f.name, c))
     schema = {"figure": pl.Utf8, "claim": pl.Utf8, "source": pl.Utf8, "published": pl.Float64,
               "reproduced": pl.Float64, "unit": pl.Utf8, "relative_difference": pl.Float64,
               "kind": pl.Utf8, "inputs": pl.Utf8}
+    rows = [{"figure": f.name, "claim": c.claim, "source": c.source, "published": float(c.published),
+             "reproduced": float(c.reproduced), "unit": c.unit, "relative_difference": float(c.relative_difference),
+             "kind": c.kind, "inputs": c.inputs} for f in figures for c in f.result.claims]
     return pl.DataFrame(rows, schema=schema)
-
-
-def _claim_row(figure: str, c: Claim) -> dict:
-    return {"figure": figure, "claim": c.claim, "source": c.source, "published": float(c.published),
-            "reproduced": float(c.reproduced), "unit": c.unit, "relative_difference": float(c.relative_difference),
-            "kind": c.kind, "inputs": c.inputs}
 
 
 def _markdown_table_html(md: str) -> str:
@@ -57,7 +50,7 @@ def _markdown_table_html(md: str) -> str:
             "text-align:left;vertical-align:top}</style>")
 
 
-class Gallery:
+class Gallery(Dashboard):
     """A dropdown of figures; each shows its chart, notes and claims table (published vs ours).
 
     Figures are built when first picked (``quick`` sizes under ``TIERED_KV_QUICK=1``); at full
@@ -77,16 +70,11 @@ class Gallery:
         self.failed: dict[str, str] = {}
         self.picker = widgets.Dropdown(options=[(f"{n}: {m.TITLE}", n) for n, m in self.modules.items()],
                                        description="figure", layout=widgets.Layout(width="640px"))
-        self.info = widgets.HTML()
-        self.chart_view = ChartView()
-        self.claims = widgets.HTML()
+        self.claims, self.all_claims = widgets.HTML(), widgets.HTML()
         self.button = widgets.Button(description="build every figure", icon="play")
-        self.all_claims = widgets.HTML()
-        self.errors = error_box()
-        watch([self.picker], self.refresh, self.errors)
+        self.assemble([self.picker], [self.picker], after=[self.claims, self.button, self.all_claims])
+        self.info = self.summary
         self.button.on_click(guard(lambda _b: self.build_all(), self.errors))
-        self.widget = widgets.VBox([self.picker, self.errors, self.info, self.chart_view.output, self.claims,
-                                    self.button, self.all_claims])
         self.refresh()
         if eager if eager is not None else not self.quick:
             self.build_all()
@@ -110,12 +98,11 @@ class Gallery:
 
         for name in tqdm(list(self.modules), desc="figures", unit="fig"):
             self.figure(name)
-        frame = self.claims_frame()
         table = claims_table([c for f in self.built.values() for c in f.result.claims])
         missing = "".join(f"<li>{html.escape(n)}: {html.escape(r)}</li>" for n, r in self.failed.items())
         self.all_claims.value = ("<h4>All claims</h4>" + _markdown_table_html(table)
                                  + (f"<p>Not built:</p><ul>{missing}</ul>" if missing else ""))
-        return frame
+        return self.claims_frame()
 
     def claims_frame(self) -> pl.DataFrame:
         return claims_frame(list(self.built.values()))
@@ -133,6 +120,3 @@ class Gallery:
         self.chart_view.show(f.result.chart)
         self.claims.value = (_markdown_table_html(claims_table(f.result.claims)) if f.result.claims
                              else "<i>no published claim for this figure</i>")
-
-    def _repr_mimebundle_(self, **kwargs) -> dict:
-        return dashboard_bundle(self.widget, self.chart_view, **kwargs)

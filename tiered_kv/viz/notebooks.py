@@ -1,18 +1,11 @@
-"""Committed notebooks carry no outputs: a pre-save hook for JupyterLab and the check behind it.
+"""Committed notebooks carry no outputs: a pre-save hook for JupyterLab, and offline HTML export.
 
-JupyterLab autosaves every notebook it runs, outputs included, into the files git tracks; a
-user who ran the workshop and then ``make test`` used to fail the cleanliness test. ``make
-lab`` starts JupyterLab with ``scripts/jupyter/jupyter_server_config.py``, which installs
-:func:`pre_save_hook`: what is written to disk has no outputs, execution counts or saved
-widget state, while the open notebook keeps its outputs on screen. (Reopening it shows the
-clean file; *Run All* brings the outputs back.) The test (``tests/test_packaging.py``) reads
-what git tracks, not the working file.
-
-Exported HTML that opens offline: JupyterLab's *Export* reads the saved (clean) file, and
-nbconvert's page loads require.js, MathJax and the widget manager from CDNs. ``make html``
-(:func:`export_html`) executes each notebook and writes a page with nothing to fetch: plain
-charts are inline SVG (:mod:`tiered_kv.viz.render`), each dashboard its chart as it was drawn
-(its display carries an SVG beside the widget, :func:`tiered_kv.viz.widgets.dashboard_bundle`).
+JupyterLab autosaves every notebook it runs, outputs included, into the files git tracks. ``make
+lab`` installs :func:`pre_save_hook` (``scripts/jupyter/jupyter_server_config.py``): what is written
+to disk has no outputs, execution counts or saved widget state, while the open notebook keeps its
+outputs on screen. ``make html`` (:func:`export_html`) executes each notebook and writes a page
+with nothing to fetch from a CDN: plain charts are inline SVG (:mod:`tiered_kv.viz.render`), each
+dashboard its chart as it was drawn (:func:`tiered_kv.viz.widgets.dashboard_bundle`).
 """
 
 from __future__ import annotations
@@ -26,25 +19,17 @@ TRANSIENT_CELL_METADATA = ("execution", "scrolled", "collapsed")
 
 
 def strip_outputs(nb: dict[str, Any]) -> bool:
-    """Remove outputs, execution counts, saved widget state and run metadata from ``nb`` in place.
-
-    ``nb`` is a notebook as JSON (nbformat 4). Returns True when anything was removed.
-    """
-    changed = False
+    """Remove outputs, execution counts, saved widget state and run metadata from ``nb`` (nbformat 4
+    JSON) in place; True when anything was removed."""
+    changed = bool(dirty_cells(nb))
     for cell in nb.get("cells", []):
         if cell.get("cell_type") != "code":
             continue
-        if cell.get("outputs"):
-            cell["outputs"] = []
-            changed = True
-        if cell.get("execution_count") is not None:
-            cell["execution_count"] = None
-            changed = True
+        cell.update({k: v for k, v in (("outputs", []), ("execution_count", None)) if k in cell})
         meta = cell.get("metadata", {})
-        for key in TRANSIENT_CELL_METADATA:
-            if key in meta:
-                del meta[key]
-                changed = True
+        for key in set(TRANSIENT_CELL_METADATA) & set(meta):
+            del meta[key]
+            changed = True
     if "widgets" in nb.get("metadata", {}):
         del nb["metadata"]["widgets"]
         changed = True

@@ -1,11 +1,9 @@
 """One watermark, two TTLs: the retention a single GC watermark gives each class (figure 14, notebook 03).
 
 DeepSeek's store has one LRU garbage collector under a disk watermark and no expiry timer, yet
-quotes 3 days (agent) and 7 days (chatbot). :func:`study` replays a multi-day two-class workload
-through one watermark sized to the 3 d / 7 d pair's average storage, under the four victim rules
-of :mod:`tiered_kv.sim.retention.one_watermark`; the functions below turn its result into the tables and
-the chart that figure 14 and notebook 03 show. Nothing here computes a hit: every number comes
-from :func:`tiered_kv.sim.retention.one_watermark.one_watermark_study`.
+quotes 3 days (agent) and 7 days (chatbot). :func:`study` runs
+:func:`tiered_kv.sim.retention.one_watermark.one_watermark_study` on a multi-day two-class workload;
+the functions below turn its result into tables and a chart. Nothing here computes a hit.
 """
 
 from __future__ import annotations

@@ -1,20 +1,11 @@
-"""The policy arena's data: every policy's hit rate and SSD wear at every capacity, precomputed once.
+"""The policy arena: every policy's hit rate and SSD wear at every capacity, computed once.
 
-:func:`arena_table` replays each policy (``tiered_kv.sim.curves.policy_curves``: ``lru`` and
-``belady`` in one pass, the zoo once per capacity) under each admission filter and returns one
-long frame; figure 16 (``tiered-kv reproduce``) and the arena notebook draw from it, and
-:func:`summary` says in words which policy wins where, how far each is from Belady, and what
-admit-on-second-sighting saves in writes and costs in hits.
-
-The dashboard of notebook 07 (:class:`PolicyArenaDashboard`): :func:`build_arena` runs
-:func:`arena_table` once for every policy and filter the notebook offers; choosing policies,
-the admission filter or a capacity (a slider over the precomputed grid) only selects rows of
-that table (:func:`arena_view`, two filters of a few hundred rows) and swaps the chart's data in
-place (:class:`tiered_kv.viz.widgets.ChartView`), so a redraw costs milliseconds. Left: hit
-rate against capacity per policy with Belady dashed and a marker at the slider's capacity;
-right: the wear frontier (drive writes per day against hit rate, one line per policy through
-its capacities) with the same capacity's points; above them, a table of hit rate, distance
-below Belady, SSD bytes written, bytes written per hit byte and drive writes per day.
+:func:`arena_table` replays each policy under each admission filter into one long frame, which
+figure 16 and notebook 07 draw from; :func:`summary` says which policy wins where, how far each
+is from Belady, and what admit-on-second-sighting saves in writes and costs in hits. The
+notebook's dashboard (:class:`PolicyArenaDashboard`) only selects rows of that frame on a
+control change (:func:`arena_view`) and swaps the chart's data in place, so a redraw costs
+milliseconds.
 """
 
 from __future__ import annotations
@@ -28,7 +19,7 @@ import ipywidgets as widgets
 import numpy as np
 import polars as pl
 
-from tiered_kv.viz.widgets import Dashboard, DashboardBox, html_table, records
+from tiered_kv.viz.widgets import Dashboard, DashboardBox, html_table, records, slider, table_css
 
 #: The policies the arena shows by default (``belady`` is drawn as the bound).
 POLICIES = ("lru", "fifo", "lfu", "arc", "slru", "2q", "s3fifo", "sieve", "gdsf")
@@ -67,10 +58,8 @@ def arena_table(trace, policies=POLICIES, *, points: int = 24, admissions=ADMISS
                 "capacity_tokens": np.asarray(caps, dtype=np.int64),
                 "token_hit_rate": np.asarray(d["token_hit_rate"], dtype=np.float64),
                 "ssd_bytes_written": [math.nan if w is None else float(w) for w in d["ssd_bytes_written"]],
-                "bytes_written_per_hit_byte": [math.nan if w is None or not math.isfinite(w) else float(w)
-                                               for w in d["bytes_written_per_hit_byte"]],
-                "drive_writes_per_day": [math.nan if w is None or not math.isfinite(w) else float(w)
-                                         for w in d["drive_writes_per_day"]],
+                **{k: [float(w) if _finite(w) else math.nan for w in d[k]]
+                   for k in ("bytes_written_per_hit_byte", "drive_writes_per_day")},
             }))
     return pl.concat(parts).with_columns((pl.col("capacity_tokens") * bpt).alias("capacity_bytes"))
 
@@ -117,11 +106,8 @@ SIZES = {"small": (900.0, 8, 1), "full": (None, 24, 2)}
 
 @dataclass(eq=False)
 class Arena:
-    """Every policy's curves on one trace, computed once (:func:`build_arena`); views only select.
-
-    ``frames[admission]`` holds that admission's rows plus Belady's (the bound, the same under
-    every filter), sorted by policy and capacity, so a view is two filters of a few hundred rows.
-    """
+    """Every policy's curves on one trace, computed once (:func:`build_arena`); ``frames[admission]``
+    holds that admission's rows plus Belady's, so a view is two filters of a few hundred rows."""
 
     data: pl.DataFrame
     capacities: np.ndarray  # tokens, the grid every policy was replayed at
@@ -147,11 +133,8 @@ class Arena:
 
 def build_arena(trace, policies=POLICIES, *, points: int = 24, admissions=ADMISSIONS, workers: int | None = None,
                 bytes_per_token: float | None = None, title: str = "") -> Arena:
-    """The slow part, once: :func:`arena_table` of ``trace`` (compiled, or a trace frame).
-
-    ``policies`` may name plug-in files (``path/to/file.py:Class``, docs/policies.md); ``workers``
-    defaults to two processes (or one on a one-core machine).
-    """
+    """The slow part, once: :func:`arena_table` of ``trace`` (compiled, or a trace frame); ``policies``
+    may name plug-in files (``path/to/file.py:Class``, docs/policies.md)."""
     import os
 
     from tiered_kv.sim.curves import default_capacities
@@ -180,12 +163,9 @@ def build_arena(trace, policies=POLICIES, *, points: int = 24, admissions=ADMISS
 
 
 def arena_view(arena: Arena, policies, admission: str, capacity_tokens: float) -> dict:
-    """What the dashboard shows for one setting: pure selection from the precomputed frames.
-
-    Returns ``capacity_tokens`` (snapped to the grid), ``capacity_bytes``, ``curves`` (the
-    chosen policies under ``admission`` and Belady at every capacity), ``marks`` (their rows at
-    the capacity) and ``rows`` (the summary table's numbers, Belady first).
-    """
+    """What the dashboard shows for one setting, selected from the precomputed frames: the capacity
+    snapped to the grid, ``curves`` (the chosen policies and Belady at every capacity), ``marks``
+    (their rows at the capacity) and ``rows`` (the summary table's numbers, Belady first)."""
     if admission not in arena.frames:
         raise ValueError(f"admission: must be one of {list(arena.admissions)}, got {admission!r}")
     chosen = list(policies)
@@ -268,27 +248,25 @@ def arena_chart(arena: Arena, view: dict) -> alt.HConcatChart:
     return alt.HConcatChart.from_dict(spec)
 
 
-def _pct(v: float) -> str:
-    return "" if v is None or not math.isfinite(v) else f"{v:.2%}"
-
-
-def _num(v: float | None, fmt: str = ".3g") -> str:
-    return "n/a" if v is None or not math.isfinite(v) else format(v, fmt)
+def _finite(v: float | None) -> bool:
+    return v is not None and math.isfinite(v)
 
 
 def summary_rows(view: dict) -> list[dict]:
     """The table under the controls: per policy at the capacity, Belady first."""
     from tiered_kv.units import format_bytes
 
-    out = []
-    for r in view["rows"]:
-        w = r["ssd_bytes_written"]
-        out.append({"policy": r["policy"], "token hit rate": _pct(r["token_hit_rate"]),
-                    "below Belady": "" if r["policy"] == "belady" else _pct(r["below_belady"]),
-                    "SSD bytes written": "n/a" if w is None or not math.isfinite(w) else format_bytes(w),
-                    "written per hit byte": _num(r["bytes_written_per_hit_byte"]),
-                    "drive writes per day": _num(r["drive_writes_per_day"])})
-    return out
+    def pct(v):
+        return f"{v:.2%}" if _finite(v) else ""
+
+    def num(v, fmt=lambda v: format(v, ".3g")):
+        return fmt(v) if _finite(v) else "n/a"
+
+    return [{"policy": r["policy"], "token hit rate": pct(r["token_hit_rate"]),
+             "below Belady": "" if r["policy"] == "belady" else pct(r["below_belady"]),
+             "SSD bytes written": num(r["ssd_bytes_written"], format_bytes),
+             "written per hit byte": num(r["bytes_written_per_hit_byte"]),
+             "drive writes per day": num(r["drive_writes_per_day"])} for r in view["rows"]]
 
 
 def summary_line(arena: Arena, view: dict) -> str:
@@ -307,16 +285,9 @@ def summary_line(arena: Arena, view: dict) -> str:
     return text + "."
 
 
-_TABLE_CSS = ("<style>.tkv-arena td, .tkv-arena th {padding: 2px 12px; text-align: right}"
-              " .tkv-arena {border-collapse: collapse; margin: 4px 0}</style>")
-
-
 class PolicyArenaDashboard(Dashboard):
-    """Policy choice, admission filter and a capacity slider over a precomputed :class:`Arena`.
-
-    ``dashboard.view`` is the dict of the last redraw (:func:`arena_view`); ``widget`` is the box
-    to display. Setting a control's ``value`` from Python redraws synchronously.
-    """
+    """Policy choice, admission filter and a capacity slider over a precomputed :class:`Arena`;
+    ``view`` is the dict of the last redraw (:func:`arena_view`)."""
 
     def __init__(self, arena: Arena, *, policies=None, admission: str | None = None,
                  capacity_tokens: float | None = None) -> None:
@@ -331,9 +302,8 @@ class PolicyArenaDashboard(Dashboard):
             style={"description_width": "initial", "button_width": "130px"})
         labels = [(f"{format_tokens(c)} ({format_bytes(c * a.bytes_per_token)})", int(c)) for c in a.capacities]
         cap0 = a.snap(capacity_tokens) if capacity_tokens is not None else int(a.capacities[len(a.capacities) // 2])
-        self.capacity_slider = widgets.SelectionSlider(
-            options=labels, value=cap0, description="SSD capacity", continuous_update=True,
-            style={"description_width": "initial"}, layout=widgets.Layout(width="560px"))
+        self.capacity_slider = slider(widgets.SelectionSlider, "SSD capacity", options=labels, value=cap0,
+                                      continuous_update=True, width="560px")
         self.template = arena_template(a)
         self.view: dict | None = None
         controls = widgets.HBox([self.policy_select, widgets.VBox([self.admission_buttons, self.capacity_slider])])
@@ -347,7 +317,7 @@ class PolicyArenaDashboard(Dashboard):
         table = html_table(summary_rows(self.view), css_class="tkv-arena",
                            cell_classes={"token hit rate": "tkv-arena-hit"})
         line = html.escape(summary_line(self.arena, self.view))
-        self.summary.value = f'{_TABLE_CSS}<div class="tkv-arena-line">{line}</div>{table}'
+        self.summary.value = f'{table_css("tkv-arena")}<div class="tkv-arena-line">{line}</div>{table}'
         self.chart_view.show_data(self.template, arena_datasets(self.view))
 
     def hit_rate(self, policy: str) -> float:

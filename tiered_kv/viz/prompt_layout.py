@@ -1,13 +1,9 @@
 """Prompt layout: hit rate against the depth of a volatile per-call line (figure 17, notebook 06).
 
-A line that changes on every call (timestamp, request id) placed at token depth d makes the
-block holding it and every later block unique to the request
-(:func:`tiered_kv.sim.traces.insert_volatile_block`). :func:`depth_table` measures the token hit
-rate of an unlimited cache against d for one hour of each synthetic class and for the real
-Mooncake conversation trace; :func:`depth_rates` is the same for one depth.
-:class:`PromptLayoutDashboard` is notebook 06's exercise: a slider for the depth over the curve of
-every series, and :func:`keep_depth` the answer key's search (the shallowest line that keeps a
-share of a series' hit rate).
+A line that changes on every call (timestamp, request id) at token depth d makes the block holding
+it and every later block unique to the request (:func:`tiered_kv.sim.traces.insert_volatile_block`).
+:func:`depth_rates` gives the unlimited-cache token hit rate of one hour of each synthetic class
+and of the real conversation trace at one depth; :func:`keep_depth` is the answer key's search.
 """
 
 from __future__ import annotations
@@ -18,7 +14,7 @@ from functools import lru_cache
 
 import polars as pl
 
-from tiered_kv.viz.widgets import Dashboard
+from tiered_kv.viz.widgets import Dashboard, html_table, slider
 
 #: The series of :func:`depth_table`.
 SERIES = ("agent, synthetic", "chatbot, synthetic", "chatbot, real trace (Mooncake conversation)")
@@ -78,12 +74,8 @@ def block_tokens(series: str, *, quick: bool = True) -> int:
 
 
 def smallest_block(rate_at, target: float, max_blocks: int) -> float:
-    """Smallest ``k`` in ``0..max_blocks`` with ``rate_at(k) >= target`` (``math.inf`` if none).
-
-    ``rate_at`` must be non-decreasing in ``k``, as the hit rate is in the line's depth (a deeper
-    line keeps every prefix block a shallower one keeps), so a bisection finds it in
-    ``log2(max_blocks)`` evaluations.
-    """
+    """Smallest ``k`` in ``0..max_blocks`` with ``rate_at(k) >= target`` (``math.inf`` if none), by
+    bisection: ``rate_at`` must be non-decreasing, as the hit rate is in the line's depth."""
     if max_blocks < 0:
         raise ValueError(f"max_blocks: must be >= 0, got {max_blocks}")
     if rate_at(max_blocks) < target:
@@ -161,17 +153,13 @@ class PromptLayoutDashboard(Dashboard):
         self.size = size or notebook_size()
         self.quick = self.size == "small"
         self.curve = depth_curve(quick=self.quick)
-        self.depth = widgets.IntSlider(
-            value=int(depth_tokens), min=0, max=SLIDER_MAX_TOKENS, step=512,
-            description="depth of the per-call line (tokens)", continuous_update=False,
-            style={"description_width": "initial"}, layout=widgets.Layout(width="480px"))
+        self.depth = slider(widgets.IntSlider, "depth of the per-call line (tokens)", value=int(depth_tokens),
+                            min=0, max=SLIDER_MAX_TOKENS, step=512)
         self.assemble((self.depth,), [self.depth])
         self.view: dict | None = None
         self.refresh()
 
     def refresh(self, _change=None) -> None:
-        from tiered_kv.viz.widgets import html_table
-
         d = float(self.depth.value)
         rows = layout_rows(d, quick=self.quick)
         self.view = {"depth_tokens": d, "rates": pl.DataFrame(rows), "curve": self.curve}

@@ -1,19 +1,11 @@
 """Charts that render without the internet: static SVG for plain charts, bundled vega for dashboards.
 
-altair's default renderer emits HTML that loads vega from a public CDN at display time: in a
-workshop room without reliable internet, or in an exported HTML notebook opened offline, every
-chart is then an ``Error loading script``. JupyterLab 4 only bundles a renderer for vega-lite 5,
-and altair 6 writes vega-lite 6, so the vega-lite mimetype is no way out either.
-
-The renderer here (registered as ``tiered-kv``) asks vl-convert, which embeds vega itself, for
-an SVG and returns it as ``image/svg+xml`` with a ``text/plain`` fallback: JupyterLab shows
-it, ``jupyter nbconvert --to html`` inlines it, and nothing is fetched. Plain charts lose their
-tooltips; dashboards keep theirs (their charts are altair ``JupyterChart`` widgets with the vega
-bundle inlined, see :mod:`tiered_kv.viz.widgets`).
-
-:func:`enable` is called when :mod:`tiered_kv.viz` is imported into an IPython session (every
-notebook imports it first). It leaves a renderer the user chose alone: it only replaces
-altair's ``default``.
+altair's default renderer emits HTML that loads vega from a public CDN at display time (an
+``Error loading script`` offline), and JupyterLab 4 only bundles a renderer for vega-lite 5 while
+altair 6 writes vega-lite 6. The renderer here (``tiered-kv``) asks vl-convert, which embeds vega,
+for an SVG (``image/svg+xml`` with a ``text/plain`` fallback): JupyterLab shows it, nbconvert
+inlines it, nothing is fetched. Plain charts lose their tooltips; dashboards keep theirs
+(:mod:`tiered_kv.viz.widgets`). :func:`enable` only replaces altair's ``default`` renderer.
 """
 
 from __future__ import annotations

@@ -1,31 +1,23 @@
 """Figures and published-claim records for ``tiered-kv reproduce``.
 
-A figure module in :mod:`tiered_kv.viz.figures` exposes ``NAME`` (file stem, e.g.
-``"01_kv_bytes"``), ``TITLE`` and ``build(quick: bool) -> FigureResult``. ``build`` computes
-everything from the package (model, simulator, measurements); a :class:`Claim` pairs a
-published number with the value the code produced and the inputs it used, so REPORT.md can
-print the difference. Every claim names its ``kind`` (:data:`KINDS`); there is no default,
-because a default once labelled rows 'reproduction' that were checks of arithmetic or proxies,
-and the label is what a reader trusts:
+A figure module in :mod:`tiered_kv.viz.figures` exposes ``NAME`` (file stem, e.g. ``"01_kv_bytes"``),
+``TITLE`` and ``build(quick: bool) -> FigureResult``, computed from the package. A :class:`Claim`
+pairs a published number with the value the code produced, the inputs it used and the public
+function (``provenance``) that :func:`run_provenance` calls again. Every claim names its ``kind``,
+with no default: a default once labelled arithmetic checks and proxies 'reproduction', and the
+label is what a reader trusts:
 
 - ``reproduction``: computed by the package from inputs that were not tuned on this number;
 - ``calibration``: a default was tuned on this very number (:attr:`Claim.calibrated`);
-- ``check``: arithmetic on a published number typed in as an input (it checks the publisher's
-  arithmetic, nothing more);
-- ``proxy``: a different quantity set beside the published one (a machine-time ratio beside a
-  price ratio), so agreement or disagreement is indicative only.
-
-Every claim also carries a machine-readable ``provenance``: the public function
-(``"module:function"``) and the keyword inputs that produce its reproduced value;
-:func:`run_provenance` calls it again, and a test does so for every claim of
-``tiered-kv reproduce --quick``.
+- ``check``: arithmetic on a published number typed in as an input;
+- ``proxy``: a different quantity set beside the published one, so agreement is indicative only.
 """
 
 from __future__ import annotations
 
 import importlib
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 #: The kinds of match a claim row can be.
@@ -60,10 +52,9 @@ class Claim:
 
     def to_dict(self) -> dict:
         """JSON-ready record (REPORT's claims.json)."""
-        return {"claim": self.claim, "source": self.source, "published": self.published,
-                "reproduced": self.reproduced, "unit": self.unit, "inputs": self.inputs, "kind": self.kind,
-                "provenance": None if self.provenance is None
-                else {"function": self.provenance[0], "inputs": self.provenance[1]}}
+        prov = self.provenance
+        return {**{f.name: getattr(self, f.name) for f in fields(self)},
+                "provenance": None if prov is None else {"function": prov[0], "inputs": prov[1]}}
 
     @classmethod
     def from_dict(cls, record: dict) -> Claim:
@@ -72,13 +63,11 @@ class Claim:
         if record.get("kind") not in KINDS:
             raise ValueError(f"claim record {record.get('claim')!r}: 'kind' must be one of {list(KINDS)}, "
                              f"got {record.get('kind')!r}")
-        return cls(claim=record["claim"], source=record["source"], published=record["published"],
-                   reproduced=record["reproduced"], unit=record["unit"], inputs=record["inputs"],
-                   kind=record["kind"], provenance=None if prov is None else (prov["function"], prov["inputs"]))
+        return cls(**{f.name: record[f.name] for f in fields(cls) if f.name != "provenance"},
+                   provenance=None if prov is None else (prov["function"], prov["inputs"]))
 
     @property
     def calibrated(self) -> bool:
-        """True when a default was tuned on this very number (kind 'calibration')."""
         return self.kind == "calibration"
 
     @property
@@ -109,19 +98,14 @@ def resolve(function: str):
 
 
 def run_provenance(provenance: tuple[str, dict] | dict) -> float:
-    """Call a claim's provenance again and return its value (a claim or claims.json record)."""
-    if isinstance(provenance, dict):
-        provenance = (provenance["function"], provenance["inputs"])
-    function, kwargs = provenance
+    """Call a claim's provenance (a tuple, or a claims.json record) again and return its value."""
+    function, kwargs = (provenance["function"], provenance["inputs"]) if isinstance(provenance, dict) else provenance
     return float(resolve(function)(**kwargs))
 
 
 def format_value(value: float, unit: str, digits: int = 3) -> str:
-    """``value`` in ``unit`` with ``digits`` significant digits, never in exponent form.
-
-    Fractions print as percentages (``digits=3``: one decimal); other units as numbers with
-    thousands separators (``437 x``, ``13.0 s``, ``70,272 bytes/token``).
-    """
+    """``value`` in ``unit`` with ``digits`` significant digits, never in exponent form: fractions as
+    percentages (``digits=3``: one decimal), others with thousands separators (``70,272 bytes/token``)."""
     if math.isnan(value):
         return "n/a"
     if unit == "fraction":
@@ -137,12 +121,9 @@ def _number(value: float, digits: int) -> str:
 
 
 def format_claim(c: Claim) -> tuple[str, str, str]:
-    """(published, reproduced, difference) as REPORT.md prints them.
-
-    Both values get the same number of significant digits, as many as it takes to tell them
-    apart (up to 7): ``437.0 x`` against ``437.2 x``, never ``437 x`` against ``437 x``. The
-    difference has three significant digits and a sign, then the relative difference.
-    """
+    """(published, reproduced, difference) as REPORT.md prints them: both values with as many
+    significant digits as it takes to tell them apart (3 to 7: ``437.0 x`` against ``437.2 x``), the
+    difference with three and a sign, then the relative difference."""
     digits = 3
     while (digits < 7 and c.published != c.reproduced
            and format_value(c.published, c.unit, digits) == format_value(c.reproduced, c.unit, digits)):

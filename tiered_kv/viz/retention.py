@@ -19,7 +19,7 @@ import polars as pl
 
 from tiered_kv.sim.retention import settings as R
 from tiered_kv.units import format_bytes, format_duration, format_tokens
-from tiered_kv.viz.widgets import Dashboard, control, html_table, log_slider, records
+from tiered_kv.viz.widgets import Dashboard, control, html_table, log_slider, records, slider, table_css
 
 
 @dataclass(frozen=True)
@@ -65,10 +65,8 @@ def retention_datasets(view: RetentionView) -> dict[str, list[dict]]:
 
 
 def retention_template(title: str = "") -> alt.HConcatChart:
-    """Hit rate against TTL (per class), against capacity, and SSD occupancy over time.
-
-    Built once per dashboard over named data sources; a redraw swaps the data only.
-    """
+    """Hit rate against TTL (per class), against capacity, and SSD occupancy over time (over named
+    data sources: a redraw swaps the data only)."""
     x_ttl = alt.X("ttl_seconds:Q", scale=alt.Scale(type="log"), title="TTL (seconds)")
     y_rate = alt.Y("token_hit_rate:Q", title="token hit rate (fraction)", scale=alt.Scale(domain=[0, 1]))
     ttl = (
@@ -89,17 +87,12 @@ def retention_template(title: str = "") -> alt.HConcatChart:
 
 def summary_rows(view: RetentionView) -> list[dict]:
     """Rows of the summary table: class, TTL, effective retention, token hit rate, hit tokens."""
-    rows = []
-    eff = list(view.effective_retention_s) + [math.nan]
-    for row, e in zip(view.rates.iter_rows(named=True), eff, strict=True):
-        rows.append({
-            "class": row["class"],
-            "TTL": "" if math.isnan(row["ttl_seconds"]) else format_duration(row["ttl_seconds"]),
-            "effective retention": "" if math.isnan(e) else format_duration(e),
-            "token hit rate": f"{row['token_hit_rate']:.2%}",
-            "hit tokens": f"{row['hit_tokens']:,}",
-        })
-    return rows
+    eff = [*view.effective_retention_s, math.nan]
+    return [{"class": row["class"],
+             "TTL": "" if math.isnan(row["ttl_seconds"]) else format_duration(row["ttl_seconds"]),
+             "effective retention": "" if math.isnan(e) else format_duration(e),
+             "token hit rate": f"{row['token_hit_rate']:.2%}", "hit tokens": f"{row['hit_tokens']:,}"}
+            for row, e in zip(view.rates.iter_rows(named=True), eff, strict=True)]
 
 
 def usage_line(view: RetentionView, bytes_per_token: float | None = None) -> str:
@@ -113,16 +106,9 @@ def usage_line(view: RetentionView, bytes_per_token: float | None = None) -> str
     return text
 
 
-_TABLE_CSS = ("<style>.tkv-retention td, .tkv-retention th {padding: 2px 12px; text-align: right}"
-              " .tkv-retention {border-collapse: collapse; margin: 4px 0}</style>")
-
-
 class RetentionDashboard(Dashboard):
-    """Sliders (TTL per class, capacity, watermark) over a precomputed :class:`RetentionTable`.
-
-    ``dashboard.view`` holds the frames of the last redraw; ``dashboard.widget`` is the VBox to
-    display. Set a slider's ``value`` from Python and the view recomputes synchronously.
-    """
+    """Sliders (TTL per class, capacity, watermark) over a precomputed :class:`RetentionTable`;
+    ``view`` holds the frames of the last redraw."""
 
     def __init__(self, table: R.RetentionTable, *, title: str = "", ttl_s: dict[str, float] | None = None,
                  capacity_tokens: float | None = None, watermark: float = 1.0,
@@ -139,10 +125,8 @@ class RetentionDashboard(Dashboard):
         footprint = float(max(table.distinct_blocks, 32) * table.block_size)
         self.capacity_slider = log_slider("SSD capacity", capacity_tokens or footprint,
                                           16.0 * table.block_size, footprint, unit="tokens")
-        self.watermark_slider = widgets.FloatSlider(
-            value=watermark, min=0.5, max=1.0, step=0.01, description="watermark (fraction)",
-            continuous_update=False, style={"description_width": "initial"}, layout=widgets.Layout(width="480px"),
-        )
+        self.watermark_slider = slider(widgets.FloatSlider, "watermark (fraction)", value=watermark, min=0.5,
+                                       max=1.0, step=0.01)
         self.assemble([*self.ttl_sliders.values(), self.capacity_slider, self.watermark_slider],
                       [*(control(s) for s in self.ttl_sliders.values()), control(self.capacity_slider),
                        self.watermark_slider])
@@ -159,8 +143,7 @@ class RetentionDashboard(Dashboard):
         table = html_table(summary_rows(self.view), css_class="tkv-retention",
                            cell_classes={"token hit rate": "tkv-hit"})
         usage = usage_line(self.view, self.bytes_per_token)
-        self.summary.value = f'{_TABLE_CSS}{table}<div class="tkv-ssd">{html.escape(usage)}</div>'
-
+        self.summary.value = f'{table_css("tkv-retention")}{table}<div class="tkv-ssd">{html.escape(usage)}</div>'
         self.chart_view.show_data(self.template, retention_datasets(self.view))
 
     def hit_rate(self, cls: str = "total") -> float:
@@ -194,14 +177,25 @@ def conversation_table(size: str | None = None) -> R.RetentionTable:
     return R.build_table(frame)
 
 
-def synthetic_table(size: str | None = None, seed: int = 0) -> R.RetentionTable:
-    """Retention table of the two-class synthetic workload (14 days at 1/128 of Mooncake rates; 3 days tiny)."""
+def synthetic_workload(size: str | None = None, seed: int = 0, preset: str | None = None,
+                       days: float | None = None) -> tuple[pl.DataFrame, str]:
+    """(the two-class synthetic workload of :data:`SYNTH_SIZES` at ``size``, its description);
+    ``preset`` (at its own rates) and ``days`` override the size's."""
     from tiered_kv.sim.workload import synth
     from tiered_kv.viz import notebook_size
 
-    name, factor, days = SYNTH_SIZES[size or notebook_size()]
+    name, factor, d = SYNTH_SIZES[size or notebook_size()]
+    if preset is not None:
+        name, factor = preset, 1.0
+    d = days or d
     cfg = synth.PRESETS[name].scaled(factor) if factor != 1.0 else synth.PRESETS[name]
-    return R.build_table(synth.generate(cfg, days, seed))
+    rate = f" at {factor:g} of its rates" if factor != 1.0 else ""
+    return synth.generate(cfg, d, seed), f"synthetic '{name}'{rate}, {d:g} days"
+
+
+def synthetic_table(size: str | None = None, seed: int = 0) -> R.RetentionTable:
+    """Retention table of the two-class synthetic workload (14 days at 1/8 of Mooncake rates; 3 days tiny)."""
+    return R.build_table(synthetic_workload(size, seed)[0])
 
 
 def conversation_dashboard(size: str | None = None) -> RetentionDashboard:

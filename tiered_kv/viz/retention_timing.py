@@ -1,23 +1,14 @@
 """How long a slider move of the retention dashboard takes: ``tiered-kv bench widgets``.
 
-Target: a slider move redraws in under 200 ms. Measured here, on the real Mooncake conversation
-trace:
+Target: a slider move redraws in under 200 ms, on the real Mooncake conversation trace. Measured:
+``build``, the one-time scan (:func:`tiered_kv.sim.retention.settings.build_table`, numba warm-up
+timed apart as ``jit_warmup_s``); ``move``, one slider move end to end in the kernel (evaluate the
+setting, hand the chart's data to the widget; the browser's own render is not included); and the
+baseline of a dashboard without the table: event replays through the simulator's TTL policy, one
+for the point and one per point of the curves it draws. ``speedup`` = baseline view / evaluate.
 
-- ``build``: the one-time scan (:func:`tiered_kv.sim.retention.settings.build_table`), numba warm-up
-  excluded (timed separately as ``jit_warmup_s``);
-- ``move``: one slider move end to end in the kernel: evaluate the setting (hit rates, TTL and
-  capacity curves, occupancy, effective retention), build the altair chart and hand its spec to
-  the widget (``RetentionDashboard.refresh``), over a sweep of TTL, capacity and watermark
-  values; p50/p95/max in milliseconds. The browser's own vega render is not included;
-- baseline, measured in the same run: what a dashboard without the table would do per move,
-  event replays of the trace through the simulator's TTL policy (``tiered_kv.sim.policies.TTL``,
-  numba): one for the point, and one per point of the TTL and capacity curves the dashboard draws
-  (run in full for two moves). ``speedup`` = baseline view / evaluate. A single replay is also
-  reported: for one point alone, the simulator's replay is as fast as a table lookup.
-
-The benchmark sits beside the dashboard it times, so the benchmarks (``tiered_kv.bench``) never
-import the figures; ``tiered-kv bench`` finds it by name, and its record (the page rendered from
-its JSON) is :mod:`tiered_kv.bench.widgets`.
+The benchmark sits beside the dashboard it times, so ``tiered_kv.bench`` never imports the
+figures; ``tiered-kv bench`` finds it by name, and :mod:`tiered_kv.bench.widgets` renders its record.
 """
 
 from __future__ import annotations

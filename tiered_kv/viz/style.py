@@ -23,18 +23,10 @@ def dash_legend(title: str, **kwargs: Any):
 def dashed_lines(data: Any, *, x: Any, y: Any, dash: str, dash_title: str, color: Any = None,
                  tooltip: list | None = None, dash_legend_kwargs: dict | None = None,
                  point_size: float = 30) -> Any:
-    """A layer of lines dashed by the field ``dash`` (legend: strokes) and their points.
-
-    ``x``, ``y`` and ``color`` are altair channel objects or shorthands; the result is an
-    ``alt.LayerChart`` over ``data`` (so it can be faceted with ``.facet(...)``).
-    """
+    """A layer over ``data`` of lines dashed by the field ``dash`` (legend: strokes) and their points."""
     import altair as alt
 
-    enc = {"x": x, "y": y}
-    if color is not None:
-        enc["color"] = color
-    if tooltip is not None:
-        enc["tooltip"] = tooltip
+    enc = {k: v for k, v in {"x": x, "y": y, "color": color, "tooltip": tooltip}.items() if v is not None}
     lines = alt.Chart().mark_line().encode(
         strokeDash=alt.StrokeDash(dash, legend=dash_legend(dash_title, **(dash_legend_kwargs or {}))), **enc)
     points = alt.Chart().mark_point(filled=True, size=point_size).encode(**enc)
@@ -42,10 +34,7 @@ def dashed_lines(data: Any, *, x: Any, y: Any, dash: str, dash_title: str, color
 
 
 def published_marks(value: float, text: str, *, x: str = "hour", at: float = 0.5) -> list:
-    """A dashed rule at the published ``value`` (field ``published``) and its ``text`` at ``x = at``.
-
-    Layer them over a chart with ``alt.layer(chart, *published_marks(...))``.
-    """
+    """A dashed rule at the published ``value`` (field ``published``) and its ``text`` at ``x = at``."""
     import altair as alt
     import polars as pl
 
@@ -56,13 +45,10 @@ def published_marks(value: float, text: str, *, x: str = "hour", at: float = 0.5
 
 
 def binary_unit(max_bytes: float, smallest: str = "KiB") -> tuple[str, float]:
-    """(name, bytes) of the largest binary unit, ``smallest`` or larger, in which ``max_bytes`` is at least 1.
+    """(name, bytes) of the largest binary unit of :mod:`tiered_kv.units`, ``smallest`` or larger, in
+    which ``max_bytes`` is at least 1; ``("B", 1.0)`` below one ``smallest``."""
+    from tiered_kv.units import _BYTE_UNITS
 
-    ``("B", 1.0)`` when it is below one ``smallest``.
-    """
-    units = ("PiB", "TiB", "GiB", "MiB", "KiB")
-    for name in units[:units.index(smallest) + 1]:
-        scale = 2.0 ** (10 * (5 - units.index(name)))
-        if max_bytes >= scale:
-            return name, scale
-    return "B", 1.0
+    names = ("PiB", "TiB", "GiB", "MiB", "KiB")
+    return next(((n, float(_BYTE_UNITS[n.lower()])) for n in names[:names.index(smallest) + 1]
+                 if max_bytes >= _BYTE_UNITS[n.lower()]), ("B", 1.0))

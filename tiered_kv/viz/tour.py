@@ -1,11 +1,9 @@
 """One request through the three tiers, with the bytes each tier holds (notebook 00).
 
-A :class:`Tour` owns a model, an :class:`~tiered_kv.engine.Engine`, and an SSD tier whose
-Zarr v3 store lives in a fresh folder on disk. It runs a cold prefill (everything computed,
-full blocks written as FP4 chunks), then a second request that shares the first one's prefix
-(chunks read back from disk, windows from the host tier or rebuilt by bounded replay), and a
-third on a new engine with an empty host tier (bounded replay). Every frame it returns is read
-from the tiers themselves: files on disk, chunk headers, host entries, stage timings.
+A :class:`Tour` runs a cold prefill on an engine whose SSD tier is a Zarr v3 store in a fresh
+folder, a follow-up sharing its prefix on the same machine, and one on a second machine with an
+empty host tier (bounded replay). Every frame it returns is read from the tiers themselves: files
+on disk, chunk headers, host entries, stage timings.
 """
 
 from __future__ import annotations
@@ -23,26 +21,32 @@ PROMPT_BYTES = {"small": 1536, "full": 4096}
 SUFFIX_BYTES = 200
 
 
-def tour_model(size: str):
-    """The trained ``small`` checkpoint when present at full size; else the ``tiny`` preset.
-
-    The tiny model's weights are drawn from a fixed seed (untrained): the tour is about where the
-    bytes go, which does not depend on the weights. Returns ``(model, description)``.
-    """
+def notebook_model(size: str):
+    """(the trained ``small`` checkpoint, its metadata) at full size when it exists; else (the
+    ``tiny`` preset with weights drawn from seed 0, None)."""
     import torch
 
     from tiered_kv.model import EncoderDecoder, default_checkpoint, load_checkpoint, preset
 
     path = default_checkpoint("small")
     if size == "full" and path.exists():
-        model, meta = load_checkpoint(path)
-        steps = meta.get("train", {}).get("steps")
-        loss = meta.get("final_heldout_loss_nats")
-        about = ", ".join(x for x in (f"{steps} steps" if steps else "",
-                                      f"held-out loss {loss:.3f} nats/byte" if loss else "") if x)
-        return model, f"trained checkpoint {path.name}" + (f" ({about})" if about else "")
+        return load_checkpoint(path)
     torch.manual_seed(0)
-    return EncoderDecoder(preset("tiny")).eval(), "tiny preset, seeded random weights (untrained)"
+    return EncoderDecoder(preset("tiny")).eval(), None
+
+
+def tour_model(size: str):
+    """(model, description) of :func:`notebook_model`: the tour is about where the bytes go, which
+    does not depend on the weights."""
+    from tiered_kv.model import default_checkpoint
+
+    model, meta = notebook_model(size)
+    if meta is None:
+        return model, "tiny preset, seeded random weights (untrained)"
+    steps, loss = meta.get("train", {}).get("steps"), meta.get("final_heldout_loss_nats")
+    about = ", ".join(x for x in (f"{steps} steps" if steps else "",
+                                  f"held-out loss {loss:.3f} nats/byte" if loss else "") if x)
+    return model, f"trained checkpoint {default_checkpoint('small').name}" + (f" ({about})" if about else "")
 
 
 def prompt_text(n_bytes: int) -> bytes:

@@ -9,14 +9,14 @@ simulation (about a thousand requests at small size), then redraws.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import altair as alt
 import ipywidgets as widgets
 import numpy as np
 import polars as pl
 
-from tiered_kv.viz.widgets import Dashboard, html_table, log_slider
+from tiered_kv.viz.widgets import Dashboard, html_table, log_slider, slider
 
 GIB = 2**30
 #: (machines, seconds of traffic) of the queueing run at each notebook size.
@@ -27,7 +27,7 @@ CDF_POINTS = 200
 
 @dataclass(frozen=True)
 class TTFTSetting:
-    """One point of the dashboard; validated like every config of the package."""
+    """One point of the dashboard."""
 
     read_gib_s: float = 40.0
     rate_per_machine_s: float = 0.5
@@ -112,12 +112,8 @@ def evaluate(setting: TTFTSetting) -> TTFTView:
 
 
 def ttft_cdf(ttft: pl.DataFrame, points: int = CDF_POINTS) -> pl.DataFrame:
-    """The TTFT distribution per class at ``points + 1`` evenly spaced fractions (0 .. 1).
-
-    What the chart draws instead of one row per request: a run at 2.5 requests/s per machine
-    has over 12,000 requests, past altair's 5,000-row limit (``MaxRowsError``), and the
-    quantiles are all a CDF shows anyway.
-    """
+    """The TTFT distribution per class at ``points + 1`` evenly spaced fractions (0 .. 1): what the chart
+    draws instead of one row per request (a busy run passes altair's 5,000-row limit)."""
     q = np.linspace(0.0, 1.0, points + 1)
     rows = []
     for (cls,), part in ttft.group_by("class", maintain_order=True):
@@ -156,10 +152,8 @@ class TTFTDashboard(Dashboard):
         self.base = base
         self.bandwidth = log_slider("SSD read bandwidth (GiB/s)", base.read_gib_s, 1.0, 400.0)
         self.rate = log_slider("requests/s per machine", base.rate_per_machine_s, 0.05, 4.0)
-        self.hit = widgets.FloatSlider(value=base.hit_fraction, min=0.0, max=1.0, step=0.05,
-                                       description="fraction of requests with a cached prefix",
-                                       continuous_update=False, style={"description_width": "initial"},
-                                       layout=widgets.Layout(width="480px"))
+        self.hit = slider(widgets.FloatSlider, "fraction of requests with a cached prefix", value=base.hit_fraction,
+                          min=0.0, max=1.0, step=0.05)
         self.admission = widgets.Checkbox(value=base.admission, description="admission: recompute when sooner",
                                           indent=False, layout=widgets.Layout(width="480px"))
         self.kv = widgets.Dropdown(options=list(PRESETS), value=base.kv_preset, description="KV cache")
@@ -169,10 +163,9 @@ class TTFTDashboard(Dashboard):
         self.refresh()
 
     def setting(self) -> TTFTSetting:
-        b = self.base
-        return TTFTSetting(read_gib_s=float(self.bandwidth.value), rate_per_machine_s=float(self.rate.value),
-                           admission=bool(self.admission.value), hit_fraction=float(self.hit.value),
-                           kv_preset=str(self.kv.value), machines=b.machines, duration_s=b.duration_s, seed=b.seed)
+        return replace(self.base, read_gib_s=float(self.bandwidth.value), rate_per_machine_s=float(self.rate.value),
+                       admission=bool(self.admission.value), hit_fraction=float(self.hit.value),
+                       kv_preset=str(self.kv.value))
 
     def refresh(self, _change=None) -> None:
         self.view = evaluate(self.setting())

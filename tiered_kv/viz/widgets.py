@@ -24,13 +24,15 @@ from typing import Any
 
 import ipywidgets as widgets
 
+from tiered_kv import units as u
+
 
 def _offline_jupyter_chart():
-    """altair's ``JupyterChart`` with its JavaScript bundled locally (no CDN), or None.
+    """altair's ``JupyterChart`` with its JavaScript bundled locally (no CDN), or None without anywidget.
 
     ``JupyterChart.enable_offline`` builds the vega bundle with vl-convert (seconds); the bundle
     is cached in ``~/.cache/tiered-kv`` keyed by the altair and vl-convert versions, so later
-    kernels load it in milliseconds. Returns None when anywidget is not installed.
+    kernels load it in milliseconds.
     """
     try:
         import anywidget  # noqa: F401
@@ -60,83 +62,62 @@ def _offline_jupyter_chart():
 
 
 class ChartView:
-    """A box holding one altair chart, replaced in place on every :meth:`show`.
-
-    With anywidget installed the chart is an altair ``JupyterChart`` whose spec is swapped
-    over the widget channel (the front end re-embeds it in the same element, offline). Without
-    it, an ``Output`` area is cleared (``wait=True``) and the chart displayed again.
-    """
+    """A box holding one altair chart, replaced in place on every :meth:`show`: an altair
+    ``JupyterChart`` whose spec is swapped over the widget channel, or without anywidget an
+    ``Output`` area cleared (``wait=True``) and drawn again."""
 
     def __init__(self) -> None:
         self.output = widgets.Box()
         self._jupyter_chart_cls = _offline_jupyter_chart()
         self._jc = None
         self._out: widgets.Output | None = None
+        self._template: Any = None
         self.chart: Any = None
         self.spec: dict | None = None
         self.redraws = 0
         self.last_redraw_s = 0.0
 
     def show(self, chart: Any) -> None:
+        self._draw(chart, None)
+
+    def show_data(self, template: Any, datasets: dict[str, list[dict]]) -> None:
+        """Redraw ``template`` (a chart over named data sources) with new ``datasets``: its spec is built
+        once and a redraw swaps only the spec's ``datasets``, so no altair object is rebuilt per move."""
+        if self._template is not template:
+            self._template, self._template_spec = template, template.to_dict()
+        self._draw(template, {**self._template_spec, "datasets": datasets})
+
+    def _draw(self, chart: Any, spec: dict | None) -> None:
+        """Show ``chart``, or ``spec`` (a variant of it) when given; count and time the redraw."""
         t0 = time.perf_counter()
-        self.chart = chart
+        self.chart = chart if spec is None else None  # with a spec, the spec alone describes it
         if self._jupyter_chart_cls is not None:
             if self._jc is None:
                 self._jc = self._jupyter_chart_cls(chart)
                 self.output.children = (self._jc,)
-            else:
+            elif spec is None:
                 self._jc.chart = chart
-            self.spec = self._jc.spec
-        else:
-            self.spec = chart.to_dict()
-            self._display(chart)
-        self.redraws += 1
-        self.last_redraw_s = time.perf_counter() - t0
-
-    def show_data(self, template: Any, datasets: dict[str, list[dict]]) -> None:
-        """Redraw ``template`` (a chart over named data sources) with new ``datasets``.
-
-        The template's spec is built and validated once; a redraw only swaps the top-level
-        ``datasets`` of the spec (a few hundred rows), so no altair object is rebuilt per move.
-        """
-        t0 = time.perf_counter()
-        if getattr(self, "_template", None) is not template:
-            self._template = template
-            self._template_spec = template.to_dict()
-        spec = dict(self._template_spec)
-        spec["datasets"] = datasets
-        self.spec = spec
-        self.chart = None  # the spec alone describes it
-        if self._jupyter_chart_cls is not None:
-            if self._jc is None:
-                self._jc = self._jupyter_chart_cls(template)
-                self.output.children = (self._jc,)
-            self._jc.spec = spec
+            if spec is not None:
+                self._jc.spec = spec
+            self.spec = spec if spec is not None else self._jc.spec
         else:
             import altair as alt
+            from IPython.display import display
 
-            self._display(alt.VegaLite(spec))
+            self.spec = spec if spec is not None else chart.to_dict()
+            if self._out is None:
+                self._out = widgets.Output()
+                self.output.children = (self._out,)
+            with self._out:
+                self._out.clear_output(wait=True)
+                display(chart if spec is None else alt.VegaLite(spec))
         self.redraws += 1
         self.last_redraw_s = time.perf_counter() - t0
 
-    def _display(self, chart: Any) -> None:
-        """Without anywidget: display ``chart`` in an ``Output`` area, clearing what it showed."""
-        from IPython.display import display
-
-        if self._out is None:
-            self._out = widgets.Output()
-            self.output.children = (self._out,)
-        with self._out:
-            self._out.clear_output(wait=True)
-            display(chart)
 
 def dashboard_bundle(widget: widgets.Widget, chart_view: ChartView | None = None, **kwargs) -> dict:
-    """A dashboard's display: its widget, and a static SVG of the chart it shows now.
-
-    JupyterLab (and any front end with the widget manager) draws the widget and ignores the
-    SVG. Where widgets cannot run (an exported HTML notebook opened offline, a notebook viewer,
-    a notebook whose outputs are not trusted) the SVG stands in, so the chart is still there.
-    """
+    """A dashboard's display: its widget, and a static SVG of the chart it shows now, which stands in
+    where widgets cannot run (an exported HTML page, a notebook viewer, an untrusted notebook)."""
     bundle = dict(widgets.VBox._repr_mimebundle_(widget, **kwargs) if isinstance(widget, DashboardBox)
                   else widget._repr_mimebundle_(**kwargs) or {})
     spec = getattr(chart_view, "spec", None)
@@ -151,10 +132,8 @@ def dashboard_bundle(widget: widgets.Widget, chart_view: ChartView | None = None
 
 
 class DashboardBox(widgets.VBox):
-    """A VBox that displays with a static SVG of ``chart_view``'s chart (:func:`dashboard_bundle`).
-
-    For dashboards whose public object is the box itself (``economics_dashboard``).
-    """
+    """A VBox that displays with a static SVG of ``chart_view``'s chart (for a dashboard whose
+    public object is the box itself)."""
 
     chart_view: ChartView | None = None
 
@@ -163,11 +142,8 @@ class DashboardBox(widgets.VBox):
 
 
 class Dashboard:
-    """Controls whose every change calls ``refresh``, an error line, an HTML summary and a chart.
-
-    A dashboard builds its controls, calls :meth:`assemble` and defines ``refresh``; it displays
-    as its widget with a static SVG of its chart (:func:`dashboard_bundle`).
-    """
+    """Controls whose every change calls ``refresh``, an error line, an HTML summary and a chart;
+    a dashboard builds its controls, calls :meth:`assemble` and defines ``refresh``."""
 
     widget: widgets.Widget
     chart_view: ChartView
@@ -175,13 +151,13 @@ class Dashboard:
     def refresh(self, _change=None) -> None:
         raise NotImplementedError
 
-    def assemble(self, watched, shown, box: type = widgets.VBox) -> None:
-        """Watch ``watched``; lay out ``shown``, the error line, the summary and the chart in a ``box``."""
+    def assemble(self, watched, shown, box: type = widgets.VBox, after=()) -> None:
+        """Watch ``watched``; lay out ``shown``, the error line, the summary, the chart and ``after``."""
         self.summary = widgets.HTML()
         self.chart_view = ChartView()
         self.errors = error_box()
         watch(watched, self.refresh, self.errors)
-        self.widget = box([*shown, self.errors, self.summary, self.chart_view.output])
+        self.widget = box([*shown, self.errors, self.summary, self.chart_view.output, *after])
         if isinstance(self.widget, DashboardBox):
             self.widget.chart_view = self.chart_view
 
@@ -191,99 +167,79 @@ class Dashboard:
 
 def records(frame: Any) -> list[dict]:
     """Rows of a polars frame as JSON-safe dicts (non-finite floats become null)."""
-    out = frame.to_dicts()
-    for row in out:
-        for k, v in row.items():
-            if isinstance(v, float) and not math.isfinite(v):
-                row[k] = None
-    return out
+    return [{k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in row.items()}
+            for row in frame.to_dicts()]
 
 
 def html_table(rows: list[dict], css_class: str = "tkv-table", cell_classes: dict[str, str] | None = None) -> str:
-    """A plain HTML table; ``cell_classes`` maps a column to a CSS class prefix (``prefix-ROW``).
-
-    The CSS classes let the browser test find a number on the page without parsing text.
-    """
+    """A plain HTML table; ``cell_classes`` maps a column to a CSS class prefix (``prefix-ROW``), by
+    which the browser test finds a number on the page."""
     if not rows:
         return ""
-    cols = list(rows[0])
     cell_classes = cell_classes or {}
-    head = "".join(f"<th>{html.escape(c)}</th>" for c in cols)
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in rows[0])
     body = []
     for row in rows:
-        tds = []
-        key = str(next(iter(row.values())))
-        for c in cols:
-            cls = f' class="{cell_classes[c]}-{html.escape(key)}"' if c in cell_classes else ""
-            tds.append(f"<td{cls}>{html.escape(str(row[c]))}</td>")
-        body.append("<tr>" + "".join(tds) + "</tr>")
+        key = html.escape(str(next(iter(row.values()))))
+        cls = {c: f' class="{p}-{key}"' for c, p in cell_classes.items()}
+        body.append("<tr>" + "".join(f"<td{cls.get(c, '')}>{html.escape(str(v))}</td>" for c, v in row.items())
+                    + "</tr>")
     return f'<table class="{css_class}"><tr>{head}</tr>{"".join(body)}</table>'
+
+
+def table_css(css_class: str) -> str:
+    """The style of a dashboard's summary table: right-aligned, padded cells."""
+    return (f"<style>.{css_class} td, .{css_class} th {{padding: 2px 12px; text-align: right}}"
+            f" .{css_class} {{border-collapse: collapse; margin: 4px 0}}</style>")
+
+
+def slider(cls: type, description: str, *, width: str | None = "480px", **kwargs) -> widgets.Widget:
+    """An ipywidgets slider of class ``cls`` that redraws once per release, its description in full."""
+    if width is not None:
+        kwargs["layout"] = widgets.Layout(width=width)
+    return cls(description=description, continuous_update=kwargs.pop("continuous_update", False),
+               style={"description_width": "initial"}, **kwargs)
 
 
 def log_slider(description: str, value: float, lo: float, hi: float, *, steps: int = 240,
                readout_format: str = ".3g", unit: str | None = None) -> widgets.FloatLogSlider:
-    """A base-10 log slider spanning [lo, hi] in about ``steps`` steps, continuous_update off.
-
-    ``continuous_update=False`` redraws once per release, not on every pixel of a drag. With
-    ``unit`` (a key of :data:`UNITS`) the slider's own readout is replaced by a text box that
-    shows the value for people (``3 d``, ``2.48 TiB``, ``4.5M tokens``) and reads a typed value
-    in any form :mod:`tiered_kv.units` parses; the box is ``slider.readout_box`` and
-    :func:`control` returns the slider with it.
-    """
+    """A base-10 log slider spanning [lo, hi] in about ``steps`` steps; with ``unit`` (a key of
+    :data:`UNITS`) its readout is a text box (:func:`attach_readout`, shown by :func:`control`)."""
     lo_e, hi_e = math.log10(lo), math.log10(hi)
-    value = min(max(value, lo), hi)
-    slider = widgets.FloatLogSlider(
-        value=value, base=10, min=lo_e, max=hi_e, step=(hi_e - lo_e) / steps,
-        description=description, readout_format=readout_format, continuous_update=False,
-        style={"description_width": "initial"}, layout=widgets.Layout(width="480px"),
-    )
+    s = slider(widgets.FloatLogSlider, description, value=min(max(value, lo), hi), base=10, min=lo_e, max=hi_e,
+               step=(hi_e - lo_e) / steps, readout_format=readout_format)
     if unit is not None:
-        attach_readout(slider, unit)
-    return slider
+        attach_readout(s, unit)
+    return s
 
 
-def _days(value) -> float:
-    from tiered_kv.units import parse_duration
-
-    return parse_duration(value if isinstance(value, (int, float)) else _default_unit(value, "d"),
-                          name="TTL") / 86_400.0
-
-
-def _default_unit(text: str, unit: str) -> str:
-    """A bare number typed into a readout means the slider's own unit."""
-    try:
-        return f"{float(text.strip())}{unit}"
-    except ValueError:
-        return text
-
-
-def _units():
-    from tiered_kv import units as u
-
-    return {
-        "seconds": (u.format_duration, lambda v: u.parse_duration(v, name="duration")),
-        "days": (lambda d: u.format_duration(d * 86_400.0), _days),
-        "bytes": (u.format_bytes, lambda v: float(u.parse_bytes(v, name="size"))),
-        "tokens": (u.format_tokens, lambda v: float(u.parse_tokens(v, name="tokens"))),
-    }
+def _parse_days(value) -> float:
+    """Days from what a person types into a TTL readout; a bare number means days."""
+    if isinstance(value, str):
+        try:
+            value = f"{float(value.strip())}d"
+        except ValueError:
+            pass
+    return u.parse_duration(value, name="TTL") / 86_400.0
 
 
 #: Units a slider readout can speak: name -> (format for people, parse what a person types).
-UNITS = ("seconds", "days", "bytes", "tokens")
+UNITS = {
+    "seconds": (u.format_duration, lambda v: u.parse_duration(v, name="duration")),
+    "days": (lambda d: u.format_duration(d * 86_400.0), _parse_days),
+    "bytes": (u.format_bytes, lambda v: float(u.parse_bytes(v, name="size"))),
+    "tokens": (u.format_tokens, lambda v: float(u.parse_tokens(v, name="tokens"))),
+}
 
 
 def attach_readout(slider: widgets.FloatLogSlider | widgets.FloatSlider, unit: str) -> widgets.Text:
-    """Replace ``slider``'s numeric readout by a text box in ``unit`` (one of :data:`UNITS`).
-
-    The box follows the slider; a value typed into it (``20``, ``20s``, ``3 d``, ``2TiB``, ``8M``)
-    moves the slider (clamped to its range). What cannot be parsed is answered in the box's
-    tooltip and the box shows the slider's value again.
-    """
+    """Replace ``slider``'s numeric readout by a text box in ``unit`` (a key of :data:`UNITS`) that
+    follows the slider; a value typed into it (``20s``, ``3 d``, ``2TiB``, ``8M``) moves the slider
+    (clamped to its range), and what cannot be parsed is answered in the box's tooltip."""
     if unit not in UNITS:
-        raise ValueError(f"unit: must be one of {UNITS}, got {unit!r}")
-    fmt, parse = _units()[unit]
-    box = widgets.Text(value=fmt(slider.value), continuous_update=False,
-                       layout=widgets.Layout(width="130px"))
+        raise ValueError(f"unit: must be one of {tuple(UNITS)}, got {unit!r}")
+    fmt, parse = UNITS[unit]
+    box = widgets.Text(value=fmt(slider.value), continuous_update=False, layout=widgets.Layout(width="130px"))
     box.add_class("tkv-readout")
     state = {"busy": False}
 
@@ -299,10 +255,8 @@ def attach_readout(slider: widgets.FloatLogSlider | widgets.FloatSlider, unit: s
         state["busy"] = True
         try:
             value = parse(change["new"])
-            if isinstance(slider, widgets.FloatLogSlider):
-                lo, hi = slider.base ** slider.min, slider.base ** slider.max
-            else:
-                lo, hi = slider.min, slider.max
+            log = isinstance(slider, widgets.FloatLogSlider)
+            lo, hi = (slider.base ** slider.min, slider.base ** slider.max) if log else (slider.min, slider.max)
             box.tooltip = None
             state["busy"] = False
             slider.value = min(max(value, lo), hi)  # fires from_slider, which rewrites the box
@@ -325,9 +279,6 @@ def control(slider: widgets.Widget) -> widgets.Widget:
     return slider if box is None else widgets.HBox([slider, box])
 
 
-# --- errors of widget callbacks --------------------------------------------------------------
-
-
 def error_box() -> widgets.HTML:
     """An empty line a dashboard shows under its controls; :func:`watch` writes exceptions into it."""
     box = widgets.HTML(value="")
@@ -336,13 +287,9 @@ def error_box() -> widgets.HTML:
 
 
 def guard(callback: Callable[..., Any], errors: widgets.HTML) -> Callable[..., Any]:
-    """``callback`` with any exception shown in ``errors`` instead of lost in the kernel log.
-
-    ipywidgets runs observers from the comm handler: an exception there reaches the log of the
-    server, not the notebook, so the numbers above a chart update and the chart silently goes
-    stale. Here the exception's type and message appear in the widget (traceback folded under
-    them) until the next callback succeeds; the error is also kept on ``errors.last_error``.
-    """
+    """``callback`` with any exception shown in ``errors`` (and kept on ``errors.last_error``) until the
+    next call succeeds: ipywidgets runs observers from the comm handler, so an exception there
+    reaches the server's log, not the notebook, and the chart silently goes stale."""
 
     def run(*args, **kwargs):
         try:
@@ -372,10 +319,10 @@ def watch(controls, callback: Callable[..., Any], errors: widgets.HTML) -> None:
 
 @contextmanager
 def torch_threads(n: int | None):
-    """Run torch with ``n`` intra-op threads inside the block (None: leave as is).
+    """Run torch with ``n`` intra-op threads inside the block (None: leave as is), then restore.
 
     Small models on a shared CPU run fastest on one thread; many threads fighting over two
-    cores make a 64-wide matmul take milliseconds. The previous setting is restored.
+    cores make a 64-wide matmul take milliseconds.
     """
     if n is None:
         yield

@@ -100,18 +100,11 @@ def exercise(exercise_id: str) -> Exercise:
     return _BY_ID[exercise_id]
 
 
-@lru_cache(maxsize=4)
-def _conversation(size: str):
-    from tiered_kv.viz.retention import conversation_table
+@lru_cache(maxsize=8)
+def _table(kind: str, size: str):
+    from tiered_kv.viz import retention
 
-    return conversation_table(size)
-
-
-@lru_cache(maxsize=4)
-def _synthetic(size: str):
-    from tiered_kv.viz.retention import synthetic_table
-
-    return synthetic_table(size)
+    return getattr(retention, f"{kind}_table")(size)
 
 
 def expected(exercise_id: str, size: str | None = None) -> float | bool:
@@ -122,10 +115,10 @@ def expected(exercise_id: str, size: str | None = None) -> float | bool:
     size = size or notebook_size()
     ex = exercise(exercise_id)
     if ex.id == "ttl-5min":
-        table = _conversation(size)
+        table = _table("conversation", size)
         return float(R.hit_rates(table, R.Setting((300.0,)))["token_hit_rate"][-1])
     if ex.id == "ttl-shorter-never-helps":
-        table = _synthetic(size)
+        table = _table("synthetic", size)
         curves = R.ttl_curves(table, table.default_setting(), R.ttl_grid(table))
         import polars as pl
 
@@ -133,7 +126,7 @@ def expected(exercise_id: str, size: str | None = None) -> float | bool:
             pl.col("token_hit_rate").diff().over("class").alias("step"))
         return bool((rises.filter(pl.col("class") == "chatbot")["step"].drop_nulls() < -1e-12).any())
     if ex.id == "capacity-half":
-        table = _conversation(size)
+        table = _table("conversation", size)
         unbounded = float(R.hit_rates(table, table.default_setting())["token_hit_rate"][-1])
         grid = R.capacity_grid(table, points=200)
         curve = R.capacity_curve(table, table.default_setting(), grid)
@@ -178,13 +171,9 @@ class CheckResult:
 
 def _parse(answer, unit: str):
     if unit == "yes/no":
-        if isinstance(answer, bool):
-            return answer
-        text = str(answer).strip().lower()
-        if text in ("yes", "y", "true"):
-            return True
-        if text in ("no", "n", "false"):
-            return False
+        text = answer if isinstance(answer, bool) else str(answer).strip().lower()
+        if text in (True, False, "yes", "y", "true", "no", "n", "false"):
+            return text in (True, "yes", "y", "true")
         raise ValueError(f"answer: write yes or no, got {answer!r}")
     if isinstance(answer, str):
         from tiered_kv.units import parse_bytes
@@ -202,9 +191,7 @@ def _fmt(value, unit: str) -> str:
         return "yes" if value else "no"
     if unit == "fraction":
         return f"{value:.3f} ({value:.1%})"
-    if unit == "x":
-        return f"{value:.3g}x"
-    return f"{value:,.6g} {unit}"
+    return f"{value:.3g}x" if unit == "x" else f"{value:,.6g} {unit}"
 
 
 def check_answer(exercise_id: str, answer, size: str | None = None) -> CheckResult:

@@ -1,19 +1,12 @@
-"""Where to write, and when a short prompt is better recomputed than loaded (figure 19, notebooks 03 and 04).
+"""Where to write to the SSD tier, and when a short prompt is better recomputed than loaded
+(figure 19, notebooks 03 and 04).
 
 DeepSeek writes its KV at "cache prefix units" (end of user input, end of output, detected common
 prefixes, fixed intervals), not at every block. :func:`strategies` replays each write-point
-strategy of :mod:`tiered_kv.sim.retention.write_points` on the two-class synthetic workload under
-the 3 d agent / 7 d chatbot TTLs (and, at full size, on the real conversation trace with unlimited
-retention); :func:`strategy_table` and :func:`strategy_chart` show token hit rate, SSD bytes
-written per day and bytes stored per strategy.
-
-The short-prompt crossover: :func:`crossover_table`, :func:`crossover_curves` and
-:func:`crossover_chart` show the prompt length below which recomputing a prompt is as fast as
-loading its whole KV from the SSD tier, from the latency model
-(:func:`tiered_kv.sim.cluster.latency.recompute_crossover_tokens`); :func:`measured_crossover`
-(from :mod:`tiered_kv.measure.crossover`) reads the CPU engine's measurement
-(``benchmarks/results/ttft.json``). Nothing here computes a
-hit or a latency: the numbers come from those functions.
+strategy of :mod:`tiered_kv.sim.retention.write_points`; the crossover functions draw the prompt
+length below which recomputing is as fast as loading from the latency model
+(:func:`tiered_kv.sim.cluster.latency.recompute_crossover_tokens`), and :func:`measured_crossover`
+reads the CPU engine's measurement. Nothing here computes a hit or a latency.
 """
 
 from __future__ import annotations
@@ -36,12 +29,9 @@ BANDWIDTHS_GIB_S = (5.0, 10.0, 20.0, 40.0, 80.0)
 
 @lru_cache(maxsize=2)
 def strategies(size: str | None = None) -> tuple[pl.DataFrame, str]:
-    """(:func:`~tiered_kv.sim.retention.write_points.compare_strategies` rows with a ``workload``
-    column, a line naming the workloads) at ``size`` (default: :func:`tiered_kv.viz.notebook_size`).
-
-    Synthetic workload of :data:`SIZES`, seed 0, 3 d agent / 7 d chatbot TTLs; at full size also the
-    shipped conversation trace (one hour, unlimited retention). Bytes at the SSD tier's bytes per token.
-    """
+    """(:func:`~tiered_kv.sim.retention.write_points.compare_strategies` rows with a ``workload`` column,
+    a line naming the workloads): the synthetic workload of :data:`SIZES` (seed 0, 3 d agent / 7 d
+    chatbot TTLs) and at full size the shipped conversation trace (one hour, unlimited retention)."""
     from tiered_kv.sim.retention.gaps import default_bytes_per_token
     from tiered_kv.sim.retention.report import pair_ttls
     from tiered_kv.sim.retention.write_points import compare_strategies

@@ -92,19 +92,18 @@ def _chart(model: pl.DataFrame, measured: pl.DataFrame | None):
     """(chart, data): the model's TTFT lines, and beside them the measured bars when there are any."""
     import altair as alt
 
+    if measured is not None:
+        measured = measured.with_columns(pl.col("case").replace(MEASURED_CASES))
+    scale = alt.Scale(**case_scale([*model["case"], *([] if measured is None else measured["case"])]))
     left = alt.Chart(model).mark_line(point=True).encode(
         x=alt.X("prompt_tokens:Q", scale=alt.Scale(type="log", base=2), title="prompt length (tokens, log)"),
         y=alt.Y("ttft_s:Q", scale=alt.Scale(type="log"), title="TTFT (seconds, log)"),
-        color=alt.Color("case:N", title=None, scale=alt.Scale(**case_scale(model["case"])),
+        color=alt.Color("case:N", title=None, scale=scale,
                         legend=alt.Legend(orient="bottom", columns=1, labelLimit=400)),
         tooltip=["prompt_tokens", alt.Tooltip("ttft_s:Q", format=".3f"), "case"],
     ).properties(width=380, height=300, title="latency model (DeepSeek-V3, one machine, idle)")
     if measured is None:
         return left.properties(title=TITLE), model.with_columns(pl.lit("model").alias("source"))
-    measured = measured.with_columns(pl.col("case").replace(MEASURED_CASES))
-    scale = alt.Scale(**case_scale([*model["case"], *measured["case"]]))
-    left = left.encode(color=alt.Color("case:N", title=None, scale=scale,
-                                       legend=alt.Legend(orient="bottom", columns=1, labelLimit=400)))
     right = alt.Chart(measured).mark_bar().encode(
         x=alt.X("case:N", title=None, sort=list(scale.domain), axis=alt.Axis(labels=False, ticks=False)),
         y=alt.Y("ttft_ms:Q", title="TTFT (milliseconds)"),

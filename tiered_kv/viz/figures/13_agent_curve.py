@@ -24,11 +24,8 @@ _PUB = "Mooncake FAST'25 Fig. 9, Tool&Agent, LRU (read off the plot, +-0.02)"
 
 def curve_table(warmup_days: float | None = None, hour: int = 12, seed: int = 0) -> pl.DataFrame:
     """Long frame: series, capacity_tokens, token_hit_rate for the agent class (synthetic and
-    published) and the chatbot class (synthetic and the real conversation trace).
-
-    ``warmup_days`` shortens the preset's warm-up (quick mode: sessions older than that are
-    missing from the hour, so the large-capacity end runs a little low).
-    """
+    published) and the chatbot class (synthetic and the real conversation trace); ``warmup_days``
+    shortens the preset's warm-up (then the large-capacity end runs a little low)."""
     from dataclasses import replace
 
     from tiered_kv.sim.curves import lru_curve

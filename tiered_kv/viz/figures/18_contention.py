@@ -2,23 +2,17 @@
 admission does, both ways.
 
 Why: DeepSeek's global KV pool is shared, so restores wait for each other's reads and for the
-writes of misses; a reader asked when admission control should recompute a prompt although its
-prefix is cached. ``tiered-kv bench contention`` (:mod:`tiered_kv.measure.contention`) runs N
-engine streams against one SSD tier whose link is a token bucket, with a fixed lognormal mix of
-restores and misses, at several link bandwidths and loads, always loading and under two
-admission policies: ``own`` (recompute when that alone is sooner) and ``shared`` (the same with
-the shared cores counted and the delay to the other streams charged), each point repeated in
-interleaved rounds. Recomputing is not free when the streams share cores (here: engine threads
-on this machine's CPUs; in a server: requests on one GPU), so the queue model it is set beside
-(:mod:`tiered_kv.sim.cluster.shared_compute`) puts the streams on shared cores.
+writes of misses; when should admission control recompute a prompt although its prefix is cached?
+``tiered-kv bench contention`` (:mod:`tiered_kv.measure.contention`) runs N engine streams against
+one SSD tier whose link is a token bucket, at several link bandwidths and loads, always loading and
+under two admission policies (``own``: recompute when that alone is sooner; ``shared``: the same
+with the shared cores counted and the delay to the other streams charged). Recomputing is not free
+when the streams share cores, so the queue model beside it (:mod:`tiered_kv.sim.cluster.shared_compute`)
+puts the streams on shared cores. Top: p99 TTFT against the link's bandwidth, measured (median over
+repeats, bars: spread) beside the model. Bottom: each policy's p99 over always loading's, paired
+repeat by repeat; above 1 admission hurt, below 1 it helped.
 
-Top: p99 TTFT against the link's bandwidth, measured (median over the repeats, bars: their
-spread) beside the shared-compute model. Bottom: each policy's p99 over always loading's, paired
-repeat by repeat (median, bars: spread) beside the model's ratio; above 1 admission hurt, below 1
-it helped. The notes list the increases as well as the cuts, in the words of the benchmark's page.
-
-Data: the recorded run (``benchmarks/results/contention.json``, BENCHMARKS.md) when it exists;
-else a live run (quick: tiny preset with random weights; full: the trained small checkpoint).
+Data: the recorded run (``benchmarks/results/contention.json``) when it exists; else a live run.
 """
 
 from __future__ import annotations

@@ -19,24 +19,11 @@ TITLE = "Write points: token hit rate and SSD bytes written per strategy"
 
 
 def table(quick: bool) -> pl.DataFrame:
-    from tiered_kv.sim.retention.gaps import default_bytes_per_token
-    from tiered_kv.sim.retention.report import pair_ttls
-    from tiered_kv.sim.retention.write_points import compare_strategies
-    from tiered_kv.sim.trace_replay import compile_trace
-    from tiered_kv.sim.traces import load_trace, shipped_trace
-    from tiered_kv.sim.workload import generate
+    """:func:`tiered_kv.viz.write_points.strategies` at the figure's size, its workloads named briefly."""
+    from tiered_kv.viz.write_points import strategies
 
-    bpt = default_bytes_per_token()
-    parts = []
-    if not quick:
-        real = compile_trace(load_trace(shipped_trace("conversation")))
-        parts.append(compare_strategies(real, bytes_per_token=bpt).with_columns(
-            pl.lit("conversation trace (1 h)").alias("workload")))
-    preset, days = ("ci", 3.0) if quick else ("mixed", 14.0)
-    mixed = compile_trace(generate(preset, days, 0))
-    parts.append(compare_strategies(mixed, ttl_by_class=pair_ttls(mixed.class_names), bytes_per_token=bpt)
-                 .with_columns(pl.lit(f"synthetic '{preset}' ({days:g} d)").alias("workload")))
-    return pl.concat(parts, how="diagonal")
+    data = strategies("small" if quick else "full")[0]
+    return data.with_columns(pl.col("workload").str.replace(r", (unlimited retention|3 d / 7 d TTLs)\)$", ")"))
 
 
 def build(quick: bool) -> FigureResult:
