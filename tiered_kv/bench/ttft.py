@@ -103,7 +103,7 @@ def run(args: argparse.Namespace) -> dict:
     import torch
 
     torch.set_num_threads(args.threads)
-    model, source = load_model(args.checkpoint)
+    model, source = load_model(checkpoint=args.checkpoint)
     every = measure_ttft(args.lengths, model=model, repeats=args.repeats, suffix=args.suffix,
                          block_size=args.block_size, fmt=args.fmt, store_dir=args.store_dir, raw=True)
     df = aggregate(every)

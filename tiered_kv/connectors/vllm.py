@@ -6,27 +6,21 @@ Load it out of tree::
                      kv_connector_module_path="tiered_kv.connectors.vllm",
                      kv_connector_extra_config={"store": "/data/kv", "fmt": "bf16"})
 
-How it meets vLLM's two halves:
+* Scheduler side. ``get_num_new_matched_tokens`` looks the prompt's chained tier keys up with
+  ``get_prefix`` (every chunk verified: a corrupt one is a miss) and offers vLLM the hit beyond
+  its own prefix cache, in whole blocks, never the prompt's last token (vLLM must compute one).
+  ``build_connector_meta`` turns each step into loads (blocks to fill before the forward) and
+  saves: every *full prompt block computed by the end of this step* and not yet in the tier, so
+  chunked prefill and prompts longer than ``max_num_batched_tokens`` save chunk by chunk, under
+  the keys of the tokens each chunk actually covers.
+* Worker side. Loads run in ``start_load_kv`` (read, checked, dequantized, packed into every
+  layer's CPU tiles); saves in ``wait_for_save``, after the forward wrote the step's KV (a
+  kill mid-save never leaves a chunk that reads as valid). A chunk that vanished between lookup
+  and load is reported through ``get_block_ids_with_load_errors`` and vLLM recomputes it.
 
-* Scheduler side. ``get_num_new_matched_tokens`` walks the prompt's chained tier keys
-  (:func:`tiered_kv.keys.block_keys`, full blocks only) with ``get_prefix``, which verifies every
-  chunk (a corrupt chunk is a miss), and offers vLLM the hit beyond its own prefix cache, at block
-  granularity, never the prompt's last token (vLLM must compute at least one). A request that
-  shares only a prefix with earlier ones therefore loads that prefix. ``build_connector_meta``
-  turns each step into loads (blocks to fill before the forward) and saves: every *full prompt
-  block whose tokens are computed by the end of this step* and not yet in the tier. That is what
-  makes chunked prefill and prompts longer than ``max_num_batched_tokens`` work: each chunk saves
-  the blocks it completed, under the keys of the tokens it actually covers.
-* Worker side. Loads run synchronously in ``start_load_kv`` (the chunks are read, checked,
-  dequantized and packed into the CPU tiles of every layer); saves in ``wait_for_save``, after the
-  forward has written the step's KV (blocks are unpacked from the tiles, ``put`` quantizes and
-  writes them: a temporary name renamed into place, so a kill mid-save never leaves a chunk that
-  reads as valid). A chunk that vanished between lookup and load is reported through
-  ``get_block_ids_with_load_errors`` and vLLM recomputes it.
-
-The traffic class of a request comes from ``kv_transfer_params={"traffic_class": ...}``; TTLs,
-capacity and watermark GC are the tier's own. With ``capture`` set, one trace line per request
-(:mod:`tiered_kv.connectors.capture`) records what the connector measured. Each request's
+A request's traffic class comes from ``kv_transfer_params={"traffic_class": ...}``; TTLs,
+capacity and GC are the tier's own. With ``capture`` set, one trace line per request
+(:mod:`tiered_kv.connectors.capture`) records what the connector measured; each request's
 measurement also comes back in its output's ``kv_transfer_params["tiered_kv"]``.
 """
 

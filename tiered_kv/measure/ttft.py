@@ -27,26 +27,10 @@ import os
 import tempfile
 from dataclasses import dataclass
 
+from tiered_kv.measure import load_model
+
 LENGTHS = (1024, 4096, 16384, 32768)
 CASES = ("miss", "ssd_cold_hit", "ssd_warm_hit", "ssd_host_hit")
-
-
-def load_model(checkpoint=None):
-    """The trained small model (or a random one, flagged, when no checkpoint exists)."""
-    from pathlib import Path
-
-    from tiered_kv.model import EncoderDecoder, default_checkpoint, load_checkpoint, preset
-
-    path = Path(checkpoint) if checkpoint else default_checkpoint("small")
-    if path.exists():
-        model, _ = load_checkpoint(path)
-        return model, str(path)
-    if checkpoint:
-        raise FileNotFoundError(f"checkpoint {path} not found")
-    import torch
-
-    torch.manual_seed(0)
-    return EncoderDecoder(preset("small")).eval(), "random weights (no checkpoint found)"
 
 
 def _engines(model, store_root: str, ns, name: str):
@@ -164,7 +148,7 @@ def measure_ttft(lengths=LENGTHS, *, model=None, checkpoint=None, repeats: int =
     from tiered_kv.engine import namespace_for
 
     if model is None:
-        model, _ = load_model(checkpoint)
+        model, _ = load_model(checkpoint=checkpoint)
     lengths = [int(n) for n in lengths]
     if not isinstance(repeats, int) or repeats < 1:
         raise ValueError(f"repeats: must be an integer >= 1, got {repeats!r}")

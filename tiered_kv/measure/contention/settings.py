@@ -13,6 +13,7 @@ import math
 
 import numpy as np
 
+from tiered_kv.measure import load_model  # noqa: F401 - re-exported: the model of the measurement
 from tiered_kv.sim.cluster import contention as C
 
 DEFAULT_BANDWIDTH_FACTORS = (1.0, 3.0, 10.0)  # x the break-even bandwidth
@@ -62,30 +63,6 @@ def scenario_from(**kw) -> C.ContentionScenario:
     except ValueError as exc:
         field, _, rest = str(exc).partition(":")
         raise ValueError(f"{flags.get(field, '--' + field.replace('_', '-'))}:{rest}") from None
-
-
-def load_model(preset_name: str | None = None, checkpoint: str | None = None):
-    """(model, description): a checkpoint, the committed small one, or the tiny preset (random)."""
-    from pathlib import Path
-
-    import torch
-
-    from tiered_kv.model import EncoderDecoder, default_checkpoint, load_checkpoint, preset
-
-    if checkpoint:
-        if not Path(checkpoint).is_file():
-            raise FileNotFoundError(f"--checkpoint: {checkpoint}: no such file")
-        model, _ = load_checkpoint(checkpoint, expect_preset=preset_name)
-        return model, str(checkpoint)
-    name = preset_name or "small"
-    path = default_checkpoint(name)
-    if path.is_file():
-        from tiered_kv import REPO_ROOT
-
-        model, _ = load_checkpoint(path)
-        return model, str(path.relative_to(REPO_ROOT)) if path.is_relative_to(REPO_ROOT) else str(path)
-    torch.manual_seed(0)
-    return EncoderDecoder(preset(name)).eval(), f"random weights ({name} preset, no checkpoint)"
 
 
 def request_tokens(i: int, n: int, seed: int):

@@ -1,19 +1,11 @@
 """The test suite every SSD-tier backend must pass, plus fault-injecting store wrappers.
 
-Use it like zarr's ``StoreTests``: subclass :class:`SSDTierSuite` in a test module and give it
-a ``make_store`` fixture returning a fresh, empty zarr v3 Store (``tests/test_ssd_store.py``
-runs it for MemoryStore and LocalStore, ``tests/test_ssd_s3.py`` for S3). Every test drives
-time through an injected clock.
-
-One idea per module; this package puts the parts together and re-exports every public name,
-so ``from tiered_kv.testing.store_suite import ...`` reaches all of them:
-
-- :mod:`.base`: the clock, namespace, KV and FP4 reference, and the ``make_store`` fixture;
-- :mod:`.contract`: round trip, longest prefix, namespaces, layout, bad settings and inputs;
-- :mod:`.retention`: TTLs, watermark eviction, GC and the usage accounting;
-- :mod:`.faults` with :mod:`.faulty_stores`: corruption, a full disk, chunks vanishing mid-read;
-- :mod:`.workers`: what the multi-process tests (several writers, readers and GC instances on one
-  store; a writer killed mid-put; a capacity bound; a shared bandwidth limit) run in children.
+Use it like zarr's ``StoreTests``: subclass :class:`SSDTierSuite` and give it a ``make_store``
+fixture returning a fresh, empty zarr v3 Store (``tests/test_ssd_store.py``: MemoryStore,
+LocalStore, fsspec; ``tests/test_ssd_s3.py``: S3). Every test drives time through an injected
+clock. The parts: :mod:`.base` (clock, namespace, KV, FP4 reference), :mod:`.contract`,
+:mod:`.retention`, :mod:`.faults` with :mod:`.faulty_stores`, and :mod:`.workers` (what the
+multi-process tests run in children); every public name is re-exported here.
 """
 
 from __future__ import annotations

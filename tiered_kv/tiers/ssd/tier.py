@@ -346,19 +346,16 @@ class SSDTier:
 
         results, sizes = self.backend.write_stream(len(missing), make, create=True, verify=self._valid_existing)
         self.counters["already_present"] += sum(1 for r in results if r is ALREADY_PRESENT)
-        failed = [(i, r) for i, r in zip(missing, results, strict=True) if r is not None and r is not ALREADY_PRESENT]
-        if not failed:
-            return (sum(1 for r in results if r is None),
-                    sum(n for n, r in zip(sizes, results, strict=True) if r is None))
-        first_bad = min(i for i, _ in failed)
-        # Chunks past the first failure cannot be reached by a lookup: do not leave them behind.
-        self.backend.delete([layout.chunk_path(keys[i]) for i, r in zip(missing, results, strict=True)
-                        if i > first_bad and r is None])
+        failed = {i: r for i, r in zip(missing, results, strict=True) if r is not None and r is not ALREADY_PRESENT}
+        first_bad = min(failed, default=math.inf)
         ok = [n for i, n, r in zip(missing, sizes, results, strict=True) if i < first_bad and r is None]
-        exc = dict(failed)[first_bad]
-        if not self._full(exc, f"stored {len(ok)} of {len(missing)} new blocks of this put; chunks already in the "
-                          "store are intact. Free space, lower capacity_bytes, or run gc.", stacklevel=5):
-            raise exc
+        if failed:  # chunks past the first failure cannot be reached by a lookup: do not leave them behind
+            self.backend.delete([layout.chunk_path(keys[i]) for i, r in zip(missing, results, strict=True)
+                                 if i > first_bad and r is None])
+            if not self._full(failed[first_bad], f"stored {len(ok)} of {len(missing)} new blocks of this put; "
+                              "chunks already in the store are intact. Free space, lower capacity_bytes, or run gc.",
+                              stacklevel=5):
+                raise failed[first_bad]
         return len(ok), sum(ok)
 
     # ------------------------------------------------------------------ get

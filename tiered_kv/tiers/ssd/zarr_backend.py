@@ -2,25 +2,20 @@
 
 Measured on this project's machine (2 shared cores), a 512-chunk get_prefix through
 ``asyncio.gather(store.get(...))`` spent ~0.4-0.7 ms per chunk on thread hand-offs between
-zarr's event loop and its thread pool, against ~0.02-0.3 ms for the read itself: the async
-path was 20-50x slower than plain file reads on warm data. Stores that implement zarr's
-``SupportsSyncStore`` protocol (LocalStore, MemoryStore) therefore take a synchronous path:
-``get_sync``/``set_sync`` in contiguous groups, one group per I/O thread (``io_threads=1``:
-in the caller's thread, no hand-off at all). Other stores (fsspec), whose per-request latency
-is milliseconds, keep the async path, where concurrency is what counts.
+zarr's event loop and its thread pool, against ~0.02-0.3 ms for the read itself. Stores that
+implement zarr's ``SupportsSyncStore`` (LocalStore, MemoryStore) therefore take a synchronous
+path: ``get_sync``/``set_sync`` in contiguous groups, one per I/O thread (``io_threads=1``: in
+the caller's thread). Other stores (fsspec), whose requests take milliseconds, keep the async
+path, where concurrency is what counts.
 
-A local directory (a LocalStore, or a wrapper around one) is known by the directory behind it,
-which buys four things the generic store lacks: listings by ``os.scandir`` that also see
-obstacles, existence by ``os.path.isfile``, the age of ``.partial`` files, and repair of
-obstacles. An obstacle (a directory where a chunk file belongs, a file where a shard
-directory belongs) would fail every read and write of that key forever: a read returns
-:data:`~tiered_kv.tiers.ssd.layout.NOT_A_FILE` (the tier counts it as corrupt and removes it),
-and a write that fails because of one removes it (reported through ``on_repair``) and retries
-once. On a plain ``LocalStore`` the read path goes one step further: it reads ``root/key``
-with ``os.open``/``os.read``, skipping ``get_sync``'s pathlib and Buffer wrapping, which cost
-as much as the read itself on small warm chunks (`tiered-kv bench store` measures the tier
-against raw files). Writes and deletes always go through the store, so publishing stays
-zarr's atomic temp-file-and-rename.
+A local directory is known by the directory behind it, which buys listings that also see
+obstacles, the age of ``.partial`` files, and repair. An obstacle (a directory where a chunk
+file belongs, a file where a shard directory belongs) would fail every read and write of that
+key forever: a read returns :data:`~tiered_kv.tiers.ssd.layout.NOT_A_FILE` (the tier removes it
+as corrupt), a write it blocks removes it and retries once. On a plain ``LocalStore`` reads go
+straight to ``os.open``/``os.read``, skipping ``get_sync``'s pathlib and Buffer wrapping, which
+cost as much as the read itself on small warm chunks; writes and deletes always go through the
+store, so publishing stays zarr's atomic temp-file-and-rename.
 """
 
 from __future__ import annotations
@@ -96,6 +91,24 @@ class ZarrBackend:
         res = self._fan_out(n, work)
         return res[:res.index(None)] if None in res else res
 
+    def _each(self, op: str, args: list[tuple]) -> list:
+        """``store.<op>(*a)`` for each ``a``: zarr's sync API over the I/O threads, else its async
+        API under the concurrency bound; per item, the result or the exception."""
+        if not self.sync_path:
+            return sync(layout.bounded((getattr(self.store, op)(*a) for a in args), self.concurrency))
+        call = getattr(self.store, f"{op}_sync")
+
+        def work(idx: range) -> list:
+            out = []
+            for i in idx:
+                try:
+                    out.append(call(*args[i]))
+                except Exception as exc:  # noqa: BLE001 - the caller decides (ENOSPC: warn)
+                    out.append(exc)
+            return out
+
+        return self._fan_out(len(args), work)
+
     def _get(self, path: str, byte_range=None) -> bytes | None:
         """One object through zarr's sync API (None: absent; NOT_A_FILE: a directory is there)."""
         try:
@@ -148,21 +161,8 @@ class ZarrBackend:
         here a chunk is written whole under a temporary name and renamed over whatever was there,
         which is just as safe: two writers of one key write the same KV.
         """
-        if not self.sync_path:
-            res = sync(layout.bounded((self.store.set(p, layout.buffer(b)) for p, b in items), self.concurrency))
-            return [r if isinstance(r, Exception) else None for r in res]
-
-        def work(idx: range) -> list:
-            out: list[Exception | None] = []
-            for i in idx:
-                try:
-                    self.store.set_sync(items[i][0], layout.buffer(items[i][1]))
-                    out.append(None)
-                except Exception as exc:  # noqa: BLE001 - the caller decides (ENOSPC: warn)
-                    out.append(exc)
-            return out
-
-        return self._fan_out(len(items), work)
+        res = self._each("set", [(p, layout.buffer(b)) for p, b in items])
+        return [r if isinstance(r, Exception) else None for r in res]
 
     def write_stream(self, n: int, make: Callable[[int], tuple[str, bytes]], *, create: bool = False,
                      verify=None) -> tuple[list, list[int]]:
@@ -184,16 +184,9 @@ class ZarrBackend:
 
     def delete(self, paths: Sequence[str]) -> None:
         """Delete objects (a directory in an object's place too); one already gone is fine."""
-        if not self.sync_path:
-            for r in sync(layout.bounded(self.store.delete(p) for p in paths)):
-                if isinstance(r, Exception) and not isinstance(r, FileNotFoundError):
-                    raise r
-            return
-        for p in paths:
-            try:
-                self.store.delete_sync(p)
-            except FileNotFoundError:
-                pass
+        for r in self._each("delete", [(p,) for p in paths]):
+            if isinstance(r, Exception) and not isinstance(r, FileNotFoundError):
+                raise r
 
     # ------------------------------------------------------------------ whole-store scans
 
