@@ -28,7 +28,7 @@ import uuid
 from zarr.core.sync import sync
 
 from tiered_kv.bench._pages import Paired
-from tiered_kv.bench.store import check_read, in_turn, latency_ms, payload
+from tiered_kv.bench._store_payload import check_read, in_turn, latency_ms, payload
 
 
 async def _bounded(coros, limit: int) -> list:

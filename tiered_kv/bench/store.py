@@ -13,8 +13,8 @@ array per chunk. Medians of ``--repeat`` runs (every run kept in ``seconds_all``
 
 ``--local-s3`` (a moto S3 server started on 127.0.0.1) or ``--url s3://bucket/prefix`` (a real
 bucket, configured from the environment) benchmark the tier on object storage instead, against
-raw obstore puts and gets of the same bytes at the same concurrency (tiered_kv/bench/_store_object.py, which
-shares this module's payload and timing helpers).
+raw obstore puts and gets of the same bytes at the same concurrency (tiered_kv/bench/_store_object.py; what
+both write and how they time it: tiered_kv/bench/_store_payload.py).
 """
 
 from __future__ import annotations
@@ -26,14 +26,12 @@ import statistics
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any
 
-from tiered_kv.bench._pages import Page, Paired, Row, clocked, head, recorded, sec, spread, yes
+from tiered_kv.bench._pages import Page, Paired, Row, head, recorded, sec, spread, yes
+from tiered_kv.bench._store_payload import Payload, check_read, in_turn, latency_ms, payload, timed
 
 NAME = "store"
 HELP = "SSD tier put/get_prefix throughput vs raw file I/O (128K-token prefix), p50/p99 latency"
@@ -61,71 +59,6 @@ def register(parser: argparse.ArgumentParser) -> None:
                         help="object stores: requests in flight, for the tier and for raw obstore (default 64)")
     parser.add_argument("--latency-runs", type=int, default=20,
                         help="object stores: get_prefix runs for p50/p99 (default 20)")
-
-
-@dataclass(frozen=True)
-class Payload:
-    """What both store benches write: the prefix's KV, its FP4 chunks, their keys and the packed
-    objects (the raw side writes these very bytes), the seconds the quantization took, and the
-    chunks' count and bytes."""
-
-    kv: Any
-    chunks: list
-    keys: list[bytes]
-    objs: list[bytes]
-    quantize_s: float
-    n_blocks: int
-    total: int
-
-    def sizes(self, ns) -> dict:
-        """The figures of the payload both benches report per size."""
-        return {"chunks": self.n_blocks, "chunk_bytes": len(self.objs[0]), "total_bytes": self.total,
-                "bytes_per_token": self.chunks[0].nbytes / ns.block_size, "kv_heads": ns.kv_heads,
-                "head_dim": ns.head_dim}
-
-
-def payload(ns, tokens) -> Payload:
-    import torch
-
-    from tiered_kv import codec
-    from tiered_kv.keys import block_keys
-
-    g = torch.Generator().manual_seed(0)
-    kv = torch.randn(len(tokens) // ns.block_size * ns.block_size, 2, ns.kv_heads, ns.head_dim, generator=g)
-    chunks, quantize_s = clocked(codec.quantize_blocks, kv, ns)
-    keys = block_keys(tokens, ns)
-    objs = [codec.pack_chunk(q, namespace=ns, key=k, parent=keys[i - 1] if i else bytes(16), index=i,
-                             traffic_class="bench", created=0.0) for i, (q, k) in enumerate(zip(chunks, keys, strict=True))]
-    return Payload(kv, chunks, keys, objs, quantize_s, len(tokens) // ns.block_size, sum(len(o) for o in objs))
-
-
-def timed(timings: dict[str, list[float]], name: str, fn: Callable[[], Any]) -> Any:
-    """Run ``fn``, appending its wall time to ``timings[name]``; returns what it returned."""
-    out, s = clocked(fn)
-    timings[name].append(s)
-    return out
-
-
-def in_turn(timings: dict[str, list[float]], r: int, steps: list[tuple[str, Callable[[], Any]]]) -> Iterator[Any]:
-    """Time each ``(name, fn)`` step in an order that flips every repeat, so that neither side
-    always runs first; yields each step's name and result as it finishes."""
-    for name, fn in (steps if r % 2 == 0 else steps[::-1]):
-        yield name, timed(timings, name, fn)
-
-
-def check_read(out: Any, p: Payload) -> None:
-    """A tier read holds every block and the packed bytes (give or take header digits); a raw one the bytes."""
-    if isinstance(out, int):
-        assert out == p.total
-    else:
-        assert out.blocks == p.n_blocks and abs(out.nbytes - p.total) <= 32 * p.n_blocks
-
-
-def latency_ms(lat: list[float]) -> dict:
-    """p50 / p99 (ms, None without samples) and the number of samples of get_prefix latencies."""
-    lat = sorted(lat)
-    q = lambda p: 1e3 * lat[min(len(lat) - 1, int(p * len(lat)))] if lat else None
-    return {"p50_ms": q(0.5), "p99_ms": q(0.99), "samples": len(lat)}
 
 
 def _drop_cache(paths: list[Path]) -> None:
