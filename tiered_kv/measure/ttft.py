@@ -23,6 +23,7 @@ rotates between repeats), so the cases of one repeat run one after the other and
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 from dataclasses import dataclass
@@ -65,14 +66,11 @@ def drop_page_cache(root: str) -> int:
 def filesystem_of(path: str) -> str:
     """The file-system type of ``path`` from /proc/mounts (longest mount point prefix)."""
     best, kind = "", "unknown"
-    try:
-        with open("/proc/mounts") as fh:
-            for line in fh:
-                parts = line.split()
-                if len(parts) >= 3 and os.path.realpath(path).startswith(parts[1]) and len(parts[1]) > len(best):
-                    best, kind = parts[1], parts[2]
-    except OSError:
-        pass
+    with contextlib.suppress(OSError), open("/proc/mounts") as fh:
+        for line in fh:
+            parts = line.split()
+            if len(parts) >= 3 and os.path.realpath(path).startswith(parts[1]) and len(parts[1]) > len(best):
+                best, kind = parts[1], parts[2]
     return kind
 
 

@@ -32,6 +32,7 @@ gets the same bucket object.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import mmap
 import os
@@ -195,28 +196,19 @@ def _release(path: str, fds: list[int]) -> None:
     import fcntl
 
     fd, users = fds
-    try:
+    with contextlib.suppress(OSError):  # (BlockingIOError: another process still uses them)
         fcntl.flock(fd, fcntl.LOCK_EX)
         os.close(users)
         probe = os.open(path + ".users", os.O_RDWR)
         try:
             fcntl.flock(probe, fcntl.LOCK_EX | fcntl.LOCK_NB)
             for p in (path, path + ".users"):
-                try:
+                with contextlib.suppress(FileNotFoundError):
                     os.unlink(p)
-                except FileNotFoundError:
-                    pass
-        except BlockingIOError:
-            pass  # another process still uses it
         finally:
             os.close(probe)
-    except OSError:
-        pass
-    finally:
-        try:
-            os.close(fd)
-        except OSError:
-            pass
+    with contextlib.suppress(OSError):
+        os.close(fd)
 
 
 def _state_dir() -> str:

@@ -27,6 +27,7 @@ URL-opened stores get short connect timeouts and few retries (obstore's defaults
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 from collections.abc import Callable, Sequence
 from datetime import timedelta
@@ -330,7 +331,5 @@ async def _bulk_delete(obs_store, paths: list[str]) -> None:
             await obs.delete_async(obs_store, paths[lo:lo + 1000])
         except FileNotFoundError:  # stores without a bulk delete report a missing key
             for p in paths[lo:lo + 1000]:
-                try:
+                with contextlib.suppress(FileNotFoundError):
                     await obs.delete_async(obs_store, p)
-                except FileNotFoundError:
-                    pass
