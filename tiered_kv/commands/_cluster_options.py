@@ -1,19 +1,8 @@
 """The cluster options of ``tiered-kv simulate`` (not a subcommand: the underscore hides it).
 
-``tiered-kv simulate`` answers with the cluster model (:mod:`tiered_kv.sim.cluster.model`) and
-the latency model (:mod:`tiered_kv.sim.cluster.latency`) as soon as one of these options is given:
-
-  --nodes N --routing {random,round-robin,cache-aware}
-  --capacity C          per-machine SSD caches of C each (tokens, or bytes with a unit)
-  --shared-capacity C   one SSD pool of C shared by all machines (--policy ttl/watermark/belady
-                        run the part-1 policy on it; lru is the default)
-  --gpu-capacity C --host-capacity B   per-machine GPU prefix tier and host window tier
-  --synth PRESET --days D [--seed S]   a synthetic multi-day workload instead of --trace
-  --admission           recompute instead of load when loading would be slower
-
-Examples:
-  tiered-kv simulate --trace conversation --nodes 10 --routing cache-aware --capacity 1000000 --json
-  tiered-kv simulate --synth mixed --days 14 --nodes 10 --shared-capacity 2000000000 --admission --json
+Any of them switches ``simulate`` to the cluster model (:mod:`tiered_kv.sim.cluster.model`) and
+its latency model (:mod:`tiered_kv.sim.cluster.latency`); ``--capacity`` then sizes per-machine
+SSD caches, ``--shared-capacity`` one pool (where ``--policy`` runs).
 """
 
 from __future__ import annotations

@@ -52,16 +52,16 @@ def load_compiled(args: argparse.Namespace):
     return trace, sem
 
 
-def parse_ttls(values: list[str]) -> tuple[dict[str, float], float]:
-    """``["chatbot=7d", "1h"]`` -> ({"chatbot": 604800.0}, 3600.0); the bare one is the default."""
+def parse_ttls(values: list[str]) -> tuple[dict[str, float], float | None]:
+    """``["chatbot=7d", "1h"]`` -> ({"chatbot": 604800.0}, 3600.0); the bare one is the default (None: none)."""
     from tiered_kv.units import parse_duration
 
-    per_class, default = {}, math.inf
+    per_class, default = {}, None
     for v in values:
         if "=" in v:
             cls, dur = v.split("=", 1)
             if not cls:
-                raise ValueError(f"--ttl: empty class name in {v!r}; use CLASS=DURATION")
+                raise ValueError(f"--ttl: empty class name in {v!r}; use CLASS=DURATION or DURATION")
             per_class[cls] = parse_duration(dur, name=f"--ttl {cls}")
         else:
             default = parse_duration(v, name="--ttl")
@@ -83,8 +83,8 @@ def build_policy(args: argparse.Namespace, sem) -> Any:
         if not args.ttl:
             raise ValueError("--policy ttl: give --ttl DURATION or --ttl CLASS=DURATION")
         per_class, default = parse_ttls(args.ttl)
-        return get_policy("ttl", ttl_seconds=per_class, default_ttl_seconds=default, capacity_tokens=cap,
-                          bytes_per_token=bpt)
+        return get_policy("ttl", ttl_seconds=per_class, default_ttl_seconds=math.inf if default is None else default,
+                          capacity_tokens=cap, bytes_per_token=bpt)
     if args.ttl:
         raise ValueError(f"--ttl: only for --policy ttl, not {args.policy}")
     if name == "watermark" or name in COLLECTORS:  # sized in bytes, under --high/--low
@@ -98,6 +98,13 @@ def build_policy(args: argparse.Namespace, sem) -> Any:
     if name in ("lru", "belady"):  # the KV format of their SSD wear figures
         return get_policy(name, capacity_tokens=cap, bytes_per_token=bpt)
     return get_policy(name, capacity_tokens=cap)
+
+
+def to_json(value: Any) -> str:
+    """``value`` as strict, indented JSON text (:func:`jsonable`; other objects as ``str``)."""
+    import json
+
+    return json.dumps(jsonable(value), indent=2, default=str, allow_nan=False)
 
 
 def jsonable(value: Any) -> Any:

@@ -24,8 +24,6 @@ Examples:
 from __future__ import annotations
 
 import argparse
-import json
-import math
 from typing import Any
 
 NAME = "curves"
@@ -70,17 +68,18 @@ def _pick(n: int, k: int | None) -> list[int]:
     return sorted({round(i * (n - 1) / max(k - 1, 1)) for i in range(k)})
 
 
-def _rates(hits, inp: int) -> list[float]:
-    """Token hit rates of integer hit counts (0 on a trace with no counted input)."""
-    return [int(h) / inp if inp else 0.0 for h in hits]
+def _rates(hits, inp: int) -> list[float | None]:
+    """Token hit rates of integer hit counts (None where not computed; 0 on a trace with no counted input)."""
+    return [None if h is None else (int(h) / inp if inp else 0.0) for h in hits]
 
 
 def compute_curves(trace, sem, capacities, ttls, belady_idx: list[int], progress: bool = True,
                    fifo_trie: bool = False) -> dict[str, Any]:
     """Every curve of the JSON output for a compiled trace (field names: docs/semantics.md).
 
-    Belady comes as hit tokens and token hit rates (None where not computed); with
-    ``fifo_trie`` (or kvcache.ai's semantics) the FIFO-trie curve of ``bench peers`` too.
+    Under kvcache.ai's semantics LRU and Belady run over the prefix trie (totals only, no
+    per-class rates); the trie is built once for them and the FIFO-trie curve of ``bench peers``
+    (also drawn with ``fifo_trie``).
     """
     import numpy as np
 
@@ -89,84 +88,64 @@ def compute_curves(trace, sem, capacities, ttls, belady_idx: list[int], progress
 
     caps = np.asarray(capacities, dtype=np.float64)
     bs = trace.uniform_block_size
+    blocks = (caps // bs).astype(np.int64)
     inp = int(trace.input_length[trace.counted].sum())
     keys = C.lru_keys(trace)
     infinite = C.infinite_bound(trace, keys)
     nxt = next_use(trace)  # shared by the TTL keys and Belady
     ttl = C.ttl_curve(trace, ttls, nxt=nxt)
-    if sem.lru_policy == "lru-trie":
-        lru_hit, belady_hits, belady, by_class = _trie_curves(trace, caps, belady_idx, inp)
-    else:
-        lru_hit, belady_hits, belady, by_class = _block_curves(trace, caps, keys, belady_idx, nxt, progress,
-                                                               (ttl, infinite))
-    fifo = {}
-    if fifo_trie or sem.lru_policy == "lru-trie":
+    on_trie = sem.lru_policy == "lru-trie"
+    trie = None
+    if on_trie or fifo_trie:
         from tiered_kv.sim.peers.trie import from_compiled
+
+        trie = from_compiled(trace)
+    by_class: dict[str, dict] = {}
+    if on_trie:
+        from tiered_kv.sim.peers.trie_belady import optimal_trie_curve
+        from tiered_kv.sim.peers.trie_lru import lru_trie_curve
+
+        lru_hit = lru_trie_curve(trie, blocks)
+        opt = optimal_trie_curve(trie, blocks[belady_idx]) if belady_idx else []
+    else:
+        lru = C.lru_curve(trace, caps, keys)
+        lru_hit = lru.hit_tokens
+        opt = C.belady_curve(trace, caps[belady_idx], progress=progress, nxt=nxt).hit_tokens if belady_idx else []
+        by_class = {name: {"input_tokens": lru.by_class_input_tokens[name],
+                           "lru_token_hit_rate": lru.class_rate(name).tolist(),
+                           "ttl_token_hit_rate": ttl.class_rate(name).tolist(),
+                           "infinite_token_hit_rate": float(infinite.class_rate(name)[0])}
+                    for name in trace.class_names}
+    belady_hits: list[int | None] = [None] * len(caps)
+    for j, i in enumerate(belady_idx):
+        belady_hits[i] = int(opt[j])
+    fifo = {}
+    if trie is not None:
         from tiered_kv.sim.peers.trie_fifo import fifo_trie_curve
 
-        hits = fifo_trie_curve(from_compiled(trace), (caps // bs).astype(np.int64))
+        hits = fifo_trie_curve(trie, blocks)
         fifo = {"fifo_trie_hit_tokens": [int(h) for h in hits], "fifo_trie_token_hit_rate": _rates(hits, inp)}
     return {
         "requests": int(trace.counted.sum()), "input_tokens": inp, "block_size": bs,
         "capacity_tokens": [int(c) for c in caps],
         "lru_hit_tokens": [int(h) for h in lru_hit], "lru_token_hit_rate": _rates(lru_hit, inp),
-        "belady_hit_tokens": belady_hits, "belady_token_hit_rate": belady, **fifo,
+        "belady_hit_tokens": belady_hits, "belady_token_hit_rate": _rates(belady_hits, inp), **fifo,
         "ttl_seconds": [float(t) for t in ttls], "ttl_token_hit_rate": ttl.token_hit_rate.tolist(),
         "infinite_token_hit_rate": float(infinite.token_hit_rate[0]), "by_class": by_class,
     }
 
 
-def _trie_curves(trace, caps, belady_idx: list[int], inp: int) -> tuple:
-    """kvcache.ai: trie-leaf LRU and trie Belady (tiered_kv.sim.peers), totals only: (LRU hit
-    tokens, Belady hit tokens and rates, None where not computed, an empty per-class dict)."""
-    import numpy as np
-
-    from tiered_kv.sim.peers.trie import from_compiled
-    from tiered_kv.sim.peers.trie_belady import optimal_trie_curve
-    from tiered_kv.sim.peers.trie_lru import lru_trie_curve
-
-    t = from_compiled(trace)
-    blocks = (caps // trace.uniform_block_size).astype(np.int64)
-    lru_hit = lru_trie_curve(t, blocks)
-    belady_hits: list[int | None] = [None] * len(caps)
-    opt = optimal_trie_curve(t, blocks[belady_idx]) if belady_idx else []
-    for j, i in enumerate(belady_idx):
-        belady_hits[i] = int(opt[j])
-    belady = [None if h is None else (h / inp if inp else 0.0) for h in belady_hits]
-    return lru_hit, belady_hits, belady, {}
-
-
-def _block_curves(trace, caps, keys, belady_idx: list[int], nxt, progress: bool, bounds: tuple) -> tuple:
-    """Block-level LRU (one pass) and Belady (at ``belady_idx``), with per-class LRU, TTL and
-    infinite-cache rates from the ``bounds`` (TTL curve, infinite bound) already computed."""
-    from tiered_kv.sim import curves as C
-
-    ttl, infinite = bounds
-    lru = C.lru_curve(trace, caps, keys)
-    belady_hits: list[int | None] = [None] * len(caps)
-    belady: list[float | None] = [None] * len(caps)
-    if belady_idx:
-        bel = C.belady_curve(trace, caps[belady_idx], progress=progress, nxt=nxt)
-        for j, i in enumerate(belady_idx):
-            belady_hits[i] = int(bel.hit_tokens[j])
-            belady[i] = float(bel.token_hit_rate[j])
-    by_class = {name: {"input_tokens": lru.by_class_input_tokens[name],
-                       "lru_token_hit_rate": lru.class_rate(name).tolist(),
-                       "ttl_token_hit_rate": ttl.class_rate(name).tolist(),
-                       "infinite_token_hit_rate": float(infinite.class_rate(name)[0])}
-                for name in trace.class_names}
-    return lru.hit_tokens, belady_hits, belady, by_class
-
-
 def run(args: argparse.Namespace) -> int:
     import numpy as np
 
-    from tiered_kv.commands._common import jsonable, load_compiled
+    from tiered_kv.commands._common import load_compiled, to_json
     from tiered_kv.sim import curves as C
     from tiered_kv.sim.policies import DEFAULT_BYTES_PER_TOKEN, capacity_tokens_from
     from tiered_kv.units import format_bytes, format_duration
 
     trace, sem = load_compiled(args)
+    if args.policy and sem.lru_policy == "lru-trie":
+        raise ValueError("--policy: the policy zoo runs under --semantics tiered-kv (block level)")
     bpt = args.bytes_per_token or DEFAULT_BYTES_PER_TOKEN
     if args.capacity:
         caps = np.array(sorted(capacity_tokens_from(c, bytes_per_token=bpt, name="--capacity")
@@ -178,13 +157,11 @@ def run(args: argparse.Namespace) -> int:
                          fifo_trie=args.fifo_trie)
     out.update({"trace": str(args.trace), "semantics": sem.name, "bytes_per_token": bpt})
     if args.policy:
-        if sem.lru_policy == "lru-trie":
-            raise ValueError("--policy: the policy zoo runs under --semantics tiered-kv (block level)")
         out["admission"] = args.admission
         out["policies"] = C.policy_curves(trace, args.policy, caps, admission=args.admission, bytes_per_token=bpt,
                                           workers=args.workers, progress=not args.json)
     if args.json:
-        print(json.dumps(jsonable(out), indent=2, allow_nan=False))
+        print(to_json(out))
         return 0
     print(f"trace {args.trace} (semantics {sem.name}): {out['requests']:,} requests, "
           f"{out['input_tokens']:,} input tokens; infinite-cache hit rate {out['infinite_token_hit_rate']:.2%}")
@@ -200,8 +177,6 @@ def run(args: argparse.Namespace) -> int:
     print(f"\n{'TTL':>10} {'hit rate':>9}")  # unlimited capacity
     for i in _pick(len(ttls), 10):
         print(f"{format_duration(ttls[i]):>10} {out['ttl_token_hit_rate'][i]:>9.2%}")
-    if not math.isfinite(out["infinite_token_hit_rate"]):
-        return 1
     return 0
 
 

@@ -27,6 +27,8 @@ DEFAULT_TTLS = ("agent=3d,chatbot=7d",)
 
 
 def register(parser: argparse.ArgumentParser) -> None:
+    from tiered_kv.cli_args import int_at_least
+
     sub = parser.add_subparsers(dest="day_command", metavar="ACTION", required=True)
     g = sub.add_parser("generate", help="draw the day into ROOT (resumes: finished parts are kept)")
     g.add_argument("root", metavar="ROOT")
@@ -35,7 +37,7 @@ def register(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--warmup-days", type=float, default=0.0,
                    help="of those, days that only warm the cache (default 0: one cold day)")
     g.add_argument("--seed", type=int, default=0)
-    g.add_argument("--workers", type=int, default=2, help="parallel processes (default 2)")
+    g.add_argument("--workers", type=int_at_least(1, "processes"), default=2, help="parallel processes (default 2)")
     g.add_argument("--tokens-per-part", type=float, default=8e9, help="input tokens per part and day (default 8e9)")
     g.add_argument("--no-progress", action="store_true")
     r = sub.add_parser("replay", help="replay ROOT through LRU capacities and per-class TTLs in one pass")
@@ -54,13 +56,11 @@ def register(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from tiered_kv.commands._common import jsonable
+    from tiered_kv.commands._common import to_json
 
     if args.day_command == "generate":
         from tiered_kv.sim.day import DayConfig, generate_day
 
-        if args.workers < 1:
-            raise ValueError(f"--workers: {args.workers} is out of range; allowed: an integer >= 1")
         cfg = DayConfig(input_tokens_per_day=args.tokens, days=args.days, warmup_days=args.warmup_days,
                         seed=args.seed, tokens_per_part=args.tokens_per_part)
         m = generate_day(args.root, cfg, workers=args.workers, progress=not args.no_progress)
@@ -80,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
                               args.bytes_per_token)
     res = replay_day(args.root, capacities=caps, ttls=ttls, progress=not args.no_progress)
     res["bytes_per_token"] = args.bytes_per_token
-    text = json.dumps(jsonable(res), indent=2, allow_nan=False)
+    text = to_json(res)
     if args.record:
         from pathlib import Path
 

@@ -18,13 +18,17 @@ HELP = "held-out loss, long-context gain and loss-vs-context curve of a checkpoi
 
 
 def register(parser: argparse.ArgumentParser) -> None:
+    from tiered_kv.cli_args import int_at_least
+
     parser.add_argument("--checkpoint", type=Path, default=None, help="checkpoint (default data/checkpoints/small.pt)")
     parser.add_argument("--preset", default=None, help="refuse a checkpoint of another preset (tiny, small)")
     parser.add_argument("--text", type=Path, nargs="+", default=None,
                         help="score these text files instead of the held-out stdlib files")
-    parser.add_argument("--samples", type=int, default=64, help="4,096-byte windows for the gain (>= 2)")
-    parser.add_argument("--curve-samples", type=int, default=16, help="target spans per context length (>= 2)")
-    parser.add_argument("--threads", type=int, default=2, help="torch CPU threads")
+    parser.add_argument("--samples", type=int_at_least(2, "windows"), default=64,
+                        help="4,096-byte windows for the gain (>= 2)")
+    parser.add_argument("--curve-samples", type=int_at_least(2, "target spans"), default=16,
+                        help="target spans per context length (>= 2)")
+    parser.add_argument("--threads", type=int_at_least(1, "threads"), default=2, help="torch CPU threads")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
 
 
@@ -34,10 +38,6 @@ def run(args: argparse.Namespace) -> int:
     from tiered_kv.evaluate import evaluate_checkpoint, read_text_files
     from tiered_kv.model import default_checkpoint, load_checkpoint
 
-    for flag, value in (("--samples", args.samples), ("--curve-samples", args.curve_samples),
-                        ("--threads", args.threads)):
-        if value < (2 if flag != "--threads" else 1):
-            raise ValueError(f"{flag}: must be >= {2 if flag != '--threads' else 1}, got {value}")
     torch.set_num_threads(args.threads)
     path = args.checkpoint or default_checkpoint("small")
     model, meta = load_checkpoint(path, expect_preset=args.preset)

@@ -17,8 +17,6 @@ Examples:
 from __future__ import annotations
 
 import argparse
-import json
-import math
 
 NAME = "retention"
 #: Library parameters fed by a flag of another name, for error messages (tiered_kv.cli).
@@ -73,18 +71,14 @@ def run(args: argparse.Namespace) -> int:
     from tiered_kv.units import parse_bytes
 
     cap = None if args.capacity is None else float(parse_bytes(args.capacity, name="--capacity"))
-    if cap is not None and cap <= 0:
-        raise ValueError(f"--capacity: must be > 0 bytes, got {args.capacity!r}")
-    if args.bytes_per_token is not None and not (args.bytes_per_token > 0 and math.isfinite(args.bytes_per_token)):
-        raise ValueError(f"--bytes-per-token: must be > 0, got {args.bytes_per_token!r}")
     trace, label = load(args)
     result = analyze(trace, capacity_bytes=cap, bytes_per_token=args.bytes_per_token,
                      config=RetentionConfig(ttl_points=args.ttl_points))
     out = {"source": label, **result.to_dict()}
     if args.json:
-        from tiered_kv.commands._common import jsonable
+        from tiered_kv.commands._common import to_json
 
-        print(json.dumps(jsonable(out), indent=2, allow_nan=False))
+        print(to_json(out))
         return 0
     print_report(out)
     return 0

@@ -14,7 +14,6 @@ Examples:
 from __future__ import annotations
 
 import argparse
-import json
 from typing import Any
 
 NAME = "simulate"
@@ -127,7 +126,7 @@ def print_result(result: dict[str, Any]) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from tiered_kv.commands import _cluster_options
-    from tiered_kv.commands._common import jsonable
+    from tiered_kv.commands._common import to_json
 
     if _cluster_options.is_cluster(args):  # the cluster + latency model answers (commands/_cluster_options.py)
         result = _cluster_options.run_cluster(args)
@@ -136,7 +135,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         result = simulate_single(args)
     if args.json:
-        print(json.dumps(jsonable(result), indent=2, default=str, allow_nan=False))
+        print(to_json(result))
     elif "cluster" in result:
         _cluster_options.print_cluster(result)
     else:

@@ -53,20 +53,9 @@ def register(parser: argparse.ArgumentParser) -> None:
 
 
 def _ttl(values: list[str]):
-    from tiered_kv.units import parse_duration
+    from tiered_kv.commands._common import parse_ttls
 
-    per_class: dict[str, str] = {}
-    default = None
-    for v in values:
-        if "=" in v:
-            cls, dur = v.split("=", 1)
-            if not cls:
-                raise ValueError(f"--ttl: empty class name in {v!r}; use CLASS=DURATION or DURATION")
-            parse_duration(dur, name=f"--ttl {cls}")
-            per_class[cls] = dur
-        else:
-            parse_duration(v, name="--ttl")
-            default = v
+    per_class, default = parse_ttls(values)
     if per_class and default is not None:
         raise ValueError("--ttl: give either one DURATION for every class or CLASS=DURATION pairs, not both")
     return per_class or default

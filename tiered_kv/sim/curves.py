@@ -66,8 +66,9 @@ COLD = np.int64(2**62)
 
 
 @njit(cache=True)
-def _stack_distances(offsets, blocks, n_unique):  # pragma: no cover - compiled
-    """Prefix-max LRU stack distance of every access (COLD when the block is new)."""
+def _stack_distances(offsets, blocks, n_unique, prefix_max):  # pragma: no cover - compiled
+    """LRU stack distance of every access (COLD when the block is new), with ``prefix_max`` its
+    running maximum over the request's accesses so far."""
     m = blocks.shape[0]
     n = offsets.shape[0] - 1
     tree = np.zeros(m + 1, np.int32)  # Fenwick tree over access positions (1-based; int32: half the memory)
@@ -104,44 +105,50 @@ def _stack_distances(offsets, blocks, n_unique):  # pragma: no cover - compiled
             last[b] = i
             if d > run:
                 run = d
-            out[i] = run
+            out[i] = run if prefix_max else d
     return out
 
 
 def lru_keys(trace: CompiledTrace) -> np.ndarray:
     """int64 [m]: prefix-max stack distance (blocks) per access; COLD for first touches."""
-    return _stack_distances(trace.offsets, trace.blocks, trace.n_unique)
+    return _stack_distances(trace.offsets, trace.blocks, trace.n_unique, True)
 
 
 def ttl_keys(trace: CompiledTrace, nxt: np.ndarray | None = None) -> np.ndarray:
     """float64 [m]: prefix-max reuse time (s) per access; inf for first touches.
 
-    Plain numpy, so a first run has no kernel to compile for it: the reuse time of an access is
-    its request's time minus the time of the block's previous access (found from ``nxt``,
-    :func:`~tiered_kv.sim.policies.belady.next_use`, computed when not given), and the prefix
-    maximum within each request runs in ``log2(longest request)`` shifted maxima. Reuse times
-    below zero (``order="file"``) or NaN count as 0, as a running maximum from 0 does, and
-    ``+ 0.0`` turns a ``-0.0`` into ``0.0``: max is exact, so the keys are the same floats as a
-    scalar loop's.
+    Plain numpy, so a first run has no kernel to compile for it. The previous access of a block
+    comes from ``nxt`` (:func:`~tiered_kv.sim.policies.belady.next_use`); reuse times below zero
+    (``order="file"``) or NaN count as 0, as a running maximum from 0 does, and ``+ 0.0`` turns a
+    ``-0.0`` into ``0.0``, so the keys are the same floats as a scalar loop's.
     """
     m = trace.n_accesses
     nxt = next_use(trace) if nxt is None else nxt
-    now = trace.access_time
     last = np.full(m, -np.inf)
     again = nxt < m
-    last[nxt[again]] = now[again]
-    key = np.fmax(now - last, 0.0) + 0.0
-    lengths = np.diff(trace.offsets)
-    pos = np.arange(m) - np.repeat(trace.offsets[:-1], lengths)  # index of the access in its request
+    last[nxt[again]] = trace.access_time[again]
+    return segmented_prefix_max(np.fmax(trace.access_time - last, 0.0) + 0.0, trace.offsets)
+
+
+def segmented_prefix_max(values: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    """Running max of ``values`` (along axis 0) restarting at each ``offsets`` boundary (one per request).
+
+    Shifted maxima, ``log2(longest request)`` numpy passes: max is exact, so the result is the
+    same floats as a scalar loop's.
+    """
+    out = np.array(values, dtype=np.float64, copy=True)
+    lengths = np.diff(offsets)
+    m = out.shape[0]
+    pos = np.arange(m) - np.repeat(offsets[:-1], lengths)  # index of each row in its request
     shift = 1
     longest = int(lengths.max()) if lengths.size else 0
-    while shift < longest:  # key[i] = max over key[i - 2**j + 1 .. i] of the same request, j = 0, 1, ...
-        back = np.zeros(m)
-        back[shift:] = key[:-shift]
-        back[pos < shift] = 0.0
-        np.maximum(key, back, out=key)
+    while shift < longest:
+        back = np.full_like(out, -np.inf)
+        back[shift:] = out[:-shift]
+        back[pos < shift] = -np.inf
+        np.maximum(out, back, out=out)
         shift *= 2
-    return key
+    return out
 
 
 @dataclass
@@ -159,6 +166,16 @@ class Curve:
     @property
     def token_hit_rate(self) -> np.ndarray:
         return self.hit_tokens / self.input_tokens if self.input_tokens else np.zeros(len(self.x))
+
+    @classmethod
+    def of(cls, trace: CompiledTrace, x, per_class: np.ndarray, written_tokens: np.ndarray | None = None) -> Curve:
+        """The curve of hit tokens ``per_class`` [class, point], with the trace's counted input tokens."""
+        names = trace.class_names
+        return cls(x=np.asarray(x), hit_tokens=per_class.sum(axis=0),
+                   input_tokens=int(trace.input_length[trace.counted].sum()),
+                   by_class_hit_tokens={n: per_class[c] for c, n in enumerate(names)},
+                   by_class_input_tokens={n: int(trace.input_length[trace.counted & (trace.class_codes == c)].sum())
+                                          for c, n in enumerate(names)}, written_tokens=written_tokens)
 
     def class_rate(self, name: str) -> np.ndarray:
         inp = self.by_class_input_tokens[name]
@@ -181,18 +198,9 @@ def _evaluate(trace: CompiledTrace, keys: np.ndarray, thresholds: np.ndarray, x:
     bucket = np.searchsorted(thresholds[order], keys, side="left")  # k = never within any threshold
     flat = np.where(counted, classes * (k + 1) + bucket, n_cls * (k + 1))
     sums = np.bincount(flat, weights=trace.tokens, minlength=n_cls * (k + 1) + 1)[: n_cls * (k + 1)]
-    per_class = np.rint(np.cumsum(sums.reshape(n_cls, k + 1)[:, :k], axis=1)).astype(np.int64)
-    hit = np.zeros(k, dtype=np.int64)
-    by_hit, by_inp = {}, {}
-    for code, name in enumerate(trace.class_names):
-        h = np.empty(k, dtype=np.int64)
-        h[order] = per_class[code]
-        by_hit[name] = h
-        req = trace.counted & (trace.class_codes == code)
-        by_inp[name] = int(trace.input_length[req].sum())
-        hit += h
-    return Curve(x=np.asarray(x), hit_tokens=hit, input_tokens=int(trace.input_length[trace.counted].sum()),
-                 by_class_hit_tokens=by_hit, by_class_input_tokens=by_inp)
+    per_class = np.empty((n_cls, k), dtype=np.int64)
+    per_class[:, order] = np.rint(np.cumsum(sums.reshape(n_cls, k + 1)[:, :k], axis=1))
+    return Curve.of(trace, x, per_class)
 
 
 def lru_curve(trace: CompiledTrace, capacities_tokens, keys: np.ndarray | None = None) -> Curve:
@@ -236,9 +244,6 @@ def belady_curve(trace: CompiledTrace, capacities_tokens, progress: bool = False
     caps = np.asarray(capacities_tokens, dtype=np.float64)
     if np.any(caps < 0) or np.any(np.isnan(caps)):
         raise ValueError("capacities: must be >= 0 tokens")
-    inp = int(trace.input_length[trace.counted].sum())
-    by_inp = {name: int(trace.input_length[trace.counted & (trace.class_codes == code)].sum())
-              for code, name in enumerate(trace.class_names)}
     nxt = next_use(trace) if nxt is None else nxt
     finite = np.where(np.isinf(caps), 0.0, caps)
     blocks = np.where(np.isinf(caps), trace.n_unique + 1, finite // trace.uniform_block_size).astype(np.int64)
@@ -247,9 +252,7 @@ def belady_curve(trace: CompiledTrace, capacities_tokens, progress: bool = False
         per_class, written = _belady_replays(trace, caps, nxt, progress)
     else:
         per_class, written = stacked
-    return Curve(x=caps, hit_tokens=per_class.sum(axis=0), input_tokens=inp,
-                 by_class_hit_tokens={name: per_class[code] for code, name in enumerate(trace.class_names)},
-                 by_class_input_tokens=by_inp, written_tokens=written)
+    return Curve.of(trace, caps, per_class, written)
 
 
 def _belady_replays(trace: CompiledTrace, caps: np.ndarray, nxt: np.ndarray, progress: bool
@@ -296,41 +299,6 @@ def default_ttls(trace: CompiledTrace, n: int = 100) -> np.ndarray:
 # every registered policy at every capacity: hit tokens and SSD writes
 
 
-@njit(cache=True)
-def _raw_stack_distances(blocks, n_unique):  # pragma: no cover - compiled
-    """LRU stack distance of every access (no prefix max; COLD when the block is new)."""
-    m = blocks.shape[0]
-    tree = np.zeros(m + 1, np.int32)
-    last = np.full(n_unique, -1, np.int64)
-    out = np.empty(m, np.int64)
-    for i in range(m):
-        b = blocks[i]
-        lp = last[b]
-        if lp >= 0:
-            s = np.int64(0)
-            j = i
-            while j > 0:
-                s += tree[j]
-                j -= j & (-j)
-            j = lp + 1
-            while j > 0:
-                s -= tree[j]
-                j -= j & (-j)
-            out[i] = s + 1
-            j = lp + 1
-            while j <= m:
-                tree[j] -= 1
-                j += j & (-j)
-        else:
-            out[i] = np.int64(2**62)
-        j = i + 1
-        while j <= m:
-            tree[j] += 1
-            j += j & (-j)
-        last[b] = i
-    return out
-
-
 def lru_written_tokens(trace: CompiledTrace, capacities_tokens) -> np.ndarray:
     """Tokens written to the cache by LRU (every miss written) at every capacity, in one pass.
 
@@ -341,7 +309,7 @@ def lru_written_tokens(trace: CompiledTrace, capacities_tokens) -> np.ndarray:
     caps = np.asarray(capacities_tokens, dtype=np.float64)
     blocks = np.where(np.isinf(caps), float(trace.n_unique + 1),
                       np.floor(np.where(np.isinf(caps), 0.0, caps) / trace.uniform_block_size)).astype(np.int64)
-    d = _raw_stack_distances(trace.blocks, trace.n_unique)
+    d = _stack_distances(trace.offsets, trace.blocks, trace.n_unique, False)
     order = np.argsort(d, kind="stable")
     ds = d[order]
     cum = np.concatenate([[0], np.cumsum(trace.chunk_tokens[order])])
@@ -349,9 +317,6 @@ def lru_written_tokens(trace: CompiledTrace, capacities_tokens) -> np.ndarray:
     hits_upto = cum[np.searchsorted(ds, blocks, side="right")]  # tokens of accesses with d <= C
     return (total - hits_upto).astype(np.int64)
 
-
-#: Policies with a one-pass curve (under admit-all for ``lru``; ``belady`` is the bound).
-ONE_PASS = ("lru", "belady")
 
 _WORKER: dict = {}
 
@@ -442,21 +407,14 @@ def _wear_fields(trace: CompiledTrace, caps: np.ndarray, hit_tokens, written_tok
 
 def policy_curves(trace: CompiledTrace, specs, capacities_tokens, *, admission: str = "all",
                   bytes_per_token: float | None = None, workers: int = 2, progress: bool = False) -> dict:
-    """Hit tokens, hit rate and SSD writes of every policy spec at every capacity.
+    """Hit tokens, hit rate and SSD writes of every policy spec at every capacity: ``{spec: {...}}``.
 
     ``specs``: registered names, plug-in files (``path.py:Class``) or ``name:key=value``.
     ``lru`` under admit-all and ``belady`` (the bound, which bypasses: admission does not apply)
-    come from one pass; ``lru`` with another admission is replayed as ``class-lru`` with equal
-    weights (plain LRU that takes a filter); every other policy is replayed once per capacity,
-    in a pool of ``workers`` processes (1: in this process), with a progress bar when
-    ``progress``. Returns ``{spec: {...}}`` with ``method`` ("one-pass" or "replay"),
-    ``hit_tokens``, ``token_hit_rate``, ``block_hits``, ``ssd_bytes_written``,
-    ``bytes_written_per_hit_byte`` and ``drive_writes_per_day``. Every built-in policy counts
-    its writes: the zoo's kernels, ``lru``'s one pass (misses by stack distance), ``belady``'s
-    stack pass (kept misses with a next use), and the runs of ``ttl``/``watermark``/``lru`` with
-    parameters (their kernel marks each insert); ``watermark`` gets each capacity in bytes at
-    ``bytes_per_token``. The wear fields are None only for a policy whose run does not report
-    ``tokens_written`` (kvcache.ai's trie policies).
+    come from one pass; ``lru`` under a filter is replayed as ``class-lru`` with equal weights;
+    every other policy once per capacity, in a pool of ``workers`` processes (1: this one).
+    ``watermark`` gets each capacity in bytes at ``bytes_per_token``. The wear fields are None
+    only for a policy whose run does not report ``tokens_written`` (kvcache.ai's trie policies).
     """
     from tiered_kv.sim.policies import DEFAULT_BYTES_PER_TOKEN, get_admission, parse_policy_spec
 

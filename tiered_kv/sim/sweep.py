@@ -39,13 +39,12 @@ worker ran it or what that worker ran before. Two things keep it so:
   (:func:`code_digest`). Workers import the package when they start, so a checkout edited
   while a sweep runs (several people, one working tree) gives rows of two codes; the sweep
   then stops with an error naming the points instead of returning them mixed, and a resumed
-  sweep recomputes every row whose digest is not the checkout's. (The 1-vs-2-worker mismatch
-  recorded in ``benchmarks/results/sweep.md`` had no such column; every point of that sweep
-  computed again, in two processes and in two orders, gave identical rows.)
+  sweep recomputes every row whose digest is not the checkout's.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
@@ -67,14 +66,19 @@ METRICS = ("requests", "input_tokens", "hit_tokens", "token_hit_rate", "disk_tok
            "window_hit_rate", "evictions_ssd", "ttft_p50_s", "ttft_p90_s", "ttft_p99_s", "cost_per_mtok")
 
 
-def _fail(key: str, value: Any, allowed: str) -> None:
-    raise ValueError(f"{key}: {value!r} is out of range; allowed: {allowed}")
+def _fail(key: str, value: Any, allowed: str, ok: bool = False) -> None:
+    """Raise naming ``key``, its value and what is allowed, unless ``ok``."""
+    if not ok:
+        raise ValueError(f"{key}: {value!r} is out of range; allowed: {allowed}")
+
+
+def _number(value: Any, kind: type = float) -> bool:
+    return isinstance(value, (int, kind)) and not isinstance(value, bool)
 
 
 def _int_in(key: str, value: Any, lo: int, hi: int | None = None) -> int:
-    ok = isinstance(value, int) and not isinstance(value, bool) and value >= lo and (hi is None or value <= hi)
-    if not ok:
-        _fail(key, value, f"an integer in [{lo}, {hi}]" if hi is not None else f"an integer >= {lo}")
+    _fail(key, value, f"an integer in [{lo}, {hi}]" if hi is not None else f"an integer >= {lo}",
+          ok=_number(value, int) and value >= lo and (hi is None or value <= hi))
     return int(value)
 
 
@@ -85,14 +89,11 @@ def _capacity(key: str, value: Any, bytes_per_token: float) -> float:
     allowed = "a token count >= 1, a size with a unit (e.g. '8TiB', up to '100PiB' and beyond) or 'inf'"
     if isinstance(value, str) and value.strip().lower() in ("inf", "unlimited", "none"):
         return math.inf
-    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-        _fail(key, value, allowed)
-    try:
-        tokens = capacity_tokens_from(value, bytes_per_token=bytes_per_token, name=key)
-    except ValueError:
-        _fail(key, value, allowed)
-    if tokens is None or tokens < 1:
-        _fail(key, value, allowed)
+    tokens = None
+    if _number(value) or isinstance(value, str):
+        with contextlib.suppress(ValueError):
+            tokens = capacity_tokens_from(value, bytes_per_token=bytes_per_token, name=key)
+    _fail(key, value, allowed, ok=tokens is not None and tokens >= 1)
     return float(tokens)
 
 
@@ -116,8 +117,7 @@ def _ttl(key: str, value: Any) -> tuple[tuple[str, float], ...]:
             seconds = parse_duration(dur.strip() if isinstance(dur, str) else dur, name=f"{key} {cls}")
         except (ValueError, TypeError):
             _fail(f"{key} {cls}", dur, allowed)
-        if not cls or not seconds > 0:
-            _fail(key, value, allowed)
+        _fail(key, value, allowed, ok=bool(cls) and seconds > 0)
         out[cls] = float(seconds)
     return tuple(sorted(out.items()))
 
@@ -144,27 +144,21 @@ class SweepPoint:
         from tiered_kv.sim.workload.synth import PRESETS
         from tiered_kv.units import parse_bytes
 
-        if self.policy not in POLICIES:
-            _fail("policy", self.policy, f"one of {list(POLICIES)}")
-        if not (isinstance(self.bytes_per_token, (int, float)) and not isinstance(self.bytes_per_token, bool)
-                and 1 <= self.bytes_per_token <= 10**8):
-            _fail("bytes_per_token", self.bytes_per_token, "a number in [1, 1e8]")
-        object.__setattr__(self, "capacity_tokens", _capacity("capacity", self.capacity, float(self.bytes_per_token)))
+        _fail("policy", self.policy, f"one of {list(POLICIES)}", ok=self.policy in POLICIES)
+        bpt = self.bytes_per_token
+        _fail("bytes_per_token", bpt, "a number in [1, 1e8]", ok=_number(bpt) and 1 <= bpt <= 10**8)
+        object.__setattr__(self, "capacity_tokens", _capacity("capacity", self.capacity, float(bpt)))
         if self.policy == "ttl":
-            if self.ttl is None:
-                _fail("ttl", None, "a TTL for every policy 'ttl' point, e.g. 'agent=3d,chatbot=7d'")
+            _fail("ttl", None, "a TTL for every policy 'ttl' point, e.g. 'agent=3d,chatbot=7d'", ok=self.ttl is not None)
             object.__setattr__(self, "ttl_seconds", _ttl("ttl", self.ttl))
         else:
             object.__setattr__(self, "ttl", None)  # a TTL means nothing to capacity LRU
             object.__setattr__(self, "ttl_seconds", None)
         _int_in("nodes", self.nodes, 1, _MAX_NODES)
-        if self.routing not in ROUTINGS:
-            _fail("routing", self.routing, f"one of {list(ROUTINGS)}")
-        if self.preset not in PRESETS:
-            _fail("preset", self.preset, f"one of {sorted(PRESETS)}")
+        _fail("routing", self.routing, f"one of {list(ROUTINGS)}", ok=self.routing in ROUTINGS)
+        _fail("preset", self.preset, f"one of {sorted(PRESETS)}", ok=self.preset in PRESETS)
         _int_in("seed", self.seed, 0)
-        if not (isinstance(self.days, (int, float)) and not isinstance(self.days, bool) and 0 < self.days <= 365):
-            _fail("days", self.days, "a number of days in (0, 365]")
+        _fail("days", self.days, "a number of days in (0, 365]", ok=_number(self.days) and 0 < self.days <= 365)
         try:
             parse_bytes(self.host_capacity, name="host_capacity")
         except (ValueError, TypeError):
@@ -447,7 +441,11 @@ def run_sweep(config: SweepConfig | str | Path, *, out: str | Path | None = None
     code = code_digest()  # the checkout now: what the workers about to start will import
     todo = [p for p in config.points if row_code(point_path(out, p)) != code]
     todo.sort(key=lambda p: (p.preset, p.days, p.seed))  # one workload per worker, mostly
-    bar = _progress_bar(len(config.points), len(config.points) - len(todo), progress, backend)
+    from tqdm.auto import tqdm
+
+    bar = tqdm(total=len(config.points), initial=len(config.points) - len(todo), unit="point",
+               desc=f"sweep ({backend})", disable=not progress, smoothing=0.1,
+               bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt} points [{elapsed}<{remaining}]")
     other: list[str] = []
     try:
         if todo:
@@ -466,12 +464,6 @@ def run_sweep(config: SweepConfig | str | Path, *, out: str | Path | None = None
                          "again to recompute them")
     return load_results(out, config.points)
 
-
-def _progress_bar(total: int, done: int, enabled: bool, backend: str):
-    from tqdm.auto import tqdm
-
-    return tqdm(total=total, initial=done, unit="point", desc=f"sweep ({backend})", disable=not enabled,
-                smoothing=0.1, bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt} points [{elapsed}<{remaining}]")
 
 
 def _run_pool(points: list[SweepPoint], workers: int | None, address: str | None):

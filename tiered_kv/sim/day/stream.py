@@ -163,40 +163,31 @@ def _short(exc: Exception) -> str:
     return text[0][:200] if text else type(exc).__name__
 
 
+def _bad_rows(df, hour: int, n_ids_by_part: np.ndarray, bs: int, n_classes: int) -> list[tuple[str, np.ndarray]]:
+    """(what is wrong, bool per row) for each check of an hour's rows."""
+    lens = df["block_ids"].list.len().to_numpy()
+    t, L, part = df["timestamp_s"].to_numpy(), df["input_length"].to_numpy(), df["part"].to_numpy()
+    max_id = df["block_ids"].list.max().fill_null(0).to_numpy()
+    return [
+        ("timestamp_s outside the file's hour", ~((t >= hour * 3600.0) & (t < (hour + 1) * 3600.0))),
+        ("input_length < 1", L < 1),
+        (f"block count != ceil(input_length / {bs})", lens != -(-L // bs)),
+        ("class_code unknown", df["class_code"].to_numpy() >= n_classes),
+        ("part unknown", part >= len(n_ids_by_part)),
+        ("block id beyond the part's id range", max_id >= n_ids_by_part[np.minimum(part, len(n_ids_by_part) - 1)]),
+    ]
+
+
 def _validate_hour(df, hour: int, files: list[Path], n_ids_by_part: np.ndarray, bs: int, n_classes: int):
     """Vectorised checks of one hour; on a failure, the file and row (within that file) are named."""
     import polars as pl
 
-    lens = df["block_ids"].list.len().to_numpy()
-    t = df["timestamp_s"].to_numpy()
-    L = df["input_length"].to_numpy()
-    part = df["part"].to_numpy()
-    cls = df["class_code"].to_numpy()
-    ok = (t >= hour * 3600.0) & (t < (hour + 1) * 3600.0) & (L >= 1) & (lens == -(-L // bs)) & (cls < n_classes)
-    ok &= part < len(n_ids_by_part)
-    max_id = df["block_ids"].list.max().fill_null(0).to_numpy()
-    ok &= max_id < n_ids_by_part[np.minimum(part, len(n_ids_by_part) - 1)]
-    if ok.all():
+    if not any(bad.any() for _, bad in _bad_rows(df, hour, n_ids_by_part, bs, n_classes)):
         return
-    # slow path: which file, which row
-    for f in files:
-        one = pl.read_parquet(f).with_row_index("_row")
-        fl = one["block_ids"].list.len().to_numpy()
-        ft, fL, fp = one["timestamp_s"].to_numpy(), one["input_length"].to_numpy(), one["part"].to_numpy()
-        fmax = one["block_ids"].list.max().fill_null(0).to_numpy()
-        checks = [
-            ("timestamp_s outside the file's hour", (ft < hour * 3600.0) | (ft >= (hour + 1) * 3600.0)),
-            ("input_length < 1", fL < 1),
-            (f"block count != ceil(input_length / {bs})", fl != -(-fL // bs)),
-            ("class_code unknown", one["class_code"].to_numpy() >= n_classes),
-            ("part unknown", fp >= len(n_ids_by_part)),
-            ("block id beyond the part's id range",
-             fmax >= n_ids_by_part[np.minimum(fp, len(n_ids_by_part) - 1)]),
-        ]
-        for what, bad in checks:
+    for f in files:  # slow path: which file, which row
+        for what, bad in _bad_rows(pl.read_parquet(f), hour, n_ids_by_part, bs, n_classes):
             if bad.any():
-                row = int(np.flatnonzero(bad)[0])
-                raise ValueError(f"{f}: row {row}: {what}")
+                raise ValueError(f"{f}: row {int(np.flatnonzero(bad)[0])}: {what}")
     raise ValueError(f"hour {hour}: invalid rows, but no single shard shows them")
 
 

@@ -187,11 +187,10 @@ def watermark_view(trace: CompiledTrace, capacity_bytes: float, chunk_bytes: flo
     w = np.full(trace.n_accesses, float(chunk_bytes))
     hit, ages, classes, n_ev, _, _ = run_cache_kernel(trace, weights=w, high=high * capacity_bytes,
                                                       low=low * capacity_bytes, record=True)
-    hit_tokens = trace.hit_tokens_from_blocks(np.asarray(hit, dtype=np.int64))
-    out = {"capacity_bytes": float(capacity_bytes), "high": high, "low": low, "evictions": int(n_ev),
-           "effective_retention_s": retention_quantiles(ages, classes, trace.class_names), "by_class": {}}
-    for code, name in enumerate(trace.class_names):
-        sel = trace.counted & (trace.class_codes == code)
-        out["by_class"][name] = {"hit_tokens": int(hit_tokens[sel].sum()),
-                                 "input_tokens": int(trace.input_length[sel].sum())}
-    return out
+    from tiered_kv.sim.trace_replay import summarize
+
+    by_class = summarize(trace, trace.hit_tokens_from_blocks(np.asarray(hit, dtype=np.int64)))[3]
+    return {"capacity_bytes": float(capacity_bytes), "high": high, "low": low, "evictions": int(n_ev),
+            "effective_retention_s": retention_quantiles(ages, classes, trace.class_names),
+            "by_class": {n: {"hit_tokens": c["hit_tokens"], "input_tokens": c["input_tokens"]}
+                         for n, c in by_class.items()}}

@@ -31,42 +31,33 @@ class GCRun:
     age_s: np.ndarray
 
 
-def collector(mechanism: str, names: tuple[str, ...], capacity_bytes: float, *, bytes_per_token: float,
-              param=None, high: float = 0.95, low: float = 0.85):
-    """The registered collector policy of ``mechanism`` with ``param`` per class (in ``names`` order).
-
-    ``param``: weights for ``weighted`` (default 1), TTLs in seconds for ``ttl-priority``
-    (required), quota shares of ``capacity_bytes`` for ``quotas`` (required, summing to at most 1).
-    """
-    from tiered_kv.sim.policies import GCLRU, GCQuotas, GCTTLPriority, GCWeighted
-
-    if mechanism not in MECHANISMS:
-        raise ValueError(f"mechanism: must be one of {list(MECHANISMS)}, got {mechanism!r}")
-    if param is None and mechanism in ("ttl-priority", "quotas"):
-        raise ValueError(f"param: {mechanism} needs one value per class {list(names)}")
-    common = {"capacity_bytes": capacity_bytes, "high": high, "low": low, "bytes_per_token": bytes_per_token}
-    if mechanism == "lru":
-        return GCLRU(**common)
-    values = np.ones(len(names)) if param is None else np.asarray(param, dtype=np.float64)
-    if values.shape != (len(names),):
-        raise ValueError(f"param: need {len(names)} values (one per class {list(names)}), got {values}")
-    by_class = dict(zip(names, values.tolist(), strict=True))
-    if mechanism == "weighted":
-        return GCWeighted(**common, weights=by_class)
-    if mechanism == "ttl-priority":
-        return GCTTLPriority(**common, ttl_seconds=by_class)
-    return GCQuotas(**common, shares=by_class)
+#: The registered collector's parameter that ``param`` of :func:`run_gc` fills, per mechanism.
+_PARAM = {"weighted": "weights", "ttl-priority": "ttl_seconds", "quotas": "shares"}
 
 
 def run_gc(trace: CompiledTrace, mechanism: str, capacity_bytes: float, *, bytes_per_token: float, param=None,
            high: float = 0.95, low: float = 0.85) -> GCRun:
-    """Replay ``trace`` under one collector (:func:`collector`); every chunk weighs
-    ``bytes_per_token`` x the block size."""
+    """Replay ``trace`` under the registered collector ``gc-<mechanism>``, every chunk weighing
+    ``bytes_per_token`` x the block size. ``param``, one value per class of the trace: weights for
+    ``weighted`` (default 1), TTLs in seconds for ``ttl-priority`` and quota shares of
+    ``capacity_bytes`` for ``quotas`` (both required)."""
+    from tiered_kv.sim.policies import get_policy
+
+    names = trace.class_names
     if not (capacity_bytes > 0 and np.isfinite(capacity_bytes)):
         raise ValueError(f"capacity_bytes: must be a finite size > 0, got {capacity_bytes!r}")
-    policy = collector(mechanism, trace.class_names, capacity_bytes, bytes_per_token=bytes_per_token, param=param,
-                       high=high, low=low)
-    res = policy.collect(trace)
+    if mechanism not in MECHANISMS:
+        raise ValueError(f"mechanism: must be one of {list(MECHANISMS)}, got {mechanism!r}")
+    if param is None and mechanism in ("ttl-priority", "quotas"):
+        raise ValueError(f"param: {mechanism} needs one value per class {list(names)}")
+    extra = {}
+    if mechanism != "lru":
+        values = np.ones(len(names)) if param is None else np.asarray(param, dtype=np.float64)
+        if values.shape != (len(names),):
+            raise ValueError(f"param: need {len(names)} values (one per class {list(names)}), got {values}")
+        extra[_PARAM[mechanism]] = dict(zip(names, values.tolist(), strict=True))
+    res = get_policy(f"gc-{mechanism}", capacity_bytes=capacity_bytes, high=high, low=low,
+                     bytes_per_token=bytes_per_token, **extra).collect(trace)
     return GCRun(mechanism, np.asarray(res.hit_blocks, dtype=np.int64), res.evicted_class, res.idle_s, res.age_s)
 
 
@@ -82,19 +73,17 @@ def eviction_frame(run: GCRun, names: tuple[str, ...]) -> pl.DataFrame:
 
 def summarize_run(trace: CompiledTrace, run: GCRun) -> list[dict]:
     """Per class: hit rate, evictions, idle and age quantiles at eviction (None when none)."""
-    hit_tokens = trace.hit_tokens_from_blocks(run.hit_blocks)
+    from tiered_kv.sim.trace_replay import summarize
+
+    def q(a, p):
+        return float(np.quantile(a, p)) if a.size else None
+
     rows = []
-    for code, name in enumerate(trace.class_names):
-        sel = trace.counted & (trace.class_codes == code)
+    for code, (name, c) in enumerate(summarize(trace, trace.hit_tokens_from_blocks(run.hit_blocks))[3].items()):
         idle, age = run.idle_s[run.evicted_class == code], run.age_s[run.evicted_class == code]
-
-        def q(a, p):
-            return float(np.quantile(a, p)) if a.size else None
-
-        rows.append({"mechanism": run.mechanism, "traffic_class": name,
-                     "hit_tokens": int(hit_tokens[sel].sum()), "input_tokens": int(trace.input_length[sel].sum()),
-                     "evictions": int(idle.size), "idle_p10_s": q(idle, 0.1), "idle_p50_s": q(idle, 0.5),
-                     "idle_p90_s": q(idle, 0.9), "age_p50_s": q(age, 0.5)})
+        rows.append({"mechanism": run.mechanism, "traffic_class": name, "hit_tokens": c["hit_tokens"],
+                     "input_tokens": c["input_tokens"], "evictions": int(idle.size), "idle_p10_s": q(idle, 0.1),
+                     "idle_p50_s": q(idle, 0.5), "idle_p90_s": q(idle, 0.9), "age_p50_s": q(age, 0.5)})
     return rows
 
 

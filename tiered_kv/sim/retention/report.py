@@ -11,12 +11,9 @@ bytes of one shared TTL of a tenth of the span.
 Average stored bytes are byte-seconds over the span (Little's law: a steady-state average, which
 charges each chunk its full residency, T after its last access included, even past the trace's
 end; for a TTL far above the span that is an extrapolation). Peak stored bytes of the TTL rows
-are counted at evenly spaced instants in the same steady state: the trace is one period of a
-stationary workload, so what a chunk still holds at the trace's end wraps around to its start
-(:func:`tiered_kv.sim.retention.occupancy.ttl_occupancy`). Counting them from a cold cache
-instead put the peak below the average whenever the TTL was comparable to the span (a 14-day
-TTL on 14 days of traffic never warms up inside the window). The frontier keeps only intervals
-that end in a reuse, inside the trace, so its peak needs no wrap.
+are counted at evenly spaced instants in the same steady state
+(:func:`tiered_kv.sim.retention.occupancy.ttl_occupancy` says why); the frontier keeps only
+intervals that end in a reuse, inside the trace, so its peak needs no wrap.
 """
 
 from __future__ import annotations
@@ -105,7 +102,14 @@ class _Pass:
     gaps: Gaps
     model: TTLModel
     front: Frontier
-    span: float
+
+    @property
+    def span(self) -> float:
+        return self.gaps.span_s
+
+    @property
+    def pair(self) -> np.ndarray:
+        return pair_ttls(self.trace.class_names)
 
 
 def analyze(trace: CompiledTrace, *, capacity_bytes: float | None = None, bytes_per_token: float | None = None,
@@ -121,12 +125,12 @@ def analyze(trace: CompiledTrace, *, capacity_bytes: float | None = None, bytes_
     model = TTLModel.build(trace, gaps, store.chunk_bytes)
     timing["gaps_s"] = time.perf_counter() - t1
     t1 = time.perf_counter()
-    p = _Pass(trace, store, gaps, model, oracle_frontier(trace, gaps, store.chunk_bytes), gaps.span_s)
+    p = _Pass(trace, store, gaps, model, oracle_frontier(trace, gaps, store.chunk_bytes))
     timing["frontier_s"] = time.perf_counter() - t1
     t1 = time.perf_counter()
     cap, cap_from = _capacity(p, capacity_bytes)
     choices = {"optimal": optimal_ttls(model, cap), "shared": best_shared_ttl(model, cap),
-               "3d/7d": ttl_choice(model, pair_ttls(trace.class_names))}
+               "3d/7d": ttl_choice(model, p.pair)}
     # the pair at its own storage: what the best per-class TTLs and the oracle do with the same bytes
     at_pair = optimal_ttls(model, choices["3d/7d"].avg_bytes)
     at_pair_hits = float(evaluate(trace, gaps, store.chunk_bytes, at_pair.ttl_s)[0].sum())
@@ -158,8 +162,7 @@ def _capacity(p: _Pass, given: float | None) -> tuple[float, str]:
         return float(given), "given"
     classes = range(len(p.trace.class_names))
     if p.span >= PAIR_DEFAULT_DAYS * DAY_S:
-        pair = pair_ttls(p.trace.class_names)
-        return float(np.sum([p.model.cost(c, pair[c]) for c in classes])) / p.span, "3d/7d pair average"
+        return float(np.sum([p.model.cost(c, p.pair[c]) for c in classes])) / p.span, "3d/7d pair average"
     # a short trace: the pair would keep everything; ask about a tenth of the span instead
     return float(np.sum([p.model.cost(c, p.span / 10) for c in classes])) / p.span, "shared TTL of span/10"
 
@@ -234,7 +237,7 @@ def _summary(p: _Pass, capacity: tuple[float, str], choices: dict[str, Any], at_
         "optimal_ttl_s": dict(zip(names, choices["optimal"].ttl_s, strict=True)),
         "optimal_token_hit_rate": rate["optimal"], "shared_ttl_s": choices["shared"].ttl_s[0],
         "shared_token_hit_rate": rate["shared"],
-        "pair_ttl_s": dict(zip(names, pair_ttls(names).tolist(), strict=True)),
+        "pair_ttl_s": dict(zip(names, p.pair.tolist(), strict=True)),
         "pair_token_hit_rate": rate["3d/7d"], "frontier_token_hit_rate": frontier_rate,
         "shared_loss_points": 100 * (rate["optimal"] - rate["shared"]),
         "pair_avg_bytes": pair_bytes,

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
-from tiered_kv.sim.curves import COLD, lru_keys
+from tiered_kv.sim.curves import COLD, lru_keys, segmented_prefix_max
 from tiered_kv.sim.retention.gaps import reuse_gaps
 from tiered_kv.sim.trace_replay import CompiledTrace, compile_trace
 
@@ -138,27 +138,6 @@ def _next_touch_time(trace: CompiledTrace, prev: np.ndarray) -> np.ndarray:
     return out
 
 
-def segmented_prefix_max(values: np.ndarray, offsets: np.ndarray) -> np.ndarray:
-    """Running max of ``values`` (along axis 0) restarting at each ``offsets`` boundary (one per request).
-
-    Shifted maxima, ``log2(longest request)`` numpy passes: max is exact, so the result is the
-    same floats as a scalar loop's.
-    """
-    out = np.array(values, dtype=np.float64, copy=True)
-    lengths = np.diff(offsets)
-    m = out.shape[0]
-    pos = np.arange(m) - np.repeat(offsets[:-1], lengths)  # index of each row in its request
-    shift = 1
-    longest = int(lengths.max()) if lengths.size else 0
-    while shift < longest:
-        back = np.full_like(out, -np.inf)
-        back[shift:] = out[:-shift]
-        back[pos < shift] = -np.inf
-        np.maximum(out, back, out=out)
-        shift *= 2
-    return out
-
-
 def _admitted(table: RetentionTable, ttl: np.ndarray, cap: float) -> np.ndarray:
     """Rows within capacity whose gaps are within the TTL of every toucher class."""
     return (table.sd_max <= cap) & (table.gap_max <= ttl).all(axis=1)
@@ -175,22 +154,13 @@ def hit_tokens(table: RetentionTable, setting: Setting) -> np.ndarray:
 
 def hit_rates(table: RetentionTable, setting: Setting) -> pl.DataFrame:
     """One row per class plus ``total``: requests, input and hit tokens, token hit rate."""
-    hits = hit_tokens(table, setting)
-    names = list(table.classes) + ["total"]
-    hit_col = list(hits) + [int(hits.sum())]
-    inp = list(table.input_tokens) + [int(table.input_tokens.sum())]
-    req = list(table.requests) + [int(table.requests.sum())]
-    ttl = list(setting.ttl_s) + [math.nan]
-    return pl.DataFrame(
-        {
-            "class": names,
-            "ttl_seconds": [float(t) for t in ttl],
-            "requests": [int(x) for x in req],
-            "input_tokens": [int(x) for x in inp],
-            "hit_tokens": [int(x) for x in hit_col],
-            "token_hit_rate": [h / i if i else 0.0 for h, i in zip(hit_col, inp, strict=True)],
-        }
-    )
+    def with_total(a: np.ndarray) -> list[int]:
+        return [*(int(x) for x in a), int(a.sum())]
+
+    hits, inp = with_total(hit_tokens(table, setting)), with_total(table.input_tokens)
+    return pl.DataFrame({"class": [*table.classes, "total"], "ttl_seconds": [*map(float, setting.ttl_s), math.nan],
+                         "requests": with_total(table.requests), "input_tokens": inp, "hit_tokens": hits,
+                         "token_hit_rate": [h / i if i else 0.0 for h, i in zip(hits, inp, strict=True)]})
 
 
 def ttl_grid(table: RetentionTable, points: int = 48) -> np.ndarray:

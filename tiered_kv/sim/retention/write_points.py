@@ -158,21 +158,20 @@ def compare_strategies(trace: CompiledTrace, *, every_tokens: int = 4096, ttl_by
                        bytes_per_token: float = 1.0) -> pl.DataFrame:
     """One row per strategy: token hit rate (all and per class), bytes written per day, average
     stored bytes and bytes stored at the end, units written."""
+    from tiered_kv.sim.trace_replay import summarize
+
     rows = []
-    inp = trace.input_length[trace.counted]
     for s in STRATEGIES:
         wp = write_points(trace, s, every_tokens if s == "turn-ends+interval" else None)
         out = replay_write_points(trace, wp, ttl_by_class, bytes_per_token)
-        h = trace.hit_tokens_from_blocks(out["hit_blocks"])
+        _, inp, hit, by_class = summarize(trace, trace.hit_tokens_from_blocks(out["hit_blocks"]))
         row = {"strategy": s if s != "turn-ends+interval" else f"turn-ends+{every_tokens}",
-               "token_hit_rate": float(h[trace.counted].sum()) / max(int(inp.sum()), 1),
+               "token_hit_rate": hit / max(inp, 1),
                "write_point_share": float(wp.mean()) if wp.size else 0.0,
                "bytes_written_per_day": out["bytes_written"] / max(out["span_s"], 1.0) * 86_400,
                "avg_stored_bytes": out["avg_stored_bytes"], "stored_bytes_end": out["stored_bytes_end"],
-               "units": out["units"]}
-        for code, name in enumerate(trace.class_names):
-            sel = trace.counted & (trace.class_codes == code)
-            row[f"token_hit_rate_{name}"] = float(h[sel].sum()) / max(int(trace.input_length[sel].sum()), 1)
+               "units": out["units"],
+               **{f"token_hit_rate_{n}": c["hit_tokens"] / max(c["input_tokens"], 1) for n, c in by_class.items()}}
         rows.append(row)
     return pl.DataFrame(rows)
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import polars as pl
 
-from tiered_kv.sim.workload.synth import CHATBOT, DAY_S, HOUR_S, PRESETS, SynthConfig, generate
+from tiered_kv.sim.workload.synth import CHATBOT, DAY_S, HOUR_S, PRESETS, SynthConfig, generate, get_config
 
 _CAP_MS = (1 << 32) - 2  # reuse times are clipped here (about 49.7 days); never-seen = CAP + 1
 
@@ -50,12 +50,6 @@ def _accesses(df: pl.DataFrame) -> _Accesses:
     return _Accesses(ids, req, pos, reuse)
 
 
-def _block_size(df: pl.DataFrame) -> int:
-    sizes = df["block_size"].unique()
-    if len(sizes) != 1:
-        raise ValueError(f"block_size: calibration needs one block size per frame, got {sizes.to_list()}")
-    return int(sizes[0])
-
 
 def reuse_time_quantiles(df: pl.DataFrame, q: tuple[float, ...] = (0.5, 0.9)) -> dict[float, float]:
     """Quantiles (seconds) of block reuse times over all accesses that have one."""
@@ -75,8 +69,10 @@ def input_length_quantiles(df: pl.DataFrame, q: tuple[float, ...] = (0.1, 0.25, 
 def _lead_ms(df: pl.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per access: running max of reuse time (whole ms, rounded up) over the request's leading
     blocks, the tokens the access is credited with, and its request row."""
-    bs = _block_size(df)
-    a = _accesses(df)
+    sizes = df["block_size"].unique()
+    if len(sizes) != 1:
+        raise ValueError(f"block_size: calibration needs one block size per frame, got {sizes.to_list()}")
+    bs, a = int(sizes[0]), _accesses(df)
     ms = np.where(np.isfinite(a.reuse_s), np.minimum(np.ceil(a.reuse_s * 1000.0), _CAP_MS), _CAP_MS + 1)
     key = np.maximum.accumulate(a.req * (1 << 32) + ms.astype(np.int64))
     length = df["input_length"].to_numpy()
@@ -216,10 +212,7 @@ CURVE_CAPACITIES: tuple[float, ...] = tuple(c for c, _ in FIG9_TOOL_AGENT)
 def hour_slice(config: SynthConfig | str, name: str, hour: int = 12, seed: int = 0) -> pl.DataFrame:
     """Hour ``hour`` (of the daily cycle) of one class in a steady-state run: the requests of
     ``[hour, hour + 1)`` h of ``generate(config.only(name), (hour + 1) / 24, seed)``."""
-    from tiered_kv.sim.workload.synth import get_config
-
-    cfg = get_config(config).only(name)
-    df = generate(cfg, (hour + 1) / 24, seed)
+    df = generate(get_config(config).only(name), (hour + 1) / 24, seed)
     return df.filter(pl.col("timestamp_s") >= hour * HOUR_S)
 
 

@@ -55,12 +55,7 @@ matching them is a calibration, not a reproduction:
 * chatbot, 14-day run: token hit rate with a 7-day TTL minus with a 3-day TTL between 0.5 and
   1 point (the effect DeepSeek reports for moving chatbot retention).
 
-Achieved at the Mooncake rates, seeds 0/1/2 (``python -m tiered_kv.sim.workload.calibration
---seeds 0 1 2``): chatbot input quantiles 939-959 / 2,447-2,541 / 6,714-6,912 /
-14,013-14,368 / 25,842-26,252; reuse p50 104-121 s, p90 438-525 s; infinite hit rate
-0.365-0.385; 11,658-11,834 requests/hour (the context-window cut ends a few sessions early).
-Agent (seeds 0/1/2): average input 8,347-8,893, output 181-184, cache ratio 0.583-0.616,
-23,509-23,689 requests/hour; hour-12 LRU curve within 0.038 of Fig. 9 at every point. 14-day chatbot (``mixed`` preset, 1/16 rate) 7 d -> 3 d loss: 0.66-0.74 points.
+Achieved values per seed: ``python -m tiered_kv.sim.workload.calibration --seeds 0 1 2``.
 Known bias: chatbot p25 input length runs 6-10 % high, p75 and p90 4-9 % low.
 """
 
@@ -87,6 +82,26 @@ def _check(name: str, value: float, lo: float, hi: float = math.inf, *, lo_open:
         left = "(" if lo_open else "["
         right = ")" if hi_open or hi == math.inf else "]"
         raise ValueError(f"{name}: must be in {left}{lo:g}, {hi:g}{right}, got {value!r}")
+
+
+_POSITIVE = (0, math.inf, True, False)
+_FRACTION = (0, 1, False, False)
+_SIGMA = (0, 5, False, False)
+#: Allowed range of each numeric ClassConfig setting: (low, high, low open, high open); a high
+#: that is a name is that setting's value.
+_RANGES = tuple((name, *bounds) for name, bounds in (
+    ("requests_per_hour", _POSITIVE), ("daily_amplitude", (0, 1, False, True)), ("peak_hour", (0, 24, False, True)),
+    ("system_prompt_tokens", (1, "max_input_tokens", False, False)), ("n_prefixes", (1, 10**8, False, False)),
+    ("prefix_probability", _FRACTION), ("short_first_probability", _FRACTION), ("prefix_zipf", (0, 10, False, False)),
+    *((n, _POSITIVE) for n in ("prefix_tokens_median", "first_tokens_median", "short_first_tokens_median",
+                               "turn_tokens_median", "output_tokens_mean", "output_tokens_shape", "think_median_s",
+                               "return_median_s", "return_max_days")),
+    *((n, _SIGMA) for n in ("prefix_tokens_sigma", "first_tokens_sigma", "turn_tokens_sigma", "think_sigma",
+                            "return_sigma")),
+    ("turns_per_visit_mean", (1, 10_000, False, False)), ("return_probability", (0, 0.99, False, False)),
+    ("max_input_tokens", (2, 10**8, False, False)), ("call_fraction", (0, 1, False, True)),
+    ("call_burst_mean", (1, 10_000, False, False)), ("call_suffix_tokens_median", _POSITIVE),
+    ("call_suffix_tokens_sigma", _SIGMA), ("volatile_fraction", _FRACTION)))
 
 
 @dataclass(frozen=True)
@@ -136,41 +151,18 @@ class ClassConfig:
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
             raise ValueError(f"name: must be a non-empty string, got {self.name!r}")
-        p = f"{self.name}."
-        _check(p + "requests_per_hour", self.requests_per_hour, 0, lo_open=True)
-        _check(p + "daily_amplitude", self.daily_amplitude, 0, 1, hi_open=True)
-        _check(p + "peak_hour", self.peak_hour, 0, 24, hi_open=True)
-        _check(p + "system_prompt_tokens", self.system_prompt_tokens, 1, self.max_input_tokens)
-        _check(p + "n_prefixes", self.n_prefixes, 1, 10**8)
-        _check(p + "prefix_probability", self.prefix_probability, 0, 1)
-        _check(p + "short_first_probability", self.short_first_probability, 0, 1)
-        _check(p + "prefix_zipf", self.prefix_zipf, 0, 10)
-        for name in ("prefix_tokens_median", "first_tokens_median", "short_first_tokens_median",
-                     "turn_tokens_median",
-                     "output_tokens_mean", "output_tokens_shape", "think_median_s", "return_median_s",
-                     "return_max_days"):
-            _check(p + name, getattr(self, name), 0, lo_open=True)
-        for name in ("prefix_tokens_sigma", "first_tokens_sigma", "turn_tokens_sigma", "think_sigma",
-                     "return_sigma"):
-            _check(p + name, getattr(self, name), 0, 5)
-        _check(p + "turns_per_visit_mean", self.turns_per_visit_mean, 1, 10_000)
-        _check(p + "return_probability", self.return_probability, 0, 0.99)
-        _check(p + "max_input_tokens", self.max_input_tokens, 2, 10**8)
-        _check(p + "call_fraction", self.call_fraction, 0, 1, hi_open=True)
-        _check(p + "call_burst_mean", self.call_burst_mean, 1, 10_000)
-        _check(p + "call_suffix_tokens_median", self.call_suffix_tokens_median, 0, lo_open=True)
-        _check(p + "call_suffix_tokens_sigma", self.call_suffix_tokens_sigma, 0, 5)
+        for name, lo, hi, lo_open, hi_open in _RANGES:
+            hi = getattr(self, hi) if isinstance(hi, str) else hi
+            _check(f"{self.name}.{name}", getattr(self, name), lo, hi, lo_open=lo_open, hi_open=hi_open)
         d = self.volatile_depth_tokens
         if not (isinstance(d, numbers.Real) and not isinstance(d, bool) and (d < 0 or d == math.inf)):
-            _check(p + "volatile_depth_tokens", d, 0, 1e12)
-        if not isinstance(self.volatile_below_prefix, bool):
-            raise ValueError(f"{p}volatile_below_prefix: must be True or False, got {self.volatile_below_prefix!r}")
-        _check(p + "volatile_fraction", self.volatile_fraction, 0, 1)
-        if not isinstance(self.scale_prefixes, bool):
-            raise ValueError(f"{p}scale_prefixes: must be True or False, got {self.scale_prefixes!r}")
+            _check(f"{self.name}.volatile_depth_tokens", d, 0, 1e12)
+        for name in ("volatile_below_prefix", "scale_prefixes"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{self.name}.{name}: must be True or False, got {getattr(self, name)!r}")
         for name in ("system_prompt_tokens", "n_prefixes", "max_input_tokens"):
             if not isinstance(getattr(self, name), (int, np.integer)):
-                raise ValueError(f"{p}{name}: must be an integer, got {getattr(self, name)!r}")
+                raise ValueError(f"{self.name}.{name}: must be an integer, got {getattr(self, name)!r}")
 
     @property
     def requests_per_session(self) -> float:
