@@ -27,6 +27,7 @@ from typing import Any
 
 from tiered_kv import cli_args as _args
 from tiered_kv.bench._pages import Page, Paired, Row, brief, clocked, met, recorded, traced, yes
+from tiered_kv.units import format_bytes
 
 NAME = "policies"
 HELP = "replay time of every policy on the 14-day synthetic mixed workload (median of interleaved repeats)"
@@ -179,15 +180,6 @@ def _runs(xs: list[float]) -> str:
     return ", ".join(_t(x) for x in xs)
 
 
-def _bytes(n: float | None) -> str:
-    if n is None or not math.isfinite(n):
-        return "n/a"
-    for unit, scale in (("PiB", 2.0**50), ("TiB", 2.0**40), ("GiB", 2.0**30), ("MiB", 2.0**20)):
-        if n >= scale:
-            return f"{n / scale:.3g} {unit}"
-    return f"{n:.3g} B"
-
-
 def _g(x: float | None) -> str:
     return "n/a" if x is None or not math.isfinite(x) else f"{x:.3g}"
 
@@ -204,7 +196,7 @@ def _replay_rows(pols: dict) -> str:
         rate = d["accesses_per_s"]
         rows.append(f"| `{name}` | {_t(d['median_s'])} | {_t(d['min_s'])}-{_t(d['max_s'])} | {_t(d['cpu_median_s'])} | "
                     f"{'n/a' if rate is None else f'{rate / 1e6:.1f}'} | {d['token_hit_rate']:.2%} | "
-                    f"{_bytes(d['ssd_bytes_written'])} | {_g(d['drive_writes_per_day'])} | {_runs(d['runs_s'])} |")
+                    f"{format_bytes(d['ssd_bytes_written'])} | {_g(d['drive_writes_per_day'])} | {_runs(d['runs_s'])} |")
     return "\n".join(rows)
 
 
@@ -225,7 +217,7 @@ Written from the JSON of `{recorded(r, COMMAND)[0]}`.
 Workload: the synthetic `{w['preset']}` preset ({' + '.join(w['classes'])}), {w['days']:g} days, seed {w['seed']},
 at {scale}: {w['requests']:,} requests, {w['block_accesses']:,} block accesses of {w['block_size']}-token
 blocks, {w['distinct_blocks']:,} distinct blocks. One replay per policy at one capacity:
-{r['capacity_fraction']:g} of the footprint = {cap:,} tokens ({_bytes(cap * r['bytes_per_token'])} at
+{r['capacity_fraction']:g} of the footprint = {cap:,} tokens ({format_bytes(cap * r['bytes_per_token'])} at
 {r['bytes_per_token']:,.0f} B/token); `ttl` is a {r['ttl_seconds'] / 86400:g}-day idle TTL under that capacity,
 `watermark` the same capacity in bytes (high 0.95, low 0.85). Each time is the policy's own `run`
 (hits, SSD wear; `belady` includes its next-use pass): median of {r['repeat']} interleaved rounds (every
