@@ -1,25 +1,15 @@
-"""Whole-process start-up of the simulator commands, warm and cold.
+"""Whole-process start-up of the simulator commands, warm and cold: ``tiered-kv bench sim`` calls
+:func:`run_cli_bench` and reports ``cli_warm_s`` and ``cli_cold_s`` (the slower command's medians)
+with the per-command figures under ``"cli"``.
 
-Not a subcommand on its own (the leading underscore keeps it out of discovery): `tiered-kv bench
-sim` calls :func:`run_cli_bench` and reports ``cli_warm_s`` and ``cli_cold_s`` with the
-per-command figures under ``"cli"``.
-
-Each figure is the wall time of one ``tiered-kv curves|simulate --trace conversation ... --json``
-process, output discarded, median of ``--cli-repeat`` runs: *warm* with a numba cache that
-already holds every kernel and a compiled-trace cache that holds the trace (private folders
-filled by one unmeasured run of each command), *cold* with a fresh empty ``NUMBA_CACHE_DIR`` (and
-``TIERED_KV_TRACE_CACHE``) for every run, so every kernel the command needs is compiled and the
-trace is read from its file. Runs are interleaved (warm and cold, command by command, round after
-round) so that a burst of load on a shared machine hits all of them alike. ``cli_warm_s`` and
-``cli_cold_s`` are the slower command's medians.
-
-A warm start rests on supported mechanisms only: numba's on-disk cache (every kernel on the
-commands' path is ``cache=True``), lazy imports (no torch, altair or zarr), the compiled trace
-loaded with numpy. The baselines, measured in the same rounds, are a process that only imports
-numpy (``numpy_imports_s``) and one that imports numpy and numba (``imports_s``): what a warm
-command costs beyond them is numba's compiler set-up when the first cached kernel loads, the
-trace and the work. Python's bytecode cache is on in these processes, as in a normal install
-(``PYTHONDONTWRITEBYTECODE`` is dropped from their environment).
+Each figure is the wall time of one ``tiered-kv curves|simulate --trace ... --json`` process,
+output discarded: *warm* with private numba and compiled-trace caches filled by one unmeasured
+run of each command, *cold* with a fresh empty ``NUMBA_CACHE_DIR`` (and ``TIERED_KV_TRACE_CACHE``)
+for every run. Runs are interleaved round after round so that a burst of load on a shared machine
+hits all of them alike. A warm start rests on supported mechanisms only: numba's on-disk cache,
+lazy imports, the compiled trace loaded with numpy. The baselines in the same rounds are processes
+that only import numpy (``numpy_imports_s``) or numpy and numba (``imports_s``). Python's bytecode
+cache is on, as in a normal install (``PYTHONDONTWRITEBYTECODE`` is dropped from the environment).
 """
 
 from __future__ import annotations

@@ -1,33 +1,19 @@
 """Restores and misses contending for one store: the scenario, the admission rule, the model's view.
 
 This is the simulator's half of ``tiered-kv bench contention`` (:mod:`tiered_kv.measure.contention`
-measures the same scenario with the real engine): everything here is numpy, so the measurement
-and the model read one definition of the workload and of the admission decision.
+measures the same scenario with the real engine; its ``--help`` tells the scenario flag by flag):
+everything here is numpy, so the measurement and the model read one definition of the workload
+and of the admission decision.
 
-The scenario (:class:`ContentionScenario`, :func:`workload`): ``requests`` prompts of lognormal
-length (``median_tokens``, ``sigma``), drawn once from ``seed``, so every bandwidth, load and
-admission setting sees the *same* prompts. A prompt is ``blocks`` full blocks plus a
-``suffix_tokens`` tail shorter than a block. A fraction ``restore_fraction`` of them are
-*restores*: their blocks are on the store (another machine prefilled them) and only the tail is
-new, so they read ``blocks`` chunks and write nothing. The rest are *misses*: nothing cached, they
-compute the whole prompt and write their ``blocks`` chunks back. Requests arrive as a Poisson
-stream (unit-rate gaps drawn once from the seed, divided by the rate of each load) and go round
-robin to ``streams`` streams, each with its own compute queue; all of them share one link to
-the store, and the streams share the machine's compute.
-
-Admission (:mod:`.shared_compute`, re-exported here): the policies ``load`` (never recompute),
-``own`` (:func:`recompute_is_sooner`: recompute when that alone finishes sooner than queueing on
-the link, the inequality of :func:`tiered_kv.sim.cluster.latency.simulate_queue`'s admission) and
-``shared`` (:func:`~.shared_compute.recompute_pays`: the same, with the sharing of the cores
-counted and the delay the extra work puts on the other busy streams charged). The measurement's
-dispatcher and the model call the one :func:`decide`.
-
-The model's view (:func:`model_point`): the same requests through
-:func:`~.shared_compute.simulate_shared`, with compute times from the coefficients ``c`` (fixed
-per prefill), ``a``, ``b`` fitted (:func:`fit_compute`) to the engine's isolated prefills on this
-machine, the store's bytes per token, and the link's limit; once with the streams on as many
-cores as the machine lends them, once with a machine each (what the per-machine model assumes).
-Statistics over repeated runs are in :mod:`.tail_stats`.
+The scenario (:class:`ContentionScenario`, :func:`workload`) draws its prompts once from its seed,
+so every bandwidth, load and admission setting sees the *same* prompts: restores read their
+``blocks`` chunks and compute only a tail shorter than a block; misses compute everything and
+write their blocks back; arrivals are a Poisson stream dealt round robin to ``streams`` streams
+that share one link to the store and the machine's compute. The admission rules are
+:mod:`.shared_compute`'s (re-exported: the dispatcher and the model call the one :func:`decide`).
+The model's view (:func:`model_point`) runs the same requests through
+:func:`~.shared_compute.simulate_shared` with compute times fitted to the engine's isolated
+prefills (:func:`fit_compute`). Statistics over repeated runs are in :mod:`.tail_stats`.
 """
 
 from __future__ import annotations

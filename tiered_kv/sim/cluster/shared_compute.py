@@ -16,13 +16,10 @@ speed. That is how an operating system time-slices engine threads over cores, an
 first-order picture of concurrent prefills on one accelerator.
 
 The rule (:func:`recompute_pays`) reads a :class:`QueueState`, which the measurement
-(:mod:`tiered_kv.measure.contention`) reads at a restore's arrival (the link's token-bucket debt,
-what its stream still has to run, how many other streams are busy) and the model simulates. A
-recompute must pay for itself twice: it must finish before loading would, both slowed by the
-sharing the request will see; and its gain must exceed the delay its extra work puts on the other
-busy streams (``extra / cores`` each, when the cores are saturated). :func:`decide` names the
-policies the benchmark compares: ``load`` (never recompute), ``own`` (the own-latency rule of
-:func:`~.contention.recompute_is_sooner`, cores ignored) and ``shared`` (this rule).
+(:mod:`tiered_kv.measure.contention`) reads at a restore's arrival and the model simulates: a
+recompute must finish before loading would and also pay for the delay its extra work puts on the
+other busy streams. :func:`decide` names the policies the benchmark compares: ``load`` (never
+recompute), ``own`` (:func:`recompute_is_sooner`, cores ignored) and ``shared`` (this rule).
 """
 
 from __future__ import annotations
