@@ -8,9 +8,9 @@ numpy alone, without importing polars. The first run stores them under
 depend on: the file (resolved path, size, modification time in ns), the load arguments (format,
 traffic class, block size), the replay options, and the source code of the trace loaders, of the
 chained keys and of the replay engine (editing any of them changes the key). Validation ran, and
-any loader warning (timestamps out of order) was shown, when the entry was written. A cache file that cannot be read is ignored and written again; only the
-newest :data:`KEEP` entries are kept. ``TIERED_KV_TRACE_CACHE`` names another folder; ``0``
-turns the cache off.
+any loader warning (timestamps out of order) was shown, when the entry was written. A cache file
+that cannot be read is ignored and written again; only the newest :data:`KEEP` entries are kept.
+``TIERED_KV_TRACE_CACHE`` names another folder; ``0`` turns the cache off.
 """
 
 from __future__ import annotations
@@ -71,21 +71,18 @@ def load_compiled_trace(path: str | Path, *, format: str = "auto", traffic_class
     options = options or ReplayOptions()
     path = Path(path)
     folder = cache_dir()
-    if folder is None or not path.is_file():  # no cache, or let load_trace say what is wrong
-        return _compile(path, format, traffic_class, block_size, options)
-    entry = folder / f"{cache_key(path, format=format, traffic_class=traffic_class, block_size=block_size, options=options)}.npz"
-    trace = _read(entry)
-    if trace is None:
-        trace = _compile(path, format, traffic_class, block_size, options)
-        _write(entry, trace)
-    return trace
-
-
-def _compile(path: Path, format: str, traffic_class: str | None, block_size: int | None,
-             options: ReplayOptions) -> CompiledTrace:
+    entry = None
+    if folder is not None and path.is_file():  # else no cache, or let load_trace say what is wrong
+        entry = folder / f"{cache_key(path, format=format, traffic_class=traffic_class, block_size=block_size, options=options)}.npz"
+        trace = _read(entry)
+        if trace is not None:
+            return trace
     from tiered_kv.sim.traces import load_trace
 
-    return compile_trace(load_trace(path, format, traffic_class, block_size=block_size), options)
+    trace = compile_trace(load_trace(path, format, traffic_class, block_size=block_size), options)
+    if entry is not None:
+        _write(entry, trace)
+    return trace
 
 
 def _read(entry: Path) -> CompiledTrace | None:

@@ -13,7 +13,7 @@ from typing import ClassVar
 import numpy as np
 from numba import njit
 
-from tiered_kv.sim.policies.blockwise import BlockPolicy, check_bpt
+from tiered_kv.sim.policies.blockwise import BlockPolicy, check_bpt, wear_extra
 from tiered_kv.sim.policies.frequency import heap_pop, heap_push
 from tiered_kv.sim.policies.registry import (
     DEFAULT_BYTES_PER_TOKEN,
@@ -148,8 +148,6 @@ class Belady:
         check_bpt(self.name, self.bytes_per_token)
 
     def run(self, trace: CompiledTrace, nxt: np.ndarray | None = None) -> PolicyRun:
-        from tiered_kv.sim.policies.lru import wear_extra
-
         cap = capacity_blocks(trace, self.capacity_tokens)
         cap_i = np.int64(min(cap, trace.n_unique + 1)) if math.isfinite(cap) else np.int64(trace.n_unique + 1)
         nxt = next_use(trace) if nxt is None else nxt

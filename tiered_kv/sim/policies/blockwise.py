@@ -1,4 +1,5 @@
-"""What the policy zoo shares: one access at a time, an admission mask, and SSD wear.
+"""What the policies share: the zoo's base (one access at a time, an admission mask), SSD wear,
+and the checks of the parameters every policy takes.
 
 Every zoo policy (``fifo``, ``lfu``, ``arc``, ``slru``, ``2q``, ``s3fifo``, ``sieve``,
 ``gdsf``, ``class-lru``, ``belady-nobypass``) is a numba kernel with one signature::
@@ -124,6 +125,19 @@ def wear(trace: CompiledTrace, inserted: np.ndarray, hit_tokens: int, capacity_b
             "bytes_written_per_hit_byte": written / hit_bytes if hit_bytes else math.inf,
             "drive_writes_per_day": written / days / cap_bytes if cap_bytes else math.inf,
             "simulated_days": days}
+
+
+def wear_extra(trace: CompiledTrace, hit_blocks: np.ndarray, inserted: np.ndarray, capacity_blocks: float,
+               bytes_per_token: float) -> dict:
+    """SSD wear of a run from its hit blocks per request (:func:`wear`) plus ``tokens_written``.
+
+    An unlimited capacity counts as the trace's footprint (every distinct block), as for the zoo.
+    """
+    cap = float(max(trace.n_unique, 1)) if not math.isfinite(capacity_blocks) else capacity_blocks
+    hit_tokens = int(trace.hit_tokens_from_blocks(np.asarray(hit_blocks, dtype=np.int64))[trace.counted].sum())
+    out = wear(trace, inserted, hit_tokens, cap, bytes_per_token)
+    out["tokens_written"] = int(trace.chunk_tokens[inserted].sum())
+    return out
 
 
 @dataclass(frozen=True)

@@ -33,8 +33,8 @@ from typing import ClassVar
 
 import numpy as np
 
-from tiered_kv.sim.policies.blockwise import check_bpt, per_class
-from tiered_kv.sim.policies.lru import CacheRun, retention_quantiles, run_cache_kernel, wear_extra
+from tiered_kv.sim.policies.blockwise import check_bpt, per_class, wear_extra
+from tiered_kv.sim.policies.lru import CacheRun, retention_quantiles, run_cache_kernel
 from tiered_kv.sim.policies.registry import DEFAULT_BYTES_PER_TOKEN, PolicyRun, check_range, register_policy
 from tiered_kv.sim.trace_replay import CompiledTrace
 

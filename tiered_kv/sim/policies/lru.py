@@ -26,7 +26,7 @@ from typing import ClassVar, NamedTuple
 import numpy as np
 from numba import njit
 
-from tiered_kv.sim.policies.blockwise import check_bpt, per_class, wear
+from tiered_kv.sim.policies.blockwise import check_bpt, per_class, wear_extra
 from tiered_kv.sim.policies.registry import (
     DEFAULT_BYTES_PER_TOKEN,
     PolicyRun,
@@ -263,19 +263,6 @@ def run_cache_kernel(trace: CompiledTrace, *, ttl_by_class: np.ndarray | None = 
     return CacheRun(*_cache_kernel(trace.offsets, trace.blocks, w, trace.timestamps,
                                    trace.class_codes.astype(np.int64), trace.n_unique, k, ttl, float(high),
                                    float(high if low is None else low), record, ins, VICTIM_RULES[rule], prm))
-
-
-def wear_extra(trace: CompiledTrace, hit_blocks: np.ndarray, inserted: np.ndarray, capacity_blocks: float,
-               bytes_per_token: float) -> dict:
-    """SSD wear of a run (:func:`tiered_kv.sim.policies.blockwise.wear`) plus ``tokens_written``.
-
-    An unlimited capacity counts as the trace's footprint (every distinct block), as for the zoo.
-    """
-    cap = float(max(trace.n_unique, 1)) if not math.isfinite(capacity_blocks) else capacity_blocks
-    hit_tokens = int(trace.hit_tokens_from_blocks(np.asarray(hit_blocks, dtype=np.int64))[trace.counted].sum())
-    out = wear(trace, inserted, hit_tokens, cap, bytes_per_token)
-    out["tokens_written"] = int(trace.chunk_tokens[inserted].sum())
-    return out
 
 
 @register_policy

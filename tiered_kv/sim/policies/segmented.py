@@ -198,9 +198,7 @@ def slru_kernel(blocks, n_unique, cap, admit, n_seg):  # pragma: no cover - comp
             if cnt[j] + 1 <= mx[j]:
                 target = j
                 break
-        if target < 0:
-            while cnt.sum() + 1 > cap:
-                _slru_evict(nx, pv, seg, cnt, n_unique, n_seg)
+        if target < 0:  # every segment is full (room was made above)
             target = 0
         ll_push_head(nx, pv, n_unique + target, b)
         seg[b] = target

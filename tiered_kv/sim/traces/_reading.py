@@ -80,12 +80,13 @@ def line_of_row(path: Path, row: int) -> int:
     return row + 1
 
 
-def read_jsonl(path: Path, schema: dict[str, pl.DataType], required: dict) -> pl.DataFrame:
-    """Fast polars read; on any failure, locate the bad line with the exact slow pass."""
+def read_jsonl(path: Path, schema: dict[str, pl.DataType] | None, required: dict) -> pl.DataFrame:
+    """Fast polars read (``schema`` None: inferred from every line); on any failure, locate the
+    bad line with the exact slow pass."""
     if path.stat().st_size == 0:
         raise ValueError(f"{path}: the trace is empty (no requests)")
     try:
-        df = pl.read_ndjson(path, schema=schema, ignore_errors=False)
+        df = pl.read_ndjson(path, **({"schema": schema} if schema else {"infer_schema_length": None}))
     except Exception as exc:  # polars reports no line numbers: find the line ourselves
         scan_jsonl_for_error(path, required)
         raise ValueError(f"{path}: cannot read as JSONL ({exc})") from None

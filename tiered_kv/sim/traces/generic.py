@@ -100,17 +100,6 @@ def _read_csv(path: Path) -> pl.DataFrame:
     return raw
 
 
-def _read_jsonl(path: Path) -> pl.DataFrame:
-    """Every line's JSON; on a parse error the raw scan names the offending line."""
-    if path.stat().st_size == 0:
-        raise ValueError(f"{path}: the trace is empty (no requests)")
-    try:
-        return pl.read_ndjson(path, infer_schema_length=None)
-    except Exception as exc:
-        _reading.scan_jsonl_for_error(path, {})
-        raise ValueError(f"{path}: cannot read as JSONL ({exc})") from None
-
-
 def _block_sizes(path: Path, raw: pl.DataFrame, block_size: int | None, where: Where) -> pl.Series:
     """Each row's block size: the trace's own field, else the caller's, and never below 1."""
     if "block_size" in raw.columns:
@@ -163,7 +152,8 @@ def load_generic(path: Path, traffic_class: str | None, block_size: int | None) 
     """Read, check and normalise a generic trace; every error names the file and the bad line or row."""
     suffix = path.suffix.lower()
     parquet = suffix in (".parquet", ".pq")
-    raw = _read_parquet(path) if parquet else _read_csv(path) if suffix == ".csv" else _read_jsonl(path)
+    raw = (_read_parquet(path) if parquet else _read_csv(path) if suffix == ".csv"
+           else _reading.read_jsonl(path, None, {}))
     if raw.height == 0:
         raise ValueError(f"{path}: the trace is empty (no requests)")
     jsonl = not parquet and suffix != ".csv"
