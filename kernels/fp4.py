@@ -48,7 +48,6 @@ import sys
 from dataclasses import dataclass
 
 import torch
-
 from tiered_kv.kernels import interpreting, resolve_backend, triton
 
 FORMATS = ("mxfp4", "nvfp4")
@@ -178,14 +177,6 @@ def _chunk(device: torch.device) -> int:
     return _CHUNK_BLOCKS_CUDA if device.type == "cuda" else _CHUNK_BLOCKS
 
 
-def _as_int(t: torch.Tensor) -> torch.Tensor:
-    return t.view(torch.int32)
-
-
-def _as_float(t: torch.Tensor) -> torch.Tensor:
-    return t.view(torch.float32)
-
-
 def _e2m1_encode_torch(v: torch.Tensor) -> torch.Tensor:
     """Scaled fp32 values -> E2M1 codes (uint8, sign in bit 3), nearest-even, saturating.
 
@@ -210,7 +201,7 @@ def _e2m1_encode_torch(v: torch.Tensor) -> torch.Tensor:
 
 def _e8m0_code_torch(amax: torch.Tensor, scale_rule: str) -> torch.Tensor:
     """Block amax (fp32, >= 0) -> E8M0 code as int32; 255 (E8M0 NaN) flags NaN/Inf."""
-    bits = _as_int(amax)
+    bits = amax.view(torch.int32)
     bexp = (bits >> 23) & 0xFF
     code = bexp - 2
     if scale_rule == "ceil":
@@ -221,21 +212,21 @@ def _e8m0_code_torch(amax: torch.Tensor, scale_rule: str) -> torch.Tensor:
 
 def _e8m0_inverse_torch(code: torch.Tensor) -> torch.Tensor:
     """E8M0 code -> 1/X = 2 ** (127 - code), exact (codes <= 253 by construction)."""
-    return _as_float(((254 - code.clamp(max=253)) << 23).to(torch.int32))
+    return ((254 - code.clamp(max=253)) << 23).to(torch.int32).view(torch.float32)
 
 
 def _e8m0_value_torch(code: torch.Tensor) -> torch.Tensor:
     """E8M0 code -> X = 2 ** (code - 127); code 0 is the subnormal 2 ** -127."""
     code = code.to(torch.int32)
     bits = torch.where(code == 0, 0x400000, code << 23)
-    return _as_float(bits.to(torch.int32))
+    return bits.to(torch.int32).view(torch.float32)
 
 
 def _e4m3_encode_torch(s: torch.Tensor) -> torch.Tensor:
     """Non-negative fp32 in [0, 448] -> E4M3 (fn) code, nearest-even, with integer ops."""
-    bits = _as_int(s)
+    bits = s.view(torch.int32)
     normal = ((bits + 0x7FFFF + ((bits >> 20) & 1)) >> 20) - ((127 - 7) << 3)
-    sub = _as_int(s * 512.0 + 8388608.0) - 0x4B000000  # round(s * 2**9), ties to even
+    sub = (s * 512.0 + 8388608.0).view(torch.int32) - 0x4B000000  # round(s * 2**9), ties to even
     return torch.where(s < 2.0 ** -6, sub, normal)
 
 
@@ -243,7 +234,7 @@ def _e4m3_value_torch(code: torch.Tensor) -> torch.Tensor:
     """E4M3 code -> fp32 value, exact."""
     code = code.to(torch.int32)
     e, m = code >> 3, code & 7
-    normal = _as_float((((e + 120) << 23) | (m << 20)).to(torch.int32))
+    normal = (((e + 120) << 23) | (m << 20)).to(torch.int32).view(torch.float32)
     return torch.where(e == 0, m.to(torch.float32) * 2.0 ** -9, normal)
 
 

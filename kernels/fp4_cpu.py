@@ -41,13 +41,8 @@ _LO, _HI = np.uint16(0x000F), np.uint16(0x00F0)
 
 @njit(cache=True, inline="always")
 def _e2m1(v):
-    """fp32 scaled value -> E2M1 code, sign in bit 3 (set when v < 0).
-
-    ``min(rne(2a), rne(a) + 2, rne(a/2) + 4, 7)``: the code grid is a with step 0.5 below 2,
-    step 1 below 4 and step 2 above, so each piece is one exact scaling and one
-    round-half-even; rounding commutes with the min. Same result as the reference's
-    threshold count (the tests compare every byte), but it vectorizes.
-    """
+    """fp32 scaled value -> E2M1 code, sign in bit 3 (set when v < 0): the reference's
+    ``min(rne(2a), rne(a) + 2, rne(a/2) + 4, 7)`` (``fp4._e2m1_encode_torch`` says why)."""
     a = abs(v)
     c = min(np.rint(a * _F2), np.rint(a) + _F2, np.rint(a * _F05) + _F4, _F7)
     return np.uint8(c) | (np.uint8(v < _F0) << _U3)

@@ -24,7 +24,6 @@ values; write the output once.
 from __future__ import annotations
 
 import torch
-
 from tiered_kv.kernels import interpreting, resolve_backend, triton
 
 if triton is not None:

@@ -112,20 +112,11 @@ def kv_table() -> list[dict]:
                      "bytes_per_token": arch.bytes_per_token(bits), "source": arch.source, "note": arch.note})
 
     fp4 = [(fmt, fp4_bits(fmt)) for fmt in ("mxfp4", "nvfp4")]
-    add(DEEPSEEK_67B, "bf16", BF16_BITS)
-    for arch in (DEEPSEEK_V2, DEEPSEEK_V3):
-        add(arch, "bf16", BF16_BITS)
-        add(arch, "~6-bit", DEEPSEEK_MLA_BITS)
-        for fmt, bits in fp4:
-            add(arch, fmt, bits)
-    add(YOCO_3B, "bf16", BF16_BITS)
-    for fmt, bits in fp4:
-        add(YOCO_3B, fmt, bits)
-    for cfg in PRESETS.values():
-        arch = project_arch(cfg)
-        add(arch, "bf16", BF16_BITS)
-        for fmt, bits in fp4:
-            add(arch, fmt, bits)
+    mla = [("~6-bit", DEEPSEEK_MLA_BITS), *fp4]
+    for arch, quantized in ((DEEPSEEK_67B, []), (DEEPSEEK_V2, mla), (DEEPSEEK_V3, mla), (YOCO_3B, fp4),
+                            *((project_arch(cfg), fp4) for cfg in PRESETS.values())):
+        for precision, bits in (("bf16", BF16_BITS), *quantized):
+            add(arch, precision, bits)
     rows.append({"arch": "DeepSeek tiered cache (reference)", "kind": "published", "precision": "as published",
                  "bits_per_element": None, "elements_per_token": 0,
                  "bytes_per_token": REFERENCE_CACHE_BYTES_PER_TOKEN, "source": "published per-token size",
@@ -138,6 +129,7 @@ def ratios() -> dict:
     b67 = DEEPSEEK_67B.bytes_per_token(BF16_BITS)
     v2_6 = DEEPSEEK_V2.bytes_per_token(DEEPSEEK_MLA_BITS)
     v2_16 = DEEPSEEK_V2.bytes_per_token(BF16_BITS)
+    small = project_arch(PRESETS["small"]).bytes_per_token(fp4_bits("mxfp4"))
     return {
         "deepseek_67b_bytes_per_token": b67,
         "ratio_67b_vs_890": b67 / REFERENCE_CACHE_BYTES_PER_TOKEN,
@@ -145,6 +137,6 @@ def ratios() -> dict:
         "deepseek_v2_reduction_vs_67b": 1.0 - v2_6 / b67,
         "deepseek_v2_bf16_reduction_vs_67b": 1.0 - v2_16 / b67,
         "deepseek_v3_bf16_bytes_per_token": DEEPSEEK_V3.bytes_per_token(BF16_BITS),
-        "small_mxfp4_bytes_per_token": project_arch(PRESETS["small"]).bytes_per_token(fp4_bits("mxfp4")),
-        "ratio_67b_vs_small_mxfp4": b67 / project_arch(PRESETS["small"]).bytes_per_token(fp4_bits("mxfp4")),
+        "small_mxfp4_bytes_per_token": small,
+        "ratio_67b_vs_small_mxfp4": b67 / small,
     }

@@ -114,15 +114,13 @@ def _cross_attention_cpu(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_of
 
 
 def _batched_attention(q, k, v, window: int | None, q_offset: int = 0) -> torch.Tensor:
-    """Training path: q [B,T,Hq,D], k/v [B,T,Hkv,D], both from position 0 (but see ``q_offset``).
+    """Training path: q [B,T,Hq,D], k/v [B,T,Hkv,D] at the same positions, or (``window`` None,
+    the cross-attention) queries at [q_offset, q_offset+T) over keys [0, q_offset+T).
 
-    Full causal attention (``window`` None, the cross-attention) goes to SDPA's causal flash
-    kernel, which skips the masked half. Sliding-window attention over a long sequence is
-    computed block-banded (:func:`_banded_attention`): O(T*2W) instead of O(T^2) work, which
-    is what makes training on sequences several times W affordable on a CPU.
-
-    ``q_offset`` (cross-attention only): the queries sit at [q_offset, q_offset+T) over keys
-    [0, q_offset+T), as when a batch of bounded replays decodes only a sequence's tail.
+    Full causal attention goes to SDPA's causal flash kernel, which skips the masked half.
+    Sliding-window attention over a long sequence is computed block-banded
+    (:func:`_banded_attention`): O(T*2W) instead of O(T^2) work, which is what makes training
+    on sequences several times W affordable on a CPU.
     """
     t = q.shape[1]
     if window is None:  # causal; from q_offset > 0 the mask is offset, so it is written out

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
+from tqdm.auto import tqdm
 
 from tiered_kv.model import EncoderDecoder, need_ints
 
@@ -89,7 +90,7 @@ def mean_ci95(values) -> tuple[float, float, float]:
     return m, m - half, m + half
 
 
-def _compare(exact: list[torch.Tensor], other: list[torch.Tensor]) -> dict:
+def compare_logits(exact: list[torch.Tensor], other: list[torch.Tensor]) -> dict:
     """Per-sample KL(exact || other) and argmax agreement, as means with 95% intervals."""
     kls, agrees = [], []
     for e, o in zip(exact, other, strict=True):
@@ -185,11 +186,7 @@ def replay_error(model: EncoderDecoder, sequences: list[torch.Tensor], *, window
     for w in windows:
         bound = model.with_settings(window=w).cfg.exact_replay_tokens
         grid.append((w, sorted({r for r in replays if r < bound} | ({bound} if include_exact_bound else set()))))
-    bar = None
-    if progress:
-        from tqdm.auto import tqdm
-
-        bar = tqdm(total=sum(len(rs) for _, rs in grid), desc="replay quality", unit="(W,R)")
+    bar = tqdm(total=sum(len(rs) for _, rs in grid), desc="replay quality", unit="(W,R)", disable=not progress)
     cache: dict[int, list] = {} if exact_runs is None else exact_runs
     seqs = [seq[:prefix + steps] for seq in sequences]
     rows = []
@@ -205,14 +202,13 @@ def replay_error(model: EncoderDecoder, sequences: list[torch.Tensor], *, window
             flops = prefill_flops(flops_length, m.cfg, replays=rs)["ratios_by_replay"]
         for r in rs:
             row = {"window_tokens": w, "replay_tokens": r, "exact_bound_tokens": m.cfg.exact_replay_tokens,
-                   **_compare(exact, _replayed_runs(m, seqs, prefix, r, prefix_kv, rt)),
+                   **compare_logits(exact, _replayed_runs(m, seqs, prefix, r, prefix_kv, rt)),
                    "samples": len(sequences), "steps": steps, "prefix_tokens": prefix}
             if flops_length:
                 row["prefill_flops_ratio"] = flops[r]
                 row["flops_length_tokens"] = flops_length
             rows.append(row)
-            if bar is not None:
-                bar.update()
+            bar.update()
     return pl.DataFrame(rows)
 
 
@@ -243,7 +239,7 @@ def fp4_error(model: EncoderDecoder, sequences: list[torch.Tensor], *, formats=(
     for fmt in formats:
         got = (known or {}).get(fmt) or [
             logits for _, logits in _exact_runs(model, seqs, prefix, _roundtrip(fmt, block_size, model), kvs)]
-        rows.append({"format": fmt, **_compare(ref, got), "samples": len(sequences), "steps": steps})
+        rows.append({"format": fmt, **compare_logits(ref, got), "samples": len(sequences), "steps": steps})
     return pl.DataFrame(rows)
 
 

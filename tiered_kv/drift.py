@@ -23,17 +23,13 @@ import shutil
 import tempfile
 
 import torch
-import torch.nn.functional as F
+from tqdm.auto import tqdm
 
+from tiered_kv.bounded_replay_error import compare_logits, mean_ci95
 from tiered_kv.engine import Engine, fp4_roundtrip, namespace_for
 from tiered_kv.model import EncoderDecoder
 from tiered_kv.tiers.host import HostTier
 from tiered_kv.tiers.ssd import SSDConfig, SSDTier
-
-
-def _kl(exact: torch.Tensor, other: torch.Tensor) -> float:
-    lp, lq = F.log_softmax(exact.double(), -1), F.log_softmax(other.double(), -1)
-    return float((lp.exp() * (lp - lq)).sum())
 
 
 @torch.no_grad()
@@ -52,11 +48,7 @@ def prefix_drift(model: EncoderDecoder, conversations: list[torch.Tensor], *, tu
             raise ValueError(f"prefix_drift: conversation {i} has {conv.numel()} tokens, needs {need}")
     ns = namespace_for(model, fmt=fmt, block_size=block_size)
     jobs = [(c, mode) for c in range(len(conversations)) for mode in modes]
-    it = jobs
-    if progress:
-        from tqdm.auto import tqdm
-
-        it = tqdm(jobs, desc="prefix drift", unit="conversation")
+    it = tqdm(jobs, desc="prefix drift", unit="conversation", disable=not progress)
     exact_cache: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor]] = {}
     rows = []
     with tempfile.TemporaryDirectory(prefix="tkv-drift-") as root:
@@ -85,7 +77,7 @@ def prefix_drift(model: EncoderDecoder, conversations: list[torch.Tensor], *, tu
                     err, differing = float(diff.abs().max()), int((diff != 0).sum())
                 rows.append({"conversation": c, "mode": mode, "turn": k + 1, "prompt_tokens": n,
                              "ssd_hit_tokens": res.hit_tokens["ssd"], "stored_tokens": stored.hit_tokens,
-                             "kl_nats": _kl(ref_logits, res.logits), "kv_max_abs_error": err,
+                             "kl_nats": compare_logits([ref_logits], [res.logits])["kl_nats"], "kv_max_abs_error": err,
                              "kv_values_differing": differing, "kv_values": stored.hit_tokens * ref_kv[0].numel(),
                              "store_catch_up_tokens": res.computed_tokens["store_catch_up"]})
     return pl.DataFrame(rows)
@@ -94,8 +86,6 @@ def prefix_drift(model: EncoderDecoder, conversations: list[torch.Tensor], *, tu
 def drift_summary(frame):
     """Per mode and turn (a polars frame): mean KL over conversations with a 95% interval, worst KV error."""
     import polars as pl
-
-    from tiered_kv.bounded_replay_error import mean_ci95
 
     rows = []
     for (mode, turn), sub in sorted(frame.group_by("mode", "turn"), key=lambda g: (g[0][0], g[0][1])):

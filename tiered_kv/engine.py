@@ -136,28 +136,23 @@ def namespace_for(model: EncoderDecoder, fmt: str = "mxfp4", block_size: int = 6
 
 
 def encode_blocks(model: EncoderDecoder, tokens: torch.Tensor, start: int, state: WindowState | None,
-                  block: int) -> tuple[torch.Tensor, WindowState]:
-    """``model.encode`` in calls that end on multiples of ``block``.
+                  block: int) -> tuple[torch.Tensor, WindowState, WindowState | None]:
+    """``model.encode`` in calls that end on multiples of ``block``: the global KV, the windows at
+    the end and those at the last multiple of ``block`` passed (None if none).
 
     Why: the same function computed in a differently shaped call can differ in its last float
     bits, and near an FP4 rounding boundary that changes a stored byte. Encoding block by block
     gives every stored block a call of the same shape whatever the prompt or the path (a miss,
     a host hit's suffix, an exact catch-up), so its bytes are a function of the prefix alone.
     """
-    outs, a, end = [], start, start + tokens.shape[0]
+    outs, at_block, a, end = [], None, start, start + tokens.shape[0]
     while a < end:
         b = min(end, (a // block + 1) * block)
         kv, state = model.encode(tokens[a - start:b - start], a, state)
         outs.append(kv)
+        at_block = state if b % block == 0 else at_block
         a = b
-    if not outs:
-        return model.encode(tokens, start, state)
-    return (torch.cat(outs) if len(outs) > 1 else outs[0]), state
-
-
-def _cat(*parts: torch.Tensor | None) -> torch.Tensor:
-    present = [x for x in parts if x is not None]
-    return torch.cat(present) if len(present) > 1 else present[0]
+    return (torch.cat(outs) if len(outs) > 1 else outs[0]), state, at_block
 
 
 @dataclass
@@ -288,8 +283,8 @@ class Engine:
             if p and st.entry is not None and p - q <= self.replay:
                 st.enc_state, st.host_used = st.entry.encoder, q
                 if q < p:  # exact continuation over [Q, P); its global KV is discarded (SSD's is kept)
-                    _, st.enc_state = encode_blocks(self.model, st.tokens[q:p], q, st.enc_state,
-                                                    self.namespace.block_size)
+                    _, st.enc_state, _ = encode_blocks(self.model, st.tokens[q:p], q, st.enc_state,
+                                                       self.namespace.block_size)
                     st.enc_replayed = p - q
             elif p:
                 st.enc_state = self.model.replay_encoder(st.tokens, p, self.replay)
@@ -300,22 +295,15 @@ class Engine:
         """The encoder over the suffix [P, N), in block-aligned calls, keeping the windows at the
         last block boundary; everything the decoder sees goes through the FP4 round trip."""
         with st.timed("encoder"):
-            bs, p, n = self.namespace.block_size, st.p, st.n
-            boundary = (n // bs) * bs
-            new_kv, state = [], st.enc_state
-            st.boundary_state = st.enc_state if boundary == p else None
-            if boundary > p:
-                kv_a, state = encode_blocks(self.model, st.tokens[p:boundary], p, state, bs)
-                new_kv.append(kv_a)
-                st.boundary_state = state
-            if n > max(p, boundary):
-                start = max(p, boundary)
-                kv_b, state = encode_blocks(self.model, st.tokens[start:n], start, state, bs)
-                new_kv.append(kv_b)
-            st.end_state = state
-            st.computed = torch.cat(new_kv) if new_kv else None
-            computed_rt = fp4_roundtrip(st.computed, self.namespace) if st.computed is not None else None
-            st.global_kv = _cat(st.prefix_kv, computed_rt)
+            bs = self.namespace.block_size
+            st.boundary_state = st.enc_state if st.n // bs * bs == st.p else None
+            st.end_state, st.global_kv = st.enc_state, st.prefix_kv
+            if st.n > st.p:
+                st.computed, st.end_state, at_block = encode_blocks(self.model, st.tokens[st.p:], st.p,
+                                                                    st.enc_state, bs)
+                st.boundary_state = at_block if at_block is not None else st.boundary_state
+                computed_rt = fp4_roundtrip(st.computed, self.namespace)
+                st.global_kv = computed_rt if st.prefix_kv is None else torch.cat([st.prefix_kv, computed_rt])
 
     def _decode(self, st: _Prefill) -> None:
         """The first token: a bounded replay of the last R tokens, or (``reuse_decoder_windows``)
@@ -368,8 +356,8 @@ class Engine:
         the boundary; returns the new blocks and the tokens computed."""
         bs, p, cfg = self.namespace.block_size, st.p, self.model.cfg
         s0 = max(0, (p - cfg.enc_layers * (cfg.window - 1 + bs)) // bs * bs)
-        _, exact_state = encode_blocks(self.model, st.tokens[s0:p], s0, None, bs)
-        new_blocks, st.boundary_state = encode_blocks(self.model, st.tokens[p:boundary], p, exact_state, bs)
+        _, exact_state, _ = encode_blocks(self.model, st.tokens[s0:p], s0, None, bs)
+        new_blocks, st.boundary_state, _ = encode_blocks(self.model, st.tokens[p:boundary], p, exact_state, bs)
         return new_blocks, (p - s0) + (boundary - p)
 
     def _exact_decoder_windows(self, st: _Prefill, boundary: int, exact_kv: torch.Tensor) -> int:

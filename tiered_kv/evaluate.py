@@ -31,6 +31,7 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from tqdm.auto import tqdm
 
 from tiered_kv.model import EncoderDecoder
 from tiered_kv.train import document_tokens
@@ -121,6 +122,12 @@ def long_context_gain(model: EncoderDecoder, stream: torch.Tensor, *, window: in
             "full_context_nats_per_byte": float(lf.mean()), "short_context_nats_per_byte": float(ls.mean())}
 
 
+def _gain_row(variant: str, lf: torch.Tensor, ls: torch.Tensor) -> dict:
+    gain, lo, hi = _mean_ci(ls - lf)
+    return {"variant": variant, "gain_nats": gain, "ci95": [lo, hi],
+            "full_context_nats_per_byte": float(lf.mean()), "short_context_nats_per_byte": float(ls.mean())}
+
+
 def gain_decomposition(model: EncoderDecoder, stream: torch.Tensor, *, window: int = 4096, short: int = 512,
                        target: int = TARGET_BYTES, n: int = 64, seed: int = 2, formats=("mxfp4", "nvfp4"),
                        block_size: int = 64) -> dict:
@@ -145,7 +152,7 @@ def gain_decomposition(model: EncoderDecoder, stream: torch.Tensor, *, window: i
     far_kv: dict[int, torch.Tensor] = {}  # each sample's far KV, kept from its full-context run for the swap
 
     def keep_far(kv: torch.Tensor, idx) -> torch.Tensor:
-        far_kv.update(zip(idx, kv[:, :far].clone().unbind()))
+        far_kv.update(zip(idx, kv[:, :far].clone().unbind(), strict=True))
         return kv
 
     lf = target_losses(model, stream, starts, full, target, kv_edit=keep_far)
@@ -156,26 +163,17 @@ def gain_decomposition(model: EncoderDecoder, stream: torch.Tensor, *, window: i
         out[:, :far] = torch.stack([far_kv[(j + 1) % n] for j in idx]).to(kv.dtype)
         return out
 
-    gain, lo, hi = _mean_ci(ls - lf)
-    rows = [{"variant": "as served", "gain_nats": gain, "ci95": [lo, hi],
-             "full_context_nats_per_byte": float(lf.mean()), "short_context_nats_per_byte": float(ls.mean())}]
-    lf_swap = target_losses(model, stream, starts, full, target, kv_edit=swap)
-    g, lo, hi = _mean_ci(ls - lf_swap)
-    rows.append({"variant": "far global KV swapped", "gain_nats": g, "ci95": [lo, hi],
-                 "full_context_nats_per_byte": float(lf_swap.mean()),
-                 "short_context_nats_per_byte": float(ls.mean())})
+    rows = [_gain_row("as served", lf, ls),
+            _gain_row("far global KV swapped", target_losses(model, stream, starts, full, target, kv_edit=swap), ls)]
     for fmt in formats:
         ns = namespace_for(model, fmt=fmt, block_size=block_size)
 
         def fp4(kv: torch.Tensor, idx, ns=ns) -> torch.Tensor:
             return torch.stack([fp4_roundtrip(kv[b].float(), ns).to(kv.dtype) for b in range(kv.shape[0])])
 
-        lf_q = target_losses(model, stream, starts, full, target, kv_edit=fp4)
-        ls_q = target_losses(model, stream, starts, short, target, kv_edit=fp4)
-        g, lo, hi = _mean_ci(ls_q - lf_q)
-        rows.append({"variant": f"{fmt} round trip", "gain_nats": g, "ci95": [lo, hi],
-                     "full_context_nats_per_byte": float(lf_q.mean()),
-                     "short_context_nats_per_byte": float(ls_q.mean())})
+        rows.append(_gain_row(f"{fmt} round trip", target_losses(model, stream, starts, full, target, kv_edit=fp4),
+                              target_losses(model, stream, starts, short, target, kv_edit=fp4)))
+    gain = rows[0]["gain_nats"]
     for row in rows:
         row["share_of_served_gain"] = row["gain_nats"] / gain if gain else float("nan")
     return {"variants": rows, "samples": n, "far_positions": far, "short_context_bytes": short,
@@ -192,13 +190,8 @@ def context_curve(model: EncoderDecoder, stream: torch.Tensor, contexts=CONTEXTS
     if contexts[-1] > limit:
         raise ValueError(f"contexts: each must be <= max_seq_len - target = {limit} bytes, got {contexts[-1]}")
     starts = _starts(stream, n, contexts[-1], target, seed)
-    it = contexts
-    if progress:
-        from tqdm.auto import tqdm
-
-        it = tqdm(contexts, desc="context curve", unit="length")
     rows = []
-    for c in it:
+    for c in tqdm(contexts, desc="context curve", unit="length", disable=not progress):
         m, lo, hi = _mean_ci(target_losses(model, stream, starts, c, target, batch=max(1, 32768 // (c + target))))
         rows.append({"context_bytes": c, "nats_per_byte": m, "ci95": [lo, hi], "samples": n})
     return rows

@@ -30,24 +30,18 @@ def prefill_flops(n: int, cfg=None, replay: int | None = None, replays=None) -> 
         base, encdec = DecoderOnly(cfg), EncoderDecoder(cfg)
         tokens = torch.zeros(n, dtype=torch.long)
 
-    def count(fn) -> int:
+    def count(fn) -> tuple[int, object]:
         with torch.no_grad(), FlopCounterMode(display=False) as fc:
-            fn()
-        return int(fc.get_total_flops())
+            result = fn()
+        return int(fc.get_total_flops()), result
 
-    held = {}
-
-    def encode():
-        held["kv"], _ = encdec.encode(tokens, 0)
-
-    enc = count(encode)
-    kv = held["kv"]
+    enc, (kv, _) = count(lambda: encdec.encode(tokens, 0))
 
     def decoder_over(rr: int) -> int:
-        return count(lambda: encdec.first_token_logits(tokens, kv, rr))
+        return count(lambda: encdec.first_token_logits(tokens, kv, rr))[0]
 
-    baseline = count(lambda: base(tokens))
-    full_dec = count(lambda: encdec.decode(tokens, 0, kv))
+    baseline = count(lambda: base(tokens))[0]
+    full_dec = count(lambda: encdec.decode(tokens, 0, kv))[0]
     out = {"tokens": n, "replay_tokens": r,
            "baseline_decoder_only": baseline,
            "encdec_full_decoder": enc + full_dec,

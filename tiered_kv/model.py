@@ -40,9 +40,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from tiered_kv.attention import _batched_attention, rope, windowed_attention
+from tiered_kv.attention import rope, windowed_attention
 
-BYTE_VOCAB = 256
 BOS = 256  #: start of a document (every file in the training corpus starts with it)
 EOS = 257  #: end of a document
 VOCAB_SIZE = 258

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from tqdm.auto import tqdm
 
 from tiered_kv.model import BOS, EOS, EncoderDecoder, ModelConfig, need, need_ints, preset
 
@@ -363,19 +364,15 @@ def train(cfg: ModelConfig, tc: TrainConfig, corpus: Corpus | None = None, log=p
     state = _resume(partial, cfg, tc, model, opt, gen, log)
     history, heldout_curve, first = state["history"], state["heldout_curve"], state["step"]
     t0 = time.perf_counter() - state["seconds"]
-    iterator = range(first, tc.steps)
-    if progress:
-        from tqdm.auto import tqdm
-
-        iterator = tqdm(iterator, desc=f"train {cfg.name}", unit="step", initial=first, total=tc.steps)
+    iterator = tqdm(range(first, tc.steps), desc=f"train {cfg.name}", unit="step", initial=first, total=tc.steps,
+                    disable=not progress)
     model.train()
     for step in iterator:
         if stop_after is not None and step >= first + stop_after:
             return model, None
         loss, seq_len = _train_step(model, opt, corpus.train, tc, step, gen)
         history.append(loss.item())
-        if progress:
-            iterator.set_postfix(loss=f"{loss.item():.3f}", seq=seq_len)
+        iterator.set_postfix(loss=f"{loss.item():.3f}", seq=seq_len)
         if tc.eval_every and (step + 1) % tc.eval_every == 0:
             heldout_curve.append({"step": step + 1, "tokens": sum(b * s for b, s in map(tc.shape_at, range(step + 1))),
                                   "heldout_nats_per_byte": evaluate(model, held)})

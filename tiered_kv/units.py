@@ -107,15 +107,17 @@ def _sig3(x: float) -> str:
 def format_bytes(n: float) -> str:
     """Binary units, three significant digits: ``890 B``, ``1.5 MiB``, ``1 TiB``, ``24.6 TiB``."""
     n = float(n)
-    if math.isnan(n):
-        return "n/a"
-    if math.isinf(n):
-        return "unlimited"
-    for unit in ("PiB", "TiB", "GiB", "MiB", "KiB"):
-        scale = _BYTE_UNITS[unit.lower()]
+    if not math.isfinite(n):
+        return "n/a" if math.isnan(n) else "unlimited"
+    return _scaled(n, [(f" {u}", _BYTE_UNITS[u.lower()]) for u in ("PiB", "TiB", "GiB", "MiB", "KiB")]) or f"{n:.0f} B"
+
+
+def _scaled(n: float, steps) -> str | None:
+    """``n`` in the first of ``steps`` (suffix, scale) it reaches, three significant digits."""
+    for suffix, scale in steps:
         if abs(n) >= scale * (1 - 0.0005):
-            return f"{_sig3(n / scale)} {unit}"
-    return f"{n:.0f} B"
+            return f"{_sig3(n / scale)}{suffix}"
+    return None
 
 
 _TOKEN_STEPS = (("T", 10**12), ("B", 10**9), ("M", 10**6), ("K", 10**3))
@@ -128,16 +130,11 @@ def format_tokens(n: float) -> str:
     digits above. :func:`parse_tokens` reads every form back.
     """
     n = float(n)
-    if math.isnan(n):
-        return "n/a"
-    if math.isinf(n):
-        return "unlimited"
+    if not math.isfinite(n):
+        return "n/a" if math.isnan(n) else "unlimited"
     if abs(n) < 10_000:
         return f"{n:,.0f} tokens"
-    for unit, scale in _TOKEN_STEPS:
-        if abs(n) >= scale * (1 - 0.0005):
-            return f"{_sig3(n / scale)}{unit} tokens"
-    raise AssertionError(n)
+    return _scaled(n, [(f"{unit} tokens", scale) for unit, scale in _TOKEN_STEPS])
 
 
 def parse_tokens(value: str | float | int, *, name: str = "tokens") -> int:
