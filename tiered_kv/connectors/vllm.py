@@ -93,6 +93,11 @@ class _Request:
     saved_blocks: int = 0
     captured: bool = False
 
+    def measured(self, block_size: int) -> dict[str, Any]:
+        """What the connector measured of this request (its trace line and its output carry it)."""
+        return {"hit_tokens": self.hit_blocks * block_size, "local_tokens": self.local_tokens,
+                "loaded_tokens": self.loaded_tokens, "traffic_class": self.traffic_class}
+
 
 def _check_platform() -> None:
     if vllm.__version__ not in SUPPORTED_VLLM:
@@ -192,9 +197,7 @@ class TieredKVConnector(KVConnectorBase_V1):
             return
         self.recorder.record(CapturedRequest(
             vllm_request_id=request_id, timestamp_s=st.arrival, input_length=len(st.tokens),
-            block_ids=[key_id(k) for k in st.keys], block_size=self.block_size, traffic_class=st.traffic_class,
-            hit_tokens=st.hit_blocks * self.block_size, local_tokens=st.local_tokens,
-            loaded_tokens=st.loaded_tokens))
+            block_ids=[key_id(k) for k in st.keys], block_size=self.block_size, **st.measured(self.block_size)))
 
     def build_connector_meta(self, scheduler_output: SchedulerOutput) -> TieredKVMetadata:
         meta = TieredKVMetadata()
@@ -239,11 +242,7 @@ class TieredKVConnector(KVConnectorBase_V1):
 
     def request_finished(self, request: Request, block_ids: list[int]) -> tuple[bool, dict[str, Any] | None]:
         st = self._requests.pop(request.request_id, None)
-        if st is None:
-            return False, None
-        bs = self.block_size
-        return False, {"tiered_kv": {"hit_tokens": st.hit_blocks * bs, "local_tokens": st.local_tokens,
-                                     "loaded_tokens": st.loaded_tokens, "traffic_class": st.traffic_class}}
+        return False, None if st is None else {"tiered_kv": st.measured(self.block_size)}
 
     # ------------------------------------------------------------------ worker side
 

@@ -131,24 +131,19 @@ class ContractTests(SuiteBase):
     def test_bad_put_inputs_name_the_argument(self, make_store):
         t = self.tier(make_store(), traffic_classes=["agent", "chatbot"])
         toks = torch.arange(16)
-        with pytest.raises(ValueError, match="kv.*shape"):
-            t.put(toks, torch.zeros(16, 2, 4, 32), "agent")
-        with pytest.raises(ValueError, match="kv.*dtype"):
-            t.put(toks, torch.zeros(16, 2, 2, 32, dtype=torch.int32), "agent")
-        with pytest.raises(ValueError, match="kv: covers"):
-            t.put(toks, torch.zeros(12, 2, 2, 32), "agent")
-        with pytest.raises(ValueError, match="traffic_class.*declared"):
-            t.put(toks, make_kv(16), "batch")
-        with pytest.raises(ValueError, match="kv_offset"):
-            t.put(toks, make_kv(13), "agent", kv_offset=3)
-        with pytest.raises(ValueError, match="tokens"):
-            t.get_prefix(torch.zeros(2, 8, dtype=torch.long))
-        with pytest.raises(ValueError, match=r"kv: requires grad.*detach"):
-            t.put(toks, make_kv(16).requires_grad_(), "agent")
-        with pytest.raises(ValueError, match="kv: is on the meta device"):
-            t.put(toks, torch.empty(16, 2, 2, 32, device="meta"), "agent")
-        with pytest.raises(ValueError, match=r"chunks\[0\]: must be a tiered_kv.kernels.fp4.FP4Tensor"):
-            t.put_quantized(toks, [make_kv(8), make_kv(8)], "agent")
-        with pytest.raises(ValueError, match="chunks: must be a list"):
-            t.put_quantized(toks, make_kv(16), "agent")
+        for match, call in [
+            ("kv.*shape", lambda: t.put(toks, torch.zeros(16, 2, 4, 32), "agent")),
+            ("kv.*dtype", lambda: t.put(toks, torch.zeros(16, 2, 2, 32, dtype=torch.int32), "agent")),
+            ("kv: covers", lambda: t.put(toks, torch.zeros(12, 2, 2, 32), "agent")),
+            ("traffic_class.*declared", lambda: t.put(toks, make_kv(16), "batch")),
+            ("kv_offset", lambda: t.put(toks, make_kv(13), "agent", kv_offset=3)),
+            ("tokens", lambda: t.get_prefix(torch.zeros(2, 8, dtype=torch.long))),
+            (r"kv: requires grad.*detach", lambda: t.put(toks, make_kv(16).requires_grad_(), "agent")),
+            ("kv: is on the meta device", lambda: t.put(toks, torch.empty(16, 2, 2, 32, device="meta"), "agent")),
+            (r"chunks\[0\]: must be a tiered_kv.kernels.fp4.FP4Tensor",
+             lambda: t.put_quantized(toks, [make_kv(8), make_kv(8)], "agent")),
+            ("chunks: must be a list", lambda: t.put_quantized(toks, make_kv(16), "agent")),
+        ]:
+            with pytest.raises(ValueError, match=match):
+                call()
         assert t.stats()["chunks"] == 0

@@ -33,7 +33,7 @@ import time
 import warnings
 from collections import Counter
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypedDict
 
@@ -144,11 +144,9 @@ class SSDTier:
         bounded = config.auto_gc and not math.isinf(self.policy.capacity_bytes)
         self.usage = usage.UsageLedger(self.backend, usage.high_mark(self.policy)) if bounded else None
         self.counters: Counter = Counter()
-        self._lock = threading.Lock()
         self._gc_lock = threading.Lock()
         self._headers: dict = {}  # GC's header cache (object stores: path -> (ETag, header))
         self._touches = ThreadPoolExecutor(1, thread_name_prefix="ssd-touch") if config.background_touch else None
-        self._pending: set[Future] = set()
         self._gc_stop = threading.Event()
         self._gc_thread: threading.Thread | None = None
         self._open_layout()
@@ -403,42 +401,29 @@ class SSDTier:
     # ------------------------------------------------------------------ access, contains, delete
 
     def _record_access(self, key: bytes, cls: str | None) -> None:
+        """Write an access record (in the touch thread, when there is one); one that cannot be
+        written is counted and warned about, and never fails the read."""
         rec = layout.AccessRecord(key, cls, float(self.clock()))
 
         def write_record() -> None:
-            layout.write_all(self.backend, [(layout.access_path(key, cls), rec.encode())])
+            try:
+                layout.write_all(self.backend, [(layout.access_path(key, cls), rec.encode())])
+            except Exception as exc:  # noqa: BLE001 - recency is best effort; the hit stands
+                self.counters["touch_errors"] += 1
+                if not self._full(exc, "an access record was not written (the read succeeded; this prefix may "
+                                  "look older to LRU)", stacklevel=6):
+                    warnings.warn(f"SSD tier: access record not written ({exc!r}); the read succeeded",
+                                  RuntimeWarning, stacklevel=5)
 
         if self._touches is None:
-            try:
-                write_record()
-            except Exception as exc:  # noqa: BLE001 - recency is best effort; the hit stands
-                self._touch_failed(exc)
-            return
-        fut = self._touches.submit(write_record)
-        with self._lock:
-            self._pending.add(fut)
-        fut.add_done_callback(self._touch_done)
-
-    def _touch_done(self, fut: Future) -> None:
-        with self._lock:
-            self._pending.discard(fut)
-        if fut.exception() is not None:
-            self._touch_failed(fut.exception())
-
-    def _touch_failed(self, exc: BaseException) -> None:
-        """A recency record could not be written: count it, warn, never fail the read."""
-        self.counters["touch_errors"] += 1
-        if not self._full(exc, "an access record was not written (the read succeeded; this prefix may look "
-                          "older to LRU)", stacklevel=5):
-            warnings.warn(f"SSD tier: access record not written ({exc!r}); the read succeeded",
-                          RuntimeWarning, stacklevel=4)
+            write_record()
+        else:
+            self._touches.submit(write_record)
 
     def flush(self) -> None:
-        """Wait until background access records are written."""
-        with self._lock:
-            pending = list(self._pending)
-        for fut in pending:
-            fut.exception()
+        """Wait until background access records are written (the one touch thread runs them in order)."""
+        if self._touches is not None:
+            self._touches.submit(lambda: None).result()
 
     def touch(self, tokens_or_key, traffic_class: str | None = None) -> None:
         """Record an access now (by ``traffic_class``) of a prefix's tail or of one key."""
