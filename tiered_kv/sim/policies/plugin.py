@@ -20,15 +20,12 @@ about a million accesses a second; the zoo's numba kernels are the fast form.
 methods (errors name the file and what is missing) and registers it, which is what
 ``tiered-kv curves --policy path/to/file.py:ClassName`` does.
 
-Parameters: a plug-in declares them as annotated class attributes with defaults (``skip: int =
-0``) and reads them as ``self.skip``; ``--policy path/to/file.py:ClassName:skip=2,label=x``
-sets them (as does ``make_policy`` / ``get_policy(name, skip=2)``). An unknown key is an error
-naming it and the parameters the class takes; a value of the wrong type (for ``int``, ``float``,
-``bool`` and ``str`` annotations) is an error naming the key and the type; range checks are the
-plug-in's :meth:`PluginPolicy.check` (``check_range`` from :mod:`.registry` names the parameter
-and its range). The values travel in the ``plugin_params`` field, so ``dataclasses.replace``
-keeps them. A plug-in keeps its state in plain attributes (``self.order = {}``); decorating it
-with ``@dataclass(frozen=True)`` would forbid that, which the driver reports.
+Parameters are annotated class attributes with defaults (``skip: int = 0``, read as
+``self.skip``), set by ``--policy path/to/file.py:ClassName:skip=2`` or ``get_policy(name,
+skip=2)``; unknown keys and values of the wrong type are errors naming them, range checks are
+the plug-in's :meth:`PluginPolicy.check` (docs/policies.md). The values travel in the
+``plugin_params`` field, so ``dataclasses.replace`` keeps them. A plug-in keeps its state in
+plain attributes, so it must not be a frozen dataclass (the driver says so).
 """
 
 from __future__ import annotations
