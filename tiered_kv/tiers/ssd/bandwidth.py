@@ -125,16 +125,14 @@ class GroupTokenBucket(TokenBucket):
         while True:
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
             fcntl.flock(fd, fcntl.LOCK_EX)
-            try:  # the file may have been removed by its last user while we waited for the lock
-                same = os.stat(self.path).st_ino == os.fstat(fd).st_ino
-            except FileNotFoundError:
-                same = False
-            if same:
-                break
+            with contextlib.suppress(FileNotFoundError):  # (its last user may have removed it meanwhile)
+                if os.stat(self.path).st_ino == os.fstat(fd).st_ino:
+                    break
             os.close(fd)
-        users, state, clash = -1, None, None
-        try:
+        with contextlib.ExitStack() as undo:  # a failure closes what was opened, which also unlocks
+            undo.callback(os.close, fd)
             users = os.open(self.path + ".users", os.O_RDWR | os.O_CREAT, 0o600)
+            undo.callback(os.close, users)
             try:
                 fcntl.flock(users, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 fresh = True  # nobody holds it: new, or left by processes that are gone
@@ -144,27 +142,14 @@ class GroupTokenBucket(TokenBucket):
                 os.ftruncate(fd, _STATE.size)
                 fresh = True
             state = mmap.mmap(fd, _STATE.size)
+            undo.callback(state.close)
             if fresh:
                 state[:] = _STATE.pack(self.rate, self.burst, self.burst, time.monotonic())
-            elif _STATE.unpack(state[:])[0] != self.rate:
-                clash = _STATE.unpack(state[:])[0]
-            if clash is None:
-                fcntl.flock(users, fcntl.LOCK_SH)  # (a downgrade when fresh: we hold the state lock)
-        except BaseException:
-            clash = clash or -1.0
-            raise
-        finally:
-            fcntl.flock(fd, fcntl.LOCK_UN)
-            if clash is not None:
-                if state is not None:
-                    state.close()
-                for f in (users, fd):
-                    if f >= 0:
-                        os.close(f)
-        if clash is not None:
-            raise ValueError(f"{self._name}: this process group already limits {self._what} to "
-                             f"{clash:.4g} bytes/s; every tier on one store shares that limit "
-                             f"(asked for {self.rate:.4g})")
+            elif (have := _STATE.unpack(state[:])[0]) != self.rate:
+                raise _clash(self._name, "process group", self._what, have, self.rate)
+            fcntl.flock(users, fcntl.LOCK_SH)  # (a downgrade when fresh: we hold the state lock)
+            undo.pop_all()
+        fcntl.flock(fd, fcntl.LOCK_UN)
         self._fd, self._users, self._state, self._pid = fd, users, state, os.getpid()
         self._fds = [fd, users]
 
@@ -211,6 +196,11 @@ def _release(path: str, fds: list[int]) -> None:
         os.close(fd)
 
 
+def _clash(name: str, who: str, what: str, have: float, asked: float) -> ValueError:
+    return ValueError(f"{name}: this {who} already limits {what} to {have:.4g} bytes/s; every tier on one store "
+                      f"shares that limit (asked for {asked:.4g})")
+
+
 def _state_dir() -> str:
     if STATE_DIR is not None:
         return STATE_DIR
@@ -245,9 +235,7 @@ def shared_bucket(store_id: str, direction: str, rate: float | None, *, name: st
                 bucket = TokenBucket(rate)
             _BUCKETS[(store_id, direction)] = bucket
         elif bucket.rate != rate:
-            raise ValueError(f"{name}: this process already limits {what} to "
-                             f"{bucket.rate:.4g} bytes/s; every tier on one store shares that limit "
-                             f"(asked for {rate:.4g})")
+            raise _clash(name, "process", what, bucket.rate, rate)
         bucket.holders += 1
         return bucket
 
