@@ -74,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
         print(markdown(json.loads(Path(args.json_path).read_text())))
         return 0
     from tiered_kv.sim.day import replay_day
-    from tiered_kv.sim.day.policies import day_policies
+    from tiered_kv.sim.day.stream import day_policies
 
     caps, ttls = day_policies(args.capacity or [*DEFAULT_CAPACITIES, "inf"], args.ttl or list(DEFAULT_TTLS),
                               args.bytes_per_token)

@@ -112,6 +112,8 @@ class FigureBar:
                         if total else "{desc:<28} {n:.0f} s (first build)")
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True) if thread else None
+        if self._thread is not None:
+            self._thread.start()
 
     def tick(self) -> None:
         elapsed = time.perf_counter() - self.t0
@@ -123,8 +125,6 @@ class FigureBar:
             self.tick()
 
     def __enter__(self) -> FigureBar:
-        if self._thread is not None:
-            self._thread.start()
         return self
 
     def __exit__(self, exc_type, *exc) -> None:

@@ -217,6 +217,34 @@ def _hour_arrays(files: list[Path], hour: int, parts: tuple[np.ndarray, np.ndarr
             times >= warm_s)
 
 
+def day_policies(capacities, ttls, bytes_per_token: float, block_size: int = 512):
+    """({name: capacity blocks}, {name: {class: seconds}}) from the strings ``tiered-kv day replay`` and
+    figure 15 both take (``1PiB``, ``inf``; ``agent=3d,chatbot=7d``, ``1h``)."""
+    from tiered_kv.units import format_bytes, parse_bytes, parse_duration
+
+    if not (1 <= bytes_per_token <= 1e8):
+        raise ValueError(f"--bytes-per-token: {bytes_per_token:g} is out of range; allowed: [1, 1e8]")
+    caps = {}
+    for text in capacities:
+        if text.strip().lower() in ("inf", "unlimited"):
+            caps["lru unlimited"] = math.inf
+            continue
+        nbytes = parse_bytes(text, name="--capacity")
+        if nbytes <= 0:
+            raise ValueError(f"--capacity: {text!r} is out of range; allowed: a size > 0 or 'inf'")
+        caps[f"lru {format_bytes(nbytes)}"] = nbytes // (bytes_per_token * block_size)
+    out_ttls = {}
+    for text in ttls:
+        per = {}
+        for item in text.split(","):
+            cls, dur = item.split("=", 1) if "=" in item else ("*", item)
+            seconds = parse_duration(dur.strip(), name=f"--ttl {cls}")
+            for c in (("agent", "chatbot") if cls.strip() == "*" else (cls.strip(),)):
+                per[c] = seconds
+        out_ttls["ttl " + text.replace(",", " ")] = per
+    return caps, out_ttls
+
+
 def replay_day(root: str | Path, *, capacities: dict[str, float] | None = None,
                ttls: dict[str, dict[str, float]] | None = None, progress: bool = True) -> dict[str, Any]:
     """Replay the day under ``root`` once for every policy; hit rates per policy, class and hour.

@@ -260,6 +260,12 @@ def _lognormal(rng: np.random.Generator, median: float, sigma: float, n: int) ->
     return median * np.exp(sigma * rng.standard_normal(n))
 
 
+def _output_tokens(rng: np.random.Generator, c: ClassConfig, n: int) -> np.ndarray:
+    """Gamma-distributed output lengths (at least one token)."""
+    return np.maximum(1, np.rint(rng.gamma(c.output_tokens_shape, c.output_tokens_mean / c.output_tokens_shape,
+                                           n))).astype(np.int64)
+
+
 def _session_starts(rng: np.random.Generator, c: ClassConfig, t0: float, t1: float,
                     mean_rate: float) -> np.ndarray:
     """Poisson arrivals (``mean_rate`` per second on the daily mean) on [t0, t1) with the
@@ -327,8 +333,7 @@ def _draw_class(rng: np.random.Generator, c: ClassConfig, horizon_s: float, warm
     gap[first_of_session] = 0.0
     time = starts[session] + _segment_cumsum(gap, first_of_session)
     # tokens: first prompt = system + shared prefix + first message; then + output + new message
-    output = np.maximum(1, np.rint(rng.gamma(c.output_tokens_shape, c.output_tokens_mean / c.output_tokens_shape,
-                                             n_r))).astype(np.int64)
+    output = _output_tokens(rng, c, n_r)
     new_msg = np.maximum(1, _lognormal(rng, c.turn_tokens_median, c.turn_tokens_sigma, n_r))
     shared = c.system_prompt_tokens + np.where(prefix >= 0, prefix_tokens[np.maximum(prefix, 0)], 0)
     prev_out = np.concatenate([[0], output[:-1]])
@@ -362,8 +367,7 @@ def _add_calls(rng: np.random.Generator, c: ClassConfig, d: _ClassDraw, populari
     n = len(time)
     suffix = np.maximum(1.0, _lognormal(rng, c.call_suffix_tokens_median, c.call_suffix_tokens_sigma, n))
     length = c.system_prompt_tokens + d.prefix_tokens[prefix] + np.rint(suffix).astype(np.int64)
-    output = np.maximum(1, np.rint(rng.gamma(c.output_tokens_shape, c.output_tokens_mean / c.output_tokens_shape,
-                                             n))).astype(np.int64)
+    output = _output_tokens(rng, c, n)
     keep = length <= c.max_input_tokens
     n_s = len(d.session_blocks)
     session = n_s + np.cumsum(keep) - 1

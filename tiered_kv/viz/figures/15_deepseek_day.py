@@ -34,7 +34,7 @@ QUICK_SCALE, FULL_SCALE = 1 / 5000, 1 / 200  # of DeepSeek's daily volume
 
 def run(quick: bool) -> dict:
     from tiered_kv.sim.day import DEEPSEEK_INPUT_TOKENS_PER_DAY, DayConfig, generate_day, replay_day
-    from tiered_kv.sim.day.policies import day_policies
+    from tiered_kv.sim.day.stream import day_policies
 
     scale = QUICK_SCALE if quick else FULL_SCALE
     tokens = DEEPSEEK_INPUT_TOKENS_PER_DAY * scale
