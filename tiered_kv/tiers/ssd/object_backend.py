@@ -275,15 +275,10 @@ class ObjectBackend(ZarrBackend):
 
         try:
             for j in range(n):
-                await sem.acquire()
+                await sem.acquire()  # (after a failure or a raise nothing acquires it again)
                 if failed[0]:
-                    sem.release()
                     break
-                try:
-                    path, data = make(j)
-                except BaseException:
-                    sem.release()
-                    raise
+                path, data = make(j)
                 sizes[j] = len(data)
                 tasks.append(asyncio.ensure_future(one(j, path, data)))
         finally:
