@@ -277,7 +277,7 @@ def test_figure_shows_where_admission_helps_and_where_it_hurts(monkeypatch):
 
 
 def test_page_lists_increases_beside_cuts():
-    from tiered_kv.bench._contention_page import render_record, summary_cells
+    from tiered_kv.bench.contention import render_record, summary_cells
 
     res = _fake_result()
     page = render_record(res)

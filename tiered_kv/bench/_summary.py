@@ -16,7 +16,7 @@ from pathlib import Path
 from tiered_kv.bench._pages import Row, brief, yes
 
 #: The modules whose ``PAGES`` make the records, in the order of their lines (``SUMMARY``) in the table.
-MODULES = ("kernels", "store", "sim", "ttft", "engine", "_contention_page", "peers", "policies", "retention", "widgets",
+MODULES = ("kernels", "store", "sim", "ttft", "engine", "contention", "peers", "policies", "retention", "widgets",
            "synth", "cluster_model")
 
 #: The DeepSeek-scale day is recorded by ``tiered-kv day replay --record`` (not a bench module).
