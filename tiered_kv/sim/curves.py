@@ -258,11 +258,9 @@ def belady_curve(trace: CompiledTrace, capacities_tokens, progress: bool = False
 def _belady_replays(trace: CompiledTrace, caps: np.ndarray, nxt: np.ndarray, progress: bool
                     ) -> tuple[np.ndarray, np.ndarray]:
     """(hit tokens [class, capacity], tokens written [capacity]) from one :class:`Belady` replay per capacity."""
-    it = caps
-    if progress:
-        from tqdm import tqdm
+    from tqdm import tqdm
 
-        it = tqdm(caps, desc="belady", unit="capacity", leave=False, delay=2)
+    it = tqdm(caps, desc="belady", unit="capacity", leave=False, delay=2, disable=not progress)
     out = np.zeros((len(trace.class_names), len(caps)), dtype=np.int64)
     written = np.zeros(len(caps), dtype=np.int64)
     for j, c in enumerate(it):

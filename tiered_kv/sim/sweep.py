@@ -443,27 +443,22 @@ def run_sweep(config: SweepConfig | str | Path, *, out: str | Path | None = None
     todo.sort(key=lambda p: (p.preset, p.days, p.seed))  # one workload per worker, mostly
     from tqdm.auto import tqdm
 
-    bar = tqdm(total=len(config.points), initial=len(config.points) - len(todo), unit="point",
-               desc=f"sweep ({backend})", disable=not progress, smoothing=0.1,
-               bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt} points [{elapsed}<{remaining}]")
     other: list[str] = []
-    try:
-        if todo:
-            runner = _run_ray if backend == "ray" else _run_pool
-            for point, row in runner(todo, workers, address):
-                write_row(out, point, row)
-                if row.get("code_digest") != code:
-                    other.append(point.point_id)
-                bar.update(1)
-    finally:
-        bar.close()
+    with tqdm(total=len(config.points), initial=len(config.points) - len(todo), unit="point",
+              desc=f"sweep ({backend})", disable=not progress, smoothing=0.1,
+              bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt} points [{elapsed}<{remaining}]") as bar:
+        runs = (_run_ray if backend == "ray" else _run_pool)(todo, workers, address) if todo else ()
+        for point, row in runs:
+            write_row(out, point, row)
+            if row.get("code_digest") != code:
+                other.append(point.point_id)
+            bar.update(1)
     if other:
         raise ValueError(f"sweep {out}: {len(other)} of {len(todo)} points were computed by other code than the "
                          f"checkout's (code_digest {code}; the source under tiered_kv/sim changed while the sweep "
                          f"ran, or a worker runs another install): points {', '.join(sorted(other))}; run the sweep "
                          "again to recompute them")
     return load_results(out, config.points)
-
 
 
 def _run_pool(points: list[SweepPoint], workers: int | None, address: str | None):

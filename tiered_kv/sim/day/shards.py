@@ -166,9 +166,8 @@ def generate_day(root: str | Path, config: DayConfig = DayConfig(), *, workers: 
     factor = config.input_tokens_per_day / unit / config.parts  # per part
     done = {int(p.stem.split("-")[1]) for p in (root / "parts").glob("part-*.json")}
     todo = [k for k in range(config.parts) if k not in done]
-    bar = tqdm(total=config.parts, initial=config.parts - len(todo), unit="part", desc="generate day",
-               disable=not progress)
-    try:
+    with tqdm(total=config.parts, initial=config.parts - len(todo), unit="part", desc="generate day",
+              disable=not progress) as bar:
         if workers <= 1:
             for k in todo:
                 write_part(root, k, factor, config.days, config.seed)
@@ -179,8 +178,6 @@ def generate_day(root: str | Path, config: DayConfig = DayConfig(), *, workers: 
                 for f in as_completed(futures):
                     f.result()
                     bar.update(1)
-    finally:
-        bar.close()
     parts = [json.loads((root / "parts" / f"part-{k:05d}.json").read_text()) for k in range(config.parts)]
     id_base = np.concatenate([[0], np.cumsum([p["n_ids"] for p in parts])])
     for p, base in zip(parts, id_base[:-1], strict=True):
