@@ -76,7 +76,7 @@ PUBLISHED_HIT_S = 0.5
 HIT_SCENARIO_NEW_TOKENS = 512
 
 
-def check_fields(obj, checks) -> None:
+def check_fields(obj: object, checks: list[tuple[str, bool, str]]) -> None:
     """Raise a ``ValueError`` naming the first field of the config ``obj`` whose check fails (or is
     NaN): ``checks`` are ``(field, ok, what it must be)``."""
     for name, ok, allowed in checks:

@@ -7,9 +7,11 @@ the rows of :func:`pool_vs_split`, so the comparison is defined once, below both
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
+from typing import Any
 
 
-def pool_vs_split(totals, nodes: int = 10, unlimited: bool = False, trace=None) -> list[dict]:
+def pool_vs_split(totals: Iterable[int], nodes: int = 10, unlimited: bool = False, trace: Any = None) -> list[dict]:
     """Per total SSD size (tokens) and routing: a shared pool of ``total`` tokens, ``nodes``
     per-machine caches of ``total // nodes`` each and (``unlimited``) an unlimited shared pool,
     on ``trace`` (default: the shipped Mooncake conversation trace). No GPU or host tier."""
