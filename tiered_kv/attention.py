@@ -20,16 +20,24 @@ from tiered_kv.kernels.swa import sliding_window_attention
 _MAX_SCORES = 1 << 24
 
 
+def band_mask(q_pos: torch.Tensor, k_pos: torch.Tensor, window: int) -> torch.Tensor:
+    """[Tq, Tk] bool: query at t sees key at p when t - window < p <= t."""
+    diff = q_pos[:, None] - k_pos[None, :]
+    return (diff >= 0) & (diff < window)
+
+
+def _sdpa(q, k, v, mask=None, *, is_causal: bool = False, scale=None) -> torch.Tensor:
+    """SDPA over [..., T, H, D] tensors (heads moved before positions and back), GQA by broadcast."""
+    out = F.scaled_dot_product_attention(q.transpose(-3, -2), k.transpose(-3, -2), v.transpose(-3, -2),
+                                         attn_mask=mask, is_causal=is_causal, scale=scale, enable_gqa=True)
+    return out.transpose(-3, -2)
+
+
 def _swa_reference(q, k, v, window, q_offset, *, k_offset=0, scale=None, backend="torch"):
     """Masked-SDPA sliding-window attention, same signature as the kernels' function."""
-    tq, tk = q.shape[0], k.shape[0]
-    qp = torch.arange(tq, device=q.device) + q_offset
-    kp = torch.arange(tk, device=q.device) + k_offset
-    diff = qp[:, None] - kp[None, :]
-    mask = (diff >= 0) & (diff < window)
-    out = F.scaled_dot_product_attention(q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1),
-                                         attn_mask=mask, scale=scale, enable_gqa=True)
-    return out.transpose(0, 1)
+    mask = band_mask(torch.arange(q.shape[0], device=q.device) + q_offset,
+                     torch.arange(k.shape[0], device=q.device) + k_offset, window)
+    return _sdpa(q, k, v, mask, scale=scale)
 
 
 def windowed_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: int, q_offset: int,
@@ -124,19 +132,13 @@ def _batched_attention(q, k, v, window: int | None, q_offset: int = 0) -> torch.
     """
     t = q.shape[1]
     if window is None:  # causal; from q_offset > 0 the mask is offset, so it is written out
-        mask = (torch.arange(k.shape[1], device=q.device)[None, :]
-                <= q_offset + torch.arange(t, device=q.device)[:, None]) if q_offset else None
-        out = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
-                                             attn_mask=mask, is_causal=not q_offset, enable_gqa=True)
-        return out.transpose(1, 2)
+        mask = band_mask(q_offset + torch.arange(t, device=q.device), torch.arange(k.shape[1], device=q.device),
+                         q_offset + t + 1) if q_offset else None
+        return _sdpa(q, k, v, mask, is_causal=not q_offset)
     if t > 2 * window:
         return _banded_attention(q, k, v, window)
     pos = torch.arange(t, device=q.device)
-    diff = pos[:, None] - pos[None, :]
-    mask = (diff >= 0) & (diff < window)
-    out = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
-                                         attn_mask=mask, enable_gqa=True)
-    return out.transpose(1, 2)
+    return _sdpa(q, k, v, band_mask(pos, pos, window))
 
 
 def _banded_attention(q, k, v, window: int) -> torch.Tensor:
@@ -154,14 +156,12 @@ def _banded_attention(q, k, v, window: int) -> torch.Tensor:
     kc, vc = k.view(b, n, c, hk, d), v.view(b, n, c, hk, d)
     kk = torch.cat([torch.cat([torch.zeros_like(kc[:, :1]), kc[:, :-1]], 1), kc], 2)
     vv = torch.cat([torch.cat([torch.zeros_like(vc[:, :1]), vc[:, :-1]], 1), vc], 2)
-    diff = torch.arange(c, device=q.device)[:, None] + c - torch.arange(2 * c, device=q.device)[None, :]
-    mask = ((diff >= 0) & (diff < window)).expand(n, c, 2 * c).clone()
+    mask = band_mask(torch.arange(c, device=q.device) + c, torch.arange(2 * c, device=q.device), window)
+    mask = mask.expand(n, c, 2 * c).clone()
     mask[0, :, :c] = False
-    out = F.scaled_dot_product_attention(
-        q.reshape(b * n, c, h, d).transpose(1, 2), kk.reshape(b * n, 2 * c, hk, d).transpose(1, 2),
-        vv.reshape(b * n, 2 * c, hk, d).transpose(1, 2), attn_mask=mask.repeat(b, 1, 1)[:, None],
-        enable_gqa=True)
-    return out.transpose(1, 2).reshape(b, n * c, h, d)[:, :t]
+    out = _sdpa(q.reshape(b * n, c, h, d), kk.reshape(b * n, 2 * c, hk, d), vv.reshape(b * n, 2 * c, hk, d),
+                mask.repeat(b, 1, 1)[:, None])
+    return out.reshape(b, n * c, h, d)[:, :t]
 
 
 def rope(x: torch.Tensor, positions: torch.Tensor, theta: float) -> torch.Tensor:

@@ -20,12 +20,14 @@ Random weights say nothing about where attention looks; use the trained checkpoi
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
+from tiered_kv.attention import band_mask
 from tiered_kv.model import EncoderDecoder, need_ints
 
 WINDOWS = (128, 256, 512)
@@ -79,8 +81,6 @@ def measure(model: EncoderDecoder, settings: ReplaySettings, *, progress: bool =
 
 def mean_ci95(values) -> tuple[float, float, float]:
     """Mean and a normal-approximation 95% interval over per-sample values."""
-    import math
-
     v = [float(x) for x in values]
     m = sum(v) / len(v)
     if len(v) < 2:
@@ -266,12 +266,9 @@ def attention_locality(model: EncoderDecoder, sequences: list[torch.Tensor], rec
                 rep = cfg.n_heads // cfg.kv_heads
                 kk = k.repeat_interleave(rep, dim=1)
                 scores = torch.einsum("qhd,khd->hqk", qq, kk) / cfg.head_dim ** 0.5
-                qp = torch.arange(w - 1, n)[:, None]
-                kp = torch.arange(n)[None, :]
-                band = (qp - kp >= 0) & (qp - kp < w)
-                probs = scores.masked_fill(~band, float("-inf")).softmax(-1)
-                near = (qp - kp >= 0) & (qp - kp < recent)
-                out[stack].append(float((probs * near).sum(-1).mean()))
+                qp, kp = torch.arange(w - 1, n), torch.arange(n)
+                probs = scores.masked_fill(~band_mask(qp, kp, w), float("-inf")).softmax(-1)
+                out[stack].append(float((probs * band_mask(qp, kp, recent)).sum(-1).mean()))
                 if stack == "encoder":
                     x, _ = layer(x, 0, None, w, 0)
                 else:

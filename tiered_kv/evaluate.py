@@ -34,7 +34,7 @@ import torch.nn.functional as F
 from tqdm.auto import tqdm
 
 from tiered_kv.model import EncoderDecoder
-from tiered_kv.train import document_tokens
+from tiered_kv.train import document_tokens, loss_on
 
 CONTEXTS = (64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
 TARGET_BYTES = 256
@@ -97,8 +97,7 @@ def heldout_loss(model: EncoderDecoder, stream: torch.Tensor, n: int = 32, seq_l
     losses = []
     for i in range(0, n, batch):
         w = torch.stack([stream[s:s + seq_len + 1].long() for s in starts[i:i + batch]])
-        logits = model.forward_batched(w[:, :-1])
-        losses.append(F.cross_entropy(logits.flatten(0, 1).float(), w[:, 1:].flatten()).item() * w.shape[0])
+        losses.append(loss_on(model, w).item() * w.shape[0])
     return sum(losses) / n
 
 
@@ -113,13 +112,18 @@ def long_context_gain(model: EncoderDecoder, stream: torch.Tensor, *, window: in
     """Loss of the last ``target`` bytes of ``window``-byte windows: short context minus full context."""
     full = window - target
     starts = _starts(stream, n, full, target, seed)
-    lf = target_losses(model, stream, starts, full, target)
-    ls = target_losses(model, stream, starts, short, target)
-    gain, lo, hi = _mean_ci(ls - lf)
-    return {"long_context_gain_nats": gain, "long_context_gain_ci95": [lo, hi],
+    served = _gain_row("as served", target_losses(model, stream, starts, full, target),
+                       target_losses(model, stream, starts, short, target))
+    return _gain_summary(served, full, short, target, n)
+
+
+def _gain_summary(served: dict, full: int, short: int, target: int, n: int) -> dict:
+    """:func:`long_context_gain`'s fields from the losses as served (a :func:`_gain_row`)."""
+    return {"long_context_gain_nats": served["gain_nats"], "long_context_gain_ci95": served["ci95"],
             "full_context_bytes": full, "short_context_bytes": short, "target_bytes": target,
-            "window_bytes": window, "samples": n,
-            "full_context_nats_per_byte": float(lf.mean()), "short_context_nats_per_byte": float(ls.mean())}
+            "window_bytes": full + target, "samples": n,
+            "full_context_nats_per_byte": served["full_context_nats_per_byte"],
+            "short_context_nats_per_byte": served["short_context_nats_per_byte"]}
 
 
 def _gain_row(variant: str, lf: torch.Tensor, ls: torch.Tensor) -> dict:
@@ -222,10 +226,12 @@ def evaluate_checkpoint(model: EncoderDecoder, stream: torch.Tensor, *, samples:
                         curve_samples: int = 16, contexts=CONTEXTS, progress: bool = False) -> dict:
     """Everything ``tiered-kv eval --json`` reports."""
     contexts = [c for c in contexts if c + TARGET_BYTES <= min(model.cfg.max_seq_len, stream.numel() - 1)]
+    decomposition = gain_decomposition(model, stream, n=samples)  # its first row is long_context_gain's losses
     return {
         "heldout_nats_per_byte": heldout_loss(model, stream),
-        **long_context_gain(model, stream, n=samples),
-        "gain_decomposition": gain_decomposition(model, stream, n=samples),
+        **_gain_summary(decomposition["variants"][0], decomposition["full_context_bytes"],
+                        decomposition["short_context_bytes"], decomposition["target_bytes"], samples),
+        "gain_decomposition": decomposition,
         "context_curve": context_curve(model, stream, contexts, n=curve_samples, progress=progress),
         "copy_probe": copy_probe(model, stream, [d for d in (256, 1024, 2048)
                                                  if d + 2 * 128 < min(model.cfg.max_seq_len, stream.numel() - 1)]),

@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
-from tiered_kv.model import BOS, EOS, EncoderDecoder, ModelConfig, need, need_ints, preset
+from tiered_kv.model import BOS, EOS, EncoderDecoder, ModelConfig, load_checkpoint, need, need_ints, preset
 
 
 @dataclass(frozen=True)
@@ -311,8 +311,6 @@ def _initial_model(cfg: ModelConfig,
     model = EncoderDecoder(cfg)
     if init_from is None:
         return model, None
-    from tiered_kv.model import load_checkpoint
-
     init_model, init_record = load_checkpoint(init_from, expect_preset=cfg.name)
     _load_init(model, init_model, init_from)
     return model, (init_from, init_record)
