@@ -50,16 +50,12 @@ def _generate(llm, cmd: dict[str, Any]) -> list[dict[str, Any]]:
     params = SamplingParams(max_tokens=cmd.get("max_tokens", 1), temperature=0.0, logprobs=cmd.get("logprobs"),
                             extra_args=extra, ignore_eos=True)
     prompts = [{"prompt_token_ids": list(map(int, p))} for p in cmd["prompts"]]
-    out = []
-    if cmd.get("one_by_one", True):  # sequential: each request sees what the previous one stored
-        for prompt in prompts:
-            t0 = time.perf_counter()
-            (res,) = llm.generate([prompt], params, use_tqdm=False)
-            out.append(_result(res, time.perf_counter() - t0))
-        return out
-    t0 = time.perf_counter()
-    results = llm.generate(prompts, params, use_tqdm=False)
-    return [_result(r, time.perf_counter() - t0) for r in results]
+    out = []  # one_by_one (sequential): each request sees what the previous one stored
+    for batch in [[p] for p in prompts] if cmd.get("one_by_one", True) else [prompts]:
+        t0 = time.perf_counter()
+        results = llm.generate(batch, params, use_tqdm=False)
+        out += [_result(r, time.perf_counter() - t0) for r in results]
+    return out
 
 
 def _result(res, seconds: float) -> dict[str, Any]:

@@ -259,9 +259,9 @@ class _Point:
                 res = self.engines[s].prefill(self.tokens[i], store=True)
             except BaseException as exc:  # noqa: BLE001
                 self.errors.append(exc)
-                self.queues.finished(s, i)
                 continue
-            self.queues.finished(s, i)
+            finally:
+                self.queues.finished(s, i)
             end = self.now() - res.store_s
             self.start_s[i], self.done[i], self.compute[i] = begin, end, res.ttft_s
 

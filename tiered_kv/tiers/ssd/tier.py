@@ -288,9 +288,7 @@ class SSDTier:
                 raise ValueError(f"chunks[{j}]: must be a tiered_kv.kernels.fp4.FP4Tensor (from fp4.quantize or "
                                  f"codec.quantize_blocks), got {type(q).__name__}; to store a plain tensor use put()")
             for name in ("data", "scales"):
-                t = getattr(q, name, None)
-                if t is not None:
-                    _check_tensor_data(t, f"chunks[{j}].{name}")
+                _check_tensor_data(getattr(q, name, None), f"chunks[{j}].{name}")
             if tuple(q.shape) != want or q.fmt != self.namespace.fmt:
                 raise ValueError(f"chunks: each must be a {self.namespace.fmt} FP4Tensor of shape {list(want)}, "
                                  f"got {q.fmt} {list(q.shape)}")
