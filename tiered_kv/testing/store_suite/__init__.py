@@ -4,7 +4,7 @@ Use it like zarr's ``StoreTests``: subclass :class:`SSDTierSuite` and give it a 
 fixture returning a fresh, empty zarr v3 Store (``tests/test_ssd_store.py``: MemoryStore,
 LocalStore, fsspec; ``tests/test_ssd_s3.py``: S3). Every test drives time through an injected
 clock. The parts: :mod:`.base` (clock, namespace, KV, FP4 reference), :mod:`.contract`,
-:mod:`.retention`, :mod:`.faults` with :mod:`.faulty_stores`, and :mod:`.workers` (what the
+:mod:`.retention`, :mod:`.faults` (with fault-injecting store wrappers), and :mod:`.workers` (what the
 multi-process tests run in children); every public name is re-exported here.
 """
 
@@ -21,8 +21,8 @@ from tiered_kv.testing.store_suite.base import (
     reference_kv,
 )
 from tiered_kv.testing.store_suite.contract import ContractTests
-from tiered_kv.testing.store_suite.faults import FaultTests
-from tiered_kv.testing.store_suite.faulty_stores import (
+from tiered_kv.testing.store_suite.faults import (
+    FaultTests,
     FullDiskStore,
     SyncFullDiskStore,
     SyncVanishingStore,
