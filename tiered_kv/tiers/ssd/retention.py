@@ -79,16 +79,10 @@ class RetentionPolicy:
              ttl=None, traffic_classes=None) -> RetentionPolicy:
         """Parse user-typed values: ``ttl`` is a duration for every class or {class: duration}."""
         cap = math.inf if capacity_bytes in (None, math.inf, "inf") else parse_bytes(capacity_bytes, name="capacity_bytes")
-        classes = None if traffic_classes is None else tuple(traffic_classes)
-        if classes is not None:
-            for c in classes:
-                check_class(c, None, name="traffic_classes")
-        default = math.inf
-        per_class: dict[str, float] = {}
-        if isinstance(ttl, Mapping):
-            per_class = {c: parse_duration(d, name=f"ttl[{c!r}]") for c, d in ttl.items()}
-        elif ttl is not None:
-            default = parse_duration(ttl, name="ttl")
+        classes = None if traffic_classes is None else tuple(check_class(c, None, name="traffic_classes")
+                                                             for c in traffic_classes)
+        per_class = {c: parse_duration(d, name=f"ttl[{c!r}]") for c, d in ttl.items()} if isinstance(ttl, Mapping) else {}
+        default = math.inf if ttl is None or isinstance(ttl, Mapping) else parse_duration(ttl, name="ttl")
         for name, value in (("high_watermark", high_watermark), ("low_watermark", low_watermark)):
             if not isinstance(value, (int, float)):
                 raise ValueError(f"{name}: must be a fraction of capacity_bytes, got {value!r}")
