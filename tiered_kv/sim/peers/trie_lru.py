@@ -38,14 +38,8 @@ def replay_lru_trie(t: TrieTrace, capacity: int) -> tuple[np.ndarray, bool]:
 def lru_trie_curve(t: TrieTrace, capacities) -> np.ndarray:
     """Trie-LRU counted hit tokens at each capacity (blocks); 0 where kvcache.ai says underfilled.
 
-    One stack pass gives every access its distance ``d`` in the deepest-first LRU stack. At a
-    capacity ``C`` at least the longest request, a block hits iff ``d <= C``. Below that, a
-    request longer than ``C`` ends with the cache holding only its own first ``C`` nodes,
-    or ``C - 1`` when it had to drop the ``C``-th one it had just inserted (the peer's rule);
-    from there on the cache is the top ``C`` of the same stack minus that one dropped node,
-    until a request touches it or another long request comes. So each small capacity needs a
-    scan over requests (``_lru_small_capacities``), not a replay.
-    """
+    At a capacity at least the longest request a block hits iff its stack distance is within
+    it; each smaller capacity takes one scan over requests (module docstring)."""
     caps = check_capacities(capacities)
     out = np.zeros(caps.shape[0], dtype=np.int64)
     dead = underfilled_mask(t, caps)
