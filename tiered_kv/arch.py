@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tiered_kv.model import PRESETS, ModelConfig
+from tiered_kv.model import PRESETS, ModelConfig, need
 
 BF16_BITS = 16.0
 DEEPSEEK_MLA_BITS = 6.0  #: "about 6 bits per element" KV quantization (DeepSeek-V2, Sec. 3.2)
@@ -63,10 +63,8 @@ class Arch:
     note: str = ""
 
     def __post_init__(self) -> None:
-        if self.kind not in ("gqa", "mla", "global"):
-            raise ValueError(f"Arch.kind: must be gqa, mla or global, got {self.kind!r}")
-        if self.layers < 1:
-            raise ValueError(f"Arch.layers: must be >= 1, got {self.layers}")
+        need(self, self.kind in ("gqa", "mla", "global"), "kind", "gqa, mla or global")
+        need(self, self.layers >= 1, "layers", ">= 1")
         if self.kind == "mla" and (self.kv_lora_rank < 1 or self.rope_dim < 0):
             raise ValueError("Arch: MLA needs kv_lora_rank >= 1 and rope_dim >= 0")
         if self.kind != "mla" and (self.kv_heads < 1 or self.head_dim < 1):
