@@ -97,7 +97,7 @@ def _clear_caches() -> None:
     from tiered_kv.sim.cluster.disk_day import disk_day
 
     cv._synth.cache_clear()
-    cv._agent_hour.cache_clear()
+    cv.class_hour.cache_clear()
     disk_day.cache_clear()
 
 

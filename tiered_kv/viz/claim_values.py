@@ -103,19 +103,22 @@ def agent_lru_hit_rate(capacity_tokens: float, warmup_days: float | None = None,
 
     from tiered_kv.sim.curves import lru_curve
 
-    trace = _agent_hour(None if warmup_days is None else float(warmup_days), int(hour), int(seed))
+    trace = class_hour("agent", None if warmup_days is None else float(warmup_days), int(hour), int(seed))
     return float(lru_curve(trace, np.array([capacity_tokens])).token_hit_rate[0])
 
 
-@lru_cache(maxsize=2)
-def _agent_hour(warmup_days: float | None, hour: int, seed: int):
+@lru_cache(maxsize=4)
+def class_hour(traffic_class: str, warmup_days: float | None, hour: int, seed: int):
+    """Hour ``hour`` (compiled) of a steady-state run of one synthetic class, its warm-up cut to
+    ``warmup_days`` (None: the preset's)."""
     from dataclasses import replace
 
     from tiered_kv.sim.trace_replay import compile_trace
     from tiered_kv.sim.workload import PRESETS, hour_slice
 
-    cfg = PRESETS["agent"] if warmup_days is None else replace(PRESETS["agent"], warmup_days=warmup_days)
-    return compile_trace(hour_slice(cfg, "agent", hour, seed))
+    cfg = PRESETS[traffic_class]
+    cfg = cfg if warmup_days is None else replace(cfg, warmup_days=warmup_days)
+    return compile_trace(hour_slice(cfg, traffic_class, hour, seed))
 
 
 def deepseek_day_disk_fraction(quick: bool, policy: str = "ttl agent=3d chatbot=7d") -> float:

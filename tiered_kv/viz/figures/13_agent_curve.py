@@ -26,23 +26,19 @@ def curve_table(warmup_days: float | None = None, hour: int = 12, seed: int = 0)
     """Long frame: series, capacity_tokens, token_hit_rate for the agent class (synthetic and
     published) and the chatbot class (synthetic and the real conversation trace); ``warmup_days``
     shortens the preset's warm-up (then the large-capacity end runs a little low)."""
-    from dataclasses import replace
-
     from tiered_kv.sim.curves import lru_curve
     from tiered_kv.sim.trace_replay import compile_trace
     from tiered_kv.sim.traces import load_trace, shipped_trace
-    from tiered_kv.sim.workload import CURVE_CAPACITIES, FIG9_TOOL_AGENT, PRESETS, hour_slice
+    from tiered_kv.sim.workload import CURVE_CAPACITIES, FIG9_TOOL_AGENT
+    from tiered_kv.viz.claim_values import class_hour
 
     caps = np.array(CURVE_CAPACITIES)
 
-    def rates(df: pl.DataFrame) -> np.ndarray:
-        return lru_curve(compile_trace(df), caps).token_hit_rate
-
     def synth(name: str) -> np.ndarray:
-        cfg = PRESETS[name] if warmup_days is None else replace(PRESETS[name], warmup_days=warmup_days)
-        return rates(hour_slice(cfg, name, hour, seed))
+        return lru_curve(class_hour(name, warmup_days, hour, seed), caps).token_hit_rate
 
-    real = rates(load_trace(shipped_trace("conversation"), traffic_class="chatbot"))
+    real = lru_curve(compile_trace(load_trace(shipped_trace("conversation"), traffic_class="chatbot")),
+                     caps).token_hit_rate
     parts = [("agent, synthetic", synth("agent")), ("agent, published", np.array([v for _, v in FIG9_TOOL_AGENT])),
              ("chatbot, synthetic", synth("chatbot")), ("chatbot, real trace", real)]
     return pl.concat([pl.DataFrame({"series": s, "capacity_tokens": caps, "token_hit_rate": r}) for s, r in parts])
