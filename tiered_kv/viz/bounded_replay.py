@@ -1,14 +1,11 @@
 """Window size and bounded replay: error, compute and attention mass (notebook 01).
 
-The expensive part, running the model, happens once in :func:`measure`: replay error over a
-grid of windows W and replay lengths R (:func:`tiered_kv.bounded_replay_error.replay_error`) and the
-share of attention mass within each distance (:func:`tiered_kv.bounded_replay_error.attention_locality`).
-The sliders then pick grid points; prefill compute is the closed form of docs/semantics.md
-(baseline ``(L_e + L_d) * N`` layer-tokens, bounded replay ``L_e * N + L_d * R``).
-
-Random weights say nothing about where attention looks, so the full size uses the trained
-checkpoint (``data/checkpoints/small.pt``); the small size (CI) runs the ``tiny`` preset with
-seeded random weights on a short held-out slice, and says so in every chart title.
+:func:`measure` runs the model once: replay error over a grid of windows W and replay lengths R
+(:func:`tiered_kv.bounded_replay_error.replay_error`) and the share of attention mass within each
+distance; the sliders then pick grid points, and prefill compute is the closed form of
+docs/semantics.md. Random weights say nothing about where attention looks, so the full size uses
+the trained checkpoint; the small size (CI) runs the seeded ``tiny`` preset and says so in every
+chart title.
 """
 
 from __future__ import annotations

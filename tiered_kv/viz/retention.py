@@ -1,9 +1,8 @@
 """The retention dashboard: per-class TTL, watermark and SSD capacity sliders on one trace.
 
 Everything slow happens once, in :func:`tiered_kv.sim.retention.settings.build_table`; a slider move
-evaluates the precomputed table (:func:`evaluate`) and swaps the chart in place. The summary
-table above the chart shows each class's token hit rate, effective retention and the SSD
-tier's peak and mean resident KV.
+evaluates the precomputed table (:func:`evaluate`, no simulation of its own) and swaps the chart's
+data in place.
 """
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
 """Chart conventions shared by figures and dashboards.
 
-:func:`dashed_lines`: lines whose dash pattern carries a field, with points on them. vega-lite
-merges the legend of a line mark's overlaid points into the dash legend and draws it as filled
-circles, one identical black dot per dash pattern (or, with ``symbolType="stroke"``, nothing
-at all). Drawing the points as a separate layer without a dash encoding keeps the legend a
-row of dashed strokes.
+:func:`dashed_lines` draws the points of dashed lines as a separate layer without a dash encoding:
+vega-lite would merge the points' legend into the dash legend and draw one identical black dot per
+dash pattern, where a row of dashed strokes is wanted.
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
 """Workshop exercises: predict, move the slider, then check the prediction against the model.
 
-Each :class:`Exercise` names a question, the dashboard to explore it with, how its answer is
-written (a number in a unit, or yes/no) and a tolerance. The expected answer is never typed in:
-:func:`expected` computes it from the package (the retention table of the real trace, the
-architecture table, the latency model, the model presets, the prompt-layout replay), at the notebook's size, so a
-change in the model changes the answer key with it. :func:`check_answer` is what the workshop
-notebook calls; the solutions notebook derives each answer with public package calls.
+Each :class:`Exercise` names a question, the dashboard to explore it with, the unit of its answer
+and a tolerance. The expected answer is never typed in: :func:`expected` computes it from the
+package at the notebook's size, so a change in the model changes the answer key with it.
 """
 
 from __future__ import annotations
