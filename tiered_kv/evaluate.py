@@ -26,13 +26,13 @@ banded window attention), which tests check equals the inference path.
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
+from tiered_kv.bounded_replay_error import mean_ci95
 from tiered_kv.model import EncoderDecoder
 from tiered_kv.train import document_tokens, loss_on
 
@@ -101,12 +101,6 @@ def heldout_loss(model: EncoderDecoder, stream: torch.Tensor, n: int = 32, seq_l
     return sum(losses) / n
 
 
-def _mean_ci(x: torch.Tensor) -> tuple[float, float, float]:
-    m = float(x.double().mean())
-    half = 1.96 * float(x.double().std()) / math.sqrt(x.numel()) if x.numel() > 1 else float("nan")
-    return m, m - half, m + half
-
-
 def long_context_gain(model: EncoderDecoder, stream: torch.Tensor, *, window: int = 4096, short: int = 512,
                       target: int = TARGET_BYTES, n: int = 64, seed: int = 2) -> dict:
     """Loss of the last ``target`` bytes of ``window``-byte windows: short context minus full context."""
@@ -127,7 +121,7 @@ def _gain_summary(served: dict, full: int, short: int, target: int, n: int) -> d
 
 
 def _gain_row(variant: str, lf: torch.Tensor, ls: torch.Tensor) -> dict:
-    gain, lo, hi = _mean_ci(ls - lf)
+    gain, lo, hi = mean_ci95((ls - lf).tolist())
     return {"variant": variant, "gain_nats": gain, "ci95": [lo, hi],
             "full_context_nats_per_byte": float(lf.mean()), "short_context_nats_per_byte": float(ls.mean())}
 
@@ -196,7 +190,7 @@ def context_curve(model: EncoderDecoder, stream: torch.Tensor, contexts=CONTEXTS
     starts = _starts(stream, n, contexts[-1], target, seed)
     rows = []
     for c in tqdm(contexts, desc="context curve", unit="length", disable=not progress):
-        m, lo, hi = _mean_ci(target_losses(model, stream, starts, c, target, batch=max(1, 32768 // (c + target))))
+        m, lo, hi = mean_ci95(target_losses(model, stream, starts, c, target, batch=max(1, 32768 // (c + target))).tolist())
         rows.append({"context_bytes": c, "nats_per_byte": m, "ci95": [lo, hi], "samples": n})
     return rows
 
@@ -216,7 +210,7 @@ def copy_probe(model: EncoderDecoder, stream: torch.Tensor, distances=(256, 1024
             first.append(loss[:span - 1].mean())  # targets 1..span-1 of the first occurrence
             repeat.append(loss[-(span - 1):].mean())  # the repeat's bytes after its first one
         f, r = torch.stack(first), torch.stack(repeat)
-        gain, lo, hi = _mean_ci(f - r)
+        gain, lo, hi = mean_ci95((f - r).tolist())
         rows.append({"distance_bytes": int(d), "span_bytes": span, "samples": n, "first_nats_per_byte": float(f.mean()),
                      "repeat_nats_per_byte": float(r.mean()), "copy_gain_nats": gain, "copy_gain_ci95": [lo, hi]})
     return rows
