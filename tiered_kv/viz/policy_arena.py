@@ -85,10 +85,9 @@ def summary(data: pl.DataFrame) -> dict:
         j = base.join(ss, on=["policy", "capacity_tokens"], suffix="_ss")
         for pol, grp in j.group_by("policy", maintain_order=True):
             w_all, w_ss = float(grp["ssd_bytes_written"].sum()), float(grp["ssd_bytes_written_ss"].sum())
+            change = grp["token_hit_rate_ss"] - grp["token_hit_rate"]
             trade.append({"policy": pol[0], "written_ratio": w_ss / w_all if w_all else math.nan,
-                          "mean_hit_change": float((grp["token_hit_rate_ss"] - grp["token_hit_rate"]).mean()),
-                          "min_hit_change": float((grp["token_hit_rate_ss"] - grp["token_hit_rate"]).min()),
-                          "max_hit_change": float((grp["token_hit_rate_ss"] - grp["token_hit_rate"]).max())})
+                          **{f"{k}_hit_change": float(getattr(change, k)()) for k in ("mean", "min", "max")}})
     return {"wins": wins, "distance": dist.to_dicts(), "second_sighting": trade}
 
 
