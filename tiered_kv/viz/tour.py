@@ -150,12 +150,9 @@ class Tour:
         stats = self.ssd.stats()
         rows = [{"tier": "SSD (shared, Zarr v3 on disk)", "machine": "all", "entries": stats["chunks"],
                  "bytes": stats["bytes"]}]
-        for eng in (self.engine, getattr(self, "other", None)):
-            if eng is not None:
-                rows.append({"tier": "host (window caches)", "machine": eng.name, "entries": len(eng.host),
-                             "bytes": int(eng.host.used_bytes)})
-                rows.append({"tier": "GPU (in flight)", "machine": eng.name, "entries": len(eng.gpu),
-                             "bytes": int(eng.gpu.used_bytes)})
+        for eng in (e for e in (self.engine, getattr(self, "other", None)) if e is not None):
+            rows += [{"tier": tier, "machine": eng.name, "entries": len(t), "bytes": int(t.used_bytes)}
+                     for tier, t in (("host (window caches)", eng.host), ("GPU (in flight)", eng.gpu))]
         return pl.DataFrame(rows)
 
     def timings_chart(self) -> alt.Chart:
