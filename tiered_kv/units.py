@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Mapping, Sequence
 
 _DURATION_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 _BYTE_UNITS = {
@@ -46,6 +47,42 @@ def parse_duration(value: str | float | int, *, name: str = "duration") -> float
     if math.isnan(seconds) or seconds < 0:
         raise ValueError(f"{name}: must be a duration >= 0 seconds, got {value!r}")
     return seconds
+
+
+#: The one grammar of a per-class TTL (``--ttl`` of simulate, store gc and day replay; a sweep's ``ttl``).
+TTL_FORM = ("a duration (90s, 15m, 6h, 3d, inf) for every class, or CLASS=DURATION, "
+            "several joined by commas (agent=3d,chatbot=7d)")
+
+
+def parse_ttl(value: str | Sequence[str] | Mapping[str, str | float], *,
+              name: str = "ttl") -> tuple[dict[str, float], float | None]:
+    """``"agent=3d,chatbot=7d"``, ``"7d"``, a list of those (a repeated flag) or a table
+    ``{class: duration}`` -> ({class: seconds}, seconds for every other class or None).
+
+    A class's own TTL beats the bare duration wherever each is written; of two bare durations,
+    or two for one class, the last wins.
+    """
+    if isinstance(value, Mapping):
+        items = [(str(c), d) for c, d in value.items()]
+    elif isinstance(value, str) or (isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value)):
+        texts = [value] if isinstance(value, str) else value
+        items = [tuple(p.split("=", 1)) if "=" in p else (None, p) for t in texts for p in t.split(",")]
+    else:
+        raise ValueError(f"{name}: {value!r} is out of range; allowed: {TTL_FORM}")
+    per_class, default = {}, None
+    for cls, dur in items:
+        where = name if cls is None else f"{name} {cls.strip()}"
+        if cls is not None and not cls.strip():
+            raise ValueError(f"{name}: {f'{cls}={dur}'!r} has no class name; allowed: {TTL_FORM}")
+        try:
+            seconds = parse_duration(dur.strip() if isinstance(dur, str) else dur, name=where)
+        except (ValueError, TypeError, AttributeError):
+            raise ValueError(f"{where}: {dur!r} is out of range; allowed: {TTL_FORM}") from None
+        if cls is None:
+            default = seconds
+        else:
+            per_class[cls.strip()] = seconds
+    return per_class, default
 
 
 def parse_bytes(value: str | float | int, *, name: str = "size") -> int:

@@ -74,25 +74,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 
 # ------------------------------------------------------------------------------------ the record
-def _calib_value(v: float) -> str:
-    return f"{v:.4f}" if abs(v) < 10 else f"{v:,.0f}"
-
-
 def _calibration(cal: dict) -> list[str]:
+    from tiered_kv.sim.workload.calibration import markdown_table
+
     reps = cal["reports"]
     took = ", ".join(f"seed {p['seed']} in {sec(p['seconds'])}" for p in reps)
-    lines = ["", f"Calibration table ({'reduced sizes' if cal['quick'] else 'full size'}; "
-             f"`calibration_report(seed)`, {took}):",
-             "", "| class | metric | target | tolerance | " + " | ".join(f"seed {p['seed']}" for p in reps)
-             + " | within (all seeds) | source |", "|" + "---|" * (6 + len(reps))]
-    for i, row in enumerate(reps[0]["rows"]):
-        tol = (f"±{row['tolerance']:.0%}" if row["tolerance_kind"] == "relative"
-               else f"±{_calib_value(row['tolerance'])}")
-        vals = " | ".join(_calib_value(p["rows"][i]["achieved"]) for p in reps)
-        ok = all(p["rows"][i]["within"] for p in reps)
-        lines.append(f"| {row['traffic_class']} | {row['metric']} | {_calib_value(row['target'])} | {tol} | "
-                     f"{vals} | {'yes' if ok else 'NO'} | {row['source']} |")
-    return lines + ["", f"Every statistic within its tolerance on every seed: **{cal['all_within']}**."]
+    return ["", f"Calibration table ({'reduced sizes' if cal['quick'] else 'full size'}; "
+            f"`calibration_report(seed)`, {took}):", "",
+            markdown_table([p["rows"] for p in reps], [p["seed"] for p in reps]),
+            "", f"Every statistic within its tolerance on every seed: **{cal['all_within']}**."]
 
 
 def render_record(r: dict) -> str:

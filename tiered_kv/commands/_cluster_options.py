@@ -41,33 +41,14 @@ def is_cluster(args: argparse.Namespace) -> bool:
     return any(getattr(args, f, None) not in (None, False) for f in CLUSTER_FLAGS)
 
 
-def _trace(args: argparse.Namespace):
-    from tiered_kv.commands._common import load_compiled
-    from tiered_kv.sim.peers.semantics import get_semantics
-    from tiered_kv.sim.trace_replay import compile_trace
-
-    if args.synth and args.trace:
-        raise ValueError("give either --trace or --synth, not both")
-    if not args.synth:
-        if not args.trace:
-            raise ValueError("--trace PATH (or --synth PRESET --days D) is required")
-        trace, sem = load_compiled(args)
-        return trace, str(args.trace), sem
-    from tiered_kv.sim.workload.synth import generate
-
-    days = float(args.days)  # days (tiered_kv.cli_args.synth_days)
-    sem = get_semantics(args.semantics)
-    return compile_trace(generate(args.synth, days, args.seed), sem.options), f"synth {args.synth} ({days:g} days)", sem
-
-
 def run_cluster(args: argparse.Namespace) -> dict[str, Any]:
-    from tiered_kv.commands._common import build_policy
-    from tiered_kv.sim.cluster import ClusterConfig, latency_of, simulate_cluster
-    from tiered_kv.sim.cluster import latency as L
+    from tiered_kv.commands._common import build_policy, load_trace_or_synth
+    from tiered_kv.sim.cluster import ClusterConfig
     from tiered_kv.sim.policies import DEFAULT_BYTES_PER_TOKEN, capacity_tokens_from
 
     bpt = args.bytes_per_token or DEFAULT_BYTES_PER_TOKEN
-    trace, source, sem = _trace(args)
+    trace, sem, days = load_trace_or_synth(args)
+    source = str(args.trace) if days is None else f"synth {args.synth} ({days:g} days)"
 
     def tokens(value, name):
         cap = capacity_tokens_from(value, bytes_per_token=bpt, name=name)
@@ -96,10 +77,10 @@ def run_cluster(args: argparse.Namespace) -> dict[str, Any]:
         host_capacity_bytes=parse_bytes(host, name="--host-capacity"),
         ssd="per-machine" if per_machine else "shared", ssd_capacity_tokens=ssd_cap,
         kv_bytes_per_token=bpt, seed=args.seed)
-    res = simulate_cluster(trace, cfg, ssd_policy=policy)
-    out: dict[str, Any] = {"trace": source, "semantics": sem.name, **res.summary()}
-    lat_cfg = L.preset().with_(kv_bytes_per_token=bpt, replay_tokens=cfg.replay_tokens)
-    out.update(latency_of(res, lat_cfg, admission=args.admission))
+    from tiered_kv.sim.sweep import cluster_run
+
+    res, summary = cluster_run(trace, cfg, ssd_policy=policy, admission=args.admission)
+    out: dict[str, Any] = {"trace": source, "semantics": sem.name, **summary}
     out["cluster"] = {"nodes": cfg.nodes, "routing": cfg.routing, "ssd": cfg.ssd,
                       "ssd_capacity_tokens": cfg.ssd_capacity_tokens, "gpu_capacity_tokens": cfg.gpu_capacity_tokens,
                       "host_capacity_bytes": cfg.host_capacity_bytes, "replay_tokens": cfg.replay_tokens,

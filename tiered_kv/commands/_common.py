@@ -43,7 +43,7 @@ def load_compiled(args: argparse.Namespace):
     from tiered_kv.sim.trace_cache import load_compiled_trace
     from tiered_kv.sim.traces import resolve_trace_path
 
-    sem = get_semantics(args.semantics)
+    sem = get_semantics(getattr(args, "semantics", "tiered-kv"))
     options = sem.options
     if getattr(args, "warmup", None) is not None:
         options = replace(options, warmup_fraction=float(args.warmup))
@@ -52,20 +52,22 @@ def load_compiled(args: argparse.Namespace):
     return trace, sem
 
 
-def parse_ttls(values: list[str]) -> tuple[dict[str, float], float | None]:
-    """``["chatbot=7d", "1h"]`` -> ({"chatbot": 604800.0}, 3600.0); the bare one is the default (None: none)."""
-    from tiered_kv.units import parse_duration
+def load_trace_or_synth(args: argparse.Namespace) -> tuple[Any, Any, float | None]:
+    """(compiled trace, semantics, days) for --trace (days None) or --synth PRESET --days D --seed S
+    (``--days`` not given: 14), compiled under ``--semantics`` (default tiered-kv)."""
+    if args.synth and args.trace:
+        raise ValueError("give either --trace or --synth, not both")
+    if not args.synth:
+        if not args.trace:
+            raise ValueError("--trace PATH (or --synth PRESET --days D) is required")
+        return (*load_compiled(args), None)
+    from tiered_kv.sim.peers.semantics import get_semantics
+    from tiered_kv.sim.trace_replay import compile_trace
+    from tiered_kv.sim.workload.synth import generate
 
-    per_class, default = {}, None
-    for v in values:
-        if "=" in v:
-            cls, dur = v.split("=", 1)
-            if not cls:
-                raise ValueError(f"--ttl: empty class name in {v!r}; use CLASS=DURATION or DURATION")
-            per_class[cls] = parse_duration(dur, name=f"--ttl {cls}")
-        else:
-            default = parse_duration(v, name="--ttl")
-    return per_class, default
+    days = 14.0 if args.days is None else float(args.days)  # days (tiered_kv.cli_args.synth_days)
+    sem = get_semantics(getattr(args, "semantics", "tiered-kv"))
+    return compile_trace(generate(args.synth, days, args.seed), sem.options), sem, days
 
 
 def build_policy(args: argparse.Namespace, sem) -> Any:
@@ -82,7 +84,9 @@ def build_policy(args: argparse.Namespace, sem) -> Any:
     if name == "ttl":
         if not args.ttl:
             raise ValueError("--policy ttl: give --ttl DURATION or --ttl CLASS=DURATION")
-        per_class, default = parse_ttls(args.ttl)
+        from tiered_kv.units import parse_ttl
+
+        per_class, default = parse_ttl(args.ttl, name="--ttl")
         return get_policy("ttl", ttl_seconds=per_class, default_ttl_seconds=math.inf if default is None else default,
                           capacity_tokens=cap, bytes_per_token=bpt)
     if args.ttl:

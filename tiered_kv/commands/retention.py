@@ -50,20 +50,12 @@ def register(parser: argparse.ArgumentParser) -> None:
 
 def load(args: argparse.Namespace):
     """(compiled trace, label) for --trace or --synth/--days/--seed."""
-    from tiered_kv.sim.trace_replay import compile_trace
+    from tiered_kv.commands._common import load_trace_or_synth
 
-    if args.synth is not None:
-        from tiered_kv.sim.workload.synth import generate
-
-        days = 14.0 if args.days is None else float(args.days)  # days (tiered_kv.cli_args.synth_days)
-        frame = generate(args.synth, days, args.seed)
-        return compile_trace(frame), f"synth {args.synth}, {days:g} days, seed {args.seed}"
-    if args.days is not None:
+    if args.days is not None and args.synth is None:
         raise ValueError("--days: only with --synth (a trace file has its own span)")
-    from tiered_kv.sim.traces import load_trace, resolve_trace_path
-
-    frame = load_trace(resolve_trace_path(args.trace), format=args.format, traffic_class=args.traffic_class)
-    return compile_trace(frame), str(args.trace)
+    trace, _, days = load_trace_or_synth(args)
+    return trace, str(args.trace) if days is None else f"synth {args.synth}, {days:g} days, seed {args.seed}"
 
 
 def run(args: argparse.Namespace) -> int:

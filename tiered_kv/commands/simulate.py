@@ -36,7 +36,7 @@ def register(parser: argparse.ArgumentParser) -> None:
                         help="cache size: tokens (2000000) or bytes with a unit (64GiB); "
                              "default unlimited (watermark needs one)")
     parser.add_argument("--ttl", action="append", default=[], metavar="[CLASS=]DURATION",
-                        help="TTL for the ttl policy, e.g. chatbot=7d or 10m for every class; repeatable")
+                        help="TTL for the ttl policy, e.g. chatbot=7d, agent=3d,chatbot=7d or 10m for every class; repeatable")
     parser.add_argument("--high", type=_args.fraction(), default=0.95,
                         help="watermark: evict when usage passes this fraction, in (0, 1] (default 0.95)")
     parser.add_argument("--low", type=_args.fraction(), default=0.85,
@@ -68,9 +68,9 @@ def simulate_single(args: argparse.Namespace) -> dict[str, Any]:
     policy = build_policy(args, sem)
     if args.ttl:  # a trace without classes is all 'default': say how to name it
         from tiered_kv.cli_args import check_ttl_classes
-        from tiered_kv.commands._common import parse_ttls
+        from tiered_kv.units import parse_ttl
 
-        check_ttl_classes(parse_ttls(args.ttl)[0], trace.class_names)
+        check_ttl_classes(parse_ttl(args.ttl, name="--ttl")[0], trace.class_names)
     result = replay(trace, policy).to_dict()
     bpt = args.bytes_per_token or DEFAULT_BYTES_PER_TOKEN
     cap = getattr(policy, "capacity_tokens", None)

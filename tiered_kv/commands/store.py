@@ -53,9 +53,9 @@ def register(parser: argparse.ArgumentParser) -> None:
 
 
 def _ttl(values: list[str]):
-    from tiered_kv.commands._common import parse_ttls
+    from tiered_kv.units import parse_ttl
 
-    per_class, default = parse_ttls(values)
+    per_class, default = parse_ttl(values, name="--ttl")
     if per_class and default is not None:
         raise ValueError("--ttl: give either one DURATION for every class or CLASS=DURATION pairs, not both")
     return per_class or default

@@ -98,27 +98,13 @@ def _capacity(key: str, value: Any, bytes_per_token: float) -> float:
 
 
 def _ttl(key: str, value: Any) -> tuple[tuple[str, float], ...]:
-    """``"agent=3d,chatbot=7d"``, ``"7d"`` (every class) or ``{agent = "3d"}`` -> sorted pairs.
+    """:func:`tiered_kv.units.parse_ttl` of ``value`` -> sorted pairs, each TTL > 0; a bare
+    duration is stored under the class name ``"*"`` (the default TTL)."""
+    from tiered_kv.units import TTL_FORM, parse_ttl
 
-    A bare duration is stored under the class name ``"*"`` (the default TTL)."""
-    from tiered_kv.units import parse_duration
-
-    allowed = "a duration > 0 ('7d', '10m'), 'CLASS=DURATION,...' or a table {CLASS = DURATION}"
-    if isinstance(value, Mapping):
-        items = list(value.items())
-    elif isinstance(value, str) and value.strip():
-        items = [(p.split("=", 1) if "=" in p else ("*", p)) for p in value.split(",")]
-    else:
-        _fail(key, value, allowed)
-    out = {}
-    for cls, dur in items:
-        cls = str(cls).strip()
-        try:
-            seconds = parse_duration(dur.strip() if isinstance(dur, str) else dur, name=f"{key} {cls}")
-        except (ValueError, TypeError):
-            _fail(f"{key} {cls}", dur, allowed)
-        _fail(key, value, allowed, ok=bool(cls) and seconds > 0)
-        out[cls] = float(seconds)
+    per_class, default = parse_ttl(value, name=key)
+    out = per_class if default is None else {**per_class, "*": default}
+    _fail(key, value, f"{TTL_FORM}, or a table {{CLASS = DURATION}}; each TTL > 0", ok=all(s > 0 for s in out.values()))
     return tuple(sorted(out.items()))
 
 
@@ -317,11 +303,21 @@ def _workload(preset: str, days: float, seed: int):
     return _read_only(trace)
 
 
+def cluster_run(trace, cfg, *, ssd_policy: Any = None, admission: bool = False,
+                progress: bool | None = None) -> tuple[Any, dict[str, Any]]:
+    """:func:`~tiered_kv.sim.cluster.simulate_cluster` and its summary with the latency model's
+    TTFT and cost (the DeepSeek-V3 preset at the run's bytes per token): what ``simulate`` prints
+    in cluster mode and a sweep point records."""
+    from tiered_kv.sim.cluster import latency_of, simulate_cluster
+
+    res = simulate_cluster(trace, cfg, ssd_policy=ssd_policy, progress=progress)
+    return res, {**res.summary(), **latency_of(res, admission=admission)}
+
+
 def run_point(point: SweepPoint) -> dict[str, Any]:
     """The result row of one point (its axes, metrics, config JSON and the package version)."""
     import tiered_kv
-    from tiered_kv.sim.cluster import ClusterConfig, latency_of, simulate_cluster
-    from tiered_kv.sim.cluster import latency as L
+    from tiered_kv.sim.cluster import ClusterConfig
     from tiered_kv.sim.policies import get_policy
     from tiered_kv.units import parse_bytes
 
@@ -338,10 +334,7 @@ def run_point(point: SweepPoint) -> dict[str, Any]:
                         ssd_capacity_tokens=point.capacity_tokens,
                         host_capacity_bytes=parse_bytes(point.host_capacity, name="host_capacity"),
                         kv_bytes_per_token=float(point.bytes_per_token), seed=point.seed)
-    res = simulate_cluster(trace, cfg, ssd_policy=policy, progress=False)
-    summary = res.summary()
-    lat_cfg = L.preset().with_(kv_bytes_per_token=float(point.bytes_per_token), replay_tokens=cfg.replay_tokens)
-    summary.update(latency_of(res, lat_cfg, admission=False))
+    summary = cluster_run(trace, cfg, ssd_policy=policy, progress=False)[1]
     d = point.as_dict()
     row: dict[str, Any] = {
         "point_id": point.point_id, "policy": point.policy, "label": point.label,

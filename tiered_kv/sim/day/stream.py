@@ -219,8 +219,11 @@ def _hour_arrays(files: list[Path], hour: int, parts: tuple[np.ndarray, np.ndarr
 
 def day_policies(capacities, ttls, bytes_per_token: float, block_size: int = 512):
     """({name: capacity blocks}, {name: {class: seconds}}) from the strings ``tiered-kv day replay`` and
-    figure 15 both take (``1PiB``, ``inf``; ``agent=3d,chatbot=7d``, ``1h``)."""
-    from tiered_kv.units import format_bytes, parse_bytes, parse_duration
+    figure 15 both take (``1PiB``, ``inf``; ``agent=3d,chatbot=7d``, ``1h``: :func:`tiered_kv.units.parse_ttl`).
+
+    A bare duration is the TTL of both classes of the day (agent and chatbot).
+    """
+    from tiered_kv.units import format_bytes, parse_bytes, parse_ttl
 
     if not (1 <= bytes_per_token <= 1e8):
         raise ValueError(f"--bytes-per-token: {bytes_per_token:g} is out of range; allowed: [1, 1e8]")
@@ -235,13 +238,9 @@ def day_policies(capacities, ttls, bytes_per_token: float, block_size: int = 512
         caps[f"lru {format_bytes(nbytes)}"] = nbytes // (bytes_per_token * block_size)
     out_ttls = {}
     for text in ttls:
-        per = {}
-        for item in text.split(","):
-            cls, dur = item.split("=", 1) if "=" in item else ("*", item)
-            seconds = parse_duration(dur.strip(), name=f"--ttl {cls}")
-            for c in (("agent", "chatbot") if cls.strip() == "*" else (cls.strip(),)):
-                per[c] = seconds
-        out_ttls["ttl " + text.replace(",", " ")] = per
+        per_class, default = parse_ttl(text, name="--ttl")
+        every = {} if default is None else {"agent": default, "chatbot": default}
+        out_ttls["ttl " + text.replace(",", " ")] = every | per_class
     return caps, out_ttls
 
 

@@ -13,18 +13,23 @@ it; see :func:`ttl_occupancy`):
   first frontier point that keeps them, one sweep adds and removes them, a cumulative sum over
   buckets gives every point.
 
-The watermark view replays LRU over chunk bytes under high/low watermarks (the policies' kernel)
+The watermark view replays the ``watermark`` collector over full chunks
 and reports the idle age of each class's chunks at eviction: the retention each class gets.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import ClassVar
+
 import numpy as np
 from numba import njit
 
+from tiered_kv.sim.policies.collectors import Collector
+from tiered_kv.sim.policies.lru import retention_quantiles
 from tiered_kv.sim.retention.frontier import Frontier
 from tiered_kv.sim.retention.gaps import Gaps
-from tiered_kv.sim.trace_replay import CompiledTrace
+from tiered_kv.sim.trace_replay import CompiledTrace, summarize
 
 # --------------------------------------------------------------------------------------------
 # peak stored bytes: occupancy at evenly spaced instants
@@ -176,21 +181,23 @@ def frontier_occupancy(trace: CompiledTrace, gaps: Gaps, frontier: Frontier, poi
 # the watermark view
 
 
-def watermark_view(trace: CompiledTrace, capacity_bytes: float, chunk_bytes: float,
+@dataclass(frozen=True)
+class FullChunkWatermark(Collector):
+    """The ``watermark`` collector's one LRU order (ties to the chunk touched first) over full
+    chunks, the bytes the retention model stores (``watermark`` itself weighs a partial tail less)."""
+
+    name: ClassVar[str] = "watermark"
+    rule: ClassVar[str] = "lru"
+
+
+def watermark_view(trace: CompiledTrace, capacity_bytes: float, bytes_per_token: float,
                    high: float = 0.95, low: float = 0.85) -> dict:
-    """LRU over chunk bytes under high/low watermarks on ``capacity_bytes``: hits per class and the
-    effective retention each class gets (idle age of its chunks at eviction)."""
-    from tiered_kv.sim.policies.lru import retention_quantiles, run_cache_kernel
-
-    if not (0.0 < low <= high <= 1.0):
-        raise ValueError(f"watermark high/low: need 0 < low <= high <= 1, got low={low}, high={high}")
-    w = np.full(trace.n_accesses, float(chunk_bytes))
-    hit, ages, classes, n_ev, _, _ = run_cache_kernel(trace, weights=w, high=high * capacity_bytes,
-                                                      low=low * capacity_bytes, record=True)
-    from tiered_kv.sim.trace_replay import summarize
-
-    by_class = summarize(trace, trace.hit_tokens_from_blocks(np.asarray(hit, dtype=np.int64)))[3]
-    return {"capacity_bytes": float(capacity_bytes), "high": high, "low": low, "evictions": int(n_ev),
-            "effective_retention_s": retention_quantiles(ages, classes, trace.class_names),
+    """:class:`FullChunkWatermark` on ``capacity_bytes``: hits per class and the effective
+    retention each class gets (idle age of its chunks at eviction)."""
+    res = FullChunkWatermark(capacity_bytes=float(capacity_bytes), high=high, low=low,
+                             bytes_per_token=bytes_per_token).collect(trace)
+    by_class = summarize(trace, trace.hit_tokens_from_blocks(np.asarray(res.hit_blocks, dtype=np.int64)))[3]
+    return {"capacity_bytes": float(capacity_bytes), "high": high, "low": low, "evictions": int(res.evictions),
+            "effective_retention_s": retention_quantiles(res.idle_s, res.evicted_class, trace.class_names),
             "by_class": {n: {"hit_tokens": c["hit_tokens"], "input_tokens": c["input_tokens"]}
                          for n, c in by_class.items()}}

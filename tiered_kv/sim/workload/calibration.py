@@ -19,7 +19,9 @@ returns the table (``benchmarks/results/synth.md`` records the last full run).
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 import polars as pl
@@ -250,19 +252,22 @@ def calibration_report(seed: int = 0, *, quick: bool = False) -> pl.DataFrame:
     return pl.DataFrame(rows)
 
 
-def markdown_table(reports: list[pl.DataFrame]) -> str:
-    """Calibration table in Markdown: one 'achieved' column per report (seed)."""
+def markdown_table(reports: Sequence[pl.DataFrame | list[dict[str, Any]]],
+                   seeds: Sequence[int] | None = None) -> str:
+    """Calibration table in Markdown: one 'achieved' column per report (a :func:`calibration_report`
+    or its rows as dicts), headed by its seed (``seeds``; default 0, 1, ...)."""
     def fmt(v: float) -> str:
         return f"{v:.4f}" if abs(v) < 10 else f"{v:,.0f}"
 
-    first = reports[0]
-    head = "| class | metric | target | tolerance | " + " | ".join(f"seed {i}" for i in range(len(reports))) \
+    reports = [r.to_dicts() if isinstance(r, pl.DataFrame) else r for r in reports]
+    seeds = range(len(reports)) if seeds is None else seeds
+    head = "| class | metric | target | tolerance | " + " | ".join(f"seed {s}" for s in seeds) \
         + " | within (all seeds) | source |"
     lines = [head, "|" + "---|" * (6 + len(reports))]
-    for i, row in enumerate(first.iter_rows(named=True)):
+    for i, row in enumerate(reports[0]):
         tol = f"±{row['tolerance']:.0%}" if row["tolerance_kind"] == "relative" else f"±{fmt(row['tolerance'])}"
-        vals = " | ".join(fmt(r["achieved"][i]) for r in reports)
-        ok = all(r["within"][i] for r in reports)
+        vals = " | ".join(fmt(r[i]["achieved"]) for r in reports)
+        ok = all(r[i]["within"] for r in reports)
         lines.append(f"| {row['traffic_class']} | {row['metric']} | {fmt(row['target'])} | {tol} | {vals} | "
                      f"{'yes' if ok else 'NO'} | {row['source']} |")
     return "\n".join(lines)
@@ -276,7 +281,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--quick", action="store_true", help="reduced sizes (seconds)")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])
     args = parser.parse_args(argv)
-    print(markdown_table([calibration_report(s, quick=args.quick) for s in args.seeds]))
+    print(markdown_table([calibration_report(s, quick=args.quick) for s in args.seeds], args.seeds))
 
 
 if __name__ == "__main__":
