@@ -11,7 +11,7 @@ import re
 from collections.abc import Mapping, Sequence
 
 _DURATION_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
-_BYTE_UNITS = {
+BYTE_UNITS = {
     "b": 1,
     "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12, "pb": 10**15,
     "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40, "pib": 2**50,
@@ -91,12 +91,12 @@ def parse_bytes(value: str | float | int, *, name: str = "size") -> int:
         size = float(value)
     else:
         m = re.fullmatch(_NUM + r"\s*([a-z]*)", value.strip().lower())
-        if not m or (m.group(2) or "b") not in _BYTE_UNITS:
+        if not m or (m.group(2) or "b") not in BYTE_UNITS:
             raise ValueError(
                 f"{name}: cannot parse {value!r} as a size; use bytes or a number followed by "
                 "B, KB, MB, GB, TB, PB, KiB, MiB, GiB, TiB or PiB"
             )
-        size = float(m.group(1)) * _BYTE_UNITS[m.group(2) or "b"]
+        size = float(m.group(1)) * BYTE_UNITS[m.group(2) or "b"]
     if math.isnan(size) or size < 0:
         raise ValueError(f"{name}: must be a size >= 0 bytes, got {value!r}")
     return int(size)
@@ -146,7 +146,7 @@ def format_bytes(n: float) -> str:
     n = float(n)
     if not math.isfinite(n):
         return "n/a" if math.isnan(n) else "unlimited"
-    return _scaled(n, [(f" {u}", _BYTE_UNITS[u.lower()]) for u in ("PiB", "TiB", "GiB", "MiB", "KiB")]) or f"{n:.0f} B"
+    return _scaled(n, [(f" {u}", BYTE_UNITS[u.lower()]) for u in ("PiB", "TiB", "GiB", "MiB", "KiB")]) or f"{n:.0f} B"
 
 
 def _scaled(n: float, steps) -> str | None:

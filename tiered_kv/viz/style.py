@@ -45,8 +45,8 @@ def published_marks(value: float, text: str, *, x: str = "hour", at: float = 0.5
 def binary_unit(max_bytes: float, smallest: str = "KiB") -> tuple[str, float]:
     """(name, bytes) of the largest binary unit of :mod:`tiered_kv.units`, ``smallest`` or larger, in
     which ``max_bytes`` is at least 1; ``("B", 1.0)`` below one ``smallest``."""
-    from tiered_kv.units import _BYTE_UNITS
+    from tiered_kv.units import BYTE_UNITS
 
     names = ("PiB", "TiB", "GiB", "MiB", "KiB")
-    return next(((n, float(_BYTE_UNITS[n.lower()])) for n in names[:names.index(smallest) + 1]
-                 if max_bytes >= _BYTE_UNITS[n.lower()]), ("B", 1.0))
+    return next(((n, float(BYTE_UNITS[n.lower()])) for n in names[:names.index(smallest) + 1]
+                 if max_bytes >= BYTE_UNITS[n.lower()]), ("B", 1.0))
