@@ -145,3 +145,15 @@ def test_shards_of_parts_outside_the_manifest_are_ignored(day, tmp_path):
     a = replay_day(day, progress=False)["policies"]
     b = replay_day(root, progress=False)["policies"]
     assert a == b
+
+
+def test_day_policies_read_ttls_with_the_one_grammar():
+    """A bare duration is both classes' TTL; a class's own TTL beats it (tiered_kv.units.parse_ttl)."""
+    from tiered_kv.sim.day.stream import day_policies
+
+    caps, ttls = day_policies(["inf"], ["1h", "agent=3d,2h"], 70_272.0)
+    assert caps == {"lru unlimited": math.inf}
+    assert ttls == {"ttl 1h": {"agent": 3600.0, "chatbot": 3600.0},
+                    "ttl agent=3d 2h": {"agent": 259_200.0, "chatbot": 7200.0}}
+    with pytest.raises(ValueError, match="^--ttl agent: 'soon' is out of range; allowed: a duration"):
+        day_policies([], ["agent=soon"], 70_272.0)

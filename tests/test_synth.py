@@ -120,6 +120,19 @@ def test_real_trace_targets_are_measured_not_typed():
             assert real[t.metric] == pytest.approx(t.target, rel=2e-3), t.metric
 
 
+def test_markdown_table_heads_each_column_by_its_seed():
+    """Reports as frames or as JSON rows give one table, its columns headed by the seeds given."""
+    rows = [{"traffic_class": t.traffic_class, "metric": t.metric, "target": t.target, "achieved": t.target + k,
+             "tolerance": t.tolerance, "tolerance_kind": "relative" if t.relative else "absolute",
+             "within": k == 0, "source": t.source} for k in (0, 1) for t in cal.TARGETS[:2]]
+    a, b = rows[:2], rows[2:]
+    table = cal.markdown_table([pl.DataFrame(a), b], [3, 5])
+    assert table == cal.markdown_table([a, b], [3, 5])
+    assert table.splitlines()[0] == "| class | metric | target | tolerance | seed 3 | seed 5 | within (all seeds) | source |"
+    assert table.splitlines()[2].startswith("| chatbot | input_length_p10 | 964 | ±15% | 964 | 965 | NO |")
+    assert "| seed 0 | seed 1 |" in cal.markdown_table([a, b])
+
+
 def test_calibration_at_reduced_size():
     """Half-rate one-hour slices and a 14-day chatbot run at 1/40 of the Mooncake rate.
 

@@ -11,6 +11,7 @@ from tiered_kv.units import (
     parse_bytes,
     parse_duration,
     parse_tokens,
+    parse_ttl,
 )
 
 
@@ -24,6 +25,15 @@ def test_parse_duration(text, seconds):
 def test_parse_duration_rejects_with_name(bad):
     with pytest.raises(ValueError, match="ttl.chatbot"):
         parse_duration(bad, name="ttl.chatbot")
+
+
+def test_parse_ttl_is_one_grammar_for_flags_lists_and_tables():
+    assert parse_ttl("agent=3d, chatbot=7d") == ({"agent": 259_200.0, "chatbot": 604_800.0}, None)
+    assert parse_ttl(["chatbot=1h", "agent=1d,2h", "3h"]) == ({"chatbot": 3600.0, "agent": 86_400.0}, 10_800.0)
+    assert parse_ttl({"agent": 60}) == ({"agent": 60.0}, None)
+    for bad, where in (("agent=soon", "--ttl agent"), ("=3d", "--ttl"), ("agent=3d,", "--ttl"), (5, "--ttl")):
+        with pytest.raises(ValueError, match=f"^{where}: .* allowed: a duration"):
+            parse_ttl(bad, name="--ttl")
 
 
 @pytest.mark.parametrize("text,n", [("890", 890), ("64MiB", 64 * 2**20), ("1.5GB", 1_500_000_000),

@@ -71,11 +71,11 @@ def parse_ttl(value: str | Sequence[str] | Mapping[str, str | float], *,
         raise ValueError(f"{name}: {value!r} is out of range; allowed: {TTL_FORM}")
     per_class, default = {}, None
     for cls, dur in items:
-        where = name if cls is None else f"{name} {cls.strip()}"
         if cls is not None and not cls.strip():
             raise ValueError(f"{name}: {f'{cls}={dur}'!r} has no class name; allowed: {TTL_FORM}")
+        where = name if cls is None else f"{name} {cls.strip()}"
         try:
-            seconds = parse_duration(dur.strip() if isinstance(dur, str) else dur, name=where)
+            seconds = parse_duration(dur, name=where)
         except (ValueError, TypeError, AttributeError):
             raise ValueError(f"{where}: {dur!r} is out of range; allowed: {TTL_FORM}") from None
         if cls is None:
