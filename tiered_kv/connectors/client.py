@@ -104,7 +104,7 @@ class EngineProcess:
 
 def build_model(path: str | Path, **shape: Any) -> Path:
     """Write a tiny random Llama (:class:`~tiered_kv.connectors.tiny_model.TinyLlama`) with the engine venv."""
-    with EngineProcess() as eng:
+    with EngineProcess() as eng:  # (its log: a temporary file, named in an error)
         return Path(eng.call("build_model", path=str(path), shape=shape)["path"])
 
 
