@@ -4,11 +4,8 @@
 with the real engine at every (bandwidth, load, admission policy) point, ``repeats`` interleaved
 rounds, and returns the JSON that ``tiered-kv bench contention`` records (its ``--help`` tells the
 scenario, the calibration and the repeats flag by flag) and figure 18 draws. Here: the run of the
-grid and what every point shares (:class:`_Context`: the seeded store, the workload, the compute
-fit and the break-even bandwidth derived from it). Below it: :mod:`.settings` (checks, the
-points' run order, the model, the prompts' tokens), :mod:`.engines` (seeding the store,
-calibration, one point's threads) and :mod:`.report` (the queue model beside each point, the
-``points[]`` record, the summary and its words).
+grid and what every point shares (:class:`_Context`); below it :mod:`.settings` (checks and order),
+:mod:`.engines` (the measured side) and :mod:`.report` (the model beside it, and the record).
 """
 
 from __future__ import annotations
