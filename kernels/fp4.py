@@ -30,14 +30,11 @@ element is encoded as ``e2m1(x / (e4m3_value * gs))``; dequantization multiplies
 4.5 bits/element plus 4 bytes per head.
 
 Layout: this file holds the plain-torch references (with their memory traffic) and the
-wrappers that check shapes, dtypes, contiguity and device and build the grid; the Triton
-kernels themselves (each pointer argument commented) are in ``fp4_triton``.
+wrappers that check inputs and build the grid; the Triton kernels are in ``fp4_triton``.
 ``backend="auto"`` runs Triton on CUDA tensors and, on the CPU, the fused numba loops of
 ``fp4_cpu`` for tensors of at least ``NUMBA_MIN_ELEMENTS`` (byte-identical to the torch
 reference, several times faster; the reference itself is ``backend="torch"``).
 ``backend="triton"`` on CPU tensors works under ``TRITON_INTERPRET=1`` (the tests use it).
-E4M3 and E8M0 are encoded with integer operations only, because the interpreter's float-to-
-fp8 casts are wrong.
 """
 
 from __future__ import annotations
@@ -336,8 +333,7 @@ def _dequantize_torch(q: FP4Tensor, dtype: torch.dtype) -> torch.Tensor:
 
 
 # ----------------------------------------------------------------------------- fast paths
-# The Triton device code lives in fp4_triton (imported only when triton is installed), the numba
-# loops in fp4_cpu; below are the calls that launch them on the blocks :func:`quantize` prepared.
+# Launches of fp4_triton's kernels and fp4_cpu's loops on the blocks :func:`quantize` prepared.
 
 if triton is not None:
     from tiered_kv.kernels.fp4_triton import _dequantize_kernel, _quantize_kernel
@@ -455,7 +451,3 @@ def dequantize(q: FP4Tensor, dtype: torch.dtype = torch.float32, *,
         raise ValueError(f"dequantize needs a float output dtype, got {dtype}")
     out = _DEQUANTIZE[_resolve_backend(backend, q.device, q.numel)](q, dtype)
     return out if out.dtype == dtype else out.to(dtype)
-
-
-# ----------------------------------------------------------------------------- error statistics
-# error_stats and student_t: tiered_kv.kernels.fp4_error (a measurement over these formats)

@@ -13,10 +13,8 @@ typed constants (a float64 literal widens every lane), a balanced tree for the b
 (an integer max over the sign-cleared bits, whose order is that of |x|), and a separate pack
 loop reading each pair of codes as one little-endian uint16.
 
-Compiled on first use and cached in ``__pycache__`` (numba ``cache=True``). Inputs are
-``float32`` (the caller converts other dtypes); ``fp4.quantize`` / ``fp4.dequantize`` pick
-this path for CPU tensors with ``backend="numba"``, and with ``backend="auto"`` from
-``fp4.NUMBA_MIN_ELEMENTS`` elements up.
+Compiled on first use and cached on disk (numba ``cache=True``). Inputs are ``float32`` (the
+caller converts other dtypes); when ``fp4`` picks this path is in its module docstring.
 """
 
 from __future__ import annotations

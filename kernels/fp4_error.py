@@ -77,8 +77,7 @@ def student_t(shape: tuple[int, ...], dof: float, seed: int) -> torch.Tensor:
     """Student-t samples with real ``dof`` (float32), from an explicit seed.
 
     ``Z / sqrt(V / dof)`` with ``V ~ chi2(dof) = Gamma(dof / 2, scale 2)``: numpy's generator,
-    because torch's gamma sampler takes no generator. An earlier version summed ``round(dof)``
-    squared normals, so every dof below 1.5 drew the same Cauchy sample.
+    because torch's gamma sampler takes no generator.
     """
     import numpy as np
 

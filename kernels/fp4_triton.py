@@ -1,12 +1,9 @@
 """The Triton device code of the FP4 formats: E2M1/E4M3 codecs and the (de)quantize kernels.
 
-Why a module of its own: these functions are the part that runs on the GPU (or under
-``TRITON_INTERPRET=1`` on a CPU), written against Triton's language only; the host side (shape
-and dtype checks, the grid, the torch reference the kernels are tested against, the numba CPU
-path and the backend choice) is :mod:`tiered_kv.kernels.fp4`, which imports this module only
-when triton is installed. Formats and byte layout are described there; every pointer argument
-is commented here. E4M3 and E8M0 are encoded with integer operations only, because the
-interpreter's float-to-fp8 casts are wrong.
+Why a module of its own: this is the code that runs on the GPU (or under ``TRITON_INTERPRET=1``),
+written against Triton's language only; :mod:`tiered_kv.kernels.fp4` (formats, byte layout, the
+host side) imports it only when triton is installed. E4M3 and E8M0 are encoded with integer
+operations only, because the interpreter's float-to-fp8 casts are wrong.
 """
 
 from __future__ import annotations

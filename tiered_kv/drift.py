@@ -1,13 +1,10 @@
 """Drift of an exact-prefix cache: what writing approximate KV under exact keys does over turns.
 
-The SSD tier is keyed by exact token prefix, so a hit hands its blocks to any machine as *the*
-KV of that prefix. When a machine lacks its host-tier windows it rebuilds them by bounded
-replay (R tokens), and the global KV it computes for the new blocks is then approximate. If
-those blocks are written (``ssd_writes="approximate"``), the next turn, on another machine,
-starts from approximate KV, replays again, and adds its own error on top: the error can only
-accumulate along the conversation. The engine's default (``"exact"``) recomputes the new
-blocks from exact windows off the critical path, so each turn carries only its own replay
-error.
+The SSD tier is keyed by exact token prefix, so blocks computed from bounded-replay windows and
+written anyway (``ssd_writes="approximate"``, :mod:`tiered_kv.engine`) hand their error to the
+next turn, on another machine, which replays again and adds its own: the error can only
+accumulate along the conversation. With the default ``"exact"`` each turn carries only its own
+replay error.
 
 The experiment: one conversation of ``turns`` turns (each prompt extends the previous one by
 ``step`` tokens of held-out text), every turn on a fresh machine sharing one SSD tier, and for

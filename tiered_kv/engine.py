@@ -32,8 +32,8 @@ computed from them. ``ssd_writes`` decides what happens then:
   tokens, reported in ``computed_tokens["store_catch_up"]`` and in ``store_s``.
 - ``"skip"``: blocks from an approximate state are not written (the prefix stops growing on
   this machine until a host-tier hit or an exact replay).
-- ``"approximate"``: write them anyway (the pre-fix behaviour, kept for the drift experiment:
-  later hits on every machine then inherit the approximation).
+- ``"approximate"``: write them anyway (kept for the drift experiment: later hits on every
+  machine then inherit the approximation).
 
 Host-tier entries are only ever exact (from position 0, from the host tier, or from an exact
 replay), so a host-tier hit never carries a replay's approximation forward.

@@ -101,17 +101,14 @@ class TrainConfig:
 
 TRAIN_PRESETS: dict[str, TrainConfig] = {
     "tiny": TrainConfig(steps=60, batch=8, seq_len=128, lr=3e-3, warmup=5, eval_windows=8),
-    # Sequences growing 1K -> 2K -> 4K bytes (8x W at the end), recall augmentation on half of
-    # them with the copies' loss weighted 2x; the record (data/checkpoints/small.json) has the
-    # tokens seen and the wall time.
+    # Sequences grow to 8x W so that looking past the window pays; the record
+    # (data/checkpoints/small.json) has the tokens seen and the wall time.
     "small": TrainConfig(steps=1200, batch=8, seq_len=1024, lr=3e-3, warmup=50, threads=2, amp=True,
                          curriculum=((0.0, 1024), (0.25, 2048), (0.5, 4096)), recall_prob=0.5,
                          recall_weight=2.0, eval_every=100, save_every=25),
-    # Second stage over ``small`` (``--init`` its checkpoint) for a model that reads its context
-    # only through the KV the tiers hold: no copy head (a pointer puts mass on earlier token
-    # ids directly), the cross-attention's learned distance penalty added, and every sequence
-    # gets two copied spans of 16-192 bytes from >= 600 bytes back, so that copying must form
-    # in the cross-attention over the global KV; scalars (logit scales, slopes) at 10x.
+    # Second stage over ``small`` (``--init`` its checkpoint): the cross-attention's distance
+    # penalty added and two copied spans per sequence from >= 600 bytes back, so that copying
+    # must form in the cross-attention over the global KV; scalars (logit scales, slopes) at 10x.
     "small-kv": TrainConfig(steps=360, batch=4, seq_len=2048, lr=1.5e-3, warmup=20, threads=2, amp=True,
                             curriculum=((0.0, 2048), (0.25, 4096)), recall_prob=1.0, recall_span=(16, 192),
                             recall_distance=600, recall_copies=2, recall_weight=2.0, scalar_lr_mult=10.0,

@@ -2,8 +2,8 @@
 
 Tests, ``tiered-kv bench engine`` and notebook 08 run in the workbench's venv, which has no vLLM
 (its pins conflict). They start ``.venv-engine/bin/python -m tiered_kv.connectors.engine_worker``
-with one-process vLLM (``VLLM_ENABLE_V1_MULTIPROCESSING=0``: a start in seconds instead of
-about 40 s) and exchange JSON lines with it. Without the engine venv, :func:`engine_python`
+with one-process vLLM (``VLLM_ENABLE_V1_MULTIPROCESSING=0``: it starts several times faster)
+and exchange JSON lines with it. Without the engine venv, :func:`engine_python`
 raises :class:`EngineUnavailable` with the one command that makes it.
 """
 

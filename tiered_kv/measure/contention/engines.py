@@ -5,9 +5,8 @@
 read speed; :func:`run_point` runs every request of the scenario at one (bandwidth, load,
 admission policy): a Poisson dispatcher on this thread, a reader thread per lookup through the
 link's token bucket, one engine thread per stream (each engine sees the shared tier through a
-:class:`_StreamView`) and one write-behind thread. The dispatcher decides restores from the
-measured queue state (:class:`_Streams`, updated by the engine threads) with the model's rule.
-The latency model's view of the same point is in :mod:`.report`.
+:class:`_StreamView`) and one write-behind thread. The latency model's view of the same point
+is in :mod:`.report`.
 """
 
 from __future__ import annotations

@@ -1,16 +1,11 @@
 """The latency model beside the contention measurement, its record, and the record in words.
 
-For each point, :func:`model_beside` runs the same arrivals, streams, lengths and policy through
-the queue model twice (:func:`~tiered_kv.sim.cluster.contention.model_point`): ``model_shared``
-with the streams on the cores this process has (recomputes and every other prefill queue for the
-same cores, as on one GPU) and ``model`` with a machine per stream (the per-machine latency
-model). :func:`point_record` folds a point's repeats into one ``points[]`` entry (medians over the
-repeats with their spread, pooled percentiles with order-statistic intervals) and
-:func:`summarize` sets model beside measured and each admission policy beside always loading,
-paired by repeat. Kept apart from the runner (:mod:`.engines`) so the comparison reads only
-arrays, never a live engine. The words for a record (:func:`setup`, :func:`model_lines`,
-:func:`effect_lines`) are here too, so the benchmark's page and figure 18 say the same thing the
-same way and read it from the JSON alone.
+Per point, :func:`model_beside` runs the measured arrivals through the queue model
+(:func:`~tiered_kv.sim.cluster.contention.model_point`), :func:`point_record` folds the repeats
+into one ``points[]`` entry and :func:`summarize` compares. Kept apart from the runner
+(:mod:`.engines`) so the comparison reads only arrays, never a live engine. The words for a record
+(:func:`setup`, :func:`model_lines`, :func:`effect_lines`) are here too, so the benchmark's page
+and figure 18 say the same thing the same way and read it from the JSON alone.
 """
 
 from __future__ import annotations

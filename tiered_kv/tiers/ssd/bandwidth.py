@@ -217,9 +217,8 @@ def group_state_path(store_id: str, direction: str) -> str:
 def shared_bucket(store_id: str, direction: str, rate: float | None, *, name: str) -> TokenBucket | None:
     """The process group's bucket for ``(store_id, direction)``, created at ``rate`` on first use.
 
-    ``direction``: ``"read"``, ``"write"`` or ``"link"`` (both). Within a process the bucket is
-    one object, alive while some tier holds it; other processes of the group share its state.
-    A second tier asking for another rate on the same store gets a ValueError naming ``name``.
+    ``direction``: ``"read"``, ``"write"`` or ``"link"`` (both). A second tier asking for another
+    rate on the same store gets a ValueError naming ``name``.
     """
     if rate is None:
         return None

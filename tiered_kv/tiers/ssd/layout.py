@@ -7,10 +7,9 @@ Layout (every path is built from hashes; no user string ever becomes part of a p
     chunks/<h>/<key-hex>              one object per block: codec prefix + JSON header + FP4 payload
     access/<h>/<key-hex>.<cls-hash>   last access of a *prefix* by a traffic class (tiny JSON)
 
-Why 16 shard directories (the first hex digit of the key): writing 512 chunks of 226 KB through
-LocalStore ran at 0.73x the speed of plain writes into 1 directory, 0.83x into 16, 0.60x into 256
-(ext4 spreads directories over block groups); lookups are by exact name, so a large
-directory costs little (ext4 hashes directory entries).
+Why 16 shard directories (the first hex digit of the key): LocalStore writes ran faster into 16
+directories than into 1 or 256 (ext4 spreads directories over block groups); lookups are by
+exact name, so a large directory costs little (ext4 hashes directory entries).
 
 Why access records are per prefix tail and not per chunk: a ``get_prefix`` that hits 512
 chunks writes one record (for the last key), not 512; every chunk header stores its parent

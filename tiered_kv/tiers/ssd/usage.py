@@ -6,8 +6,9 @@ the store itself carries what a writer needs, in small objects next to the chunk
 * ``usage/w-<writer id>-<seq>``: one per writing ``SSDTier``, ``{"written": cumulative chunk
   bytes it has published, "t": wall time}``, written after each of its puts (after the chunks)
   under the next sequence number, then the previous one deleted; readers take each writer's
-  highest number. (A new name each time: on ext4, renaming over an existing file flushes it,
-  ~10 ms a put. On an object store, where a PUT replaces an object atomically, it stays ``-1``.)
+  highest number. (A new name each time: on ext4, renaming over an existing file flushes it
+  to disk on every put. On an object store, where a PUT replaces an object atomically, it stays
+  ``-1``.)
 * ``usage/s-<h>``: a baseline of shard ``h``, written by a GC instance that owns that shard:
   ``{"bytes": chunk bytes of the shard, "ledgers": {writer: written}}``, the ledgers read
   *before* the shard was measured; ``usage/s-all`` holds all 16 shards in one object. Per

@@ -1,8 +1,7 @@
 """Backends over a zarr v3 Store: any store (:class:`ZarrBackend`) and a local directory (:class:`LocalBackend`).
 
-Measured on this project's machine (2 shared cores), a 512-chunk get_prefix through
-``asyncio.gather(store.get(...))`` spent ~0.4-0.7 ms per chunk on thread hand-offs between
-zarr's event loop and its thread pool, against ~0.02-0.3 ms for the read itself. Stores that
+A get_prefix through ``asyncio.gather(store.get(...))`` spends more time per chunk on thread
+hand-offs between zarr's event loop and its thread pool than on the read itself. Stores that
 implement zarr's ``SupportsSyncStore`` (LocalStore, MemoryStore) therefore take a synchronous
 path: ``get_sync``/``set_sync`` in contiguous groups, one per I/O thread (``io_threads=1``: in
 the caller's thread). Other stores (fsspec), whose requests take milliseconds, keep the async
@@ -347,9 +346,9 @@ class LocalBackend(ZarrBackend):
     def precreate_shards(self) -> None:
         """Create the 16 ``chunks/<h>`` and ``access/<h>`` directories now.
 
-        LocalStore creates a shard directory on the first write into it; on this project's machine
-        a mkdir costs about as much as writing a 35 KB chunk, so a long-lived store (or a benchmark
-        of its steady state) creates them once up front.
+        LocalStore creates a shard directory on the first write into it, and a mkdir costs about as
+        much as writing a chunk, so a long-lived store (or a benchmark of its steady state) creates
+        them once up front.
         """
         for prefix in (layout.CHUNKS, layout.ACCESS):
             for h in layout.SHARDS:
