@@ -48,7 +48,6 @@ def prefill_flops(n: int, cfg=None, replay: int | None = None, replays=None) -> 
            "encdec_bounded_replay": enc + decoder_over(r)}
     out["prefill_flops_ratio"] = out["encdec_bounded_replay"] / out["baseline_decoder_only"]
     out["full_decoder_ratio"] = out["encdec_full_decoder"] / out["baseline_decoder_only"]
-    # Layer-token model: (L_e*N + L_d*R) / ((L_e+L_d)*N)
     out["layer_token_ratio"] = (cfg.enc_layers * n + cfg.dec_layers * min(r, n)) / (
         (cfg.enc_layers + cfg.dec_layers) * n)
     if replays:

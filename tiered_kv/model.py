@@ -14,12 +14,9 @@ Design choices worth knowing:
   decoder replay over [N-R, N) is possible from the SSD tier alone.
 - Rotary embeddings at absolute positions: a replayed segment sits at its true positions, and
   global keys are stored already rotated (their position never changes for a given prefix).
-- Sliding-window attention is computed by :func:`tiered_kv.kernels.swa.sliding_window_attention`
-  (a query at absolute position t sees keys at positions p with t-W < p <= t) over query
-  chunks, so a 32K-token prefill never materializes a 32K x 32K score matrix. Cross-attention
-  to the global KV on the CPU sends the keys every query of a chunk can see to torch's flash
-  kernel and masks only the causal square (:mod:`tiered_kv.attention`). Training uses a
-  batched, masked SDPA path that computes the same function (tests check they all agree).
+- A query at absolute position t sees window keys at positions p with t-W < p <= t; the
+  inference, CPU cross-attention and batched training forms of attention are
+  :mod:`tiered_kv.attention`'s, and compute the same function (tests check they all agree).
 - Copying from far back is what makes a long context worth keeping, and a model trained for an
   hour on a CPU does not learn it unaided (``data/checkpoints/induction_toy.md``). The small
   preset turns on options that help attention learn it (the fields of :class:`ModelConfig`).

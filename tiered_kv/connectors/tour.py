@@ -1,12 +1,9 @@
 """The engine tour behind notebook 08: a real vLLM engine on the SSD tier, one call per step.
 
-The notebook holds no logic, so each step it shows is one method here: build the tiny model and
-start an engine (:meth:`EngineTour.start`), send named prompts and get a table of what happened
-(:meth:`EngineTour.send`: prompt tokens, cached tokens, what the connector found in the tier and
-loaded, TTFT), restart into a fresh engine process that shares only the store, and read the store
-with ``tiered-kv store stats`` (:meth:`EngineTour.store_stats`). The prompts are a long shared
-"document" with questions after it, so the table shows a miss, partial-prefix hits, vLLM's own
-prefix cache, and after a restart, hits served from the tier alone.
+The notebook holds no logic, so each step it shows is one method of :class:`EngineTour`. The
+prompts are a long shared "document" with questions after it, so the table shows a miss,
+partial-prefix hits, vLLM's own prefix cache, and after a restart into a fresh engine process
+that shares only the store, hits served from the tier alone.
 """
 
 from __future__ import annotations

@@ -4,9 +4,7 @@ A short prompt is faster recomputed than loaded from the SSD tier; the latency m
 (:func:`tiered_kv.sim.cluster.latency.recompute_crossover_tokens`), and this module reads where
 the benchmark found it: the median miss and cold SSD hit per prompt length of a ``bench ttft
 --json`` record, and the length at which the two cross
-(:func:`~tiered_kv.sim.cluster.latency.measured_crossover_tokens`). It sits below both the
-benchmark, whose page states the crossover, and the figures and notebooks that draw it, so
-neither has to import the other.
+(:func:`~tiered_kv.sim.cluster.latency.measured_crossover_tokens`).
 """
 
 from __future__ import annotations
