@@ -144,6 +144,7 @@ class SSDTier:
         bounded = config.auto_gc and not math.isinf(self.policy.capacity_bytes)
         self.usage = usage.UsageLedger(self.backend, usage.high_mark(self.policy)) if bounded else None
         self.counters: Counter = Counter()
+        self._counters_lock = threading.Lock()  # the touch and GC threads count too
         self._gc_lock = threading.Lock()
         self._headers: dict = {}  # GC's header cache (object stores: path -> (ETag, header))
         self._touches = ThreadPoolExecutor(1, thread_name_prefix="ssd-touch") if config.background_touch else None
@@ -185,17 +186,25 @@ class SSDTier:
         for path, why in fixed:
             self._repaired(path, why)
 
+    def _count(self, name: str, n: int = 1) -> None:
+        with self._counters_lock:
+            self.counters[name] += n
+
+    def _counts(self) -> dict:
+        with self._counters_lock:
+            return dict(self.counters)
+
     def _full(self, exc: BaseException, what: str, *, stacklevel: int) -> bool:
         """Count and warn when ``exc`` says the store is full (ENOSPC and the like); else False."""
         if not (isinstance(exc, OSError) and exc.errno in _FULL_ERRNOS):
             return False
-        self.counters["store_full"] += 1
+        self._count("store_full")
         warnings.warn(StoreFullWarning(f"SSD tier store {self.backend.name} is full "
                                        f"({errno.errorcode.get(exc.errno, exc.errno)}): {what}"), stacklevel=stacklevel)
         return True
 
     def _repaired(self, path: str, reason: str) -> None:
-        self.counters["repaired"] += 1
+        self._count("repaired")
         warnings.warn(f"SSD tier: repaired {path} in {self.backend.name}: {reason}",
                       RuntimeWarning, stacklevel=3)
 
@@ -297,8 +306,8 @@ class SSDTier:
 
     def _put(self, keys: list[bytes], first: int, quantize, cls: str) -> int:
         written, nbytes = self._write_missing(keys, first, quantize, cls)
-        self.counters["puts"] += 1
-        self.counters["blocks_written"] += written
+        self._count("puts")
+        self._count("blocks_written", written)
         if self.usage is not None and nbytes:  # the bound of ssd/usage.py: ledger first, then the estimate
             self.usage.add(nbytes)
             if self.usage.over_mark():
@@ -312,7 +321,7 @@ class SSDTier:
             self._gc_lock.acquire()
         try:
             if not waited or self.usage.over_mark():
-                self.counters["auto_gc"] += 1
+                self._count("auto_gc")
                 self.gc()
         finally:
             self._gc_lock.release()
@@ -341,7 +350,7 @@ class SSDTier:
             return layout.chunk_path(keys[i]), obj
 
         results, sizes = self.backend.write_stream(len(missing), make, create=True, verify=self._valid_existing)
-        self.counters["already_present"] += sum(1 for r in results if r is ALREADY_PRESENT)
+        self._count("already_present", sum(1 for r in results if r is ALREADY_PRESENT))
         failed = {i: r for i, r in zip(missing, results, strict=True) if r is not None and r is not ALREADY_PRESENT}
         first_bad = min(failed, default=math.inf)
         ok = [n for i, n, r in zip(missing, sizes, results, strict=True) if i < first_bad and r is None]
@@ -370,9 +379,9 @@ class SSDTier:
 
     def _lookup(self, keys: list[bytes], cls: str | None) -> Hit:
         hit = self._read(keys)
-        self.counters["lookups"] += 1
-        self.counters["hit_blocks"] += hit.blocks
-        self.counters["miss_blocks"] += len(keys) - hit.blocks
+        self._count("lookups")
+        self._count("hit_blocks", hit.blocks)
+        self._count("miss_blocks", len(keys) - hit.blocks)
         if hit.blocks:
             self._record_access(hit.keys[-1], cls)
         return hit
@@ -392,7 +401,7 @@ class SSDTier:
         return Hit(self.namespace, keys[:len(raws)], raws)
 
     def _remove_corrupt(self, path: str, reason: str) -> None:
-        self.counters["corrupt_removed"] += 1
+        self._count("corrupt_removed")
         warnings.warn(f"SSD tier: removed corrupt chunk {path}: {reason}", RuntimeWarning, stacklevel=4)
         self.backend.delete([path])
 
@@ -407,7 +416,7 @@ class SSDTier:
             try:
                 layout.write_all(self.backend, [(layout.access_path(key, cls), rec.encode())])
             except Exception as exc:  # noqa: BLE001 - recency is best effort; the hit stands
-                self.counters["touch_errors"] += 1
+                self._count("touch_errors")
                 if not self._full(exc, "an access record was not written (the read succeeded; this prefix may "
                                   "look older to LRU)", stacklevel=6):
                     warnings.warn(f"SSD tier: access record not written ({exc!r}); the read succeeded",
@@ -451,7 +460,7 @@ class SSDTier:
         """Chunks, bytes, by class, by namespace, age histogram, and this process's counters."""
         self.flush()
         return store_stats(self.backend, now=float(self.clock()), policy=self.policy, progress=progress,
-                           counters=dict(self.counters), quick=quick)
+                           counters=self._counts(), quick=quick)
 
     def verify(self, *, repair: bool = True, progress: bool = False) -> dict:
         """Read every chunk and check it; with ``repair`` remove corrupt chunks and stale partials."""
@@ -470,7 +479,7 @@ class SSDTier:
                           orphan_grace=self.config.orphan_grace, partial_grace=self.config.partial_grace,
                           progress=progress, part=part, header_cache=self._headers)
         if not dry_run:
-            self.counters["gc_removed"] += report["removed_chunks"]
+            self._count("gc_removed", report["removed_chunks"])
         return report
 
     def start_gc_thread(self, interval: float) -> None:
@@ -485,7 +494,7 @@ class SSDTier:
                 try:
                     self.gc()
                 except Exception as exc:  # noqa: BLE001 - keep the cache alive; report the failure
-                    self.counters["gc_errors"] += 1
+                    self._count("gc_errors")
                     warnings.warn(f"SSD tier background gc failed: {exc!r}", RuntimeWarning, stacklevel=1)
 
         self._gc_thread = threading.Thread(target=loop, name="ssd-gc", daemon=True)
