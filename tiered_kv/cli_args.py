@@ -3,8 +3,8 @@
 argparse calls a flag's ``type`` with the text the user typed; the functions here return such
 types. A value out of range fails there, as ``tiered-kv simulate: error: argument --nodes:
 must be an integer >= 1 (machines), got '0'`` with exit status 2, instead of surfacing later
-under an internal name (``high_watermark``), being replaced by a default (``--bytes-per-token
-0`` read as 70,272), or switching models silently (``--nodes 0`` ran the single-cache model).
+under an internal name (``high_watermark``), being replaced by a default, or switching models
+silently (``--nodes 0`` would mean the single-cache model).
 
 Two argparse habits are handled here as well:
 

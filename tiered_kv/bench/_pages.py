@@ -4,8 +4,9 @@ of the summary table).
 
 A page is rendered from its JSON alone, so re-rendering the committed JSON gives the committed
 page and nothing in it can be typed by hand. Statistics are medians of interleaved repeats with
-their range, never a best-of. A ratio against a baseline is taken per paired repeat (the path
-and the baseline timed one after the other) and the median of those ratios reported with their
+their range, never a best-of (on a shared machine, that is whichever run the neighbours
+spared). A ratio against a baseline is taken per paired repeat (the path and the baseline timed
+one after the other) and the median of those ratios reported with their
 range: a ratio of the two medians pairs runs that were not timed together, and a repeat that
 went badly on one side only (a 0.26x beside 0.9x) disappears into it.
 """

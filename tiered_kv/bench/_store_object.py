@@ -1,7 +1,7 @@
 """`tiered-kv bench store --local-s3 | --url s3://bucket/prefix`: the SSD tier on object storage.
 
-For a 128K-token prefix (512 chunks of 256 tokens) at this model's size per token and a
-DeepSeek-like ~890 B/token, in one run and with the same request concurrency on both sides:
+The payload of :mod:`.store` (the same prefix at the same two sizes per token), with the same
+request concurrency on both sides:
 
 * ``put``: ``SSDTier.put_quantized`` of the FP4 chunks (one HEAD of the last chunk, then one
   put-if-absent PUT per chunk, packing each chunk just before its PUT) against ``raw``: plain

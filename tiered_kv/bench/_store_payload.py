@@ -14,9 +14,8 @@ from tiered_kv.bench._pages import clocked
 
 @dataclass(frozen=True)
 class Payload:
-    """What both store benches write: the prefix's KV, its FP4 chunks, their keys and the packed
-    objects (the raw side writes these very bytes), the seconds the quantization took, and the
-    chunks' count and bytes."""
+    """One prefix as both sides write it: ``objs`` are the packed chunks, the very bytes the raw side
+    writes; ``total`` is their bytes."""
 
     kv: Any
     chunks: list
@@ -49,7 +48,7 @@ def payload(ns, tokens) -> Payload:
 
 
 def timed(timings: dict[str, list[float]], name: str, fn: Callable[[], Any]) -> Any:
-    """Run ``fn``, appending its wall time to ``timings[name]``; returns what it returned."""
+    """``fn()``, its wall time appended to ``timings[name]``."""
     out, s = clocked(fn)
     timings[name].append(s)
     return out

@@ -150,10 +150,9 @@ def run(args: argparse.Namespace) -> dict:
 
 
 # ------------------------------------------------------------------------------------ the record
-# Rendered from the run's JSON alone; the words the page shares with figure 18 (the setup, the
-# models' fit, admission's effects) come from tiered_kv.measure.contention.report. The page shows
-# the repeats, both queue models and the paired admission ratios, and lists where admission raised
-# p99 as well as where it cut it.
+# The words the page shares with figure 18 (the setup, the models' fit, admission's effects) come
+# from tiered_kv.measure.contention.report. The page lists where admission raised p99 as well as
+# where it cut it.
 COMMAND = "tiered-kv bench contention --json"
 
 

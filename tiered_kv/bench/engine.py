@@ -9,12 +9,11 @@ Llama built on the spot (no download). Two parts:
   prefix cache), ``ssd_hit`` (the same prompt in a *fresh* engine process that shares only the
   store: every full block but the one holding the last token is loaded from the tier). Repeats are
   interleaved (repeat r of every length and case before repeat r+1; the miss first, the two hits
-  in alternating order), each a
-  new prompt; cells are medians with their interquartile range, every repeat kept in the JSON,
-  and the speedup of an SSD-tier hit is the median of per-repeat ratios (a hit over the miss of
-  the same prompt) with their range. Beside them: the workbench's own
-  engine from ``benchmarks/results/ttft.json`` where its lengths match, and the recompute-vs-load
-  crossover of the latency model's :func:`~tiered_kv.sim.cluster.latency.measured_crossover_tokens`.
+  in alternating order), each a new prompt; cells are medians with their interquartile range,
+  every repeat kept in the JSON, and the speedup of an SSD-tier hit is the median of per-repeat
+  ratios (a hit over the miss of the same prompt). Beside them: the workbench's own engine from
+  ``benchmarks/results/ttft.json`` where its lengths match, and the recompute-vs-load crossover of
+  the latency model's :func:`~tiered_kv.sim.cluster.latency.measured_crossover_tokens`.
 - The first requests of the Mooncake conversation trace, their prompts synthesized from
   ``hash_ids`` (one engine block of tokens per id, drawn from the id: shared ids are shared
   tokens), sent in timestamp order to an engine with the connector capturing; the measured token

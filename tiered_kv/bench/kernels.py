@@ -64,11 +64,8 @@ def register(parser: argparse.ArgumentParser) -> None:
 def _cpu_pair(fn: Callable[[], Any], baseline: Callable[[], Any], repeat: int,
               clock: Callable[[], float]) -> tuple[float, float, list[float], list[float]]:
     """Median times of ``fn`` and ``baseline`` and every timed call of each, measured
-    alternately so that load from other processes on a shared machine hits both alike.
-
-    Medians, not best-of: the record reports a typical call with its spread (every call is
-    returned), and a best-of on a shared machine reports whichever call the neighbours spared.
-    """
+    alternately so that load from other processes on a shared machine hits both alike (medians,
+    not best-of: :mod:`._pages`)."""
     fn()
     baseline()
     fn_all: list[float] = []

@@ -4,9 +4,8 @@ Runs kvcache.ai's ``kvcache-simulator`` (C++ backend, its fastest) for ``lru``, 
 and ``fifo``, and LMCache's cache simulator (``lru``), on the same trace and the same
 capacities as tiered-kv under the matching ``--semantics`` preset, in this one process run.
 For every peer and policy it reports the hit tokens from both sides, ``identical`` (every
-point equal, not just the rate) and ``speedup_vs_peer`` = peer wall time / tiered-kv wall time
-for the whole curve, per round of ``--repeat`` rounds interleaved (peer, ours, peer, ours, ...) and
-the median of those ratios kept (each time's median too),
+point equal, not just the rate) and ``speedup_vs_peer``: the median over ``--repeat`` interleaved
+rounds (peer, ours, peer, ours, ...) of peer wall time / tiered-kv wall time for the whole curve,
 every round recorded (``peer_seconds_all``, ``ours_seconds_all``, and the CPU times).
 
 What is timed: the peer from its own parsed input (kvcache.ai: ``run_cpp_sweep`` on its
@@ -21,10 +20,9 @@ libCacheSim (``libcachesim`` on PyPI): for the nine policies both implement (LRU
 ARC, SLRU, 2Q, S3-FIFO, SIEVE, Belady; :data:`tiered_kv.sim.peers.libcachesim.PAIRS`) the same
 block-level trace (every block access one request for one unit-size object) at
 ``--libcachesim-points`` capacities in blocks, log-spaced over the same token range, compares
-block hits (``identical``) and times the whole curve on both sides, ``--libcachesim-repeat``
-rounds interleaved (peer, ours, peer, ours, ...), median kept (``speedup_vs_peer`` = the median
-over the rounds of peer time / ours time). The peer runs libCacheSim's C loop over its oracleGeneral file (written once,
-not timed); ours runs the zoo kernel on the compiled trace (compiled once, not timed).
+block hits (``identical``) and ``speedup_vs_peer`` as above over ``--libcachesim-repeat`` rounds.
+The peer runs libCacheSim's C loop over its oracleGeneral file; ours runs the zoo kernel on the
+compiled trace (each written or compiled once, not timed).
 
 Installs nothing: a missing peer is reported (``available: false`` with the install command).
 """
@@ -74,7 +72,7 @@ def _cpu_seconds() -> float:
 def _interleaved(peer_fn, ours_fn, repeat: int) -> tuple[Any, Any, dict[str, dict[str, list[float]]]]:
     """(peer result, our result, every round's wall and CPU seconds per side) over ``repeat``
     rounds run peer, ours, peer, ours, ...: load from other jobs on a shared machine hits both
-    sides alike, and the record keeps the median with its spread, never a best-of."""
+    sides alike."""
     runs: dict[str, dict[str, list[float]]] = {s: {"wall": [], "cpu": []} for s in ("peer", "ours")}
     out: dict[str, Any] = {}
     for _ in range(max(1, repeat)):
@@ -97,7 +95,6 @@ def _timed_compare(peer_fn, ours_fn, repeat: int, ours_policy: str) -> dict:
     rec.update({"repeat": int(max(1, repeat)), "peer_seconds_all": runs["peer"]["wall"],
                 "ours_seconds_all": runs["ours"]["wall"], "peer_cpu_seconds_all": runs["peer"]["cpu"],
                 "ours_cpu_seconds_all": runs["ours"]["cpu"]})
-    # the speed-ups: peer / ours of each round (the two timed one after the other), their median
     rec["speedup_vs_peer"], rec["cpu_speedup_vs_peer"] = (p.median for p in speedups(rec))
     return rec
 

@@ -62,7 +62,7 @@ def curves_and_frontier(trace, ttl_points: int):
 def measure(trace, ttl_points: int, repeat: int, baseline_points: int | None) -> dict[str, Any]:
     """Time the curves + frontier and the per-TTL replay baseline in ``repeat`` interleaved rounds
     (curves, baseline, curves, baseline, ...): medians in the usual keys, every round in
-    ``*_all`` (a best-of would report whichever round the other jobs on the machine spared)."""
+    ``*_all``."""
     import statistics
 
     from tiered_kv.sim.policies import TTL

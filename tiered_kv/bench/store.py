@@ -8,7 +8,7 @@ check, header parse of every chunk) are timed against a loop of plain ``open/wri
 bytes kept like a prefix is), the same loop on a thread pool (``raw_parallel``), and the leanest
 ``os.open/os.read`` loop (``raw_os``, reported beside). Reads are measured warm (page cache) and cold (``os.sync`` then
 ``POSIX_FADV_DONTNEED`` on every file). get_prefix latency p50/p99 is measured warm with 1, 4
-and 16 concurrent reader threads. ``--naive`` also times the layout this replaced: one Zarr
+and 16 concurrent reader threads. ``--naive`` also times the naive layout: one Zarr
 array per chunk. Medians of ``--repeat`` runs (every run kept in ``seconds_all``); the machine may be shared, so compare ratios.
 
 ``--local-s3`` (a moto S3 server started on 127.0.0.1) or ``--url s3://bucket/prefix`` (a real
@@ -206,7 +206,7 @@ def _latency(tier, tokens, n_blocks: int, args) -> dict:
 
 
 def _naive(root: Path, objs: list[bytes], med: dict) -> dict:
-    """The layout this tier replaced: one uncompressed Zarr array (one chunk) per KV chunk."""
+    """The naive layout: one uncompressed Zarr array (one chunk) per KV chunk."""
     import numpy as np
     import zarr
 

@@ -165,8 +165,7 @@ COMMANDS = {"ttft": "tiered-kv bench ttft --json --repeats 5",
 
 
 def speedup(r: dict, n: str, case: str) -> Paired | None:
-    """miss / ``case`` at length ``n`` per repeat, median and range; None for a JSON that kept
-    only medians (runs before ``repeats_ms`` was recorded)."""
+    """miss / ``case`` at length ``n`` per repeat, median and range; None for a JSON without ``repeats_ms``."""
     runs = r.get("repeats_ms", {}).get(n)
     return paired_speedup(runs, case) if runs else None
 

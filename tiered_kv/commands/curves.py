@@ -29,8 +29,7 @@ from typing import Any
 NAME = "curves"
 HELP = ("LRU, TTL, Belady and infinite-cache hit-rate curves of a trace (one pass each); "
         "--policy NAME ...: any policy's hit rate and SSD writes at every capacity")
-#: Nothing is left to flush or close when run() returns: the tiered-kv process may end without
-#: interpreter teardown (tiered_kv.cli.main).
+#: run() leaves nothing to flush or close, so the process may skip teardown (tiered_kv.cli.main).
 FAST_EXIT = True
 
 

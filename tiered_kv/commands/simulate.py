@@ -18,8 +18,7 @@ from typing import Any
 
 NAME = "simulate"
 HELP = "replay a trace through any registered retention policy (lru, ttl, belady, the zoo) and report hit rates"
-#: Nothing is left to flush or close when run() returns: the tiered-kv process may end without
-#: interpreter teardown (tiered_kv.cli.main).
+#: run() leaves nothing to flush or close, so the process may skip teardown (tiered_kv.cli.main).
 FAST_EXIT = True
 #: Library parameters fed by a flag of another name, for error messages (tiered_kv.cli).
 PARAMETER_FLAGS = {"preset": "--synth"}

@@ -4,8 +4,7 @@ Every number comes from :mod:`tiered_kv.kernels.fp4` (the quantizer the SSD tier
 :mod:`tiered_kv.arch`. The dashboard draws a fresh KV-shaped sample at each slider value (seeded)
 and shows the error of the *typical* element (the 90% smallest in magnitude): the relative RMSE
 of the whole sample is dominated by its largest values when the tails are heavy and falls as they
-get heavier (:func:`tiered_kv.kernels.fp4_error.error_stats`), which once made this dashboard
-seem to contradict its own text.
+get heavier (:func:`tiered_kv.kernels.fp4_error.error_stats`).
 """
 
 from __future__ import annotations
@@ -105,7 +104,7 @@ def bytes_frame() -> pl.DataFrame:
 
 def bytes_table(frame: pl.DataFrame, arch: str | None = None):
     """Every row of ``frame`` (:func:`bytes_frame`), or those of one ``arch``, as an HTML table (a polars
-    frame shows only its first and last five rows, which hid the rows workshop question 4 reads)."""
+    frame shows only its first and last five rows; workshop question 4 reads the others)."""
     from IPython.display import HTML
 
     rows = frame if arch is None else frame.filter(pl.col("arch") == arch)

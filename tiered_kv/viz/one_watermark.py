@@ -1,7 +1,6 @@
 """One watermark, two TTLs: the retention a single GC watermark gives each class (figure 14, notebook 03).
 
-DeepSeek's store has one LRU garbage collector under a disk watermark and no expiry timer, yet
-quotes 3 days (agent) and 7 days (chatbot). :func:`study` runs
+Why it is asked: figure 14's docstring. :func:`study` runs
 :func:`tiered_kv.sim.retention.one_watermark.one_watermark_study` on a multi-day two-class workload;
 the functions below turn its result into tables and a chart. Nothing here computes a hit.
 """

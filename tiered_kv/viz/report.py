@@ -4,8 +4,7 @@ A figure module in :mod:`tiered_kv.viz.figures` exposes ``NAME`` (file stem, e.g
 ``TITLE`` and ``build(quick: bool) -> FigureResult``, computed from the package. A :class:`Claim`
 pairs a published number with the value the code produced, the inputs it used and the public
 function (``provenance``) that :func:`run_provenance` calls again. Every claim names its ``kind``,
-with no default: a default once labelled arithmetic checks and proxies 'reproduction', and the
-label is what a reader trusts:
+with no default, because the label is what a reader trusts:
 
 - ``reproduction``: computed by the package from inputs that were not tuned on this number;
 - ``calibration``: a default was tuned on this very number (:attr:`Claim.calibrated`);
@@ -34,7 +33,7 @@ class Claim:
     reproduced: float
     unit: str  # e.g. "x", "s", "fraction", "bytes/token"
     inputs: str  # the inputs the reproduced value came from
-    #: one of KINDS, always given by keyword (no default: each row says what kind of match it is)
+    #: one of KINDS, always given by keyword (no default: module docstring)
     kind: str = field(kw_only=True)
     #: ("module:function", {keyword inputs}) whose call returns ``reproduced``
     provenance: tuple[str, dict] | None = None

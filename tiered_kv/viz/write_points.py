@@ -1,8 +1,7 @@
 """Where to write to the SSD tier, and when a short prompt is better recomputed than loaded
 (figure 19, notebooks 03 and 04).
 
-DeepSeek writes its KV at "cache prefix units" (end of user input, end of output, detected common
-prefixes, fixed intervals), not at every block. :func:`strategies` replays each write-point
+Why it is asked: figure 19's docstring. :func:`strategies` replays each write-point
 strategy of :mod:`tiered_kv.sim.retention.write_points`; the crossover functions draw the prompt
 length below which recomputing is as fast as loading from the latency model
 (:func:`tiered_kv.sim.cluster.latency.recompute_crossover_tokens`), and :func:`measured_crossover`

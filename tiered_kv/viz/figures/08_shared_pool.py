@@ -22,10 +22,8 @@ TITLE = "Shared SSD pool vs per-machine caches (10 machines, real trace), by rou
 
 def series_frame(data: pl.DataFrame) -> pl.DataFrame:
     """One line per (SSD tier, routing), except that routings whose shared-pool lines coincide
-    (the pool sees every block whatever the routing) are drawn once, named for all of them.
-
-    Three identical lines drawn on top of each other showed one colour and left two legend
-    entries pointing at nothing. The rows of every routing stay in the data.
+    (the pool sees every block whatever the routing) are drawn once, named for all of them: three
+    lines on top of each other show one colour beside three legend entries. The data keeps every row.
     """
     shared = data.filter(pl.col("ssd") == "shared pool")
     spread = shared.group_by("total_ssd_tokens").agg(

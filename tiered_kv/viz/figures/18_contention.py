@@ -3,14 +3,13 @@ admission does, both ways.
 
 Why: DeepSeek's global KV pool is shared, so restores wait for each other's reads and for the
 writes of misses; when should admission control recompute a prompt although its prefix is cached?
-``tiered-kv bench contention`` (:mod:`tiered_kv.measure.contention`) runs N engine streams against
-one SSD tier whose link is a token bucket, at several link bandwidths and loads, always loading and
-under two admission policies (``own``: recompute when that alone is sooner; ``shared``: the same
-with the shared cores counted and the delay to the other streams charged). Recomputing is not free
-when the streams share cores, so the queue model beside it (:mod:`tiered_kv.sim.cluster.shared_compute`)
-puts the streams on shared cores. Top: p99 TTFT against the link's bandwidth, measured (median over
-repeats, bars: spread) beside the model. Bottom: each policy's p99 over always loading's, paired
-repeat by repeat; above 1 admission hurt, below 1 it helped.
+``tiered-kv bench contention`` (its ``--help`` tells the scenario and the ``own`` and ``shared``
+admission policies) measures it with N engine streams on one rate-limited link. Recomputing is not
+free when the streams share cores, so the queue model beside it
+(:mod:`tiered_kv.sim.cluster.shared_compute`) puts the streams on shared cores. Top: p99 TTFT
+against the link's bandwidth, measured (median over repeats, bars: spread) beside the model.
+Bottom: each policy's p99 over always loading's, paired repeat by repeat; above 1 admission hurt,
+below 1 it helped.
 
 Data: the recorded run (``benchmarks/results/contention.json``) when it exists; else a live run.
 """
