@@ -253,12 +253,8 @@ CODE_PATHS = ("sim/sweep.py", "sim/trace_replay.py", "sim/cluster", "sim/policie
 
 
 def code_digest(root: str | Path | None = None) -> str:
-    """Hash of the simulator source under ``root`` (default: the installed package) that a row depends on.
-
-    Why: a point's row is a function of its point *and* of this code; recording the digest per
-    row lets a sweep tell an edited checkout from nondeterminism, and lets resume skip only rows
-    of the same code. Covers the ``.py`` files of :data:`CODE_PATHS`, by relative path and bytes.
-    """
+    """Hash of the simulator source under ``root`` (default: the installed package) that a row depends on
+    (why: the module docstring): the ``.py`` files of :data:`CODE_PATHS`, by relative path and bytes."""
     root = Path(root) if root is not None else Path(__file__).resolve().parent.parent
     files: list[Path] = []
     for rel in CODE_PATHS:
@@ -280,10 +276,8 @@ def _running_code() -> str:
 
 
 def _read_only(trace):
-    """Mark every array of ``trace`` (fields and cached properties computed so far) read-only.
-
-    The cached workload is one object for all the points a worker runs: an in-place write by one
-    replay would silently change every later point, so it raises instead."""
+    """Mark every array of ``trace`` (fields and cached properties computed so far) read-only
+    (why: the module docstring)."""
     import numpy as np
 
     for value in vars(trace).values():
@@ -413,10 +407,7 @@ def run_sweep(config: SweepConfig | str | Path, *, out: str | Path | None = None
 
     ``backend``: ``"ray"``, ``"pool"`` (local processes) or ``"auto"`` (Ray when installed).
     ``workers``: processes (pool) or local Ray CPUs (default: every core); with ``address`` the
-    cluster decides. Points already in ``out`` computed by this code (same ``code_digest``) are
-    skipped (resume); rows of other code are computed again. A row a worker computed with code
-    other than the checkout's (edited during the run) is written, then the sweep raises naming
-    such points, and a re-run recomputes them.
+    cluster decides. Resume and the ``code_digest`` check: the module docstring.
     """
     if not isinstance(config, SweepConfig):
         config = SweepConfig.from_toml(config)

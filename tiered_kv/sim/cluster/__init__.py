@@ -3,14 +3,12 @@
 :mod:`.model` replays a trace request by request over ``nodes`` machines, each with a GPU
 prefix tier and a host window tier, and an SSD tier shared by all (or one per machine);
 :mod:`.lru_tiers` holds its numba kernels (many LRU caches over one slot pool). :mod:`.latency`
-turns hits into time and money: TTFT of loads, prefill and bounded replay, one shared read
-queue with write-back, admission (recompute when loading would be slower), cost per million
-tokens. :mod:`.contention` is the scenario of ``tiered-kv bench contention`` (restores and
-misses of fixed lognormal lengths on N streams sharing one link) and the model's prediction of
+turns hits into time and money (TTFT, one shared read queue, admission, cost per million tokens).
+:mod:`.contention` is the scenario of ``tiered-kv bench contention`` and the model's prediction of
 it; :mod:`.shared_compute` the queue model whose streams share cores (processor sharing) and the
 admission rules it and the benchmark's dispatcher call; :mod:`.tail_stats` the statistics of
-repeated runs (medians with spread, order-statistic intervals, paired ratios); :mod:`.pooling` and
-:mod:`.disk_day` the runs that a figure and the cluster record both read. This package may import :mod:`tiered_kv.sim.trace_replay` (and run any policy object of
+repeated runs; :mod:`.pooling` and :mod:`.disk_day` the runs that a figure and the cluster record
+both read. This package may import :mod:`tiered_kv.sim.trace_replay` (and run any policy object of
 :mod:`tiered_kv.sim.policies` it is given); nothing below it imports it.
 """
 

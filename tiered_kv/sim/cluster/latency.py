@@ -32,7 +32,7 @@ Defaults (preset ``deepseek-v3``) and where each number comes from:
 
 With these, a 128K prompt whose last 512-token block is new and whose window state must be
 replayed lands at about 0.33 s (not tuned: it follows from the numbers above), against the
-published 0.5 s; REPORT.md states the difference. The published figure includes serving
+published 0.5 s; BENCHMARKS.md states the difference. The published figure includes serving
 overheads this model leaves out (scheduling, decode step, network), so ours is a lower bound.
 
 Admission control (``admission=True`` in :func:`simulate_queue`): at arrival, a request with a
@@ -122,8 +122,7 @@ class LatencyConfig:
     hit_price_ratio: float = 1 / 50
     miss_price_per_mtok: float = 1.0
     #: seconds every prefill costs whatever its length (launch, sampling, a decoder pass over R
-    #: tokens): 0 in the DeepSeek presets; fitted for a measured engine (``bench contention``).
-    #: Counted by :func:`ttft_components` and :func:`simulate_queue`.
+    #: tokens); see the module docstring.
     prefill_fixed_s: float = 0.0
 
     def __post_init__(self) -> None:
@@ -293,9 +292,8 @@ def simulate_queue(cfg: LatencyConfig, arrival_s, machine, n, loaded, local=None
     """Replay requests through one shared FIFO read queue and one FIFO compute queue per machine.
 
     A request's load enters the read queue at arrival; its prefill enters its machine's compute
-    queue when the load is done (at arrival when nothing is loaded). A miss's newly computed full
-    chunks are written back through the read queue after its prefill (``cfg.write_back``), taking
-    bandwidth from later restores. Events are processed in (time, kind, sequence) order.
+    queue when the load is done (at arrival when nothing is loaded); a miss's write-back (module
+    docstring) enters the read queue after its prefill.
     """
     arrival_s = np.asarray(arrival_s, dtype=np.float64)
     count = arrival_s.size

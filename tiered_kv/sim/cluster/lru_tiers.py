@@ -125,8 +125,8 @@ def touch_arrays(tk, tv, bits, sk, prv, nxt, base, cap, used, mask, ev, parts, t
     """Touch block ``ident`` in cache ``k`` (insert at MRU, evicting the LRU entry when full).
 
     Takes the tier's arrays one by one (callers unpack the tier tuple once, outside their loop:
-    unpacking it on every call costs numba a reference-count update per array, which was most
-    of the run time). Returns the evicted block id, or -1. The evicted entry's last-touch time
+    unpacking it on every call costs numba a reference-count update per array). Returns the
+    evicted block id, or -1. The evicted entry's last-touch time
     stays readable in ``last`` (idle age at eviction = now - last) until it is touched again.
     """
     bit = np.uint64(1) << np.uint64(k)

@@ -18,9 +18,9 @@ per access, shared by every policy of the run:
   which needs no more state, so any number of TTL settings ride along too (TTLs without a capacity,
   as DeepSeek states its per-class retention).
 
-Counting is DESIGN.md's: requests in time order (ties: part order, then file order), hit tokens
-``min(p * block, L)`` with ``p`` leading blocks present before the request touches its blocks.
-Requests before ``warmup_days`` warm the cache and are not counted.
+Counting follows docs/semantics.md: requests in time order (ties: part order, then file order),
+hit tokens ``min(p * block, L)`` with ``p`` leading blocks present before the request touches its
+blocks. Requests before ``warmup_days`` warm the cache and are not counted.
 
 A shard that does not parse or holds impossible values (time outside its hour, a block count
 that does not match its length, an id outside its part's range) stops the run with its file and

@@ -10,9 +10,7 @@ storage cost is ``bytes * sum_i min(g_i, T)``: each access keeps the chunk until
 or ``T`` after its last access. Charging the whole residency of everything written in the
 trace window and dividing by the window's length is Little's law: the result is the steady-state
 average stored bytes, so a budget can be stated as an SSD capacity (e.g. 100 PiB) as well as in
-byte-days. Peak stored bytes come from separate scans (:mod:`.occupancy`)
-that count the chunks held at evenly spaced instants, in the same steady state (residency left
-at the trace's end wraps around to its start, so the peak is never below this average).
+byte-days. Peak stored bytes, in the same steady state, come from :mod:`.occupancy`.
 
 :func:`reuse_gaps` records, per access, the gap from the block's previous access and to its
 next one, the prefix-max key from which the access hits under a TTL, and the class that
@@ -35,8 +33,7 @@ DAY_S = 86_400.0
 
 #: DeepSeek-V3 MLA elements per token (61 layers x (512 latent + 64 rope); tiered_kv.arch.DEEPSEEK_V3)
 #: and FP4 bytes per element with the block scales (tiered_kv.kernels.fp4.bytes_per_element). Spelled
-#: out here because both modules import torch (seconds on a busy machine) for one product; a test
-#: pins these to those modules.
+#: out here because both modules import torch for one product; a test pins these to those modules.
 _V3_ELEMENTS_PER_TOKEN = 61 * (512 + 64)
 _FP4_BYTES_PER_ELEMENT = {"mxfp4": 0.5 + 1.0 / 32, "nvfp4": 0.5 + 1.0 / 16}
 

@@ -2,9 +2,8 @@
 
 Average stored bytes follow from byte-seconds alone; the peak needs the set of chunks held at an
 instant. Both scans here count it exactly at evenly spaced instants of the trace, for every TTL
-or every frontier point at once (the TTL scan from a cold cache, or in steady state, where the
-residency a chunk has left at the trace's end wraps around to its start, as Little's law counts
-it; see :func:`ttl_occupancy`):
+or every frontier point at once (the TTL scan from a cold cache or in steady state:
+:func:`ttl_occupancy`):
 
 * TTL: a chunk is held at ``s`` iff its last touch ``t <= s`` has ``s - t <= T`` of the class that
   touched it; one Fenwick tree per class over access positions holds a 1 at each block's latest

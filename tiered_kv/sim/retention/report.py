@@ -8,12 +8,10 @@ other class) pair: the question then is what the same SSD would buy with better 
 shorter than 7 days that pair would keep everything, so the default is then the average stored
 bytes of one shared TTL of a tenth of the span.
 
-Average stored bytes are byte-seconds over the span (Little's law: a steady-state average, which
-charges each chunk its full residency, T after its last access included, even past the trace's
-end; for a TTL far above the span that is an extrapolation). Peak stored bytes of the TTL rows
-are counted at evenly spaced instants in the same steady state
-(:func:`tiered_kv.sim.retention.occupancy.ttl_occupancy` says why); the frontier keeps only
-intervals that end in a reuse, inside the trace, so its peak needs no wrap.
+Average stored bytes are byte-seconds over the span (Little's law, :mod:`.gaps`; for a TTL far
+above the span an extrapolation); peak stored bytes of the TTL rows are counted in the same
+steady state (:func:`.occupancy.ttl_occupancy`). The frontier keeps only intervals that end in a
+reuse, inside the trace, so its peak needs no wrap.
 """
 
 from __future__ import annotations
@@ -163,7 +161,6 @@ def _capacity(p: _Pass, given: float | None) -> tuple[float, str]:
     classes = range(len(p.trace.class_names))
     if p.span >= PAIR_DEFAULT_DAYS * DAY_S:
         return float(np.sum([p.model.cost(c, p.pair[c]) for c in classes])) / p.span, "3d/7d pair average"
-    # a short trace: the pair would keep everything; ask about a tenth of the span instead
     return float(np.sum([p.model.cost(c, p.span / 10) for c in classes])) / p.span, "shared TTL of span/10"
 
 

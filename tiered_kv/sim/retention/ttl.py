@@ -15,8 +15,7 @@ Optimal per-class TTLs
 Maximise ``sum_c hits_c(T_c)`` subject to ``sum_c cost_c(T_c) <= capacity * span``. ``hits_c``
 is a step function that only rises at the prefix-max keys of class ``c`` and ``cost_c`` is
 continuous and increasing, so some optimum has every ``T_c`` but the last at one of its keys and
-the last as large as the budget allows (:func:`optimal_ttls`: exhaustive and exact for up to
-two classes; coordinate ascent from the best shared TTL beyond). At an interior optimum the
+the last as large as the budget allows (:func:`optimal_ttls`). At an interior optimum the
 marginal hits per byte-day of the classes are equal; both marginals are reported.
 """
 

@@ -230,8 +230,8 @@ def calibration_report(seed: int = 0, *, quick: bool = False) -> pl.DataFrame:
 
     Full: chatbot and agent one-hour slices at the Mooncake rates, and a 14-day run of the
     ``mixed`` preset (1/16 of the rates, shared prefixes scaled alike) for the TTL loss.
-    ``quick``: slices at 1/8 of the rates and 14 days at 1/100 (seconds on a laptop; the
-    slices' rates are then compared scaled back up, and the TTL loss is noisier).
+    ``quick``: slices at 1/8 of the rates and 14 days at 1/100 (the slices' rates are then
+    compared scaled back up, and the TTL loss is noisier).
     """
     scale = 1 / 8 if quick else 1.0
     base = SynthConfig(classes=(CHATBOT, PRESETS["agent"].classes[0]))

@@ -25,8 +25,6 @@ Model, per traffic class (all parameters in :class:`ClassConfig`):
   request each, arriving in bursts of ``call_burst_mean`` calls (geometric) at one instant
   with one prefix (parallel tool calls). The bursts are what let a cache of 20 blocks serve
   17 % of agent tokens: under independent arrivals two same-prefix calls are rarely adjacent.
-  ``scale_prefixes=False`` keeps such a fixed catalogue (a service's few tool-definition
-  prompts) at its size when the traffic is scaled.
 
 Block ids are chained (equal id <=> equal whole prefix) and dense: full system-prompt blocks
 are shared by the class, full shared-prefix blocks by every session using that prefix, full
@@ -34,28 +32,16 @@ session blocks by the session's turns, and a trailing partial block is unique to
 (its content is a truncation nobody else sends). Everything is drawn with numpy in whole
 arrays from one explicit seed; there is no global state and no wall clock.
 
-Calibration (targets, tolerances and achieved values: :mod:`tiered_kv.sim.workload.calibration`
-and ``benchmarks/results/synth.md``). Defaults were tuned by hand on these numbers, so
-matching them is a calibration, not a reproduction:
-
-* chatbot, one-hour slice at the mean rate, cold cache, vs the real Mooncake conversation trace
-  (measured on the file): input-length quantiles p10/p25/p50/p75/p90 = 964 / 2,306 / 6,909 /
-  15,367 / 27,367 tokens; reuse time (time between consecutive accesses of one block)
-  p50 = 114 s, p90 = 519 s; infinite-cache token hit rate 0.374; 12,031 requests per hour.
-* agent, one-hour slice, vs the published Mooncake Tool&Agent statistics: average input
-  8,596 tokens, average output 182, cache ratio 59 % (taken as the infinite-cache token hit
-  rate of the slice), 23,608 requests per hour; and its LRU token-hit curve (hour 12 of a
-  steady-state run, seed 0, 512-token blocks, cold cache at the hour's start) against Mooncake
-  FAST'25 Fig. 9 Tool&Agent at 1e4 / 1e5 / 1e6 / 3e6 / 1e7 / 5e7 tokens (0.17 / 0.36 / 0.39 /
-  0.45 / 0.56 / 0.595, read off the plot, about +-0.02): 0.176 / 0.388 / 0.428 / 0.445 / 0.561
-  / 0.600 (figure ``13_agent_curve``). Structure: 40 % of the
-  requests are one-shot calls on six ~6.1K-token shared prefixes (system prompt + tool
-  definitions, Zipf 2); the rest are tool-loop sessions (30 % of them on the same prefixes)
-  whose turns come minutes apart, which is the reuse between 1e6 and 1e7 tokens.
-* chatbot, 14-day run: token hit rate with a 7-day TTL minus with a 3-day TTL between 0.5 and
-  1 point (the effect DeepSeek reports for moving chatbot retention).
-
-Achieved values per seed: ``python -m tiered_kv.sim.workload.calibration --seeds 0 1 2``.
+Calibration: the chatbot class against the real Mooncake conversation trace (one-hour slice
+at the mean rate, cold cache) and DeepSeek's 7-day vs 3-day TTL effect (14-day run); the agent
+class against the published Mooncake Tool&Agent statistics and its LRU curve (FAST'25 Fig. 9,
+figure ``13_agent_curve``). Targets, tolerances and sources are
+:data:`tiered_kv.sim.workload.calibration.TARGETS`; achieved values per seed are in
+``benchmarks/results/synth.md``. Defaults were tuned by hand on these numbers, so matching them
+is a calibration, not a reproduction. The agent structure that fits the curve: 40 % of the
+requests are one-shot calls on six ~6.1K-token shared prefixes (system prompt + tool
+definitions, Zipf 2); the rest are tool-loop sessions (30 % of them on the same prefixes)
+whose turns come minutes apart, which is the reuse between 1e6 and 1e7 tokens.
 Known bias: chatbot p25 input length runs 6-10 % high, p75 and p90 4-9 % low.
 """
 
@@ -349,16 +335,15 @@ def _draw_class(rng: np.random.Generator, c: ClassConfig, horizon_s: float, warm
     d = _ClassDraw(time=time[keep], input_length=input_length[keep], output_length=output[keep],
                    session=session[keep], turn=turn[keep].astype(np.int32), prefix=prefix[session[keep]],
                    prefix_tokens=prefix_tokens, session_blocks=session_blocks)
-    if c.call_fraction > 0:  # drawn after the sessions: a class without calls draws as before
+    if c.call_fraction > 0:  # drawn after the sessions: a class without calls draws the same sessions
         d = _add_calls(rng, c, d, weights / weights.sum(), horizon_s, block_size)
     return d
 
 
 def _add_calls(rng: np.random.Generator, c: ClassConfig, d: _ClassDraw, popularity: np.ndarray,
                horizon_s: float, block_size: int) -> _ClassDraw:
-    """One-shot calls: bursts of geometric size at one instant, every call of a burst the class
-    system prompt + the burst's shared prefix + its own short suffix; each call is a session of
-    one request (its suffix blocks are its own). Arrivals follow the class's daily cycle."""
+    """One-shot calls (module docstring); each call is a session of one request (its suffix
+    blocks are its own). Bursts follow the class's daily cycle."""
     bursts = _session_starts(rng, c, 0.0, horizon_s,
                              c.requests_per_hour * c.call_fraction / HOUR_S / c.call_burst_mean)
     size = rng.geometric(1.0 / c.call_burst_mean, len(bursts))
