@@ -1,12 +1,10 @@
 """The ``tiered-kv`` command.
 
-Subcommands are discovered from :mod:`tiered_kv.commands` (and benchmarks from
-:mod:`tiered_kv.bench`), so each feature owns its command in its own module. Every
-subcommand has ``--help``; heavy libraries are imported only when a command runs.
-
-Start-up: ``tiered-kv curves ...`` imports only ``tiered_kv.commands.curves`` (a module whose
-file name is its ``NAME``); the full list of commands is imported only for ``--help``, a bare
-``tiered-kv`` or a name that is not a command module, so that argparse can list them all.
+Subcommands are discovered from :mod:`tiered_kv.commands` (its docstring has the contract) and
+benchmarks from :mod:`tiered_kv.bench`. Start-up: ``tiered-kv curves ...`` imports only
+``tiered_kv.commands.curves`` (a module whose file name is its ``NAME``); the full list of
+commands is imported only for ``--help``, a bare ``tiered-kv`` or a name that is not a command
+module, so that argparse can list them all.
 """
 
 from __future__ import annotations

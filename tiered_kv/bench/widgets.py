@@ -1,8 +1,6 @@
 """The record of ``tiered-kv bench widgets`` (the retention dashboard's slider redraw): its page
-and its summary line, rendered from the benchmark's JSON.
-
-The measurement sits beside the dashboard it times (:mod:`tiered_kv.viz.retention_timing`), so
-this package never imports the figures; only the JSON crosses.
+and its summary line, rendered from the JSON of :mod:`tiered_kv.viz.retention_timing` (why it sits
+there: :mod:`tiered_kv.bench`).
 """
 
 from __future__ import annotations

@@ -17,8 +17,7 @@ NAME = "bench"
 HELP = "run a benchmark (kernels, store, sim, ttft, ...) and print its figures"
 
 
-#: Benchmarks that sit beside what they time instead of in :mod:`tiered_kv.bench` (a figure's
-#: widget is timed in the figures' own package, so the benchmarks never import the figures).
+#: Benchmarks that sit beside what they time instead of in :mod:`tiered_kv.bench` (why: its docstring).
 BESIDE = ("tiered_kv.viz.retention_timing",)
 
 

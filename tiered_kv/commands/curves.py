@@ -6,12 +6,10 @@ about as much as one replay; Belady is replayed once per capacity (a progress ba
 that takes more than two seconds). Capacities default to 100 log-spaced sizes from one block to
 the trace's footprint, TTLs to 100 log-spaced values from 1 s to the trace's span.
 
-With ``--policy NAME [NAME ...]`` (registered names, plug-in files ``path.py:Class``,
-parameters ``name:key=value``; docs/policies.md) it also charts those policies at every
-capacity: hit rate, SSD bytes written, bytes written per hit byte and drive writes per day,
-under ``--admission all|second-sighting``. ``lru`` (admit-all) and ``belady`` come from one
-pass; the others are replayed per capacity in a pool of ``--workers`` processes with a
-progress bar.
+With ``--policy NAME [NAME ...]`` it also charts those policies at every capacity: hit rate,
+SSD bytes written, bytes written per hit byte and drive writes per day, under ``--admission``.
+``lru`` (admit-all) and ``belady`` come from one pass; the others are replayed per capacity in a
+pool of ``--workers`` processes with a progress bar.
 
 Examples:
   tiered-kv curves --trace conversation

@@ -3,8 +3,7 @@
 Notebooks call these modules (one per notebook idea) and hold no logic of their own.
 :func:`notebook_size` is the one switch a notebook reads to pick small inputs: the notebook test
 sets ``TIERED_KV_QUICK=1`` so every notebook executes headless in seconds, while a researcher gets
-full-size runs by default. Each dashboard keeps the frames of its last redraw on the object, which
-is what ``tests/test_widgets.py`` checks; :mod:`.widgets` holds what they share, :mod:`.render` the
+full-size runs by default. :mod:`.widgets` holds what the dashboards share, :mod:`.render` the
 offline renderer of plain charts (made altair's renderer when imported into IPython), and
 :mod:`.figures` the figures of ``tiered-kv reproduce``.
 """

@@ -6,9 +6,7 @@ timed apart as ``jit_warmup_s``); ``move``, one slider move end to end in the ke
 setting, hand the chart's data to the widget; the browser's own render is not included); and the
 baseline of a dashboard without the table: event replays through the simulator's TTL policy, one
 for the point and one per point of the curves it draws. ``speedup`` = baseline view / evaluate.
-
-The benchmark sits beside the dashboard it times, so ``tiered_kv.bench`` never imports the
-figures; ``tiered-kv bench`` finds it by name, and :mod:`tiered_kv.bench.widgets` renders its record.
+Its record is rendered by :mod:`tiered_kv.bench.widgets`.
 """
 
 from __future__ import annotations

@@ -4,8 +4,7 @@ Why: the whole tiered design rests on the per-token size of what is cached. A GQ
 DeepSeek-LLM-67B's shape needs 389,120 B/token in bf16; MLA cuts it ~6x and ~6-bit storage
 another 2.7x (DeepSeek-V2's 93.3%); one shared global K/V in FP4 (YOCO-style, this project)
 brings it to tens or hundreds of bytes, which is what makes an SSD tier of prefixes
-affordable. Every bar is computed by :mod:`tiered_kv.arch` from layers, heads, head dims and
-bits per element; the 890 B/token reference is DeepSeek's published size (an input).
+affordable. Every bar but DeepSeek's published 890 B/token is computed by :mod:`tiered_kv.arch`.
 """
 
 from __future__ import annotations
