@@ -32,7 +32,7 @@ Defaults (preset ``deepseek-v3``) and where each number comes from:
 
 With these, a 128K prompt whose last 512-token block is new and whose window state must be
 replayed lands at about 0.33 s (not tuned: it follows from the numbers above), against the
-published 0.5 s; BENCHMARKS.md states the difference. The published figure includes serving
+published 0.5 s; figures/REPORT.md states the difference. The published figure includes serving
 overheads this model leaves out (scheduling, decode step, network), so ours is a lower bound.
 
 Admission control (``admission=True`` in :func:`simulate_queue`): at arrival, a request with a
