@@ -237,9 +237,8 @@ def belady_curve(trace: CompiledTrace, capacities_tokens, progress: bool = False
 
     :func:`~tiered_kv.sim.policies.belady.belady_stack` gives every capacity at once; a
     trace whose ids are not chained falls back to one O(n log n) replay per capacity
-    (``progress`` shows a bar for those). Written: misses with a next use that Belady keeps
-    (it never writes a block it bypasses, nor one never used again), as :meth:`Belady.run` counts.
-    ``nxt``: :func:`~tiered_kv.sim.policies.belady.next_use` of the trace, when the caller has it.
+    (``progress`` shows a bar for those). ``nxt``: :func:`~tiered_kv.sim.policies.belady.next_use`
+    of the trace, when the caller has it.
     """
     caps = np.asarray(capacities_tokens, dtype=np.float64)
     if np.any(caps < 0) or np.any(np.isnan(caps)):
@@ -411,8 +410,8 @@ def policy_curves(trace: CompiledTrace, specs, capacities_tokens, *, admission: 
     ``lru`` under admit-all and ``belady`` (the bound, which bypasses: admission does not apply)
     come from one pass; ``lru`` under a filter is replayed as ``class-lru`` with equal weights;
     every other policy once per capacity, in a pool of ``workers`` processes (1: this one).
-    ``watermark`` gets each capacity in bytes at ``bytes_per_token``. The wear fields are None
-    only for a policy whose run does not report ``tokens_written`` (kvcache.ai's trie policies).
+    The wear fields are None only for a policy whose run does not report ``tokens_written``
+    (kvcache.ai's trie policies).
     """
     from tiered_kv.sim.policies import DEFAULT_BYTES_PER_TOKEN, get_admission, parse_policy_spec
 
@@ -449,8 +448,8 @@ def policy_curves(trace: CompiledTrace, specs, capacities_tokens, *, admission: 
 
 def _replay_curves(trace: CompiledTrace, replay: list[str], caps: np.ndarray, admission: str, bpt: float,
                    workers: int, progress: bool) -> dict[str, dict]:
-    """The specs with no one-pass curve, each replayed once per capacity (plain ``lru`` under a
-    filter as ``class-lru`` with equal weights); every spec's parameters are checked first."""
+    """The specs with no one-pass curve, each replayed once per capacity (:func:`policy_curves`);
+    every spec's parameters are checked first."""
     from tiered_kv.sim.policies import parse_policy_spec
 
     caps_arg = [None if math.isinf(c) else int(c) for c in caps]

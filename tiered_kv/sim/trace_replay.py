@@ -234,7 +234,7 @@ def summarize(trace: CompiledTrace, hit_tokens: np.ndarray) -> tuple[int, int, i
 
 def replay(trace: CompiledTrace | pl.DataFrame, policy: Any, options: ReplayOptions | None = None
            ) -> ReplayResult:
-    """Replay ``trace`` through ``policy`` (a registered policy object, see policies.py).
+    """Replay ``trace`` through ``policy`` (a registered policy object, :mod:`tiered_kv.sim.policies`).
 
     ``trace`` may be a frame (compiled here for ``options``) or an already compiled trace (then
     ``options``, if given, re-applies ordering/trimming/weights/warm-up to it).

@@ -3,9 +3,8 @@
 :mod:`.semantics` names each tool's way of counting as options of the one replay engine
 (``--semantics tiered-kv|kvcache-ai|lmcache``). kvcache.ai's prefix-trie policies: :mod:`.trie`
 (the trace as trie nodes and the shared rules), one module per policy with its curve and exact
-replay (:mod:`.trie_lru`, :mod:`.trie_fifo`, :mod:`.trie_belady`), and :mod:`.trie_policies`,
-which registers ``lru-trie``, ``fifo-trie`` and ``belady-trie`` into the policy registry when
-this package is imported. :mod:`.lmcache_io` reads and writes LMCache's lookup-hash logs;
+replay (:mod:`.trie_lru`, :mod:`.trie_fifo`, :mod:`.trie_belady`), and :mod:`.trie_policies`
+(which registers them). :mod:`.lmcache_io` reads and writes LMCache's lookup-hash logs;
 :mod:`.simulators` runs kvcache-simulator and LMCache's simulator themselves (when installed)
 and tiered-kv under their semantics, side by side. This package may import
 :mod:`tiered_kv.sim.traces`, :mod:`~tiered_kv.sim.trace_replay`, :mod:`~tiered_kv.sim.policies` and

@@ -2,15 +2,9 @@
 
 Each preset is :class:`~tiered_kv.sim.trace_replay.ReplayOptions` plus the LRU variant that tool
 implements, so ``--semantics kvcache-ai`` reproduces kvcache.ai's numbers with this engine
-instead of a copy of theirs:
-
-- ``tiered-kv`` (docs/semantics.md): timestamp order, hit tokens ``min(p*bs, L)``, every request
-  counted, plain LRU over blocks.
-- ``kvcache-ai`` (``kvcache-simulator``): file order, the last 50% of requests counted, block
-  weights ``min(bs, L - bs*k)`` (the same clamp), LRU restricted to prefix-trie leaves
-  (``lru-trie`` from :mod:`tiered_kv.sim.peers.trie_policies`) and its "optimal" (``belady-trie``).
-- ``lmcache`` (LMCache's cache simulator): timestamp order, no warm-up, complete chunks only,
-  hit tokens ``p*chunk_size`` without the clamp, plain LRU.
+instead of a copy of theirs. Each preset's rules are its ``description`` (:data:`PRESETS`); they
+follow docs/semantics.md (``tiered-kv``), ``kvcache-simulator`` (``kvcache-ai``; its block weights
+``min(bs, L - bs*k)`` are the same clamp) and LMCache's cache simulator (``lmcache``).
 """
 
 from __future__ import annotations

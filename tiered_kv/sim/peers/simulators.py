@@ -10,9 +10,8 @@ Two peers are cross-checked (``tiered-kv bench peers``, ``tests/test_parity.py``
   policies ``lru-trie``, ``belady-trie``, ``fifo-trie`` (:mod:`tiered_kv.sim.peers.trie_policies`).
 - **LMCache**'s cache simulator (``lmcache.tools.cache_simulator`` in the ``lmcache`` wheel):
   plain LRU over chunk hashes, read from lookup-hash JSONL. The package's top-level
-  ``__init__`` needs torch and CUDA, so the simulator subpackage (pure Python plus
-  ``sortedcontainers``) is extracted from the wheel that ``scripts/fetch_peers.sh`` downloads
-  to ``.venv/peers/`` and imported under a stub ``lmcache`` package. tiered-kv matches it with
+  ``__init__`` needs torch and CUDA, so only the simulator subpackage (pure Python plus
+  ``sortedcontainers``) is loaded (:func:`lmcache_simulator`). tiered-kv matches it with
   ``--semantics lmcache`` and plain ``lru``.
 
 Nothing here installs anything: when a peer is missing, :func:`kvcache_status` /

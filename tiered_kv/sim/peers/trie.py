@@ -20,9 +20,7 @@ One module per policy: :mod:`.trie_lru`, :mod:`.trie_fifo`, :mod:`.trie_belady` 
 each with a one-pass (or many-capacities) curve and an exact one-capacity replay; this module
 holds the :class:`TrieTrace` they all read and the pieces every replay and curve shares.
 
-The hot loops use numba (already a dependency): they are sequential, branchy per-access loops
-(a Fenwick tree, heaps, linked lists) that numpy cannot vectorise; numba runs them at C speed
-from one readable Python file and caches the machine code on disk (``cache=True``). Numba's
+The hot loops are numba kernels (sequential per-access loops numpy cannot vectorise). Numba's
 cache keys a compiled function on its own file only: after editing :func:`lookup` (inlined by
 the replays of the three policy modules), touch those modules too so that they recompile.
 """

@@ -1,10 +1,7 @@
 """kvcache.ai's "optimal" (prefix-trie Belady with bypass): every capacity in one stack pass.
 
-Rules pinned from ``kvcache-simulator`` (see :mod:`tiered_kv.sim.peers.trie` for the shared trie
-rules): a node's key is the index of the next *request* that uses it; on a full cache the leaf
-with the farthest key (larger node id first on ties) outside the request's hit prefix is
-evicted, unless it is needed no later than the node being admitted, in which case that node is
-bypassed and admission stops.
+Rules: :mod:`tiered_kv.sim.peers.trie`; a node's key is the index of the next *request* that
+uses it.
 
 Why one pass is exact
 ---------------------
@@ -16,11 +13,9 @@ cache + candidate" under one total order shared by every capacity at each step: 
 by (next use, id), a candidate after every resident with the same next use (ties keep the
 resident). That is a priority stack algorithm (Mattson, Gecsei, Slutz and Traiger 1970): the
 cache of size C is the top C of one stack, and an access pushes the candidate down the stack,
-swapping with whatever it beats. Only the requested capacities matter, so the stack is kept as
-one segment per capacity (a max-heap of each segment's members, worst on top): an access
-visits the segments above its own, O(segments x log) at most, for every capacity together.
-The pass is :func:`tiered_kv.sim.policies.belady.stack_hist`, the one plain Belady uses too,
-given this policy's priorities (next use in requests, then node id).
+swapping with whatever it beats. The pass is :func:`tiered_kv.sim.policies.belady.stack_hist`
+(one heap segment per requested capacity; O(segments x log) per access at most), the one plain
+Belady uses too, given this policy's priorities (next use in requests, then node id).
 
 :func:`replay_optimal_trie` is the plain per-capacity replay (heap of leaves, versioned
 entries), kept as an independent reference for the tests and for per-request answers.

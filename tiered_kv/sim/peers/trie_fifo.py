@@ -3,8 +3,7 @@
 Rules pinned from ``kvcache-simulator`` 0.1.3: a request hits its leading present nodes (FIFO
 does not keep the cache prefix-closed, so a present node behind a missing one does not count);
 then every missing node of the request is inserted in order, evicting the oldest inserted node
-when the cache is full; hits are never refreshed. As for every kvcache.ai policy, a capacity
-that did not fill during the warm-up reports 0.
+when the cache is full; hits are never refreshed.
 
 FIFO is not a stack algorithm (Belady's anomaly), so there is no one-pass curve; what makes
 many capacities cheap is that FIFO never reorders: see :func:`fifo_trie_curve`.
@@ -32,7 +31,6 @@ def fifo_trie_curve(t: TrieTrace, capacities) -> np.ndarray:
     Capacities are independent, so 32 of them walk the access stream together, each with its
     own insertion counter: one node's 32 insertion numbers fill two 64-byte cache lines and the
     inner loop is branch-free (8, 16, 48, 64 lanes measured slower on the conversation trace).
-    FIFO is no stack algorithm, so there is no one-pass curve.
     """
     caps = check_capacities(capacities)
     out = np.zeros(caps.shape[0], dtype=np.int64)

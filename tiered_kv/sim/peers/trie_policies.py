@@ -1,9 +1,8 @@
 """kvcache.ai's three trie policies for the replay engine: ``lru-trie``, ``fifo-trie``, ``belady-trie``.
 
 They register themselves into :mod:`tiered_kv.sim.policies.registry` when this module is
-imported (``import tiered_kv.sim.peers`` does), so ``--policy lru-trie`` and the ``kvcache-ai``
-semantics find them there; the registry never imports them. They differ only in their
-one-capacity replay function.
+imported (the registry imports it by name on a miss), so ``--policy lru-trie`` and the
+``kvcache-ai`` semantics find them. They differ only in their one-capacity replay function.
 """
 
 from __future__ import annotations
@@ -29,8 +28,7 @@ def _trie_blocks(trace, capacity_tokens: int | None) -> int:
 
 def _trie_run(trace, capacity_tokens: int | None, replay_fn):
     """Replay ``trace`` with ``replay_fn`` at a capacity in tokens, under kvcache.ai's
-    underfilled rule (:func:`~tiered_kv.sim.peers.trie.underfilled_mask`; it does not apply to
-    semantics without a warm-up, which count every request)."""
+    underfilled rule (:func:`~tiered_kv.sim.peers.trie.underfilled_mask`)."""
     from tiered_kv.sim.policies import PolicyRun
 
     t = from_compiled(trace)

@@ -11,10 +11,8 @@ share), :mod:`.collectors` (``watermark``, ``gc-lru``, ``gc-weighted``, ``gc-ttl
 ``s3fifo``), :mod:`.frequency` (``lfu`` with aging, ``gdsf`` cost-aware), :mod:`.segmented`
 (``arc``, ``slru``, ``2q``), :mod:`.weighted` (``class-lru``); :mod:`.admission` holds the
 filters any zoo policy takes, :mod:`.plugin` the small-class API for user policies
-(docs/policies.md). Importing this package registers every family; plug-ins defined elsewhere
-(kvcache.ai's prefix-trie policies in :mod:`tiered_kv.sim.peers`) register themselves into the
-same registry. This package may import :mod:`tiered_kv.sim.trace_replay` and :mod:`tiered_kv.units`,
-nothing else of the simulator.
+(docs/policies.md). Importing this package registers every family. This package may import
+:mod:`tiered_kv.sim.trace_replay` and :mod:`tiered_kv.units`, nothing else of the simulator.
 """
 
 from tiered_kv.sim.policies.admission import AdmitAll, AllOf, SecondSighting, WritePoints, get_admission

@@ -11,9 +11,8 @@ stream only (never on what the policy holds), so one mask serves every policy an
   halved every ``decay_accesses`` accesses, so old sightings fade. The hashes are of the
   trace's own block ids (not the dense ids), so the mask is the same however a trace is cut.
   ``counters=0`` counts exactly (a dict, no false positives), for tests.
-- ``write-points`` (:class:`WritePoints`): write only where a write-point strategy says so; it
-  takes the per-access boolean array ("is a write point") or a function of the trace returning
-  one; the strategies themselves live with the workload (:mod:`tiered_kv.sim.trace_replay`'s users).
+- ``write-points`` (:class:`WritePoints`): write only where a write-point strategy says so (the
+  strategies: :mod:`tiered_kv.sim.retention.write_points`).
 - :class:`AllOf`: the conjunction of several filters.
 """
 

@@ -179,8 +179,7 @@ def belady_stack(trace: CompiledTrace, capacities_blocks, nxt: np.ndarray | None
     one by one, which equal the replay's prefix hits because Belady's cache is prefix-closed at
     every lookup (:mod:`tiered_kv.sim.curves`); that needs chained ids (each block id always
     behind the same parent), so for any other trace this returns None and the caller replays
-    each capacity. Writes are counted as :meth:`Belady.run` does (a miss with a next use that is
-    kept, not bypassed; chunk tokens, warm-up included, as :func:`.blockwise.wear` counts them).
+    each capacity. Writes are counted as :meth:`Belady.run` does (chunk tokens, warm-up included).
     """
     caps = np.asarray(capacities_blocks, dtype=np.int64).reshape(-1)
     n_cls = len(trace.class_names)

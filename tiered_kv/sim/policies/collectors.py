@@ -17,12 +17,9 @@ class's effective retention (the idle age of its chunks at eviction). When the u
 * ``gc-quotas``: one LRU and one watermark per class over its own share of the bytes.
 
 The ``gc-*`` chunks weigh a full chunk's bytes (``bytes_per_token`` x the block size, the unit a
-store allocates). All run in the LRU family's kernel
-(:func:`tiered_kv.sim.policies.lru.run_cache_kernel`): each class keeps its own LRU list, so a
-class's least recent chunk is its victim under every rule and a rule only chooses between the
-heads (:data:`~tiered_kv.sim.policies.lru.VICTIM_RULES`). ``gc-lru`` is the weighted rule with
-unit weights: ties between classes touched at the same instant go to the lower class index. The
-collector starts cold at the trace's start.
+store allocates). All run in the LRU family's kernel under one of its victim rules
+(:data:`~tiered_kv.sim.policies.lru.VICTIM_RULES`); ``gc-lru`` is the weighted rule with unit
+weights. The collector starts cold at the trace's start.
 """
 
 from __future__ import annotations

@@ -15,8 +15,7 @@ repeatable.
   ``L + frequency x cost / size``, evicting the lowest and raising ``L`` to it. Here the cost is
   the prefill compute the block saves (``a x tokens + b x (end^2 - start^2)`` seconds for its
   tokens [start, end): the latency model's linear plus attention term, so deep blocks are worth
-  more) and the size is its bytes. The defaults are the ``deepseek-v3`` latency preset's
-  coefficients (:mod:`tiered_kv.sim.cluster.latency`; a test keeps them equal).
+  more) and the size is its bytes.
 """
 
 from __future__ import annotations
@@ -162,7 +161,8 @@ class LFU(BlockPolicy):
         return _heap_kernel(trace.blocks, trace.n_unique, capacity_blocks, admit, ones, int(self.aging_accesses), False)
 
 
-#: The deepseek-v3 latency preset's prefill coefficients (s/token, s/token^2); a test keeps them equal.
+#: The deepseek-v3 latency preset's prefill coefficients (s/token, s/token^2;
+#: :mod:`tiered_kv.sim.cluster.latency`); a test keeps them equal.
 PRESET_PREFILL_A = 1.8280541415359558e-05
 PRESET_PREFILL_B = 6.172301291724429e-10
 

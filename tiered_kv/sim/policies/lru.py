@@ -3,18 +3,13 @@ the byte-watermark collectors of :mod:`tiered_kv.sim.policies.collectors` (``wat
 ``gc-*``), which only change the weights and the victim rule.
 
 Why numba (``cache=True``: compiled once per machine): the event loop is inherently sequential
-(each decision depends on the state the previous one left), so numpy cannot vectorise it, and a
-Python loop runs at about 1 M accesses/s; the kernel runs at tens of millions.
+(each decision depends on the state the previous one left), so numpy cannot vectorise it.
 
 The kernel keeps a set of per-class LRU lists (a block sits in the list of the class whose
 request touched it last), a global touch counter to find the least-recently-used head across
 lists, exact TTL expiry at every request (``now - last_touch > ttl`` of that class), and
 evicts by weight when the used weight passes a high watermark, down to a low one (``lru``:
 both equal the capacity, weight 1 per block).
-
-SSD wear: the kernel marks every access that inserts its block (absent when touched, so written
-to the cache); each run reports the zoo's wear (:func:`tiered_kv.sim.policies.blockwise.wear`;
-an unlimited capacity counts as the trace's footprint) plus ``tokens_written``.
 """
 
 from __future__ import annotations

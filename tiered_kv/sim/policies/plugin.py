@@ -9,23 +9,14 @@ block ids (dense ints); the driver here calls them once per block access, in tra
 - ``insert(block)``: cache a missed block (the driver has made room first);
 - ``evict() -> block``: remove one cached block of your choice and return it.
 
-The driver counts the cached blocks, calls ``evict`` while a miss would overflow the capacity,
-applies the admission filter, checks that ``evict`` returned a cached block, and derives prefix
-hits and SSD wear exactly as for the built-in zoo (:mod:`.blockwise`). During each call
-``self.now`` (the trace's clock, seconds), ``self.traffic_class`` and ``self.tokens`` describe
-the access, so policies stay pure: no wall clock, only the event. A Python plug-in replays
-about a million accesses a second; the zoo's numba kernels are the fast form.
+The driver makes room (calling ``evict`` while a miss would overflow), applies the admission
+filter, and derives prefix hits and SSD wear exactly as for the built-in zoo (:mod:`.blockwise`).
+During each call ``self.now`` (the trace's clock, seconds), ``self.traffic_class`` and
+``self.tokens`` describe the access, so policies stay pure: no wall clock, only the event.
 
-``load_policy_file("path/to/file.py:ClassName")`` imports the file, checks the class and its
-methods (errors name the file and what is missing) and registers it, which is what
-``tiered-kv curves --policy path/to/file.py:ClassName`` does.
-
-Parameters are annotated class attributes with defaults (``skip: int = 0``, read as
-``self.skip``), set by ``--policy path/to/file.py:ClassName:skip=2`` or ``get_policy(name,
-skip=2)``; unknown keys and values of the wrong type are errors naming them, range checks are
-the plug-in's :meth:`PluginPolicy.check` (docs/policies.md). The values travel in the
-``plugin_params`` field, so ``dataclasses.replace`` keeps them. A plug-in keeps its state in
-plain attributes, so it must not be a frozen dataclass (the driver says so).
+Parameters are annotated class attributes with defaults (``skip: int = 0``, docs/policies.md);
+their values travel in the ``plugin_params`` field, so ``dataclasses.replace`` keeps them. A
+plug-in keeps its state in plain attributes, so it must not be a frozen dataclass.
 """
 
 from __future__ import annotations

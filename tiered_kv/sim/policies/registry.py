@@ -7,9 +7,8 @@ blocks were present at lookup (:class:`PolicyRun`). No wall clock, no globals, n
 Counting (hit tokens, warm-up, classes) is the replay engine's job, not the policy's.
 
 Policies register themselves by name with :func:`register_policy` when their module is
-imported; this module imports no policy. ``tiered_kv.sim.policies`` imports the families that
-live there; plug-ins elsewhere (kvcache.ai's prefix-trie policies in :mod:`tiered_kv.sim.peers`)
-register when their package is imported.
+imported; this module imports no policy (those shipped above it load by name on a miss:
+``_SHIPPED_ELSEWHERE``).
 
 Capacities: ``capacity_tokens`` means ``floor(capacity / block_size)`` block slots (docs/semantics.md);
 a capacity in bytes is turned into tokens with the KV format's bytes per token
