@@ -27,7 +27,6 @@ from tiered_kv.codec import CorruptChunk, verify_chunk
 from tiered_kv.tiers.ssd import layout, scan, usage
 from tiered_kv.tiers.ssd.backend import Backend
 from tiered_kv.tiers.ssd.retention import (
-    GCPlan,
     RetentionPolicy,
     class_times,
     owned_shards,
@@ -143,7 +142,7 @@ def store_gc(backend: Backend, policy: RetentionPolicy, *, now: float, dry_run: 
 
     gone, spared, records = set(plan.removed), 0, (plan.drop_records, plan.write_records, plan.record_sources)
     if gone and not dry_run:  # readers may have touched chunks since the scan: re-read records
-        gone, spared, records = _recheck(backend, s, plan, policy, now, orphan_grace, mine)
+        gone, spared, records = _recheck(backend, s, gone, policy, now, orphan_grace, mine)
     drop, write, sources = records
     ours = [k for k in plan.removed if k in gone and mine(s.paths[k])]
     strays = [p for p in backend.removable(s.strays, partial_grace) if mine(p)]
@@ -173,15 +172,15 @@ def store_gc(backend: Backend, policy: RetentionPolicy, *, now: float, dry_run: 
     return report
 
 
-def _recheck(backend: Backend, s: scan.Scan, plan: GCPlan, policy: RetentionPolicy, now: float,
+def _recheck(backend: Backend, s: scan.Scan, gone: set[bytes], policy: RetentionPolicy, now: float,
              orphan_grace: float, mine: Callable[[str], bool]) -> tuple[set[bytes], int, tuple]:
-    """The plan again on freshly read access records: a chunk read since the scan is spared (and
-    counted, when this pass owns it); returns what goes, how many were spared, and the records."""
-    gone = set(plan.removed)
+    """The plan again on freshly read access records: a chunk of ``gone`` read since the scan is
+    spared (and counted, when this pass owns it); returns what goes, how many were spared, and
+    the records."""
     fresh = scan.scan_records(backend)
     again = plan_gc(s.chunks, fresh, policy, now, orphan_grace=orphan_grace)
     spared = sum(1 for k in gone - set(again.removed) if mine(s.paths[k]))
-    gone &= set(again.removed)
+    gone = gone & set(again.removed)
     return gone, spared, rehome_records(s.chunks, fresh, gone)
 
 
