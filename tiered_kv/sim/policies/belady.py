@@ -284,7 +284,7 @@ def stack_pass(items, cand, res, never, weight, cls, n_cls, n_items, bounds, wwe
     stack is one segment per capacity, each a max-heap of its members (worst on top). Returns
     ``hist[c, q]``: the ``weight`` of class-``c`` accesses whose item sat in segment ``q`` at
     the access, that is, hits at every capacity ``>= bounds[q]``. Serves :class:`Belady`
-    (:func:`belady_hit_tokens`) and kvcache.ai's trie-Belady (:mod:`tiered_kv.sim.peers.trie_belady`).
+    (:func:`belady_stack`) and kvcache.ai's trie-Belady (:mod:`tiered_kv.sim.peers.trie_belady`).
 
     Writes (when ``whist`` has ``len(bounds) + 1`` slots; empty arrays skip them): an access
     whose item sat in segment ``s`` (or below every capacity) and that is used again lands in
