@@ -92,7 +92,7 @@ def test_belady_one_pass_equals_one_replay_per_capacity(seed, opts, n):
 
 
 def test_belady_curve_replays_each_capacity_when_ids_are_not_chained():
-    from tiered_kv.sim.policies.belady import belady_hit_tokens
+    from tiered_kv.sim.policies.belady import belady_stack
 
     rng = np.random.default_rng(0)
     ids = [[int(x) for x in rng.integers(0, 6, int(rng.integers(1, 5)))] for _ in range(40)]
@@ -103,7 +103,7 @@ def test_belady_curve_replays_each_capacity_when_ids_are_not_chained():
                        "block_size": [4] * n, "traffic_class": ["chatbot"] * n, "session_id": [None] * n,
                        "turn": [None] * n}, schema=SCHEMA)
     tr = compile_trace(df)
-    assert belady_hit_tokens(tr, [4]) is None
+    assert belady_stack(tr, [4]) is None
     caps = np.array([0, 8, 40, math.inf])
     for c, h in zip(caps, C.belady_curve(tr, caps).hit_tokens, strict=True):
         assert h == replay(tr, get_policy("belady", capacity_tokens=None if math.isinf(c) else int(c))).hit_tokens

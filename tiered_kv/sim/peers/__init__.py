@@ -8,7 +8,8 @@ replay (:mod:`.trie_lru`, :mod:`.trie_fifo`, :mod:`.trie_belady`), and :mod:`.tr
 :mod:`.simulators` runs kvcache-simulator and LMCache's simulator themselves (when installed)
 and tiered-kv under their semantics, side by side. This package may import
 :mod:`tiered_kv.sim.traces`, :mod:`~tiered_kv.sim.trace_replay`, :mod:`~tiered_kv.sim.policies` and
-:mod:`~tiered_kv.sim.curves`; nothing below it imports it.
+:mod:`~tiered_kv.sim.curves`; nothing below it imports it (the policy registry loads
+:mod:`.trie_policies` by name, at run time, when asked for a name it does not hold).
 """
 
 from tiered_kv.sim.peers.lmcache_io import (

@@ -161,13 +161,6 @@ class Belady:
 # every capacity in one pass: MIN with bypass is a priority stack algorithm
 
 
-def belady_hit_tokens(trace: CompiledTrace, capacities_blocks, nxt: np.ndarray | None = None) -> np.ndarray | None:
-    """Counted hit tokens ``[class, capacity]`` of :class:`Belady` at every capacity (blocks), one
-    pass (:func:`belady_stack`); None when the trace's ids are not chained."""
-    out = belady_stack(trace, capacities_blocks, nxt)
-    return None if out is None else out[0]
-
-
 def belady_stack(trace: CompiledTrace, capacities_blocks, nxt: np.ndarray | None = None
                  ) -> tuple[np.ndarray, np.ndarray] | None:
     """(counted hit tokens ``[class, capacity]``, tokens written ``[capacity]``) of :class:`Belady`.
