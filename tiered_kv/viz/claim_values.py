@@ -128,11 +128,13 @@ def deepseek_day_disk_fraction(quick: bool, policy: str = "ttl agent=3d chatbot=
 
 
 def recorded_day_disk_fraction(path: str, policy: str = "ttl agent=3d chatbot=7d") -> float:
-    """Disk-served share recorded by ``tiered-kv day --record`` in a JSON file."""
+    """Disk-served share recorded by ``tiered-kv day --record`` in a JSON file (a relative path is
+    read from the repository root, so the provenance names no machine's folders)."""
     import json
-    from pathlib import Path
 
-    pol = json.loads(Path(path).read_text())["policies"]
+    from tiered_kv import REPO_ROOT
+
+    pol = json.loads((REPO_ROOT / path).read_text())["policies"]
     p = pol.get(policy) or next(iter(pol.values()))
     return float(p["disk_token_fraction"])
 

@@ -16,10 +16,10 @@ from __future__ import annotations
 import json
 import math
 import tempfile
-from pathlib import Path
 
 import polars as pl
 
+from tiered_kv import REPO_ROOT
 from tiered_kv.sim.cluster.disk_day import PUBLISHED_DISK_FRACTION
 from tiered_kv.viz.report import Claim, FigureResult
 from tiered_kv.viz.style import published_marks
@@ -27,7 +27,7 @@ from tiered_kv.viz.style import published_marks
 NAME = "15_deepseek_day"
 TITLE = "Disk-served share of a DeepSeek-like day: per-class TTLs (3 d / 7 d) and LRU"
 SOURCE = "DeepSeek (608 B input tokens in 24 h, 56% from the disk cache)"
-RECORDED = Path(__file__).resolve().parents[3] / "benchmarks" / "results" / "deepseek_day.json"
+RECORDED = REPO_ROOT / "benchmarks" / "results" / "deepseek_day.json"
 TTL_NAME = "ttl agent=3d chatbot=7d"
 QUICK_SCALE, FULL_SCALE = 1 / 5000, 1 / 200  # of DeepSeek's daily volume
 
@@ -112,7 +112,7 @@ def _recorded_row() -> tuple[Claim, str]:
         f"benchmarks/results/deepseek_day.json; a proxy for the same reason as the row above",
         kind="proxy",  # the same workload as the row above, at DeepSeek's volume from a cold start
         provenance=("tiered_kv.viz.claim_values:recorded_day_disk_fraction",
-                    {"path": str(RECORDED), "policy": TTL_NAME}))
+                    {"path": str(RECORDED.relative_to(REPO_ROOT)), "policy": TTL_NAME}))
     note = (f"The DeepSeek-volume day (BENCHMARKS.md) replayed in {full['replay_s'] / 60:.1f} min at "
             f"{full['replay_peak_rss_bytes'] / 2**30:.1f} GiB peak RSS; from a cold start its share is a "
             "lower bound of a live service's.")
