@@ -203,6 +203,19 @@ def test_record_writes_the_json_the_page_and_benchmarks(root: Path, tmp_path: Pa
     assert json.loads((results / "widgets.json").read_text())["recorded"]["machine"] == "a test machine"
 
 
+def test_a_new_run_without_a_machine_note_claims_no_load(root: Path, tmp_path: Path):
+    """The default note (a training job beside the December runs) belongs to the records made
+    then; a new JSON recorded without ``--machine`` says only what is known."""
+    results = root / "benchmarks" / "results"
+    run = json.loads((RESULTS / "widgets.json").read_text())
+    del run["recorded"]
+    src = tmp_path / "w.json"
+    src.write_text(json.dumps(run))
+    assert main(["bench", "record", "widgets", str(src), "--root", str(root)]) == 0
+    page = (results / "widgets.md").read_text()
+    assert "training job" not in page and "no note on other load was given" in page
+
+
 def test_a_feeding_json_rerenders_the_page_it_feeds(root: Path):
     results = root / "benchmarks" / "results"
     (results / "policies.md").write_text("stale")
