@@ -213,7 +213,7 @@ def test_a_new_run_without_a_machine_note_claims_no_load(root: Path, tmp_path: P
     src.write_text(json.dumps(run))
     assert main(["bench", "record", "widgets", str(src), "--root", str(root)]) == 0
     page = (results / "widgets.md").read_text()
-    assert "training job" not in page and "no note on other load was given" in page
+    assert "training job" not in page and "no note on the machine or its load was given" in page
 
 
 def test_a_feeding_json_rerenders_the_page_it_feeds(root: Path):

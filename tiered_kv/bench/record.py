@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
-import os
 import re
 from pathlib import Path
 
@@ -85,8 +84,8 @@ def prepared(name: str, src: Path | None, results: Path, command: str | None, ma
     rec["command"] = command or rec.get("command") or owner(name).command
     if machine is not None:
         rec["machine"] = machine
-    elif src is not None and "machine" not in rec:  # a new run: say nothing about its load we do not know
-        rec["machine"] = f"{os.cpu_count()} CPU cores; no note on other load was given when it was recorded"
+    elif src is not None and "machine" not in rec:  # a new run: claim nothing about a machine we did not see
+        rec["machine"] = "no note on the machine or its load was given when it was recorded"
     return {**r, "recorded": rec}
 
 

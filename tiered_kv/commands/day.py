@@ -96,6 +96,7 @@ def run(args: argparse.Namespace) -> int:
           f"peak RSS {res['replay_peak_rss_bytes'] / 2**30:.2f} GiB")
     return 0
 
+
 GIB = 2**30
 
 

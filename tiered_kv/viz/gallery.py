@@ -73,7 +73,6 @@ class Gallery(Dashboard):
         self.claims, self.all_claims = widgets.HTML(), widgets.HTML()
         self.button = widgets.Button(description="build every figure", icon="play")
         self.assemble([self.picker], [self.picker], after=[self.claims, self.button, self.all_claims])
-        self.info = self.summary
         self.button.on_click(guard(lambda _b: self.build_all(), self.errors))
         self.refresh()
         if eager if eager is not None else not self.quick:
@@ -111,12 +110,12 @@ class Gallery(Dashboard):
         name = self.picker.value
         f = self.figure(name)
         if f is None:
-            self.info.value = f"<b>{html.escape(name)}</b>: not built ({html.escape(self.failed[name])})"
+            self.summary.value = f"<b>{html.escape(name)}</b>: not built ({html.escape(self.failed[name])})"
             self.claims.value = ""
             return
         notes = html.escape(f.result.notes) if f.result.notes else ""
         mode = "quick" if self.quick else "full"
-        self.info.value = f"<b>{html.escape(f.title)}</b> <i>({mode} size, built in {f.seconds:.1f} s)</i><br>{notes}"
+        self.summary.value = f"<b>{html.escape(f.title)}</b> <i>({mode} size, built in {f.seconds:.1f} s)</i><br>{notes}"
         self.chart_view.show(f.result.chart)
         self.claims.value = (_markdown_table_html(claims_table(f.result.claims)) if f.result.claims
                              else "<i>no published claim for this figure</i>")

@@ -23,7 +23,7 @@ def table(quick: bool) -> pl.DataFrame:
     from tiered_kv.viz.write_points import strategies
 
     data = strategies("small" if quick else "full")[0]
-    return data.with_columns(pl.col("workload").str.replace(r", (unlimited retention|3 d / 7 d TTLs)\)$", ")"))
+    return data.with_columns(pl.col("workload_brief").alias("workload"))
 
 
 def build(quick: bool) -> FigureResult:
