@@ -184,14 +184,14 @@ def replay_error(model: EncoderDecoder, sequences: list[torch.Tensor], *, window
     rt = _roundtrip(fmt, block_size, model)
     grid = []
     for w in windows:
-        bound = model.with_settings(window=w).cfg.exact_replay_tokens
-        grid.append((w, sorted({r for r in replays if r < bound} | ({bound} if include_exact_bound else set()))))
-    bar = tqdm(total=sum(len(rs) for _, rs in grid), desc="replay quality", unit="(W,R)", disable=not progress)
+        m = model.with_settings(window=w)
+        bound = m.cfg.exact_replay_tokens
+        grid.append((w, m, sorted({r for r in replays if r < bound} | ({bound} if include_exact_bound else set()))))
+    bar = tqdm(total=sum(len(rs) for _, _, rs in grid), desc="replay quality", unit="(W,R)", disable=not progress)
     cache: dict[int, list] = {} if exact_runs is None else exact_runs
     seqs = [seq[:prefix + steps] for seq in sequences]
     rows = []
-    for w, rs in grid:
-        m = model.with_settings(window=w)
+    for w, m, rs in grid:
         if w not in cache:
             cache[w] = _exact_runs(m, seqs, prefix, rt)
         exact = [logits for _, logits in cache[w]]

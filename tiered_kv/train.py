@@ -367,7 +367,7 @@ def train(cfg: ModelConfig, tc: TrainConfig, corpus: Corpus | None = None, log=p
             return model, None
         loss, seq_len = _train_step(model, opt, corpus.train, tc, step, gen)
         history.append(loss.item())
-        iterator.set_postfix(loss=f"{loss.item():.3f}", seq=seq_len)
+        iterator.set_postfix(loss=f"{history[-1]:.3f}", seq=seq_len)
         if tc.eval_every and (step + 1) % tc.eval_every == 0:
             heldout_curve.append({"step": step + 1, "tokens": sum(b * s for b, s in map(tc.shape_at, range(step + 1))),
                                   "heldout_nats_per_byte": evaluate(model, held)})

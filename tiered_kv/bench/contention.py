@@ -57,6 +57,7 @@ import argparse
 import math
 
 from tiered_kv.bench._pages import Page, Row, head, recorded
+from tiered_kv.measure import load_model
 from tiered_kv.measure.contention import measure_contention
 from tiered_kv.measure.contention.report import (
     CLASSES,
@@ -73,7 +74,6 @@ from tiered_kv.measure.contention.settings import (
     LINKS,
     PRESETS,
     check_settings,
-    load_model,
     parse_bandwidth,
     scenario_from,
 )

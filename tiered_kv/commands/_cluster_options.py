@@ -77,7 +77,7 @@ def run_cluster(args: argparse.Namespace) -> dict[str, Any]:
         host_capacity_bytes=parse_bytes(host, name="--host-capacity"),
         ssd="per-machine" if per_machine else "shared", ssd_capacity_tokens=ssd_cap,
         kv_bytes_per_token=bpt, seed=args.seed)
-    from tiered_kv.sim.sweep import cluster_run
+    from tiered_kv.sim.cluster import cluster_run
 
     res, summary = cluster_run(trace, cfg, ssd_policy=policy, admission=args.admission)
     out: dict[str, Any] = {"trace": source, "semantics": sem.name, **summary}

@@ -297,21 +297,10 @@ def _workload(preset: str, days: float, seed: int):
     return _read_only(trace)
 
 
-def cluster_run(trace, cfg, *, ssd_policy: Any = None, admission: bool = False,
-                progress: bool | None = None) -> tuple[Any, dict[str, Any]]:
-    """:func:`~tiered_kv.sim.cluster.simulate_cluster` and its summary with the latency model's
-    TTFT and cost (the DeepSeek-V3 preset at the run's bytes per token): what ``simulate`` prints
-    in cluster mode and a sweep point records."""
-    from tiered_kv.sim.cluster import latency_of, simulate_cluster
-
-    res = simulate_cluster(trace, cfg, ssd_policy=ssd_policy, progress=progress)
-    return res, {**res.summary(), **latency_of(res, admission=admission)}
-
-
 def run_point(point: SweepPoint) -> dict[str, Any]:
     """The result row of one point (its axes, metrics, config JSON and the package version)."""
     import tiered_kv
-    from tiered_kv.sim.cluster import ClusterConfig
+    from tiered_kv.sim.cluster import ClusterConfig, cluster_run
     from tiered_kv.sim.policies import get_policy
     from tiered_kv.units import parse_bytes
 

@@ -18,6 +18,7 @@ import time
 
 import numpy as np
 
+from tiered_kv.measure import load_model
 from tiered_kv.measure.contention.engines import calibrate, run_point, seed_store
 from tiered_kv.measure.contention.report import (
     model_beside,
@@ -31,7 +32,6 @@ from tiered_kv.measure.contention.settings import (
     DEFAULT_BANDWIDTH_FACTORS,
     DEFAULT_LOADS,
     check_settings,
-    load_model,
     parse_bandwidth,
     request_tokens,
     run_order,

@@ -13,7 +13,6 @@ import math
 
 import numpy as np
 
-from tiered_kv.measure import load_model  # noqa: F401 - re-exported: the model of the measurement
 from tiered_kv.sim.cluster import contention as C
 
 DEFAULT_BANDWIDTH_FACTORS = (1.0, 3.0, 10.0)  # x the break-even bandwidth

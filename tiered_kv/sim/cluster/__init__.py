@@ -18,6 +18,7 @@ from tiered_kv.sim.cluster.model import (
     V3_KV_BYTES_PER_TOKEN,
     ClusterConfig,
     ClusterResult,
+    cluster_run,
     latency_of,
     over_time,
     simulate_cluster,
@@ -25,6 +26,6 @@ from tiered_kv.sim.cluster.model import (
 )
 
 __all__ = [
-    "ROUTINGS", "SSD_MODES", "V3_KV_BYTES_PER_TOKEN", "ClusterConfig", "ClusterResult", "latency_of", "over_time",
+    "ROUTINGS", "SSD_MODES", "V3_KV_BYTES_PER_TOKEN", "ClusterConfig", "ClusterResult", "cluster_run", "latency_of", "over_time",
     "simulate_cluster", "summarize",
 ]

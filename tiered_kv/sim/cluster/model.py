@@ -413,3 +413,12 @@ def latency_of(result: ClusterResult, cfg=None, admission: bool = False) -> dict
     out["ttft_by_class"] = {str(k): lat.percentiles(q.ttft_s[counted & (classes == k)])
                             for k in np.unique(classes[counted])}
     return out
+
+
+def cluster_run(trace, cfg: ClusterConfig, *, ssd_policy: Any = None, admission: bool = False,
+                progress: bool | None = None) -> tuple[ClusterResult, dict[str, Any]]:
+    """:func:`simulate_cluster` and its summary with the latency model's TTFT and cost (the
+    DeepSeek-V3 preset at the run's bytes per token): what ``simulate`` prints in cluster mode
+    and a sweep point records."""
+    res = simulate_cluster(trace, cfg, ssd_policy=ssd_policy, progress=progress)
+    return res, {**res.summary(), **latency_of(res, admission=admission)}

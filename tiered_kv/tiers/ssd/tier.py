@@ -186,9 +186,12 @@ class SSDTier:
         for path, why in fixed:
             self._repaired(path, why)
 
-    def _count(self, name: str, n: int = 1) -> None:
+    def _count(self, name: str | None = None, n: int = 1, **more: int) -> None:
+        """Add ``n`` to counter ``name`` and each ``more`` value to its counter, under one lock."""
         with self._counters_lock:
-            self.counters[name] += n
+            if name is not None:
+                self.counters[name] += n
+            self.counters.update(more)
 
     def _counts(self) -> dict:
         with self._counters_lock:
@@ -306,8 +309,7 @@ class SSDTier:
 
     def _put(self, keys: list[bytes], first: int, quantize, cls: str) -> int:
         written, nbytes = self._write_missing(keys, first, quantize, cls)
-        self._count("puts")
-        self._count("blocks_written", written)
+        self._count(puts=1, blocks_written=written)
         if self.usage is not None and nbytes:  # the bound of ssd/usage.py: ledger first, then the estimate
             self.usage.add(nbytes)
             if self.usage.over_mark():
@@ -379,9 +381,7 @@ class SSDTier:
 
     def _lookup(self, keys: list[bytes], cls: str | None) -> Hit:
         hit = self._read(keys)
-        self._count("lookups")
-        self._count("hit_blocks", hit.blocks)
-        self._count("miss_blocks", len(keys) - hit.blocks)
+        self._count(lookups=1, hit_blocks=hit.blocks, miss_blocks=len(keys) - hit.blocks)
         if hit.blocks:
             self._record_access(hit.keys[-1], cls)
         return hit

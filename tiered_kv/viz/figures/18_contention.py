@@ -34,8 +34,8 @@ SOURCE_NAMES = {"measured": "engine, measured (median of repeats; bars: spread)"
 
 
 def _live(quick: bool) -> dict:
+    from tiered_kv.measure import load_model
     from tiered_kv.measure.contention import measure_contention
-    from tiered_kv.measure.contention.settings import load_model
     from tiered_kv.sim.cluster.contention import ContentionScenario
 
     if quick:
