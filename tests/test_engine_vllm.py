@@ -25,6 +25,7 @@ import os
 import random
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -84,6 +85,24 @@ def world(tmp_path_factory, tiny_model):
         order = ["base", "shared", "long", "exact", "base"]
         state["A"] = list(zip(order, eng.generate([prompts[n] for n in order], max_tokens=6), strict=True))
     return state
+
+
+def test_an_engine_deletes_its_own_temporary_log_on_a_clean_stop_and_keeps_a_given_one(tmp_path, monkeypatch):
+    _engine_or_skip()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    with EngineProcess() as eng:
+        own = eng.log_path
+        assert own.parent == tmp_path / "tmp" and own.exists()
+    assert eng.proc.returncode == 0 and not own.exists()
+    with EngineProcess(log=tmp_path / "given.log"):
+        pass
+    assert (tmp_path / "given.log").exists()
+    crashed = EngineProcess()
+    crashed.proc.kill()  # an engine that died: the log an error would name must stay
+    crashed.proc.wait()
+    crashed.close()
+    assert crashed.proc.returncode != 0 and crashed.log_path.exists()
 
 
 def test_engine_a_measures_partial_prefix_hits_and_stores_chunked_prefills(world):

@@ -42,13 +42,18 @@ def engine_python() -> Path:
 
 
 class EngineProcess:
-    """One engine process; use as a context manager (the process is stopped, or killed, on exit)."""
+    """One engine process; use as a context manager (the process is stopped, or killed, on exit).
+
+    Its stderr goes to ``log``, or to a temporary file this object owns: that one is deleted when
+    the engine stops cleanly (exit code 0), and kept otherwise, since an error names it.
+    """
 
     def __init__(self, *, kv_cache_gib: int = 1, log: str | Path | None = None, threads: int = 1) -> None:
         env = dict(os.environ, VLLM_ENABLE_V1_MULTIPROCESSING="0", VLLM_CPU_KVCACHE_SPACE=str(int(kv_cache_gib)),
                    VLLM_CPU_OMP_THREADS_BIND="nobind", OMP_NUM_THREADS=str(threads), TOKENIZERS_PARALLELISM="false",
                    VLLM_LOGGING_LEVEL=os.environ.get("VLLM_LOGGING_LEVEL", "WARNING"),
                    PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+        self._owns_log = log is None
         self.log_path = Path(log) if log else Path(tempfile.mkstemp(prefix="tiered-kv-engine-", suffix=".log")[1])
         self._log = open(self.log_path, "ab")
         self.proc = subprocess.Popen([str(engine_python()), "-m", "tiered_kv.connectors.engine_worker"],
@@ -88,6 +93,8 @@ class EngineProcess:
                 self.proc.kill()
                 self.proc.wait()
         self._log.close()
+        if self._owns_log and self.proc.returncode == 0:
+            self.log_path.unlink(missing_ok=True)
 
     def kill(self) -> None:
         """SIGKILL, as a crash would: nothing is flushed or closed."""
@@ -104,7 +111,7 @@ class EngineProcess:
 
 def build_model(path: str | Path, **shape: Any) -> Path:
     """Write a tiny random Llama (:class:`~tiered_kv.connectors.tiny_model.TinyLlama`) with the engine venv."""
-    with EngineProcess() as eng:  # (its log: a temporary file, named in an error)
+    with EngineProcess() as eng:  # (its log: a temporary file, named in an error, deleted on success)
         return Path(eng.call("build_model", path=str(path), shape=shape)["path"])
 
 
