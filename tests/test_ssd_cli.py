@@ -48,6 +48,16 @@ def test_gc_dry_run_then_real(filled, capsys):
     assert r["evicted_chunks"] == 2 and r["bytes_after"] == 0
 
 
+def test_gc_a_class_ttl_beats_a_bare_one_as_in_simulate(filled, capsys):
+    # agent chunks were last touched 4 days ago, chatbot ones now
+    r = _json(capsys, "store", "gc", str(filled), "--dry-run", "--ttl", "1d", "--ttl", "agent=5d", "--json")
+    assert r["expired_chunks"] == 0
+    r = _json(capsys, "store", "gc", str(filled), "--dry-run", "--ttl", "agent=5d,1h", "--now", "+2h", "--json")
+    assert r["expired_by_class"] == {"chatbot": 2}
+    r = _json(capsys, "store", "gc", str(filled), "--dry-run", "--ttl", "6d", "--ttl", "agent=3d", "--json")
+    assert r["expired_by_class"] == {"agent": 4}
+
+
 def test_verify_reports_and_repairs(filled, capsys):
     path = filled / layout.chunk_path(block_keys(torch.arange(32), namespace())[1])
     data = bytearray(path.read_bytes())

@@ -42,7 +42,7 @@ def register(parser: argparse.ArgumentParser) -> None:
         if name == "gc":
             p.add_argument("--dry-run", action="store_true", help="report what would be removed; remove nothing")
             p.add_argument("--ttl", action="append", default=[], metavar="[CLASS=]DURATION",
-                           help="TTL from last access, per class (agent=3d) or for every class (7d); repeatable")
+                           help="TTL from last access, per class (agent=3d) or for every other class (7d); repeatable")
             p.add_argument("--high", type=float, default=0.9, help="high watermark (fraction of capacity)")
             p.add_argument("--low", type=float, default=0.8, help="low watermark (fraction of capacity)")
             p.add_argument("--now", default=None, help="evaluate at this Unix time, or +DURATION from now")
@@ -50,15 +50,6 @@ def register(parser: argparse.ArgumentParser) -> None:
                            help="remove .partial writes older than this (default 5m)")
             p.add_argument("--part", default=None, metavar="I/N",
                            help="act as GC instance I of N: delete only in that share of the 16 key shards")
-
-
-def _ttl(values: list[str]):
-    from tiered_kv.units import parse_ttl
-
-    per_class, default = parse_ttl(values, name="--ttl")
-    if per_class and default is not None:
-        raise ValueError("--ttl: give either one DURATION for every class or CLASS=DURATION pairs, not both")
-    return per_class or default
 
 
 def _now(value: str | None) -> float:
@@ -95,7 +86,7 @@ def _print(report: dict, as_json: bool) -> None:
             print(f"{key:<36} {value}")
 
 
-_FLAGS = {"capacity_bytes": "--capacity", "high_watermark": "--high", "low_watermark": "--low"}
+_FLAGS = {"capacity_bytes": "--capacity", "high_watermark": "--high", "low_watermark": "--low", "ttl": "--ttl"}
 
 
 def _policy(*args):
@@ -107,7 +98,7 @@ def _policy(*args):
     try:
         return RetentionPolicy.make(*args)
     except ValueError as exc:
-        msg = re.sub(r"\b(capacity_bytes|high_watermark|low_watermark)\b", lambda m: _FLAGS[m.group(1)], str(exc))
+        msg = re.sub(r"\b(capacity_bytes|high_watermark|low_watermark)\b|^ttl\b", lambda m: _FLAGS[m.group(0)], str(exc))
         raise ValueError(msg) from None
 
 
@@ -141,7 +132,7 @@ def run(args: argparse.Namespace) -> int:
     if args.action == "stats" and args.capacity:
         policy = _policy(args.capacity)
     elif args.action == "gc":  # check every flag before touching the store
-        policy = _policy(args.capacity, args.high, args.low, _ttl(args.ttl))
+        policy = _policy(args.capacity, args.high, args.low, args.ttl or None)
         grace = parse_duration(args.partial_grace, name="--partial-grace")
         now = _now(args.now)
         part = parse_part(args.part)

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 
 from tiered_kv.codec import ChunkHeader
 from tiered_kv.tiers.ssd.layout import SHARDS, AccessRecord, access_path
-from tiered_kv.units import parse_bytes, parse_duration
+from tiered_kv.units import parse_bytes, parse_duration, parse_ttl
 
 _ROOT = bytes(16)
 MAX_CLASS_LEN = 64
@@ -77,12 +77,17 @@ class RetentionPolicy:
     @classmethod
     def make(cls, capacity_bytes=math.inf, high_watermark: float = 0.9, low_watermark: float = 0.8,
              ttl=None, traffic_classes=None) -> RetentionPolicy:
-        """Parse user-typed values: ``ttl`` is a duration for every class or {class: duration}."""
+        """Parse user-typed values: ``ttl`` is seconds, or anything :func:`~tiered_kv.units.parse_ttl`
+        reads ("7d", "agent=3d,chatbot=7d", a list of those, {class: duration}); a class's own
+        TTL beats a bare one, and a class with neither keeps its chunks (``inf``)."""
         cap = math.inf if capacity_bytes in (None, math.inf, "inf") else parse_bytes(capacity_bytes, name="capacity_bytes")
         classes = None if traffic_classes is None else tuple(check_class(c, None, name="traffic_classes")
                                                              for c in traffic_classes)
-        per_class = {c: parse_duration(d, name=f"ttl[{c!r}]") for c, d in ttl.items()} if isinstance(ttl, Mapping) else {}
-        default = math.inf if ttl is None or isinstance(ttl, Mapping) else parse_duration(ttl, name="ttl")
+        if ttl is None or isinstance(ttl, (int, float)):
+            per_class, default = {}, None if ttl is None else parse_duration(ttl, name="ttl")
+        else:
+            per_class, default = parse_ttl(ttl, name="ttl")
+        default = math.inf if default is None else default
         for name, value in (("high_watermark", high_watermark), ("low_watermark", low_watermark)):
             if not isinstance(value, (int, float)):
                 raise ValueError(f"{name}: must be a fraction of capacity_bytes, got {value!r}")
