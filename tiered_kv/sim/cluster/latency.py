@@ -85,28 +85,25 @@ def check_fields(obj: object, checks: list[tuple[str, bool, str]]) -> None:
             raise ValueError(f"{type(obj).__name__}.{name}: must be {allowed}, got {value!r}")
 
 
-def mla_kv_bytes_per_token(layers: int = V3_LAYERS, kv_lora_rank: int = V3_KV_LORA_RANK,
-                           rope_dim: int = V3_ROPE_DIM, bytes_per_element: float = 2.0) -> float:
-    """MLA caches one compressed latent plus a RoPE key per layer: layers*(rank+rope)*bytes.
+def mla_kv_bytes_per_token() -> float:
+    """DeepSeek-V3's MLA caches one compressed latent plus a RoPE key per layer, in BF16:
+    layers*(rank+rope)*2 bytes.
 
     The same formula as ``tiered_kv.arch.DEEPSEEK_V3.bytes_per_token`` (a test pins them
     together); not imported from there because :mod:`tiered_kv.arch` loads torch.
     """
-    return float(layers * (kv_lora_rank + rope_dim) * bytes_per_element)
+    return float(V3_LAYERS * (V3_KV_LORA_RANK + V3_ROPE_DIM) * 2.0)
 
 
-def prefill_flops(linear_flops_per_token: float = 2 * V3_ACTIVE_PARAMS,
-                  pair_flops: float = 2 * V3_HEADS * (V3_QK_DIM + V3_V_DIM) * V3_LAYERS,
-                  ) -> tuple[float, float]:
-    """(FLOP per token, FLOP per token^2) of a causal prefill: cost(n) = a*n + b*n^2."""
-    return linear_flops_per_token, pair_flops / 2.0
+def prefill_flops() -> tuple[float, float]:
+    """(FLOP per token, FLOP per token^2) of a causal DeepSeek-V3 prefill: cost(n) = a*n + b*n^2."""
+    return 2 * V3_ACTIVE_PARAMS, 2 * V3_HEADS * (V3_QK_DIM + V3_V_DIM) * V3_LAYERS / 2.0
 
 
-def calibrate_machine_flops(miss_tokens: int = CALIBRATION_TOKENS,
-                            miss_seconds: float = CALIBRATION_MISS_S) -> float:
-    """Effective FLOP/s of one machine so that a ``miss_tokens`` miss takes ``miss_seconds``."""
+def calibrate_machine_flops() -> float:
+    """Effective FLOP/s of one machine so that a 128K-token miss takes DeepSeek's 13 s."""
     fa, fb = prefill_flops()
-    return (fa * miss_tokens + fb * miss_tokens**2) / miss_seconds
+    return (fa * CALIBRATION_TOKENS + fb * CALIBRATION_TOKENS**2) / CALIBRATION_MISS_S
 
 
 @dataclass(frozen=True)
@@ -149,7 +146,7 @@ def preset(name: str = "deepseek-v3") -> LatencyConfig:
     flops = calibrate_machine_flops()
     fa, fb = prefill_flops()
     base = LatencyConfig(
-        kv_bytes_per_token=mla_kv_bytes_per_token(bytes_per_element=2.0),
+        kv_bytes_per_token=mla_kv_bytes_per_token(),
         read_bandwidth_bytes_per_s=float(THREEFS_READ_BANDWIDTH),
         prefill_a_s_per_token=fa / flops,
         prefill_b_s_per_token2=fb / flops,
@@ -311,11 +308,11 @@ def simulate_queue(cfg: LatencyConfig, arrival_s, machine, n, loaded, local=None
         raise ValueError("simulate_queue: machine ids must be >= 0")
     machines = int(machine.max()) + 1 if count else 0
 
-    xfer = load_seconds(cfg, loaded)
-    hit_compute = (prefill_seconds(cfg, local + loaded, n) + cfg.prefill_fixed_s
-                   + np.where((local + loaded > 0) & ~window_present, replay_seconds(cfg, local + loaded), 0.0))
-    miss_compute = prefill_seconds(cfg, local, n) + cfg.prefill_fixed_s + np.where(
-        (local > 0) & ~window_present, replay_seconds(cfg, local), 0.0)
+    def compute(cached):  # prefill of [cached, n), then the replay when the window state is missing
+        return (prefill_seconds(cfg, cached, n) + cfg.prefill_fixed_s
+                + np.where((cached > 0) & ~window_present, replay_seconds(cfg, cached), 0.0))
+
+    xfer, hit_compute, miss_compute = load_seconds(cfg, loaded), compute(local + loaded), compute(local)
     write_s = load_seconds(cfg, np.maximum(n - local - loaded, 0.0)) if cfg.write_back else np.zeros(count)
 
     done, load_time, compute_time, recomputed = _queue_kernel(
@@ -484,9 +481,8 @@ def admission_table(cfg: LatencyConfig, mixes: list[MixConfig]) -> list[dict]:
             r = simulate_queue(cfg, w["arrival_s"], w["machine"], w["n"], w["loaded"], admission=admission)
             for cls, mask in (("all", np.ones_like(w["restore"])), ("restore", w["restore"]),
                               ("miss", ~w["restore"])):
-                p = percentiles(r.ttft_s[mask])
-                rows.append({"rate_per_machine_s": mix.rate_per_machine_s, "admission": admission,
-                             "class": cls, "ttft_p50_s": p["p50"], "ttft_p90_s": p["p90"],
-                             "ttft_p99_s": p["p99"], "recomputed_fraction": float(r.recomputed[mask].mean())
-                             if mask.any() else 0.0, "requests": int(mask.sum())})
+                rows.append({"rate_per_machine_s": mix.rate_per_machine_s, "admission": admission, "class": cls,
+                             **{f"ttft_{k}_s": v for k, v in percentiles(r.ttft_s[mask]).items()},
+                             "recomputed_fraction": float(r.recomputed[mask].mean()) if mask.any() else 0.0,
+                             "requests": int(mask.sum())})
     return rows

@@ -31,6 +31,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tiered_kv.sim.cluster.latency import check_fields
+
 #: Admission policies, in the order the benchmark reports them.
 POLICIES = ("load", "own", "shared")
 
@@ -46,14 +48,9 @@ class QueueState:
     cores: float  # compute units the streams share
 
     def __post_init__(self) -> None:
-        for name in ("queued_read_s", "stream_backlog_s"):
-            v = getattr(self, name)
-            if not v >= 0:
-                raise ValueError(f"QueueState.{name}: must be >= 0 s, got {v!r}")
-        if self.busy_streams < 0:
-            raise ValueError(f"QueueState.busy_streams: must be >= 0, got {self.busy_streams!r}")
-        if not self.cores > 0:
-            raise ValueError(f"QueueState.cores: must be > 0, got {self.cores!r}")
+        check_fields(self, [("queued_read_s", self.queued_read_s >= 0, ">= 0 s"),
+                            ("stream_backlog_s", self.stream_backlog_s >= 0, ">= 0 s"),
+                            ("busy_streams", self.busy_streams >= 0, ">= 0"), ("cores", self.cores > 0, "> 0")])
 
 
 def sharing_factor(running: float, cores: float) -> float:

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
+from tiered_kv.sim.cluster.latency import check_fields
 from tiered_kv.sim.curves import COLD, lru_keys, segmented_prefix_max
 from tiered_kv.sim.retention.gaps import reuse_gaps
 from tiered_kv.sim.trace_replay import CompiledTrace, compile_trace
@@ -45,12 +46,9 @@ class Setting:
     watermark: float = 1.0  # fraction of capacity the watermark-LRU evicts down to
 
     def __post_init__(self) -> None:
-        if any(not t >= 0 for t in self.ttl_s):
-            raise ValueError(f"Setting.ttl_s: every TTL must be >= 0 seconds (got {self.ttl_s})")
-        if not self.capacity_tokens >= 0:
-            raise ValueError(f"Setting.capacity_tokens must be >= 0 tokens (got {self.capacity_tokens})")
-        if not 0.0 < self.watermark <= 1.0:
-            raise ValueError(f"Setting.watermark must be in (0, 1] (got {self.watermark})")
+        check_fields(self, [("ttl_s", all(t >= 0 for t in self.ttl_s), "TTLs >= 0 seconds"),
+                            ("capacity_tokens", self.capacity_tokens >= 0, ">= 0 tokens"),
+                            ("watermark", 0.0 < self.watermark <= 1.0, "in (0, 1]")])
 
     def capacity_blocks(self, block_size: int) -> float:
         if math.isinf(self.capacity_tokens):
@@ -138,17 +136,18 @@ def _next_touch_time(trace: CompiledTrace, prev: np.ndarray) -> np.ndarray:
     return out
 
 
-def _admitted(table: RetentionTable, ttl: np.ndarray, cap: float) -> np.ndarray:
-    """Rows within capacity whose gaps are within the TTL of every toucher class."""
-    return (table.sd_max <= cap) & (table.gap_max <= ttl).all(axis=1)
+def _ttls(table: RetentionTable, setting: Setting) -> np.ndarray:
+    """The setting's TTLs as an array, one per class of the table."""
+    if len(setting.ttl_s) != table.n_classes:
+        raise ValueError(f"Setting.ttl_s needs {table.n_classes} TTLs, one per class {table.classes}")
+    return np.asarray(setting.ttl_s, dtype=np.float64)
 
 
 def hit_tokens(table: RetentionTable, setting: Setting) -> np.ndarray:
-    """Hit tokens per reader class at ``setting`` (int64 array, one per class)."""
-    if len(setting.ttl_s) != table.n_classes:
-        raise ValueError(f"Setting.ttl_s needs {table.n_classes} TTLs, one per class {table.classes}")
-    ttl = np.asarray(setting.ttl_s, dtype=np.float64)
-    ok = _admitted(table, ttl, float(setting.capacity_blocks(table.block_size)))
+    """Hit tokens per reader class at ``setting`` (int64 array, one per class): the rows within
+    capacity whose gaps are within the TTL of every toucher class."""
+    cap = float(setting.capacity_blocks(table.block_size))
+    ok = (table.sd_max <= cap) & (table.gap_max <= _ttls(table, setting)).all(axis=1)
     return np.bincount(table.reader[ok], weights=table.weight[ok], minlength=table.n_classes).astype(np.int64)
 
 
@@ -175,9 +174,7 @@ def ttl_curves(table: RetentionTable, setting: Setting, grid: np.ndarray) -> pl.
     Exact one-pass: each lookup hits from the smallest TTL at or above its threshold on, so a
     histogram of thresholds over the grid, cumulated, is the curve (all classes at once).
     """
-    if len(setting.ttl_s) != table.n_classes:
-        raise ValueError(f"Setting.ttl_s needs {table.n_classes} TTLs, one per class {table.classes}")
-    ttl = np.asarray(setting.ttl_s, dtype=np.float64)
+    ttl = _ttls(table, setting)
     grid = np.asarray(grid, dtype=np.float64)
     rows_at = np.arange(len(table.reader))
     reader = table.reader.astype(np.int64)
@@ -205,7 +202,7 @@ def capacity_grid(table: RetentionTable, points: int = 40) -> np.ndarray:
 def capacity_curve(table: RetentionTable, setting: Setting, grid_tokens: np.ndarray) -> pl.DataFrame:
     """Overall token hit rate against SSD capacity (tokens), TTLs and watermark held."""
     blocks = np.floor(np.floor(grid_tokens / table.block_size) * setting.watermark).astype(np.float64)
-    ttl = np.asarray(setting.ttl_s, dtype=np.float64)
+    ttl = _ttls(table, setting)
     ok = (table.gap_max <= ttl).all(axis=1)
     bucket = np.searchsorted(blocks, table.sd_max[ok].astype(np.float64))  # first capacity >= distance
     hist = np.bincount(bucket, weights=table.weight[ok], minlength=len(blocks) + 1)
@@ -221,7 +218,7 @@ def occupancy(table: RetentionTable, setting: Setting, bins: int = 120) -> pl.Da
     is first; counting live intervals on a time grid gives the TTL-only occupancy exactly.
     The watermark-LRU never holds more than the usable capacity, so the curve is clipped there.
     """
-    ttl = np.asarray(setting.ttl_s, dtype=np.float64)
+    ttl = _ttls(table, setting)
     span = max(table.duration_s, 1e-9)
     edges = np.linspace(table.start_s, table.start_s + span, bins + 1)
     scale = bins / span
@@ -244,7 +241,7 @@ def effective_retention(table: RetentionTable, setting: Setting) -> np.ndarray:
     Under capacity ``C`` blocks, the LRU evicts a block once ``C`` newer distinct blocks have been
     touched; the median gap of lookups whose stack distance is just above ``C`` is that age.
     """
-    ttl = np.asarray(setting.ttl_s, dtype=np.float64)
+    ttl = _ttls(table, setting)
     cap = setting.capacity_blocks(table.block_size)
     if not math.isfinite(cap):
         return ttl
