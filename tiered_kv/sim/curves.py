@@ -315,14 +315,27 @@ def lru_written_tokens(trace: CompiledTrace, capacities_tokens) -> np.ndarray:
     return (total - hits_upto).astype(np.int64)
 
 
-_WORKER: dict = {}
+@dataclass
+class _Points:
+    """What every replay of one :func:`policy_curves` call shares: the trace, bytes per token, and
+    each admission filter's write-point mask (computed once per process, not per replay)."""
+
+    trace: CompiledTrace
+    bpt: float
+    masks: dict = field(default_factory=dict)
 
 
-def _worker_init(trace, bytes_per_token) -> None:
-    if _WORKER.get("trace") is not trace:
-        _WORKER.pop("masks", None)
-    _WORKER["trace"] = trace
-    _WORKER["bpt"] = bytes_per_token
+#: Set only inside a pool worker, by its initializer: the one way a forked worker gets its trace.
+_POOL_POINTS: _Points | None = None
+
+
+def _pool_init(trace: CompiledTrace, bytes_per_token: float) -> None:
+    global _POOL_POINTS
+    _POOL_POINTS = _Points(trace, bytes_per_token)
+
+
+def _pool_point(*point) -> tuple[int, int | None, int]:
+    return _replay_point(_POOL_POINTS, *point)
 
 
 def _make_point_policy(spec: str, capacity_tokens: int | None, admission: str, bpt: float,
@@ -352,17 +365,18 @@ def _make_point_policy(spec: str, capacity_tokens: int | None, admission: str, b
     return make_policy(spec, **fixed)
 
 
-def _replay_point(spec: str, capacity_tokens: int | None, admission: str) -> tuple[int, int | None, int]:
+def _replay_point(shared: _Points, spec: str, capacity_tokens: int | None, admission: str
+                  ) -> tuple[int, int | None, int]:
     """(counted hit tokens, tokens written or None, block hits) of one policy at one capacity."""
     import dataclasses
 
-    trace, bpt = _WORKER["trace"], _WORKER["bpt"]
+    trace, bpt = shared.trace, shared.bpt
     pol = _make_point_policy(spec, capacity_tokens, admission, bpt,
                              footprint_tokens=trace.n_unique * trace.uniform_block_size)
     if admission != "all" and hasattr(pol, "block_run"):  # one mask per process, not per replay
         from tiered_kv.sim.policies import WritePoints
 
-        masks = _WORKER.setdefault("masks", {})
+        masks = shared.masks
         if admission not in masks:
             masks[admission] = pol.admission.mask(trace)
         pol = dataclasses.replace(pol, admission=WritePoints(is_write_point=masks[admission]))
@@ -474,24 +488,24 @@ def _replay_curves(trace: CompiledTrace, replay: list[str], caps: np.ndarray, ad
 def _replay_points(trace: CompiledTrace, points: list[tuple], bpt: float, workers: int,
                    progress: bool) -> list:
     """``_replay_point(*point)`` for every point, in this process or a pool of ``workers`` forked
-    processes (each holding the trace once, from its initializer); results in the points' order."""
+    processes (each holding the trace once, from its initializer: :data:`_POOL_POINTS`); results in the points' order."""
     from tqdm import tqdm
 
     results: list = [None] * len(points)
     with tqdm(total=len(points), desc="policies", unit="replay", leave=False, disable=not progress) as bar:
         if workers <= 1 or len(points) < 2:
-            _worker_init(trace, bpt)
+            shared = _Points(trace, bpt)
             for i, point in enumerate(points):
-                results[i] = _replay_point(*point)
+                results[i] = _replay_point(shared, *point)
                 bar.update(1)
             return results
         import multiprocessing as mp
         from concurrent.futures import ProcessPoolExecutor, as_completed
 
         ctx = mp.get_context("fork" if "fork" in mp.get_all_start_methods() else "spawn")
-        with ProcessPoolExecutor(max_workers=int(workers), mp_context=ctx, initializer=_worker_init,
+        with ProcessPoolExecutor(max_workers=int(workers), mp_context=ctx, initializer=_pool_init,
                                  initargs=(trace, bpt)) as pool:
-            futs = {pool.submit(_replay_point, *point): i for i, point in enumerate(points)}
+            futs = {pool.submit(_pool_point, *point): i for i, point in enumerate(points)}
             for f in as_completed(futs):
                 results[futs[f]] = f.result()
                 bar.update(1)
