@@ -31,7 +31,6 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
-from tiered_kv.sim.cluster.latency import check_fields
 from tiered_kv.sim.curves import COLD, lru_keys, segmented_prefix_max
 from tiered_kv.sim.retention.gaps import reuse_gaps
 from tiered_kv.sim.trace_replay import CompiledTrace, compile_trace
@@ -46,9 +45,12 @@ class Setting:
     watermark: float = 1.0  # fraction of capacity the watermark-LRU evicts down to
 
     def __post_init__(self) -> None:
-        check_fields(self, [("ttl_s", all(t >= 0 for t in self.ttl_s), "TTLs >= 0 seconds"),
-                            ("capacity_tokens", self.capacity_tokens >= 0, ">= 0 tokens"),
-                            ("watermark", 0.0 < self.watermark <= 1.0, "in (0, 1]")])
+        if any(not t >= 0 for t in self.ttl_s):
+            raise ValueError(f"Setting.ttl_s: every TTL must be >= 0 seconds (got {self.ttl_s})")
+        if not self.capacity_tokens >= 0:
+            raise ValueError(f"Setting.capacity_tokens must be >= 0 tokens (got {self.capacity_tokens})")
+        if not 0.0 < self.watermark <= 1.0:
+            raise ValueError(f"Setting.watermark must be in (0, 1] (got {self.watermark})")
 
     def capacity_blocks(self, block_size: int) -> float:
         if math.isinf(self.capacity_tokens):
