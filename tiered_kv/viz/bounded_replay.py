@@ -17,7 +17,7 @@ import ipywidgets as widgets
 import polars as pl
 
 from tiered_kv.viz.style import dashed_lines
-from tiered_kv.viz.widgets import Dashboard, control, html_table, log_slider, slider
+from tiered_kv.viz.widgets import Dashboard, html_table, log_slider, slider
 
 
 #: (windows, replays, sequences, prefix tokens, decoded steps) at each notebook size. The full
@@ -114,9 +114,7 @@ class ReplayDashboard(Dashboard):
         self.replay = slider(widgets.SelectionSlider, "replay R (tokens)", options=replays,
                              value=replays[len(replays) // 2], width=None)
         self.prompt = log_slider("prompt N (tokens)", 32768, 1024, 131072, unit="tokens")
-        self.assemble((self.window, self.replay, self.prompt), [self.window, self.replay, control(self.prompt)])
-        self.point: dict = {}
-        self.refresh()
+        self.assemble((self.window, self.replay, self.prompt))
 
     def refresh(self, _change=None) -> None:
         w, r, n = int(self.window.value), int(self.replay.value), int(self.prompt.value)

@@ -22,7 +22,7 @@ from tiered_kv.sim import retention as R
 from tiered_kv.sim.trace_replay import CompiledTrace
 from tiered_kv.units import format_bytes, format_duration
 from tiered_kv.viz.style import binary_unit
-from tiered_kv.viz.widgets import Dashboard, DashboardBox, control, log_slider, records
+from tiered_kv.viz.widgets import Dashboard, DashboardBox, log_slider, records
 
 DAY_S = R.DAY_S
 #: steps of the capacity slider; the optimum is precomputed at every one of them
@@ -237,11 +237,7 @@ class EconomicsDashboard(Dashboard):
                                           steps=len(g) - 1, unit="bytes")
         self.ttl_sliders = {n: log_slider(f"TTL {n}", ttl_days[n], lo, hi, unit="days") for n in a.class_names}
         self.template = economics_template(a)
-        self.view: dict | None = None
-        self.assemble([self.capacity_slider, *self.ttl_sliders.values()],
-                      [control(self.capacity_slider), *(control(s) for s in self.ttl_sliders.values())],
-                      box=DashboardBox)
-        self.refresh()
+        self.assemble([self.capacity_slider, *self.ttl_sliders.values()], box=DashboardBox)
 
     def capacity(self) -> float:
         return self.analysis.snap_capacity(float(self.capacity_slider.value))

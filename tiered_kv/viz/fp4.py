@@ -148,10 +148,8 @@ class FP4Dashboard(Dashboard):
         self.dof_slider = slider(widgets.FloatLogSlider, "Student-t dof (lower = heavier tails)", value=dof,
                                  base=10, min=0, max=math.log10(50), step=0.05, width="520px")
         self.seed_slider = widgets.IntSlider(value=0, min=0, max=20, description="seed", continuous_update=False)
-        self.assemble((self.dof_slider, self.seed_slider), [self.dof_slider, self.seed_slider])
-        self.frame: pl.DataFrame | None = None
         self._sweeps: dict[int, pl.DataFrame] = {}
-        self.refresh()
+        self.assemble((self.dof_slider, self.seed_slider))
 
     def refresh(self, _change=None) -> None:
         seed = int(self.seed_slider.value)

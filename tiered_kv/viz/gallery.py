@@ -72,9 +72,8 @@ class Gallery(Dashboard):
                                        description="figure", layout=widgets.Layout(width="640px"))
         self.claims, self.all_claims = widgets.HTML(), widgets.HTML()
         self.button = widgets.Button(description="build every figure", icon="play")
-        self.assemble([self.picker], [self.picker], after=[self.claims, self.button, self.all_claims])
+        self.assemble([self.picker], after=[self.claims, self.button, self.all_claims])
         self.button.on_click(guard(lambda _b: self.build_all(), self.errors))
-        self.refresh()
         if eager if eager is not None else not self.quick:
             self.build_all()
 

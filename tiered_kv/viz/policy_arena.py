@@ -304,11 +304,9 @@ class PolicyArenaDashboard(Dashboard):
         self.capacity_slider = slider(widgets.SelectionSlider, "SSD capacity", options=labels, value=cap0,
                                       continuous_update=True, width="560px")
         self.template = arena_template(a)
-        self.view: dict | None = None
         controls = widgets.HBox([self.policy_select, widgets.VBox([self.admission_buttons, self.capacity_slider])])
         self.assemble([self.policy_select, self.admission_buttons, self.capacity_slider], [controls],
                       box=DashboardBox)
-        self.refresh()
 
     def refresh(self, _change=None) -> None:
         self.view = arena_view(self.arena, self.policy_select.value, self.admission_buttons.value,
@@ -321,7 +319,6 @@ class PolicyArenaDashboard(Dashboard):
 
     def hit_rate(self, policy: str) -> float:
         """Token hit rate of ``policy`` (or ``"belady"``) at the current setting."""
-        assert self.view is not None
         for r in self.view["rows"]:
             if r["policy"] == policy:
                 return float(r["token_hit_rate"])

@@ -155,9 +155,7 @@ class PromptLayoutDashboard(Dashboard):
         self.curve = depth_curve(quick=self.quick)
         self.depth = slider(widgets.IntSlider, "depth of the per-call line (tokens)", value=int(depth_tokens),
                             min=0, max=SLIDER_MAX_TOKENS, step=512)
-        self.assemble((self.depth,), [self.depth])
-        self.view: dict | None = None
-        self.refresh()
+        self.assemble((self.depth,))
 
     def refresh(self, _change=None) -> None:
         d = float(self.depth.value)

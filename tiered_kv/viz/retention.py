@@ -18,7 +18,7 @@ import polars as pl
 
 from tiered_kv.sim.retention import settings as R
 from tiered_kv.units import format_bytes, format_duration, format_tokens
-from tiered_kv.viz.widgets import Dashboard, control, html_table, log_slider, records, slider, table_css
+from tiered_kv.viz.widgets import Dashboard, html_table, log_slider, records, slider, table_css
 
 
 @dataclass(frozen=True)
@@ -126,12 +126,8 @@ class RetentionDashboard(Dashboard):
                                           16.0 * table.block_size, footprint, unit="tokens")
         self.watermark_slider = slider(widgets.FloatSlider, "watermark (fraction)", value=watermark, min=0.5,
                                        max=1.0, step=0.01)
-        self.assemble([*self.ttl_sliders.values(), self.capacity_slider, self.watermark_slider],
-                      [*(control(s) for s in self.ttl_sliders.values()), control(self.capacity_slider),
-                       self.watermark_slider])
-        self.view: RetentionView | None = None
         self.template = retention_template(title)
-        self.refresh()
+        self.assemble([*self.ttl_sliders.values(), self.capacity_slider, self.watermark_slider])
 
     def setting(self) -> R.Setting:
         ttl = tuple(float(self.ttl_sliders[c].value) for c in self.table.classes)
@@ -147,7 +143,6 @@ class RetentionDashboard(Dashboard):
 
     def hit_rate(self, cls: str = "total") -> float:
         """Token hit rate of ``cls`` (or ``"total"``) at the current slider values."""
-        assert self.view is not None
         return float(self.view.rates.filter(pl.col("class") == cls)["token_hit_rate"][0])
 
 

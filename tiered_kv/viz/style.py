@@ -19,26 +19,25 @@ def dash_legend(title: str, **kwargs: Any):
 
 
 def dashed_lines(data: Any, *, x: Any, y: Any, dash: str, dash_title: str, color: Any = None,
-                 tooltip: list | None = None, dash_legend_kwargs: dict | None = None,
-                 point_size: float = 30) -> Any:
+                 tooltip: list | None = None, dash_legend_kwargs: dict | None = None) -> Any:
     """A layer over ``data`` of lines dashed by the field ``dash`` (legend: strokes) and their points."""
     import altair as alt
 
     enc = {k: v for k, v in {"x": x, "y": y, "color": color, "tooltip": tooltip}.items() if v is not None}
     lines = alt.Chart().mark_line().encode(
         strokeDash=alt.StrokeDash(dash, legend=dash_legend(dash_title, **(dash_legend_kwargs or {}))), **enc)
-    points = alt.Chart().mark_point(filled=True, size=point_size).encode(**enc)
+    points = alt.Chart().mark_point(filled=True, size=30).encode(**enc)
     return alt.layer(lines, points, data=data)
 
 
-def published_marks(value: float, text: str, *, x: str = "hour", at: float = 0.5) -> list:
-    """A dashed rule at the published ``value`` (field ``published``) and its ``text`` at ``x = at``."""
+def published_marks(value: float, text: str) -> list:
+    """A dashed rule at the published ``value`` (field ``published``) and its ``text`` at hour 0.5."""
     import altair as alt
     import polars as pl
 
     rule = alt.Chart(pl.DataFrame({"published": [value]})).mark_rule(strokeDash=[6, 4]).encode(y="published:Q")
-    label = alt.Chart(pl.DataFrame({"published": [value], x: [at], "text": [text]})).mark_text(
-        align="left", dy=-6).encode(x=f"{x}:Q", y="published:Q", text="text:N")
+    label = alt.Chart(pl.DataFrame({"published": [value], "hour": [0.5], "text": [text]})).mark_text(
+        align="left", dy=-6).encode(x="hour:Q", y="published:Q", text="text:N")
     return [rule, label]
 
 

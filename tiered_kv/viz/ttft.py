@@ -157,10 +157,7 @@ class TTFTDashboard(Dashboard):
         self.admission = widgets.Checkbox(value=base.admission, description="admission: recompute when sooner",
                                           indent=False, layout=widgets.Layout(width="480px"))
         self.kv = widgets.Dropdown(options=list(PRESETS), value=base.kv_preset, description="KV cache")
-        shown = [self.bandwidth, self.rate, self.hit, self.admission, self.kv]
-        self.assemble(shown, shown)
-        self.view: TTFTView | None = None
-        self.refresh()
+        self.assemble([self.bandwidth, self.rate, self.hit, self.admission, self.kv])
 
     def setting(self) -> TTFTSetting:
         return replace(self.base, read_gib_s=float(self.bandwidth.value), rate_per_machine_s=float(self.rate.value),

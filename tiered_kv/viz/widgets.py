@@ -143,7 +143,8 @@ class DashboardBox(widgets.VBox):
 
 class Dashboard:
     """Controls whose every change calls ``refresh``, an error line, an HTML summary and a chart;
-    a dashboard builds its controls, calls :meth:`assemble` and defines ``refresh``."""
+    a dashboard builds its controls and what ``refresh`` reads, defines ``refresh`` and ends its
+    ``__init__`` with :meth:`assemble`, which draws the first frame."""
 
     widget: widgets.Widget
     chart_view: ChartView
@@ -151,15 +152,18 @@ class Dashboard:
     def refresh(self, _change=None) -> None:
         raise NotImplementedError
 
-    def assemble(self, watched, shown, box: type = widgets.VBox, after=()) -> None:
-        """Watch ``watched``; lay out ``shown``, the error line, the summary, the chart and ``after``."""
+    def assemble(self, watched, shown=None, box: type = widgets.VBox, after=()) -> None:
+        """Watch ``watched``; lay out ``shown`` (default: each watched control, with its readout box
+        when it has one), the error line, the summary, the chart and ``after``; then refresh."""
         self.summary = widgets.HTML()
         self.chart_view = ChartView()
         self.errors = error_box()
         watch(watched, self.refresh, self.errors)
+        shown = [control(w) for w in watched] if shown is None else shown
         self.widget = box([*shown, self.errors, self.summary, self.chart_view.output, *after])
         if isinstance(self.widget, DashboardBox):
             self.widget.chart_view = self.chart_view
+        self.refresh()
 
     def _repr_mimebundle_(self, **kwargs) -> dict:
         return dashboard_bundle(self.widget, self.chart_view, **kwargs)
@@ -202,12 +206,12 @@ def slider(cls: type, description: str, *, width: str | None = "480px", **kwargs
 
 
 def log_slider(description: str, value: float, lo: float, hi: float, *, steps: int = 240,
-               readout_format: str = ".3g", unit: str | None = None) -> widgets.FloatLogSlider:
+               unit: str | None = None) -> widgets.FloatLogSlider:
     """A base-10 log slider spanning [lo, hi] in about ``steps`` steps; with ``unit`` (a key of
     :data:`UNITS`) its readout is a text box (:func:`attach_readout`, shown by :func:`control`)."""
     lo_e, hi_e = math.log10(lo), math.log10(hi)
     s = slider(widgets.FloatLogSlider, description, value=min(max(value, lo), hi), base=10, min=lo_e, max=hi_e,
-               step=(hi_e - lo_e) / steps, readout_format=readout_format)
+               step=(hi_e - lo_e) / steps, readout_format=".3g")
     if unit is not None:
         attach_readout(s, unit)
     return s
@@ -252,17 +256,15 @@ def attach_readout(slider: widgets.FloatLogSlider | widgets.FloatSlider, unit: s
     def from_box(change) -> None:
         if state["busy"]:
             return
-        state["busy"] = True
         try:
             value = parse(change["new"])
             log = isinstance(slider, widgets.FloatLogSlider)
             lo, hi = (slider.base ** slider.min, slider.base ** slider.max) if log else (slider.min, slider.max)
             box.tooltip = None
-            state["busy"] = False
             slider.value = min(max(value, lo), hi)  # fires from_slider, which rewrites the box
-            state["busy"] = True
         except ValueError as exc:
             box.tooltip = str(exc)
+        state["busy"] = True  # the text typed is replaced by the slider's value, in the unit
         box.value = fmt(slider.value)
         state["busy"] = False
 
