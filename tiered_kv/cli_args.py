@@ -28,6 +28,7 @@ import re
 import sys
 from collections.abc import Callable, Sequence
 from types import ModuleType
+from typing import Any
 
 #: A value that looks like a negative number, with or without a unit (-5, -5GiB, -.5, -1e3).
 _NEGATIVE = re.compile(r"-(\d|\.\d)")
@@ -62,102 +63,74 @@ def _fail(what: str, text: str) -> argparse.ArgumentTypeError:
     return argparse.ArgumentTypeError(f"must be {what}, got {text!r}")
 
 
-def capacity(*, zero: bool = True) -> Callable[[str], str]:
+def _checked(what: str, convert: Callable[[str], Any], ok: Callable[[Any], bool] = lambda _: True,
+             ) -> Callable[[str], Any]:
+    """The type every function below returns: ``convert(text)``, refused as ``must be <what>,
+    got '<text>'`` when it raises ValueError or ``ok`` rejects its value."""
+
+    def parse(text: str) -> Any:
+        try:
+            value = convert(text)
+        except ValueError:
+            raise _fail(what, text) from None
+        if not ok(value):
+            raise _fail(what, text)
+        return value
+
+    return parse
+
+
+def capacity() -> Callable[[str], str]:
     """A cache size: tokens (``2000000``) or bytes with a unit (``64GiB``), or ``unlimited``.
 
     Returns the text unchanged (the commands turn it into tokens with their bytes per token).
     """
-    low = ">= 0" if zero else "> 0"
-    what = (f"a size {low}: tokens (e.g. 2000000) or bytes with a unit (e.g. 64GiB, 1.5TB), "
-            "or 'unlimited'")
-
-    def parse(text: str) -> str:
+    def convert(text: str) -> str:
         from tiered_kv.units import parse_bytes
 
         t = text.strip()
         if t.lower() in ("inf", "none", "unlimited"):
             return t
         if t.startswith("-"):
-            raise _fail(what, text)
-        try:
-            value = float(t.replace("_", "")) if re.fullmatch(r"[0-9_]*\.?[0-9]+(?:[eE]\+?[0-9]+)?", t) \
-                else float(parse_bytes(t))
-        except ValueError:
-            raise _fail(what, text) from None
-        if not math.isfinite(value) or value < 0 or (not zero and value == 0):
-            raise _fail(what, text)
+            raise ValueError(t)
+        value = float(t.replace("_", "")) if re.fullmatch(r"[0-9_]*\.?[0-9]+(?:[eE]\+?[0-9]+)?", t) \
+            else float(parse_bytes(t))
+        if not math.isfinite(value) or value < 0:
+            raise ValueError(t)
         return t
 
-    return parse
+    return _checked("a size >= 0: tokens (e.g. 2000000) or bytes with a unit (e.g. 64GiB, 1.5TB), or 'unlimited'",
+                    convert)
 
 
 def size_bytes(*, zero: bool = True) -> Callable[[str], str]:
     """A size in bytes (``890``, ``64MiB``, ``100PiB``); the text, unchanged."""
-    what = f"a size in bytes {'>= 0' if zero else '> 0'} (e.g. 890, 64MiB, 2TiB)"
 
-    def parse(text: str) -> str:
+    def convert(text: str) -> str:
         from tiered_kv.units import parse_bytes
 
-        if text.strip().startswith("-"):
-            raise _fail(what, text)
-        try:
-            value = parse_bytes(text)
-        except ValueError:
-            raise _fail(what, text) from None
-        if not zero and value == 0:
-            raise _fail(what, text)
+        if text.strip().startswith("-") or (parse_bytes(text) == 0 and not zero):
+            raise ValueError(text)
         return text
 
-    return parse
+    return _checked(f"a size in bytes {'>= 0' if zero else '> 0'} (e.g. 890, 64MiB, 2TiB)", convert)
 
 
 def positive_float(what: str) -> Callable[[str], float]:
     """A finite number > 0 (``what`` names it: "KV bytes per token")."""
-
-    def parse(text: str) -> float:
-        try:
-            value = float(text)
-        except ValueError:
-            raise _fail(f"a number > 0 ({what})", text) from None
-        if not (value > 0 and math.isfinite(value)):
-            raise _fail(f"a number > 0 ({what})", text)
-        return value
-
-    return parse
+    return _checked(f"a number > 0 ({what})", float, lambda v: v > 0 and math.isfinite(v))
 
 
 def int_at_least(low: int, what: str) -> Callable[[str], int]:
     """An integer >= ``low`` (``what`` names it: "machines")."""
-
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise _fail(f"an integer >= {low} ({what})", text) from None
-        if value < low:
-            raise _fail(f"an integer >= {low} ({what})", text)
-        return value
-
-    return parse
+    return _checked(f"an integer >= {low} ({what})", int, lambda v: v >= low)
 
 
-def fraction(*, low: float = 0.0, high: float = 1.0, low_open: bool = True, high_open: bool = False,
-             what: str = "a fraction") -> Callable[[str], float]:
-    """A number in the interval written in the message, e.g. ``(0, 1]``."""
-    interval = f"{'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
-
-    def parse(text: str) -> float:
-        try:
-            value = float(text)
-        except ValueError:
-            raise _fail(f"{what} in {interval}", text) from None
-        below = value <= low if low_open else value < low
-        above = value >= high if high_open else value > high
-        if math.isnan(value) or below or above:
-            raise _fail(f"{what} in {interval}", text)
-        return value
-
-    return parse
+def fraction(*, low_open: bool = True, high_open: bool = False) -> Callable[[str], float]:
+    """A number in the interval written in the message: ``(0, 1]`` by default."""
+    interval = f"{'(' if low_open else '['}0, 1{')' if high_open else ']'}"
+    return _checked(f"a fraction in {interval}", float,
+                    lambda v: (v > 0 if low_open else v >= 0) and (v < 1 if high_open else v <= 1))
 
 
 def check_watermarks(high: float, low: float) -> None:
@@ -187,20 +160,26 @@ MAX_SYNTH_DAYS = 3650.0
 
 def synth_days() -> Callable[[str], float]:
     """Days of synthetic traffic: ``14`` (a bare number is days), ``14d``, ``36h``; in (0, 3650]."""
-    what = f"a duration in (0, {MAX_SYNTH_DAYS:g}] days (e.g. 14, 14d, 36h)"
 
-    def parse(text: str) -> float:
+    def convert(text: str) -> float:
         from tiered_kv.units import parse_duration
 
         t = text.strip()
-        try:
-            days = float(t) if re.fullmatch(r"[0-9_]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?", t) \
-                else parse_duration(t, name="--days") / 86_400.0
-        except ValueError:
-            raise _fail(what, text) from None
-        if not (0 < days <= MAX_SYNTH_DAYS):
-            raise _fail(what, text)
-        return days
+        return float(t) if re.fullmatch(r"[0-9_]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?", t) \
+            else parse_duration(t, name="--days") / 86_400.0
+
+    return _checked(f"a duration in (0, {MAX_SYNTH_DAYS:g}] days (e.g. 14, 14d, 36h)", convert,
+                    lambda days: 0 < days <= MAX_SYNTH_DAYS)
+
+
+def _registered(names: Callable[[], Sequence[str]]) -> Callable[[str], str]:
+    """A name of a registry, read when the flag is given, not at start-up."""
+
+    def parse(text: str) -> str:
+        choices = names()
+        if text not in choices:
+            raise _fail(f"one of {', '.join(choices)}", text)
+        return text
 
     return parse
 
@@ -208,28 +187,23 @@ def synth_days() -> Callable[[str], float]:
 def synth_preset() -> Callable[[str], str]:
     """A preset of the synthetic workload generator (its registry: ``PRESETS``)."""
 
-    def parse(text: str) -> str:
+    def names() -> Sequence[str]:
         from tiered_kv.sim.workload.synth import PRESETS
 
-        if text not in PRESETS:
-            raise _fail(f"one of {', '.join(PRESETS)}", text)
-        return text
+        return PRESETS
 
-    return parse
+    return _registered(names)
 
 
 def policy_name() -> Callable[[str], str]:
-    """A registered policy name (the registry is read when the flag is given, not at start-up)."""
+    """A registered policy name."""
 
-    def parse(text: str) -> str:
+    def names() -> Sequence[str]:
         from tiered_kv.sim.policies import policy_names
 
-        names = policy_names()
-        if text not in names:
-            raise _fail(f"one of {', '.join(names)}", text)
-        return text
+        return policy_names()
 
-    return parse
+    return _registered(names)
 
 
 def lazy_help(render: Callable[[], str]) -> type[argparse.Action]:
