@@ -14,6 +14,9 @@ from pathlib import Path
 
 NAME = "train"
 HELP = "train the encoder-decoder (byte-level, stdlib sources) and save a checkpoint"
+#: Flags that override a field of the preset's TrainConfig (``--steps`` -> ``steps``); an error
+#: in one names the flag, not the field (tiered_kv.cli).
+OVERRIDES = ("steps", "seed", "threads")
 
 
 def register(parser: argparse.ArgumentParser) -> None:
@@ -37,21 +40,15 @@ def run(args: argparse.Namespace) -> int:
 
     if args.preset not in TRAIN_PRESETS:
         raise ValueError(f"--preset: must be one of {sorted(TRAIN_PRESETS)}, got {args.preset!r}")
-    overrides = {k: v for k, v in (("steps", args.steps), ("seed", args.seed), ("threads", args.threads))
-                 if v is not None}
+    overrides = {k: getattr(args, k) for k in OVERRIDES if getattr(args, k) is not None}
     out = args.out or default_checkpoint(MODEL_OF[args.preset])
     out.parent.mkdir(parents=True, exist_ok=True)
     partial = out.with_suffix(".partial.pt")
     if args.no_resume and partial.exists():
         partial.unlink()
-    try:
-        model, record = train_preset(args.preset, resume_from=out, init_from=args.init, **overrides)
-    except ValueError as exc:  # name the flag the user typed, not the config field
-        msg = str(exc)
-        for field in ("steps", "seed", "threads"):
-            msg = msg.replace(f"TrainConfig.{field}:", f"--{field}:")
-        raise ValueError(msg) from None
-    record["command"] = "tiered-kv train " + " ".join(_argv_of(args))
+    model, record = train_preset(args.preset, resume_from=out, init_from=args.init, **overrides)
+    argv = ["--preset", args.preset] + (["--init", str(args.init)] if args.init else [])
+    record["command"] = "tiered-kv train " + " ".join(argv + [f"--{k} {v}" for k, v in overrides.items()])
     save_checkpoint(model, out, meta=record)
     partial.unlink(missing_ok=True)
     summary = {k: v for k, v in record.items() if k != "loss_history"}
@@ -60,10 +57,3 @@ def run(args: argparse.Namespace) -> int:
     print(f"wrote {out} ({out.stat().st_size / 1e6:.1f} MB)")
     return 0
 
-
-def _argv_of(args: argparse.Namespace) -> list[str]:
-    argv = ["--preset", args.preset] + (["--init", str(args.init)] if args.init else [])
-    for flag, value in (("--steps", args.steps), ("--seed", args.seed), ("--threads", args.threads)):
-        if value is not None:
-            argv += [flag, str(value)]
-    return argv
