@@ -102,19 +102,14 @@ def project_arch(cfg: ModelConfig) -> Arch:
 
 def kv_table() -> list[dict]:
     """One row per (architecture, precision): elements and bytes per token."""
-    rows = []
-
-    def add(arch: Arch, precision: str, bits: float) -> None:
-        rows.append({"arch": arch.name, "kind": arch.kind, "precision": precision, "bits_per_element": bits,
-                     "elements_per_token": arch.elements_per_token,
-                     "bytes_per_token": arch.bytes_per_token(bits), "source": arch.source, "note": arch.note})
-
     fp4 = [(fmt, fp4_bits(fmt)) for fmt in ("mxfp4", "nvfp4")]
     mla = [("~6-bit", DEEPSEEK_MLA_BITS), *fp4]
-    for arch, quantized in ((DEEPSEEK_67B, []), (DEEPSEEK_V2, mla), (DEEPSEEK_V3, mla), (YOCO_3B, fp4),
-                            *((project_arch(cfg), fp4) for cfg in PRESETS.values())):
-        for precision, bits in (("bf16", BF16_BITS), *quantized):
-            add(arch, precision, bits)
+    rows = [{"arch": arch.name, "kind": arch.kind, "precision": precision, "bits_per_element": bits,
+             "elements_per_token": arch.elements_per_token, "bytes_per_token": arch.bytes_per_token(bits),
+             "source": arch.source, "note": arch.note}
+            for arch, quantized in ((DEEPSEEK_67B, []), (DEEPSEEK_V2, mla), (DEEPSEEK_V3, mla), (YOCO_3B, fp4),
+                                    *((project_arch(cfg), fp4) for cfg in PRESETS.values()))
+            for precision, bits in (("bf16", BF16_BITS), *quantized)]
     rows.append({"arch": "DeepSeek tiered cache (reference)", "kind": "published", "precision": "as published",
                  "bits_per_element": None, "elements_per_token": 0,
                  "bytes_per_token": REFERENCE_CACHE_BYTES_PER_TOKEN, "source": "published per-token size",

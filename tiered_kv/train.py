@@ -90,6 +90,10 @@ class TrainConfig:
     def tokens_per_step(self) -> int:
         return self.batch * self.seq_len
 
+    def tokens_seen(self, steps: int) -> int:
+        """Tokens in the first ``steps`` steps' batches, under the curriculum."""
+        return sum(b * s for b, s in map(self.shape_at, range(steps)))
+
     def shape_at(self, step: int) -> tuple[int, int]:
         """(batch, seq_len) of ``step`` under the curriculum."""
         length = self.seq_len
@@ -130,9 +134,9 @@ class Corpus:
     description: dict
 
 
-def stdlib_files(root: Path | None = None) -> list[Path]:
+def stdlib_files() -> list[Path]:
     """Every ``.py`` file of the standard library (not site-packages), sorted by relative path."""
-    root = Path(root or sysconfig.get_paths()["stdlib"])
+    root = Path(sysconfig.get_paths()["stdlib"])
     files = [p for p in root.rglob("*.py") if "site-packages" not in p.parts and p.is_file()]
     return sorted(files, key=lambda p: p.relative_to(root).as_posix())
 
@@ -146,16 +150,15 @@ def document_tokens(data: bytes) -> torch.Tensor:
     return t
 
 
-def load_corpus(heldout_every: int = 20, root: Path | None = None, max_bytes: int | None = None,
-                heldout_only: bool = False) -> Corpus:
+def load_corpus(heldout_every: int = 20, max_bytes: int | None = None, heldout_only: bool = False) -> Corpus:
     """Read the stdlib sources into BOS/EOS-delimited byte streams with a held-out split.
 
     ``heldout_only`` skips reading the training files (fast evaluation); ``max_bytes`` stops
     after that many source bytes have been read.
     """
-    files = stdlib_files(root)
+    files = stdlib_files()
     if not files:
-        raise FileNotFoundError(f"no .py files under {root or sysconfig.get_paths()['stdlib']}")
+        raise FileNotFoundError(f"no .py files under {sysconfig.get_paths()['stdlib']}")
     train_parts, held_parts, n_bytes = [], [], 0
     for i, path in enumerate(files):
         if heldout_only and i % heldout_every:
@@ -248,29 +251,9 @@ def lr_at(step: int, tc: TrainConfig) -> float:
     return tc.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * frac)))
 
 
-def _partial_path(path: Path | None) -> Path | None:
-    return None if path is None else Path(path).with_suffix(".partial.pt")
-
-
 #: Settings a later stage may turn on over its init checkpoint, and the weight names each adds
 #: (any name containing the fragment); those weights start fresh.
 STAGE_ADDABLE = {"cross_recency": ".cross.recency"}
-
-
-def _load_init(model: EncoderDecoder, init_model: EncoderDecoder, path: Path) -> None:
-    """Copy ``init_model``'s weights into ``model``; only modules of :data:`STAGE_ADDABLE`
-    settings that ``model`` turns on (and the init lacks) may be missing, and start fresh."""
-    old, new = init_model.cfg.to_dict(), model.cfg.to_dict()
-    differ = sorted(k for k in new if k not in ("window", "replay") and old.get(k) != new[k])
-    fresh = tuple(STAGE_ADDABLE[k] for k in differ if k in STAGE_ADDABLE and not old.get(k))
-    other = [k for k in differ if k not in STAGE_ADDABLE or old.get(k)]
-    if other:
-        raise ValueError(f"--init {path}: its model differs from this stage's in {other}; a stage may only add "
-                         f"{sorted(STAGE_ADDABLE)}")
-    result = model.load_state_dict(init_model.state_dict(), strict=False)
-    bad = [k for k in result.missing_keys if not any(f in k for f in fresh)] + list(result.unexpected_keys)
-    if bad:
-        raise ValueError(f"--init {path}: weights do not fit this stage's model: {bad[:3]}")
 
 
 def _optimizer(model: EncoderDecoder, tc: TrainConfig) -> torch.optim.AdamW:
@@ -304,12 +287,23 @@ def _train_step(model: EncoderDecoder, opt: torch.optim.Optimizer, train_bytes: 
 def _initial_model(cfg: ModelConfig,
                    init_from: Path | None) -> tuple[EncoderDecoder, tuple[Path, dict] | None]:
     """A fresh model, or one holding a checkpoint's weights (a second training stage), with that
-    checkpoint's path and record."""
+    checkpoint's path and record. Only modules of :data:`STAGE_ADDABLE` settings that this stage
+    turns on (and the init lacks) may be missing from the checkpoint; they start fresh."""
     model = EncoderDecoder(cfg)
     if init_from is None:
         return model, None
     init_model, init_record = load_checkpoint(init_from, expect_preset=cfg.name)
-    _load_init(model, init_model, init_from)
+    old, new = init_model.cfg.to_dict(), cfg.to_dict()
+    differ = sorted(k for k in new if k not in ("window", "replay") and old.get(k) != new[k])
+    fresh = tuple(STAGE_ADDABLE[k] for k in differ if k in STAGE_ADDABLE and not old.get(k))
+    other = [k for k in differ if k not in STAGE_ADDABLE or old.get(k)]
+    if other:
+        raise ValueError(f"--init {init_from}: its model differs from this stage's in {other}; a stage may only "
+                         f"add {sorted(STAGE_ADDABLE)}")
+    result = model.load_state_dict(init_model.state_dict(), strict=False)
+    bad = [k for k in result.missing_keys if not any(f in k for f in fresh)] + list(result.unexpected_keys)
+    if bad:
+        raise ValueError(f"--init {init_from}: weights do not fit this stage's model: {bad[:3]}")
     return model, (init_from, init_record)
 
 
@@ -321,7 +315,7 @@ def _record(cfg: ModelConfig, tc: TrainConfig, corpus: Corpus, model: EncoderDec
     train_eval, held = evals
     record = {
         "model": cfg.to_dict(), "train": asdict(tc), "corpus": corpus.description, "params": model.num_params,
-        "tokens_seen": sum(b * s for b, s in map(tc.shape_at, range(tc.steps))),
+        "tokens_seen": tc.tokens_seen(tc.steps),
         "final_train_loss_nats": evaluate(model, train_eval), "final_heldout_loss_nats": evaluate(model, held),
         "last_batch_loss_nats": history[-1], "loss_history": history, "heldout_curve": heldout_curve,
         "seconds": time.perf_counter() - t0, "threads": tc.threads,
@@ -355,7 +349,7 @@ def train(cfg: ModelConfig, tc: TrainConfig, corpus: Corpus | None = None, log=p
     held = sample_windows(corpus.heldout, tc.eval_windows, min(512, tc.seq_len), eval_gen)
     train_eval = sample_windows(corpus.train, tc.eval_windows, min(512, tc.seq_len), eval_gen)
     opt = _optimizer(model, tc)
-    partial = _partial_path(resume_from)
+    partial = None if resume_from is None else Path(resume_from).with_suffix(".partial.pt")
     state = _resume(partial, cfg, tc, model, opt, gen, log)
     history, heldout_curve, first = state["history"], state["heldout_curve"], state["step"]
     t0 = time.perf_counter() - state["seconds"]
@@ -369,10 +363,10 @@ def train(cfg: ModelConfig, tc: TrainConfig, corpus: Corpus | None = None, log=p
         history.append(loss.item())
         iterator.set_postfix(loss=f"{history[-1]:.3f}", seq=seq_len)
         if tc.eval_every and (step + 1) % tc.eval_every == 0:
-            heldout_curve.append({"step": step + 1, "tokens": sum(b * s for b, s in map(tc.shape_at, range(step + 1))),
+            heldout_curve.append({"step": step + 1, "tokens": tc.tokens_seen(step + 1),
                                   "heldout_nats_per_byte": evaluate(model, held)})
         if log and (step % 25 == 0 or step == tc.steps - 1):
-            log(f"step {step:5d}  loss {loss.item():.4f}  lr {lr_at(step, tc):.2e}  seq {seq_len}  "
+            log(f"step {step:5d}  loss {history[-1]:.4f}  lr {lr_at(step, tc):.2e}  seq {seq_len}  "
                 f"{time.perf_counter() - t0:.0f}s")
         if partial is not None and ((step + 1) % tc.save_every == 0 or step == tc.steps - 1):
             _save_partial(partial, cfg, tc, model, opt, gen,
