@@ -146,21 +146,18 @@ def _check_file_parses(path: Path) -> None:
     """Raise a ValueError naming ``path`` and the first rows that fail to decode."""
     import polars as pl
 
+    from tiered_kv.sim.traces._reading import first_line
+
     try:
         n = pl.scan_parquet(path).select(pl.len()).collect().item()
     except Exception as exc:
-        raise ValueError(f"{path}: not a readable Parquet shard (row: none readable; {_short(exc)})") from None
+        raise ValueError(f"{path}: not a readable Parquet shard (row: none readable; {first_line(exc)[:200]})") from None
     step = 65_536
     for lo in range(0, max(n, 1), step):
         try:
             pl.scan_parquet(path).slice(lo, step).collect()
         except Exception as exc:
-            raise ValueError(f"{path}: rows {lo}..{min(lo + step, n) - 1} fail to parse ({_short(exc)})") from None
-
-
-def _short(exc: Exception) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0][:200] if text else type(exc).__name__
+            raise ValueError(f"{path}: rows {lo}..{min(lo + step, n) - 1} fail to parse ({first_line(exc)[:200]})") from None
 
 
 def _bad_rows(df, hour: int, n_ids_by_part: np.ndarray, bs: int, n_classes: int) -> list[tuple[str, np.ndarray]]:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
-from tiered_kv.sim.trace_replay import CompiledTrace
+from tiered_kv.sim.trace_replay import CompiledTrace, summarize
 
 MECHANISMS = ("lru", "weighted", "ttl-priority", "quotas")
 
@@ -73,8 +73,6 @@ def eviction_frame(run: GCRun, names: tuple[str, ...]) -> pl.DataFrame:
 
 def summarize_run(trace: CompiledTrace, run: GCRun) -> list[dict]:
     """Per class: hit rate, evictions, idle and age quantiles at eviction (None when none)."""
-    from tiered_kv.sim.trace_replay import summarize
-
     def q(a, p):
         return float(np.quantile(a, p)) if a.size else None
 

@@ -29,7 +29,7 @@ import numpy as np
 import polars as pl
 from numba import njit
 
-from tiered_kv.sim.trace_replay import CompiledTrace
+from tiered_kv.sim.trace_replay import CompiledTrace, summarize
 
 STRATEGIES = ("every-block", "turn-ends", "turn-ends+interval", "common-prefixes")
 
@@ -158,8 +158,6 @@ def compare_strategies(trace: CompiledTrace, *, every_tokens: int = 4096, ttl_by
                        bytes_per_token: float = 1.0) -> pl.DataFrame:
     """One row per strategy: token hit rate (all and per class), bytes written per day, average
     stored bytes and bytes stored at the end, units written."""
-    from tiered_kv.sim.trace_replay import summarize
-
     rows = []
     for s in STRATEGIES:
         wp = write_points(trace, s, every_tokens if s == "turn-ends+interval" else None)

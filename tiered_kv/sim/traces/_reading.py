@@ -29,6 +29,11 @@ def check_utf8(path: Path) -> None:
         raise ValueError(f"{path}:{line}: not UTF-8 text (byte 0x{data[exc.start]:02x} at column {col})") from None
 
 
+def first_line(exc: Exception) -> str:
+    """Polars' own message is a multi-line traceback: its first line names the cause."""
+    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+
+
 def scan_jsonl_for_error(path: Path, required: dict[str, type | tuple[type, ...]]) -> None:
     """Slow exact pass: raise a ValueError naming file, line and field of the first bad record."""
     check_utf8(path)

@@ -69,11 +69,6 @@ _PARQUET_COLUMNS = ("request_id", "timestamp_s", "timestamp", "input_length", "o
                     "block_ids", "block_size", "traffic_class", "session_id", "turn")
 
 
-def _first_line(exc: Exception) -> str:
-    """Polars' own message is a multi-line traceback: its first line names the cause."""
-    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-
-
 def _read_parquet(path: Path) -> pl.DataFrame:
     """Only the trace's columns, through the lazy scanner (a Parquet file may hold many more)."""
     try:
@@ -81,7 +76,7 @@ def _read_parquet(path: Path) -> pl.DataFrame:
         names = lf.collect_schema().names()
         return lf.select([c for c in _PARQUET_COLUMNS if c in names]).collect()
     except Exception as exc:
-        raise ValueError(f"{path}: not a readable Parquet trace ({_first_line(exc)})") from None
+        raise ValueError(f"{path}: not a readable Parquet trace ({_reading.first_line(exc)})") from None
 
 
 def _read_csv(path: Path) -> pl.DataFrame:
@@ -90,7 +85,7 @@ def _read_csv(path: Path) -> pl.DataFrame:
     try:
         raw = pl.read_csv(path)
     except Exception as exc:
-        raise ValueError(f"{path}: not a readable CSV trace ({_first_line(exc)})") from None
+        raise ValueError(f"{path}: not a readable CSV trace ({_reading.first_line(exc)})") from None
     _check_csv_fields(path, raw)
     for col in ("token_ids", "block_ids"):
         if col in raw.columns and raw.schema[col] == pl.Utf8:
