@@ -11,6 +11,7 @@ from __future__ import annotations
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import altair as alt
 import polars as pl
@@ -59,23 +60,11 @@ def prompt_text(n_bytes: int) -> bytes:
 
 
 @dataclass
-class Request:
-    name: str
-    tokens: int
-    ssd_hit_tokens: int
-    host_hit_tokens: int
-    computed: dict
-    timings_s: dict
-    stored_blocks: int
-    next_token: int
-
-
-@dataclass
 class Tour:
     size: str
     root: Path
     model_description: str = ""
-    requests: list[Request] = field(default_factory=list)
+    requests: list[tuple[str, Any]] = field(default_factory=list)  # (name, the engine's PrefillResult)
 
     def __post_init__(self) -> None:
         from tiered_kv.engine import Engine, namespace_for
@@ -94,14 +83,10 @@ class Tour:
 
         return torch.tensor(list(data), dtype=torch.long)
 
-    def run(self, name: str, data: bytes, engine=None) -> Request:
+    def run(self, name: str, data: bytes, engine=None) -> None:
         """Prefill ``data`` on ``engine`` (default: machine0) as a chatbot request; record it."""
-        r = (engine or self.engine).prefill(self._tokens(data), "chatbot")
+        self.requests.append((name, (engine or self.engine).prefill(self._tokens(data), "chatbot")))
         self.ssd.flush()
-        req = Request(name, r.n_tokens, r.hit_tokens["ssd"], r.hit_tokens["host"], dict(r.computed_tokens),
-                      dict(r.timings_s), r.stored_blocks, r.next_token)
-        self.requests.append(req)
-        return req
 
     def run_all(self) -> pl.DataFrame:
         """Cold request; follow-up on the same machine; follow-up on a second machine."""
@@ -116,17 +101,17 @@ class Tour:
 
     def requests_frame(self) -> pl.DataFrame:
         return pl.DataFrame([
-            {"request": r.name, "tokens": r.tokens, "ssd_hit_tokens": r.ssd_hit_tokens,
-             "host_hit_tokens": r.host_hit_tokens, "encoder_tokens": r.computed.get("encoder_suffix", 0),
-             "encoder_replay_tokens": r.computed.get("encoder_replay", 0),
-             "decoder_tokens": r.computed.get("decoder", 0), "chunks_written": r.stored_blocks,
+            {"request": name, "tokens": r.n_tokens, "ssd_hit_tokens": r.hit_tokens["ssd"],
+             "host_hit_tokens": r.hit_tokens["host"], "encoder_tokens": r.computed_tokens.get("encoder_suffix", 0),
+             "encoder_replay_tokens": r.computed_tokens.get("encoder_replay", 0),
+             "decoder_tokens": r.computed_tokens.get("decoder", 0), "chunks_written": r.stored_blocks,
              "ttft_ms": 1e3 * sum(r.timings_s.values()), "next_token": r.next_token}
-            for r in self.requests
+            for name, r in self.requests
         ])
 
     def timings_frame(self) -> pl.DataFrame:
-        return pl.DataFrame([{"request": r.name, "stage": s, "ms": 1e3 * t}
-                             for r in self.requests for s, t in r.timings_s.items()])
+        return pl.DataFrame([{"request": name, "stage": s, "ms": 1e3 * t}
+                             for name, r in self.requests for s, t in r.timings_s.items()])
 
     def files_frame(self) -> pl.DataFrame:
         """Every file of the Zarr store on disk, with its size in bytes."""
