@@ -16,6 +16,7 @@ import warnings
 
 import pytest
 import torch
+from zarr.storage import LocalStore
 
 from tiered_kv.cli import main
 from tiered_kv.keys import block_keys
@@ -38,8 +39,10 @@ def test_directory_where_a_chunk_should_be_is_a_reported_miss_and_removed(tmp_pa
     report = tier.verify(repair=False)
     assert (layout.chunk_path(block_keys(toks, tier.namespace)[2]), "a directory where an object file should be") \
         in report["corrupt"] and report["problems"] >= 1
-    for io_threads in (1, 0, 3):  # direct read, zarr async API, thread pool
-        t = _tier(tmp_path, io_threads=io_threads)
+    wrapped = lambda: suite.SyncVanishingStore(LocalStore(tmp_path), victims=set())  # noqa: E731
+    for store, io_threads in ((tmp_path, 1), (tmp_path, 0), (tmp_path, 3), (wrapped(), 1), (wrapped(), 0)):
+        # direct read, zarr async API, thread pool; a wrapper of a LocalStore: its sync and async API
+        t = _tier(store, io_threads=io_threads)
         with pytest.warns(RuntimeWarning, match="a directory where the chunk file should be"):
             assert t.get_prefix(toks).blocks == 2
         assert t.counters["corrupt_removed"] == 1 and not path.exists()

@@ -70,10 +70,21 @@ def open_backend(store: Store | str | os.PathLike | Backend | None, *, io_thread
         backend: Backend = object_backend.ObjectBackend(zstore, concurrency=concurrency, on_repair=on_repair)
         backend.check_access()
         return backend
-    root = getattr(zstore, "root", None)  # LocalStore, and zarr wrappers around one
-    if isinstance(root, (str, Path)):
-        return LocalBackend(zstore, Path(root), io_threads=io_threads, concurrency=concurrency, on_repair=on_repair)
+    root = _local_root(zstore)
+    if root is not None:
+        return LocalBackend(zstore, root, io_threads=io_threads, concurrency=concurrency, on_repair=on_repair)
     return ZarrBackend(zstore, io_threads=io_threads, concurrency=concurrency, on_repair=on_repair)
+
+
+def _local_root(store: Store) -> Path | None:
+    """The directory behind a LocalStore, or behind the LocalStore a chain of zarr
+    ``WrapperStore``s wraps (they keep keys as they are, and do not forward ``root``)."""
+    from zarr.storage import WrapperStore
+
+    while isinstance(store, WrapperStore):
+        store = store._store
+    root = getattr(store, "root", None)
+    return Path(root) if isinstance(root, (str, Path)) else None
 
 
 def open_store(store: Store | str | os.PathLike | None) -> Store:

@@ -116,7 +116,9 @@ class ZarrBackend:
             return layout.NOT_A_FILE
         except (FileNotFoundError, NotADirectoryError):
             return None
-        return None if buf is None else layout.as_bytes(buf)
+        if buf is None:  # (LocalStore.get_sync reads a directory as missing, as its get does)
+            return layout.NOT_A_FILE if self.is_dir(path) else None
+        return layout.as_bytes(buf)
 
     # ------------------------------------------------------------------ the hot path
 
