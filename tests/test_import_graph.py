@@ -180,3 +180,18 @@ def test_new_paths_import_without_deprecation_warnings():
     proc = subprocess.run([sys.executable, "-W", "error::DeprecationWarning", "-c", f"import {names}"],
                           capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert proc.returncode == 0, proc.stderr
+
+
+#: Imports made by name at run time, which the ``ast`` scan above cannot see, each with why it
+#: may point against the layers: the registry loads the trie policies (shipped in ``peers``,
+#: above it) the first time a name is not found, so every registered name is listed.
+BY_NAME = {"tiered_kv.sim.policies.registry": {"tiered_kv.sim.peers.trie_policies"}}
+
+
+def test_the_registrys_by_name_loads_are_the_declared_ones_and_exist():
+    from tiered_kv.sim.policies import registry
+
+    assert set(registry._SHIPPED_ELSEWHERE) == BY_NAME["tiered_kv.sim.policies.registry"]
+    graph = import_graph()
+    for src, targets in BY_NAME.items():
+        assert targets <= set(graph), f"{src} loads a module that does not exist: {targets - set(graph)}"
