@@ -55,42 +55,37 @@ class ReplayMeasurements:
 
 def measure(size: str | None = None) -> ReplayMeasurements:
     """Run the model over the grid of this size once (minutes at full size, seconds at small)."""
-    from tiered_kv.viz import notebook_size
-    from tiered_kv.viz.widgets import torch_threads
-
-    size = size or notebook_size()
-    with torch_threads(1 if size == "small" else 2):
-        return _measure(size)
-
-
-def _measure(size: str) -> ReplayMeasurements:
     from tiered_kv import bounded_replay_error as rq
     from tiered_kv.evaluate import context_curve
     from tiered_kv.model import default_checkpoint
+    from tiered_kv.viz import notebook_size
     from tiered_kv.viz.tour import notebook_model
+    from tiered_kv.viz.widgets import torch_threads
 
+    size = size or notebook_size()
     windows, replays, n_seq, prefix, steps = _grids()[size]
-    model, meta = notebook_model(size)
-    desc = "tiny preset, random weights (untrained; CI size)" if meta is None else \
-        f"trained {default_checkpoint('small').name}"
-    stream = rq.load_heldout(max_bytes=400_000 if size == "small" else None)
-    seqs = rq.sample_sequences(stream, n_seq, prefix + steps, seed=0)
-    errors = rq.replay_error(model, seqs, windows=windows, replays=replays, steps=steps, prefix=prefix,
-                             block_size=32 if size == "small" else 64, progress=True).fill_nan(None)
-    # (one sequence at small size has no interval: null, not NaN, so charts serialize as JSON)
-    rows = []
-    probe = [seqs[0][:prefix]]  # attention mass: one held-out prefix, every layer and head
-    for w in windows:
-        m = model.with_settings(window=w)
-        for d in sorted({max(1, w // 8), max(1, w // 4), max(1, w // 2)}):
-            loc = rq.attention_locality(m, probe, recent=d)
-            rows.append({"window_tokens": w, "distance_tokens": d, "attention_share": loc["overall_share"],
-                         "uniform_share": loc["uniform_share"]})
-    contexts = (16, 64, 256, 1024) if size == "small" else (64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
-    curve = pl.DataFrame(context_curve(model, stream, contexts, target=64 if size == "small" else 256,
-                                       n=2 if size == "small" else 16)).drop("ci95")
-    return ReplayMeasurements(desc, model.cfg.enc_layers, model.cfg.dec_layers, errors, pl.DataFrame(rows),
-                              curve, model.cfg.window)
+    with torch_threads(1 if size == "small" else 2):
+        model, meta = notebook_model(size)
+        desc = "tiny preset, random weights (untrained; CI size)" if meta is None else \
+            f"trained {default_checkpoint('small').name}"
+        stream = rq.load_heldout(max_bytes=400_000 if size == "small" else None)
+        seqs = rq.sample_sequences(stream, n_seq, prefix + steps, seed=0)
+        errors = rq.replay_error(model, seqs, windows=windows, replays=replays, steps=steps, prefix=prefix,
+                                 block_size=32 if size == "small" else 64, progress=True).fill_nan(None)
+        # (one sequence at small size has no interval: null, not NaN, so charts serialize as JSON)
+        rows = []
+        probe = [seqs[0][:prefix]]  # attention mass: one held-out prefix, every layer and head
+        for w in windows:
+            m = model.with_settings(window=w)
+            for d in sorted({max(1, w // 8), max(1, w // 4), max(1, w // 2)}):
+                loc = rq.attention_locality(m, probe, recent=d)
+                rows.append({"window_tokens": w, "distance_tokens": d, "attention_share": loc["overall_share"],
+                             "uniform_share": loc["uniform_share"]})
+        contexts = (16, 64, 256, 1024) if size == "small" else (64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
+        curve = pl.DataFrame(context_curve(model, stream, contexts, target=64 if size == "small" else 256,
+                                           n=2 if size == "small" else 16)).drop("ci95")
+        return ReplayMeasurements(desc, model.cfg.enc_layers, model.cfg.dec_layers, errors, pl.DataFrame(rows),
+                                  curve, model.cfg.window)
 
 
 def compute_frame(enc_layers: int, dec_layers: int, prompt_tokens: int, replay_tokens: int) -> pl.DataFrame:

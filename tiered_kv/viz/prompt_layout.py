@@ -166,11 +166,6 @@ class PromptLayoutDashboard(Dashboard):
         self.chart_view.show(layout_chart(self.curve, d, rows))
 
 
-def prompt_layout_dashboard(size: str | None = None, depth_tokens: int = 2048) -> PromptLayoutDashboard:
-    """Notebook 06's prompt-layout exercise at ``size`` (default: the notebook's size)."""
-    return PromptLayoutDashboard(size, depth_tokens)
-
-
 def below_prefix_rates(*, quick: bool = True) -> dict[str, float]:
     """Token hit rate of each synthetic class with the line right below its stable prefix."""
     from tiered_kv.sim.workload import infinite_hit_rate

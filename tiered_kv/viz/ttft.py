@@ -39,12 +39,11 @@ class TTFTSetting:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        if not self.read_gib_s > 0:
-            raise ValueError(f"TTFTSetting.read_gib_s must be > 0 GiB/s (got {self.read_gib_s})")
-        if not self.rate_per_machine_s > 0:
-            raise ValueError(f"TTFTSetting.rate_per_machine_s must be > 0 requests/s (got {self.rate_per_machine_s})")
-        if not 0 <= self.hit_fraction <= 1:
-            raise ValueError(f"TTFTSetting.hit_fraction must be in [0, 1] (got {self.hit_fraction})")
+        from tiered_kv.sim.cluster.latency import check_fields
+
+        check_fields(self, [("read_gib_s", self.read_gib_s > 0, "> 0 GiB/s"),
+                            ("rate_per_machine_s", self.rate_per_machine_s > 0, "> 0 requests/s"),
+                            ("hit_fraction", 0 <= self.hit_fraction <= 1, "in [0, 1]")])
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from functools import lru_cache
 import numpy as np
 import polars as pl
 
-from tiered_kv.measure.crossover import TTFT_JSON, TTFT_SHORT_JSON, crossover_from_record, measured_crossover
+from tiered_kv.measure.crossover import measured_crossover
 
 GIB = float(1 << 30)
 
@@ -151,5 +151,5 @@ def crossover_chart(max_tokens: int = 1024, title: str | None = None):
     return chart.properties(title=title) if title else chart
 
 
-__all__ = ["BANDWIDTHS_GIB_S", "SIZES", "crossover_chart", "crossover_curves", "crossover_table",
-           "TTFT_JSON", "TTFT_SHORT_JSON", "crossover_from_record", "measured_crossover", "strategies", "strategy_chart", "strategy_table"]
+__all__ = ["BANDWIDTHS_GIB_S", "SIZES", "crossover_chart", "crossover_curves", "crossover_table", "measured_crossover",
+           "strategies", "strategy_chart", "strategy_table"]

@@ -44,14 +44,6 @@ def kv_rmse(model, sequences, formats=("mxfp4", "nvfp4"), block_size: int = 64) 
     return pl.DataFrame(rows)
 
 
-def build(quick: bool) -> FigureResult:
-    from tiered_kv.bounded_replay_error import SETTINGS
-    from tiered_kv.viz.widgets import torch_threads
-
-    with torch_threads(2):
-        return _build(SETTINGS["quick" if quick else "full"], quick)
-
-
 def _eval_note(path) -> str:
     """The checkpoint's targets as ``tiered-kv eval --json`` measured them (``NAME.eval.json``)."""
     import json
@@ -79,8 +71,9 @@ def _eval_note(path) -> str:
     return note
 
 
-def _build(s, quick: bool) -> FigureResult:
+def build(quick: bool) -> FigureResult:
     from tiered_kv.bounded_replay_error import (
+        SETTINGS,
         attention_locality,
         load_heldout,
         measure,
@@ -89,20 +82,24 @@ def _build(s, quick: bool) -> FigureResult:
     from tiered_kv.evaluate import context_curve
     from tiered_kv.kernels.fp4_error import error_stats
     from tiered_kv.model import default_checkpoint, load_checkpoint
+    from tiered_kv.viz.widgets import torch_threads
 
     path = default_checkpoint("small")
     if not path.exists():
         raise FileNotFoundError(f"{path}: run `tiered-kv train --preset small` first")
-    model, meta = load_checkpoint(path)
+    s = SETTINGS["quick" if quick else "full"]
     flops_n = 1024 if quick else 32768
-    rep, fp4, seqs = measure(model, s, flops_length=flops_n)
-    fp4 = fp4.join(kv_rmse(model, seqs[:8]), on="format")
-    loc = attention_locality(model, [q[:1024] for q in seqs[:2 if quick else 4]])
-    stats = {r["format"]: r["rel_rmse_gaussian"] for r in error_stats(seed=0, n=_N) if r["scale_rule"] in ("floor", "-")}
     contexts = (64, 512, 2048) if quick else (64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
-    curve = pl.DataFrame(context_curve(model, load_heldout(s.heldout_bytes), contexts, n=2 if quick else 16)) \
-        .with_columns(pl.col("ci95").list.get(0).alias("ci95_low"), pl.col("ci95").list.get(1).alias("ci95_high")) \
-        .drop("ci95")
+    with torch_threads(2):
+        model, meta = load_checkpoint(path)
+        rep, fp4, seqs = measure(model, s, flops_length=flops_n)
+        fp4 = fp4.join(kv_rmse(model, seqs[:8]), on="format")
+        loc = attention_locality(model, [q[:1024] for q in seqs[:2 if quick else 4]])
+        stats = {r["format"]: r["rel_rmse_gaussian"] for r in error_stats(seed=0, n=_N)
+                 if r["scale_rule"] in ("floor", "-")}
+        curve = pl.DataFrame(context_curve(model, load_heldout(s.heldout_bytes), contexts, n=2 if quick else 16))
+    curve = curve.with_columns(pl.col("ci95").list.get(0).alias("ci95_low"),
+                               pl.col("ci95").list.get(1).alias("ci95_high")).drop("ci95")
 
     chart = _chart(rep, fp4, curve, s.windows, model.cfg.window, flops_n)
     w_model = model.cfg.window
