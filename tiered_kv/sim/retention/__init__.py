@@ -13,33 +13,10 @@ collector of :mod:`tiered_kv.sim.policies`; nothing below it imports it.
 """
 
 from tiered_kv.sim.retention.frontier import Frontier, oracle_frontier
-from tiered_kv.sim.retention.gaps import (
-    DAY_S,
-    Gaps,
-    StorageModel,
-    cross_class_tokens,
-    default_bytes_per_token,
-    reuse_gaps,
-)
-from tiered_kv.sim.retention.occupancy import (
-    frontier_occupancy,
-    sample_instants,
-    ttl_occupancy,
-    watermark_view,
-)
-from tiered_kv.sim.retention.report import RetentionAnalysis, RetentionConfig, analyze, pair_ttls, ttl_grid
-from tiered_kv.sim.retention.ttl import (
-    TTLChoice,
-    TTLModel,
-    best_shared_ttl,
-    evaluate,
-    optimal_ttls,
-    ttl_choice,
-)
+from tiered_kv.sim.retention.gaps import DAY_S, StorageModel, default_bytes_per_token, reuse_gaps
+from tiered_kv.sim.retention.ttl import TTLChoice, TTLModel, best_shared_ttl, evaluate, optimal_ttls
 
 __all__ = [
-    "DAY_S", "Frontier", "Gaps", "RetentionAnalysis", "RetentionConfig", "StorageModel", "TTLChoice", "TTLModel",
-    "analyze", "best_shared_ttl", "cross_class_tokens", "default_bytes_per_token", "evaluate", "frontier_occupancy",
-    "optimal_ttls", "oracle_frontier", "pair_ttls", "reuse_gaps", "sample_instants", "ttl_choice", "ttl_grid",
-    "ttl_occupancy", "watermark_view",
+    "DAY_S", "Frontier", "StorageModel", "TTLChoice", "TTLModel", "best_shared_ttl", "default_bytes_per_token",
+    "evaluate", "optimal_ttls", "oracle_frontier", "reuse_gaps",
 ]

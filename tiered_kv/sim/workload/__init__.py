@@ -11,38 +11,9 @@ effect). This package may import :mod:`tiered_kv.sim.traces` and :mod:`tiered_kv
 from tiered_kv.sim.workload.calibration import (
     CURVE_CAPACITIES,
     FIG9_TOOL_AGENT,
-    TARGETS,
-    Target,
-    calibration_report,
     hour_slice,
     infinite_hit_rate,
-    input_length_quantiles,
-    markdown_table,
-    one_hour_slice,
-    real_trace_targets,
-    requests_per_hour,
-    reuse_time_quantiles,
-    slice_stats,
-    ttl_curves,
-    ttl_hit_rates,
-    ttl_loss,
 )
-from tiered_kv.sim.workload.synth import (
-    AGENT,
-    CHATBOT,
-    DAY_S,
-    HOUR_S,
-    PRESETS,
-    ClassConfig,
-    SynthConfig,
-    generate,
-    get_config,
-)
+from tiered_kv.sim.workload.synth import AGENT, PRESETS, generate
 
-__all__ = [
-    "CURVE_CAPACITIES", "FIG9_TOOL_AGENT", "hour_slice",
-    "AGENT", "CHATBOT", "DAY_S", "HOUR_S", "PRESETS", "TARGETS", "ClassConfig", "SynthConfig", "Target",
-    "calibration_report", "generate", "get_config", "infinite_hit_rate", "input_length_quantiles",
-    "markdown_table", "one_hour_slice", "real_trace_targets", "requests_per_hour", "reuse_time_quantiles",
-    "slice_stats", "ttl_curves", "ttl_hit_rates", "ttl_loss",
-]
+__all__ = ["AGENT", "CURVE_CAPACITIES", "FIG9_TOOL_AGENT", "PRESETS", "generate", "hour_slice", "infinite_hit_rate"]
