@@ -14,18 +14,14 @@ both read. This package may import :mod:`tiered_kv.sim.trace_replay` (and run an
 
 from tiered_kv.sim.cluster.model import (
     ROUTINGS,
-    SSD_MODES,
     V3_KV_BYTES_PER_TOKEN,
     ClusterConfig,
-    ClusterResult,
     cluster_run,
-    latency_of,
     over_time,
     simulate_cluster,
     summarize,
 )
 
 __all__ = [
-    "ROUTINGS", "SSD_MODES", "V3_KV_BYTES_PER_TOKEN", "ClusterConfig", "ClusterResult", "cluster_run", "latency_of", "over_time",
-    "simulate_cluster", "summarize",
+    "ROUTINGS", "V3_KV_BYTES_PER_TOKEN", "ClusterConfig", "cluster_run", "over_time", "simulate_cluster", "summarize",
 ]

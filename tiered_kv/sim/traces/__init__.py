@@ -18,11 +18,8 @@ import importlib
 
 #: Public name -> the module of this package that defines it.
 _EXPORTS = {
-    "BAILIAN_BLOCK_SIZE": "bailian", "load_bailian": "bailian",
     "random_trace": "examples",
-    "load_generic": "generic",
     "FORMATS": "load", "detect_format": "load", "load_trace": "load",
-    "MOONCAKE_BLOCK_SIZE": "mooncake", "load_mooncake": "mooncake",
     "SCHEMA": "schema", "validate_frame": "schema",
     "insert_volatile_block": "transforms",
     "SHIPPED": "shipped", "default_class_for": "shipped", "resolve_trace_path": "shipped", "shipped_trace": "shipped",
