@@ -207,8 +207,8 @@ class Engine:
     _ids = itertools.count()
 
     def __init__(self, model: EncoderDecoder, ssd_tier: PrefixTier, host_tier: HostTier | None = None, *,
-                 gpu_tier: GPUTier | None = None, replay: int | None = None,
-                 reuse_decoder_windows: bool = False, ssd_writes: str = "exact", name: str = "engine0") -> None:
+                 replay: int | None = None, reuse_decoder_windows: bool = False, ssd_writes: str = "exact",
+                 name: str = "engine0") -> None:
         ns = ssd_tier.namespace
         if (ns.kv_heads, ns.head_dim) != (model.cfg.kv_heads, model.cfg.head_dim):
             raise ValueError(f"ssd_tier namespace KV shape {ns.kv_shape} does not match the model "
@@ -222,7 +222,7 @@ class Engine:
         self.model = model.eval()
         self.ssd = ssd_tier
         self.host = host_tier if host_tier is not None else HostTier()
-        self.gpu = gpu_tier if gpu_tier is not None else GPUTier()
+        self.gpu = GPUTier()
         self.replay = r
         self.reuse_decoder_windows = reuse_decoder_windows
         self.name = name
