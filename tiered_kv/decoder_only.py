@@ -1,8 +1,8 @@
 """The decoder-only baseline: the same depth of sliding-window layers, each with its own KV.
 
 Why it exists: the encoder-decoder's point is one global KV per token shared by every decoder
-layer; :mod:`tiered_kv.flops` and the replay tests compare its prefill work and KV bytes with
-this plain stack of L_e + L_d layers built from the same blocks.
+layer; :mod:`tiered_kv.flops` compares its prefill work with this plain stack of L_e + L_d
+layers built from the same blocks.
 """
 
 from __future__ import annotations
