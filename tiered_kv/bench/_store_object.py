@@ -1,19 +1,13 @@
 """`tiered-kv bench store --local-s3 | --url s3://bucket/prefix`: the SSD tier on object storage.
 
-The payload of :mod:`.store` (the same prefix at the same two sizes per token), with the same
-request concurrency on both sides:
+The payload of :mod:`.store` (the same prefix at the same two sizes per token): the tier's put and
+get_prefix against raw obstore puts and gets of the same bytes at the same request concurrency
+(what each side does: :data:`.store.S3_TIMED`, which the page prints), and get_prefix latency
+p50/p99 (one reader, ``--latency-runs`` runs).
 
-* ``put``: ``SSDTier.put_quantized`` of the FP4 chunks (one HEAD of the last chunk, then one
-  put-if-absent PUT per chunk, packing each chunk just before its PUT) against ``raw``: plain
-  ``obstore.put_async`` of the very same packed bytes, ``--concurrency`` in flight;
-* ``get``: ``SSDTier.get_prefix`` (a sliding window of GETs that stops at the first miss, then
-  CRC32C + key + namespace check of every chunk) against ``raw``: ``obstore.get_async`` of the
-  same objects, bytes kept, same concurrency;
-* ``get_prefix`` latency p50/p99 (one reader, ``--latency-runs`` runs).
-
-``--local-s3`` starts moto's S3 server as a child process on 127.0.0.1 (its own interpreter,
-so client and server do not share a GIL; moto is a Python server and is the bottleneck, so
-read the ratios, not the GB/s). ``--url`` uses a real bucket, configured from the environment
+``--local-s3`` starts moto's S3 server as a child process on 127.0.0.1 (its own interpreter, so
+client and server do not share a GIL; why the ratios and not the GB/s are what to read:
+:data:`.store.S3_CAVEAT`). ``--url`` uses a real bucket, configured from the environment
 (AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, ...); everything is written under a fresh
 ``tkv-bench-<id>/`` below the URL's prefix and deleted afterwards.
 """

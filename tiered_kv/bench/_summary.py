@@ -59,11 +59,15 @@ DAY_COMMAND = ("tiered-kv day generate ROOT --workers 1; "
                "tiered-kv day replay ROOT --record benchmarks/results/deepseek_day.json")
 
 
+def modules() -> list:
+    """The modules of :data:`MODULES`, imported."""
+    return [importlib.import_module(f"tiered_kv.bench.{name}") for name in MODULES]
+
+
 def rows() -> list[tuple[Row, str]]:
     """Every line of the table with the command its first JSON falls back on."""
     out = []
-    for name in MODULES:
-        module = importlib.import_module(f"tiered_kv.bench.{name}")
+    for module in modules():
         defaults = {p.name: p.command for p in module.PAGES}
         out += [(row, defaults.get(row.files[0], "")) for row in getattr(module, "SUMMARY", ())]
     return out + [(DAY, DAY_COMMAND)]

@@ -55,6 +55,7 @@ from __future__ import annotations
 
 import argparse
 import math
+from collections import Counter
 
 from tiered_kv.bench._pages import Page, Row, head, recorded
 from tiered_kv.measure import load_model
@@ -212,14 +213,9 @@ def _machine_rows(r: dict) -> list[str]:
     return rows
 
 
-def tally(r: dict, policy: str, cls: str = "restore") -> dict[str, int]:
-    """How many (bandwidth, load) points each direction holds for ``policy``'s ``cls`` p99."""
-    out: dict[str, int] = {}
-    for row in r["summary"]["admission"]:
-        if row["policy"] == policy:
-            k = row[cls]["direction"]
-            out[k] = out.get(k, 0) + 1
-    return out
+def tally(r: dict, policy: str) -> Counter[str]:
+    """How many (bandwidth, load) points each direction holds for ``policy``'s restore p99."""
+    return Counter(row["restore"]["direction"] for row in r["summary"]["admission"] if row["policy"] == policy)
 
 
 def summary_cells(c: dict) -> tuple[str, str]:

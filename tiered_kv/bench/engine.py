@@ -110,10 +110,11 @@ def _ttft(model: str, store: str, args: argparse.Namespace, workdir: Path) -> di
 
 def _workbench_ttft(lengths: list[int]) -> dict[str, Any]:
     """The workbench engine's recorded medians (miss, cold SSD hit) at the same lengths, if recorded."""
-    path = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "ttft.json"
-    if not path.exists():
+    from tiered_kv.measure.crossover import TTFT_JSON
+
+    if not TTFT_JSON.exists():
         return {}
-    rec = json.loads(path.read_text())
+    rec = json.loads(TTFT_JSON.read_text())
     out = {}
     for n in lengths:
         cell = rec.get("ttft_ms", {}).get(str(n))
@@ -302,11 +303,9 @@ def _render_mooncake(s: dict[str, Any] | None) -> list[str]:
             f"a time to an engine with {_prefix_cache(s)}; the tier's measured hits beside the simulator's `lru` "
             "replay at unlimited capacity.", "",
             "| | hit tokens | token hit rate |", "|---|---:|---:|",
-            f"| measured (connector) | {s['measured_hit_tokens']:,} | {s['measured_token_hit_rate']:.4f} |",
-            f"| predicted (simulator, the captured trace) | {s['predicted_hit_tokens']:,} | "
-            f"{s['predicted_token_hit_rate']:.4f} |",
-            f"| predicted (simulator, the slice's own hash_ids) | {s['simulator_on_trace_hit_tokens']:,} | "
-            f"{s['simulator_on_trace_token_hit_rate']:.4f} |", "",
+            *(f"| {label} | {s[k + '_hit_tokens']:,} | {s[k + '_token_hit_rate']:.4f} |" for label, k in (
+                ("measured (connector)", "measured"), ("predicted (simulator, the captured trace)", "predicted"),
+                ("predicted (simulator, the slice's own hash_ids)", "simulator_on_trace"))), "",
             f"Captured trace and measurement identical request by request: "
             f"{'yes' if s['identical_per_request'] else 'no'}. Tokens loaded from the tier: {s['loaded_tokens']:,} "
             f"(a hit never loads the block of a prompt's last token, which vLLM computes); vLLM's reported cached "

@@ -30,13 +30,16 @@ Installs nothing: a missing peer is reported (``available: false`` with the inst
 from __future__ import annotations
 
 import argparse
+import resource
+import statistics
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from tiered_kv.bench._pages import Page, Paired, Row, sec, spread, standard_page, yes
+from tiered_kv.bench._pages import Page, Paired, Row, clocked, sec, spread, yes
 
 NAME = "peers"
 PEERS = ("kvcache-simulator", "lmcache", "libcachesim")
@@ -63,8 +66,6 @@ def register(parser: argparse.ArgumentParser) -> None:
 
 def _cpu_seconds() -> float:
     """CPU time of this process plus its finished children (the peer's C++ runs as a child)."""
-    import resource
-
     kids = resource.getrusage(resource.RUSAGE_CHILDREN)
     return time.process_time() + kids.ru_utime + kids.ru_stime
 
@@ -87,8 +88,6 @@ def _interleaved(peer_fn, ours_fn, repeat: int) -> tuple[Any, Any, dict[str, dic
 def _timed_compare(peer_fn, ours_fn, repeat: int, ours_policy: str) -> dict:
     """Run both sides interleaved and compare them: medians in the usual keys, every round
     beside them (``peer_seconds_all``, ``ours_seconds_all``, ``*_cpu_seconds_all``)."""
-    import statistics
-
     peer, ours, runs = _interleaved(peer_fn, ours_fn, repeat)
     med = {s: (statistics.median(r["wall"]), statistics.median(r["cpu"])) for s, r in runs.items()}
     rec = _compare(peer, ours, med["peer"], med["ours"], ours_policy)
@@ -136,9 +135,7 @@ def _kvcache(df, path, caps_blocks, policies, repeat, bar) -> dict:
     backend = "cpp" if "cpp" in status.detail else "python"
     out["backend"] = backend
     if backend == "cpp":
-        t0 = time.perf_counter()
-        ensure_cpp_simulator()
-        out["peer_compile_seconds"] = time.perf_counter() - t0
+        out["peer_compile_seconds"] = clocked(ensure_cpp_simulator)[1]
     trace = peers.kvcache_trace(path, block_size=int(df["block_size"][0]))
     w = trace.request_starts[trace.request_count // 2]
     out["total_tokens"] = int(sum(trace.tokens[w:]))
@@ -158,9 +155,6 @@ def _kvcache(df, path, caps_blocks, policies, repeat, bar) -> dict:
 
 
 def _lmcache(df, caps_chunks, repeat, bytes_per_token, bar) -> dict:
-    import tempfile
-    from pathlib import Path
-
     from tiered_kv.sim import peers
     from tiered_kv.sim.peers.lmcache_io import write_lookup_jsonl
 
@@ -188,9 +182,6 @@ def _lmcache(df, caps_chunks, repeat, bytes_per_token, bar) -> dict:
 
 
 def _libcachesim(df, caps_blocks, repeat, bar) -> dict:
-    import tempfile
-    from pathlib import Path
-
     from tiered_kv.sim.peers import libcachesim as L
     from tiered_kv.sim.trace_replay import compile_trace
 
@@ -335,8 +326,7 @@ def _summary(p: dict) -> tuple[str, str]:
             "paired rounds, their range) " + ", ".join(sp)), "; ".join(met)
 
 
-PAGES = (Page("peers", lambda r: standard_page("Parity and speed against the public simulators (`tiered-kv bench peers`)",
-                                               "peers", r, "tiered-kv bench peers --json", render_record(r)),
-              "tiered-kv bench peers --json"),)
+PAGES = (Page("peers", render_record, "tiered-kv bench peers --json",
+              title="Parity and speed against the public simulators (`tiered-kv bench peers`)"),)
 SUMMARY = (Row("parity with kvcache-simulator (lru, optimal, fifo) and LMCache (lru)", ("peers",),
                lambda *_: "identical, faster (issue 8)", _summary),)

@@ -17,7 +17,6 @@ A name that only feeds another page (``policies_peers`` feeds ``policies``) re-r
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import re
 from pathlib import Path
@@ -34,10 +33,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def pages() -> dict[str, Page]:
     """Every page by name, from the modules that render them."""
-    out: dict[str, Page] = {}
-    for name in _summary.MODULES:
-        out.update((p.name, p) for p in importlib.import_module(f"tiered_kv.bench.{name}").PAGES)
-    return out
+    return {p.name: p for module in _summary.modules() for p in module.PAGES}
 
 
 def names() -> list[str]:

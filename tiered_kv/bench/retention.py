@@ -21,7 +21,6 @@ inside a measurement.
 from __future__ import annotations
 
 import argparse
-import resource
 from typing import Any
 
 import numpy as np
@@ -104,6 +103,7 @@ def measure(trace, ttl_points: int, repeat: int, baseline_points: int | None) ->
 def run(args: argparse.Namespace) -> dict[str, Any]:
     from tqdm import tqdm
 
+    from tiered_kv.sim.day.shards import peak_rss_bytes
     from tiered_kv.sim.trace_replay import compile_trace
     from tiered_kv.sim.traces import load_trace, resolve_trace_path
 
@@ -128,13 +128,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         factor = float(args.synth_accesses) / (14.0 * per_day)
         big, gen_s, compile_s = traced(lambda: generate(mixed.scaled(factor), 14.0, 0))
         steps.update()
-        res = measure(big, args.ttl_points, getattr(args, "synth_repeat", 3), args.baseline_points)
+        res = measure(big, args.ttl_points, args.synth_repeat, args.baseline_points)
         out["synthetic_14d"] = {"preset": "mixed", "rate_factor": factor * (1 / 16), "generate_s": gen_s,
                                 "compile_trace_s": compile_s, **res}
         steps.update()
     steps.close()
     out["meets_targets"] = {k: out[k]["curves_frontier_s"] <= v for k, v in out["targets_s"].items() if k in out}
-    out["peak_rss_gib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+    out["peak_rss_gib"] = peak_rss_bytes() / 2**30
     return out
 
 

@@ -23,7 +23,6 @@ measured separately and reported, never inside a timing.
 from __future__ import annotations
 
 import argparse
-import resource
 from typing import Any
 
 import numpy as np
@@ -51,12 +50,10 @@ def register(parser: argparse.ArgumentParser) -> None:
     add_cli_arguments(parser)
 
 
-def median_of(fn, repeat: int, runs: dict[str, list[float]] | None = None, name: str = "") -> float:
-    """Median seconds of ``repeat`` calls of ``fn``; with ``runs``, every run is kept under ``name``."""
-    times = [clocked(fn)[1] for _ in range(max(repeat, 1))]
-    if runs is not None:
-        runs[name] = times
-    return float(np.median(times))
+def median_of(fn, repeat: int, runs: dict[str, list[float]], name: str) -> float:
+    """Median seconds of ``repeat`` calls of ``fn``; every run is kept in ``runs[name]``."""
+    runs[name] = [clocked(fn)[1] for _ in range(max(repeat, 1))]
+    return float(np.median(runs[name]))
 
 
 def concat_shifted(trace, copies: int):
@@ -170,6 +167,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 def run_cluster_bench(days: float = 14.0, preset: str = "mixed") -> dict[str, Any]:
     """Generate, compile and replay the cluster workload; time each stage; report throughput and memory."""
     from tiered_kv.sim.cluster import V3_KV_BYTES_PER_TOKEN, ClusterConfig, simulate_cluster
+    from tiered_kv.sim.day.shards import peak_rss_bytes
     from tiered_kv.sim.policies import LRU
     from tiered_kv.sim.trace_replay import compile_trace
     from tiered_kv.sim.workload.synth import generate
@@ -190,7 +188,7 @@ def run_cluster_bench(days: float = 14.0, preset: str = "mixed") -> dict[str, An
         "generate_s": gen_s, "compile_trace_s": compile_s, "jit_warmup_s": jit_s,
         "cluster_s": cluster_s, "cluster_accesses_per_s": trace.n_accesses / cluster_s,
         "single_lru_s": single_s, "slowdown_vs_single_lru": cluster_s / single_s,
-        "peak_rss_bytes": int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024,
+        "peak_rss_bytes": peak_rss_bytes(),
         "token_hit_rate": s["token_hit_rate"], "disk_token_fraction": s["disk_token_fraction"],
         "meets_target": {"block_accesses_ge_10M": trace.n_accesses >= 10_000_000, "cluster_s_le_60": cluster_s <= 60},
     }

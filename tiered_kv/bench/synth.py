@@ -15,7 +15,6 @@ Not a test: nothing is asserted.
 from __future__ import annotations
 
 import argparse
-import resource
 import statistics
 from typing import Any
 
@@ -36,6 +35,7 @@ def register(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
+    from tiered_kv.sim.day.shards import peak_rss_bytes
     from tiered_kv.sim.workload.calibration import calibration_report
     from tiered_kv.sim.workload.synth import PRESETS, generate
 
@@ -52,7 +52,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             calls.append({"round": r, "seed": seed, "seconds": s, "requests": int(df.height),
                           "block_accesses": n, "accesses_per_s": n / s})
             del df
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    rss = peak_rss_bytes() / 2**20
     secs = [c["seconds"] for c in calls]
     rates = [c["accesses_per_s"] for c in calls]
     out: dict[str, Any] = {

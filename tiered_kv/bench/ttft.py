@@ -35,7 +35,9 @@ from tiered_kv.measure.ttft import (  # noqa: F401 - the measurement this benchm
 
 NAME = "ttft"
 HELP = "measured TTFT (miss / cold and warm SSD hit / SSD+host hit, medians + IQR) and prefill FLOPs"
-
+#: The JSON key of each hit's speed-up over the miss, per length (the median of per-repeat ratios).
+SPEEDUP_KEYS = {"ssd_cold_hit": "speedup_ssd_hit_vs_miss", "ssd_warm_hit": "speedup_ssd_warm_hit_vs_miss",
+                "ssd_host_hit": "speedup_ssd_host_hit_vs_miss"}
 
 
 def register(parser: argparse.ArgumentParser) -> None:
@@ -112,7 +114,7 @@ def run(args: argparse.Namespace) -> dict:
         print(f"ttft: warning: {a}", file=sys.stderr)
     ttft = {n: {c: d[f"{c}_ms"] for c in CASES} for n, d in per.items()}
     runs = repeats_ms(every)
-    speedup = {n: paired_speedup(runs[n], "ssd_cold_hit").median for n in per}
+    speedups = {key: {n: paired_speedup(runs[n], case).median for n in per} for case, key in SPEEDUP_KEYS.items()}
     stages = {}
     for n in per:
         sub = {row["case"]: row for row in df.filter(df["length_tokens"] == int(n)).iter_rows(named=True)}
@@ -141,12 +143,10 @@ def run(args: argparse.Namespace) -> dict:
         "cold_read_method": "posix_fadvise(POSIX_FADV_DONTNEED) on every store file before each cold case",
         "store_filesystem": filesystem_of(store_root),
         "lengths": per, "anomalies": anomalies,
-        "ttft_ms": ttft, "repeats_ms": runs, "speedup_ssd_hit_vs_miss": speedup,
-        "speedup_ssd_warm_hit_vs_miss": {n: paired_speedup(runs[n], "ssd_warm_hit").median for n in per},
-        "speedup_ssd_host_hit_vs_miss": {n: paired_speedup(runs[n], "ssd_host_hit").median for n in per},
-        "stages_ms": stages,
+        "ttft_ms": ttft, "repeats_ms": runs, **speedups, "stages_ms": stages,
         "prefill_flops": flops, "prefill_flops_ratio": flops["prefill_flops_ratio"],
-        "median_speedup_ssd_hit_vs_miss": statistics.median(speedup.values()) if speedup else None,
+        "median_speedup_ssd_hit_vs_miss": statistics.median(speedups["speedup_ssd_hit_vs_miss"].values()) if per
+        else None,
     }
     result.update(extra)
     return result
@@ -170,9 +170,9 @@ def speedup(r: dict, n: str, case: str) -> Paired | None:
     return paired_speedup(runs, case) if runs else None
 
 
-def _speedup_cell(r: dict, n: str, case: str, old_key: str) -> str:
+def _speedup_cell(r: dict, n: str, case: str) -> str:
     p = speedup(r, n, case)
-    return p.text(lambda x: f"{x:.1f}x") if p else f"{r[old_key][n]:.1f}x"
+    return p.text(lambda x: f"{x:.1f}x") if p else f"{r[SPEEDUP_KEYS[case]][n]:.1f}x"
 
 
 def _ms(d: dict, case: str) -> str:
@@ -180,13 +180,10 @@ def _ms(d: dict, case: str) -> str:
 
 
 def _rows(r: dict) -> str:
-    rows = []
-    for n, d in sorted(r["lengths"].items(), key=lambda kv: int(kv[0])):
-        rows.append(f"| {int(n):,} | {_ms(d, 'miss')} | {_ms(d, 'ssd_cold_hit')} | {_ms(d, 'ssd_warm_hit')} | "
-                    f"{_ms(d, 'ssd_host_hit')} | {_speedup_cell(r, n, 'ssd_cold_hit', 'speedup_ssd_hit_vs_miss')} | "
-                    f"{_speedup_cell(r, n, 'ssd_host_hit', 'speedup_ssd_host_hit_vs_miss')} | "
-                    f"{d['decoder_window_reuse']:.0%} ({d['ssd_host_hit_decoder_tokens']:.0f} tokens) |")
-    return "\n".join(rows)
+    return "\n".join(f"| {int(n):,} | " + " | ".join(_ms(d, c) for c in CASES) + " | "
+                     f"{_speedup_cell(r, n, 'ssd_cold_hit')} | {_speedup_cell(r, n, 'ssd_host_hit')} | "
+                     f"{d['decoder_window_reuse']:.0%} ({d['ssd_host_hit_decoder_tokens']:.0f} tokens) |"
+                     for n, d in sorted(r["lengths"].items(), key=lambda kv: int(kv[0])))
 
 
 def _speedup_note(r: dict) -> str:
@@ -234,9 +231,7 @@ decoder-only baseline = {f['prefill_flops_ratio']:.3f}; with the decoder over al
 def _summary(t: dict) -> tuple[str, str]:
     n = max(t["lengths"], key=int)
     cells, cold = [], None
-    for name, case, key in (("cold SSD hit", "ssd_cold_hit", "speedup_ssd_hit_vs_miss"),
-                            ("warm", "ssd_warm_hit", "speedup_ssd_warm_hit_vs_miss"),
-                            ("SSD+host", "ssd_host_hit", "speedup_ssd_host_hit_vs_miss")):
+    for name, (case, key) in zip(("cold SSD hit", "warm", "SSD+host"), SPEEDUP_KEYS.items(), strict=True):
         p = speedup(t, n, case)
         value = p.median if p else t[key][n]
         cold = value if cold is None else cold
