@@ -43,8 +43,9 @@ def is_cluster(args: argparse.Namespace) -> bool:
 
 def run_cluster(args: argparse.Namespace) -> dict[str, Any]:
     from tiered_kv.commands._common import build_policy, load_trace_or_synth
-    from tiered_kv.sim.cluster import ClusterConfig
+    from tiered_kv.sim.cluster import ClusterConfig, cluster_run
     from tiered_kv.sim.policies import DEFAULT_BYTES_PER_TOKEN, capacity_tokens_from
+    from tiered_kv.units import parse_bytes
 
     bpt = args.bytes_per_token or DEFAULT_BYTES_PER_TOKEN
     trace, sem, days = load_trace_or_synth(args)
@@ -69,16 +70,12 @@ def run_cluster(args: argparse.Namespace) -> dict[str, Any]:
             shared_args = argparse.Namespace(**{**vars(args), "capacity": args.shared_capacity})
             policy = build_policy(shared_args, sem)
     host = 0 if args.host_capacity is None else args.host_capacity
-    from tiered_kv.units import parse_bytes
-
     cfg = ClusterConfig(
         nodes=args.nodes or 1, routing=args.routing or "random",
         gpu_capacity_tokens=0 if args.gpu_capacity is None else tokens(args.gpu_capacity, "--gpu-capacity"),
         host_capacity_bytes=parse_bytes(host, name="--host-capacity"),
         ssd="per-machine" if per_machine else "shared", ssd_capacity_tokens=ssd_cap,
         kv_bytes_per_token=bpt, seed=args.seed)
-    from tiered_kv.sim.cluster import cluster_run
-
     res, summary = cluster_run(trace, cfg, ssd_policy=policy, admission=args.admission)
     out: dict[str, Any] = {"trace": source, "semantics": sem.name, **summary}
     out["cluster"] = {"nodes": cfg.nodes, "routing": cfg.routing, "ssd": cfg.ssd,

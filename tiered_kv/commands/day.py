@@ -56,6 +56,8 @@ def register(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
     from tiered_kv.commands._common import to_json
 
     if args.day_command == "generate":
@@ -69,8 +71,6 @@ def run(args: argparse.Namespace) -> int:
               f"peak RSS {m['generation_peak_rss_bytes'] / 2**30:.2f} GiB")
         return 0
     if args.day_command == "markdown":
-        from pathlib import Path
-
         print(markdown(json.loads(Path(args.json_path).read_text())))
         return 0
     from tiered_kv.sim.day import replay_day
@@ -82,8 +82,6 @@ def run(args: argparse.Namespace) -> int:
     res["bytes_per_token"] = args.bytes_per_token
     text = to_json(res)
     if args.record:
-        from pathlib import Path
-
         Path(args.record).write_text(text + "\n", encoding="utf-8")
     if args.json:
         print(text)

@@ -48,28 +48,20 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
 
 
-def load(args: argparse.Namespace):
-    """(compiled trace, label) for --trace or --synth/--days/--seed."""
-    from tiered_kv.commands._common import load_trace_or_synth
-
-    if args.days is not None and args.synth is None:
-        raise ValueError("--days: only with --synth (a trace file has its own span)")
-    trace, _, days = load_trace_or_synth(args)
-    return trace, str(args.trace) if days is None else f"synth {args.synth}, {days:g} days, seed {args.seed}"
-
-
 def run(args: argparse.Namespace) -> int:
+    from tiered_kv.commands._common import load_trace_or_synth, to_json
     from tiered_kv.sim.retention.report import RetentionConfig, analyze
     from tiered_kv.units import parse_bytes
 
     cap = None if args.capacity is None else float(parse_bytes(args.capacity, name="--capacity"))
-    trace, label = load(args)
+    if args.days is not None and args.synth is None:
+        raise ValueError("--days: only with --synth (a trace file has its own span)")
+    trace, _, days = load_trace_or_synth(args)
     result = analyze(trace, capacity_bytes=cap, bytes_per_token=args.bytes_per_token,
                      config=RetentionConfig(ttl_points=args.ttl_points))
+    label = str(args.trace) if days is None else f"synth {args.synth}, {days:g} days, seed {args.seed}"
     out = {"source": label, **result.to_dict()}
     if args.json:
-        from tiered_kv.commands._common import to_json
-
         print(to_json(out))
         return 0
     print_report(out)
