@@ -52,22 +52,6 @@ def _accesses(df: pl.DataFrame) -> _Accesses:
     return _Accesses(ids, req, pos, reuse)
 
 
-
-def reuse_time_quantiles(df: pl.DataFrame, q: tuple[float, ...] = (0.5, 0.9)) -> dict[float, float]:
-    """Quantiles (seconds) of block reuse times over all accesses that have one."""
-    r = _accesses(df).reuse_s
-    r = r[np.isfinite(r)]
-    if r.size == 0:
-        raise ValueError("trace: no block is accessed twice, reuse times are undefined")
-    return dict(zip(q, np.quantile(r, q).tolist(), strict=True))
-
-
-def input_length_quantiles(df: pl.DataFrame, q: tuple[float, ...] = (0.1, 0.25, 0.5, 0.75, 0.9)
-                           ) -> dict[float, float]:
-    """Quantiles of input length (tokens)."""
-    return dict(zip(q, np.quantile(df["input_length"].to_numpy(), q).tolist(), strict=True))
-
-
 def _lead_ms(df: pl.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per access: running max of reuse time (whole ms, rounded up) over the request's leading
     blocks, the tokens the access is credited with, and its request row."""
@@ -180,10 +164,17 @@ TARGETS: tuple[Target, ...] = (
 
 
 def slice_stats(df: pl.DataFrame) -> dict[str, float]:
-    """The one-hour-slice statistics compared with a real trace (one class per frame)."""
-    stats = {f"input_length_p{round(q * 100)}": v for q, v in input_length_quantiles(df).items()}
-    reuse = reuse_time_quantiles(df)
-    stats |= {"reuse_time_p50_s": reuse[0.5], "reuse_time_p90_s": reuse[0.9],
+    """The one-hour-slice statistics compared with a real trace (one class per frame); reuse-time
+    quantiles are over the accesses that have one."""
+    percents = (10, 25, 50, 75, 90)
+    lengths = np.quantile(df["input_length"].to_numpy(), [p / 100 for p in percents]).tolist()
+    stats = {f"input_length_p{p}": v for p, v in zip(percents, lengths, strict=True)}
+    reuse = _accesses(df).reuse_s
+    reuse = reuse[np.isfinite(reuse)]
+    if reuse.size == 0:
+        raise ValueError("trace: no block is accessed twice, reuse times are undefined")
+    p50, p90 = np.quantile(reuse, (0.5, 0.9)).tolist()
+    stats |= {"reuse_time_p50_s": p50, "reuse_time_p90_s": p90,
               "infinite_hit_rate": infinite_hit_rate(df), "requests_per_hour": requests_per_hour(df),
               "avg_input_tokens": float(df["input_length"].mean()),
               "avg_output_tokens": float(df["output_length"].mean())}
