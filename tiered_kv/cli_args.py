@@ -45,17 +45,12 @@ class Parser(argparse.ArgumentParser):
 def join_negative_values(argv: Sequence[str]) -> list[str]:
     """``["--capacity", "-5GiB"]`` -> ``["--capacity=-5GiB"]`` (a long flag followed by a negative value)."""
     out: list[str] = []
-    i = 0
-    argv = list(argv)
-    while i < len(argv):
-        tok = argv[i]
-        if (tok.startswith("--") and "=" not in tok and len(tok) > 2 and i + 1 < len(argv)
-                and _NEGATIVE.match(argv[i + 1])):
-            out.append(f"{tok}={argv[i + 1]}")
-            i += 2
-            continue
-        out.append(tok)
-        i += 1
+    for tok in argv:
+        flag = out[-1] if out else ""
+        if _NEGATIVE.match(tok) and flag.startswith("--") and "=" not in flag and len(flag) > 2:
+            out[-1] = f"{flag}={tok}"
+        else:
+            out.append(tok)
     return out
 
 
