@@ -89,8 +89,8 @@ def _case(label: str, ns, tokens, base, args, run_id: str) -> dict:
     timings: dict[str, list[float]] = {k: [] for k in ("put", "raw_put", "get", "raw_get")}
     lat: list[float] = []
     for r in range(args.repeat):
-        tier_prefix, raw_prefix = f"tkv-bench-{run_id}/{label}-{r}/tier", f"tkv-bench-{run_id}/{label}-{r}/raw"
-        tier_store, raw_store = _child(base, tier_prefix), _child(base, raw_prefix)
+        prefix = f"tkv-bench-{run_id}/{label}-{r}"
+        tier_store, raw_store = _child(base, f"{prefix}/tier"), _child(base, f"{prefix}/raw")
         tier = SSDTier(tier_store, namespace=ns,
                        config=SSDConfig(auto_gc=False, background_touch=False, io_concurrency=args.concurrency))
         list(in_turn(timings, r, [("put", lambda tier=tier: tier.put_quantized(tokens, p.chunks, "bench")),
@@ -104,8 +104,7 @@ def _case(label: str, ns, tokens, base, args, run_id: str) -> dict:
                 assert tier.get_prefix(tokens).blocks == p.n_blocks
                 lat.append(time.perf_counter() - t0)
         tier.close()
-        _delete_prefix(base, tier_prefix)
-        _delete_prefix(base, raw_prefix)
+        _delete_prefix(base, prefix)
     med = {k: statistics.median(v) for k, v in timings.items()}
     return {
         **p.sizes(ns), "seconds": med, "all_seconds": timings,

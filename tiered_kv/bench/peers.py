@@ -70,10 +70,11 @@ def _cpu_seconds() -> float:
     return time.process_time() + kids.ru_utime + kids.ru_stime
 
 
-def _interleaved(peer_fn, ours_fn, repeat: int) -> tuple[Any, Any, dict[str, dict[str, list[float]]]]:
-    """(peer result, our result, every round's wall and CPU seconds per side) over ``repeat``
-    rounds run peer, ours, peer, ours, ...: load from other jobs on a shared machine hits both
-    sides alike."""
+def _timed_compare(peer_fn, ours_fn, repeat: int, ours_policy: str) -> dict:
+    """Both sides' curves compared point by point, and timed in ``repeat`` rounds run peer, ours,
+    peer, ours, ... (load from other jobs on a shared machine hits both sides alike): medians in
+    the usual keys, every round beside them (``peer_seconds_all``, ``ours_seconds_all``,
+    ``*_cpu_seconds_all``), the speed-ups per round (:func:`speedups`)."""
     runs: dict[str, dict[str, list[float]]] = {s: {"wall": [], "cpu": []} for s in ("peer", "ours")}
     out: dict[str, Any] = {}
     for _ in range(max(1, repeat)):
@@ -82,32 +83,18 @@ def _interleaved(peer_fn, ours_fn, repeat: int) -> tuple[Any, Any, dict[str, dic
             out[side] = fn()
             runs[side]["wall"].append(time.perf_counter() - t0)
             runs[side]["cpu"].append(_cpu_seconds() - c0)
-    return out["peer"], out["ours"], runs
-
-
-def _timed_compare(peer_fn, ours_fn, repeat: int, ours_policy: str) -> dict:
-    """Run both sides interleaved and compare them: medians in the usual keys, every round
-    beside them (``peer_seconds_all``, ``ours_seconds_all``, ``*_cpu_seconds_all``)."""
-    peer, ours, runs = _interleaved(peer_fn, ours_fn, repeat)
-    med = {s: (statistics.median(r["wall"]), statistics.median(r["cpu"])) for s, r in runs.items()}
-    rec = _compare(peer, ours, med["peer"], med["ours"], ours_policy)
-    rec.update({"repeat": int(max(1, repeat)), "peer_seconds_all": runs["peer"]["wall"],
-                "ours_seconds_all": runs["ours"]["wall"], "peer_cpu_seconds_all": runs["peer"]["cpu"],
-                "ours_cpu_seconds_all": runs["ours"]["cpu"]})
+    (peer_s, peer_cpu), (ours_s, ours_cpu) = ((statistics.median(r["wall"]), statistics.median(r["cpu"]))
+                                              for r in runs.values())
+    diff = np.flatnonzero(out["peer"] != out["ours"])
+    rec = {"ours_policy": ours_policy, "identical": bool(diff.size == 0), "mismatches": int(diff.size),
+           "first_mismatch_index": int(diff[0]) if diff.size else None, "peer_seconds": peer_s,
+           "ours_seconds": ours_s, "speedup_vs_peer": None, "peer_cpu_seconds": peer_cpu,
+           "ours_cpu_seconds": ours_cpu, "cpu_speedup_vs_peer": None, "hit_tokens_peer": out["peer"].tolist(),
+           "hit_tokens_ours": out["ours"].tolist(), "repeat": int(max(1, repeat)), "peer_seconds_all": runs["peer"]["wall"],
+           "ours_seconds_all": runs["ours"]["wall"], "peer_cpu_seconds_all": runs["peer"]["cpu"],
+           "ours_cpu_seconds_all": runs["ours"]["cpu"]}
     rec["speedup_vs_peer"], rec["cpu_speedup_vs_peer"] = (p.median for p in speedups(rec))
     return rec
-
-
-def _compare(peer: np.ndarray, ours: np.ndarray, peer_t: tuple, ours_t: tuple, ours_policy: str) -> dict:
-    diff = np.flatnonzero(peer != ours)
-    ratio = lambda a, b: a / b if b > 0 else float("inf")  # noqa: E731
-    return {"ours_policy": ours_policy, "identical": bool(diff.size == 0), "mismatches": int(diff.size),
-            "first_mismatch_index": int(diff[0]) if diff.size else None,
-            "peer_seconds": peer_t[0], "ours_seconds": ours_t[0],
-            "speedup_vs_peer": ratio(peer_t[0], ours_t[0]),
-            "peer_cpu_seconds": peer_t[1], "ours_cpu_seconds": ours_t[1],
-            "cpu_speedup_vs_peer": ratio(peer_t[1], ours_t[1]),
-            "hit_tokens_peer": peer.tolist(), "hit_tokens_ours": ours.tolist()}
 
 
 def _warm_numba() -> float:

@@ -24,7 +24,6 @@ import os
 import shutil
 import statistics
 import tempfile
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
@@ -181,27 +180,19 @@ def _latency(tier, tokens, n_blocks: int, args) -> dict:
     """p50/p99 of warm get_prefix with N threads reading the same prefix concurrently."""
     out = {}
     for n in [int(x) for x in args.readers.split(",") if x.strip()]:
-        lat: list[float] = []
-        lock = threading.Lock()
         stop = time.perf_counter() + args.latency_seconds
 
-        def reader(stop: float = stop, lat: list = lat, lock=lock) -> None:
+        def reader(stop: float = stop) -> list[float]:
             mine = []
             while True:
                 t0 = time.perf_counter()
                 assert tier.get_prefix(tokens).blocks == n_blocks
                 mine.append(time.perf_counter() - t0)
                 if time.perf_counter() > stop and len(mine) >= 3:
-                    break
-            with lock:
-                lat.extend(mine)
+                    return mine
 
-        threads = [threading.Thread(target=reader) for _ in range(n)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        out[str(n)] = latency_ms(lat)
+        with ThreadPoolExecutor(n) as readers:
+            out[str(n)] = latency_ms([s for f in [readers.submit(reader) for _ in range(n)] for s in f.result()])
     return out
 
 
