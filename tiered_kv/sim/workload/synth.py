@@ -354,15 +354,11 @@ def _add_calls(rng: np.random.Generator, c: ClassConfig, d: _ClassDraw, populari
     length = c.system_prompt_tokens + d.prefix_tokens[prefix] + np.rint(suffix).astype(np.int64)
     output = _output_tokens(rng, c, n)
     keep = length <= c.max_input_tokens
-    n_s = len(d.session_blocks)
-    session = n_s + np.cumsum(keep) - 1
-    return _ClassDraw(
-        time=np.concatenate([d.time, time[keep]]), input_length=np.concatenate([d.input_length, length[keep]]),
-        output_length=np.concatenate([d.output_length, output[keep]]),
-        session=np.concatenate([d.session, session[keep]]),
-        turn=np.concatenate([d.turn, np.zeros(int(keep.sum()), dtype=np.int32)]),
-        prefix=np.concatenate([d.prefix, prefix[keep]]), prefix_tokens=d.prefix_tokens,
-        session_blocks=np.concatenate([d.session_blocks, length[keep] // block_size]))
+    calls = {"time": time, "input_length": length, "output_length": output,
+             "session": len(d.session_blocks) + np.cumsum(keep) - 1, "turn": np.zeros(n, dtype=np.int32),
+             "prefix": prefix, "session_blocks": length // block_size}
+    return _ClassDraw(prefix_tokens=d.prefix_tokens,
+                      **{k: np.concatenate([getattr(d, k), v[keep]]) for k, v in calls.items()})
 
 
 # --------------------------------------------------------------------------------------------
