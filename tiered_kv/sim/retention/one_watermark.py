@@ -85,16 +85,15 @@ def summarize_run(trace: CompiledTrace, run: GCRun) -> list[dict]:
     return rows
 
 
-def one_watermark_study(trace: CompiledTrace, *, bytes_per_token: float | None = None,
-                        ttl_s: dict[str, float] | None = None, high: float = 0.95, low: float = 0.85,
-                        agent_weight: float | None = None) -> dict:
-    """A single watermark sized to the TTL pair's storage, under each collector, per class.
+def one_watermark_study(trace: CompiledTrace, *, ttl_s: dict[str, float] | None = None) -> dict:
+    """A single watermark (high 0.95, low 0.85) sized to the TTL pair's storage of MXFP4 chunks, under
+    each collector, per class.
 
     The capacity is the average stored bytes of the per-class TTLs ``ttl_s`` (default DeepSeek's
     pair: 3 d agent, 7 d everything else). Returns ``summary`` (per mechanism and class: hit rate,
     evictions, idle/age quantiles), ``evictions`` (one row per eviction), the capacity, the TTL
     pair's own hit rate and the oracle frontier's at the same average bytes.
-    ``weighted`` uses ``agent_weight`` on the agent class (default: the TTL ratio, 7/3);
+    ``weighted`` weighs the agent class by the TTL ratio (7/3 for the pair);
     ``quotas`` gives each class the share of the pair's bytes its own TTL stores.
     """
     from tiered_kv.sim.retention.frontier import oracle_frontier
@@ -104,7 +103,7 @@ def one_watermark_study(trace: CompiledTrace, *, bytes_per_token: float | None =
 
     names = trace.class_names
     ttl = pair_ttls(names) if ttl_s is None else np.array([float(ttl_s[n]) for n in names])
-    storage = StorageModel.for_trace(trace, bytes_per_token)
+    storage = StorageModel.for_trace(trace)
     cb = storage.chunk_bytes
     gaps = reuse_gaps(trace)
     model = TTLModel.build(trace, gaps, cb)
@@ -118,11 +117,11 @@ def one_watermark_study(trace: CompiledTrace, *, bytes_per_token: float | None =
     agent = [i for i, n in enumerate(names) if n == "agent"]
     if agent:
         others = [t for i, t in enumerate(ttl) if i not in agent]
-        weights[agent] = agent_weight if agent_weight is not None else (max(others) / ttl[agent[0]] if others else 1.0)
+        weights[agent] = max(others) / ttl[agent[0]] if others else 1.0
     params = {"lru": None, "weighted": weights, "ttl-priority": ttl, "quotas": cost / cost.sum()}
     rows, frames = [], []
     for mech, param in params.items():
-        run = run_gc(trace, mech, capacity, bytes_per_token=storage.bytes_per_token, param=param, high=high, low=low)
+        run = run_gc(trace, mech, capacity, bytes_per_token=storage.bytes_per_token, param=param)
         rows += summarize_run(trace, run)
         frames.append(eviction_frame(run, names))
     summary = pl.DataFrame(rows).with_columns(
