@@ -115,6 +115,7 @@ def run(args: argparse.Namespace) -> dict:
     ttft = {n: {c: d[f"{c}_ms"] for c in CASES} for n, d in per.items()}
     runs = repeats_ms(every)
     speedups = {key: {n: paired_speedup(runs[n], case).median for n in per} for case, key in SPEEDUP_KEYS.items()}
+    cold = speedups["speedup_ssd_hit_vs_miss"]
     stages = {}
     for n in per:
         sub = {row["case"]: row for row in df.filter(df["length_tokens"] == int(n)).iter_rows(named=True)}
@@ -131,25 +132,20 @@ def run(args: argparse.Namespace) -> dict:
         )
 
         seqs = sample_sequences(load_heldout(), args.samples, 1024 + 32, seed=0)
-        rep = replay_error(model, seqs, progress=True)
-        extra["replay_quality"] = rep.to_dicts()
+        extra["replay_quality"] = replay_error(model, seqs, progress=True).to_dicts()
         extra["fp4_error"] = fp4_error(model, seqs).to_dicts()
         extra["attention_locality"] = attention_locality(model, [q[:1024] for q in seqs])
-    store_root = args.store_dir or tempfile.gettempdir()
-    result = {
+    return {
         "model": source, "params": model.num_params, "window_tokens": model.cfg.window,
         "replay_tokens": model.cfg.replay, "block_size_tokens": args.block_size, "fmt": args.fmt,
         "suffix_tokens": args.suffix, "threads": args.threads, "repeats": args.repeats,
         "cold_read_method": "posix_fadvise(POSIX_FADV_DONTNEED) on every store file before each cold case",
-        "store_filesystem": filesystem_of(store_root),
+        "store_filesystem": filesystem_of(args.store_dir or tempfile.gettempdir()),
         "lengths": per, "anomalies": anomalies,
         "ttft_ms": ttft, "repeats_ms": runs, **speedups, "stages_ms": stages,
         "prefill_flops": flops, "prefill_flops_ratio": flops["prefill_flops_ratio"],
-        "median_speedup_ssd_hit_vs_miss": statistics.median(speedups["speedup_ssd_hit_vs_miss"].values()) if per
-        else None,
+        "median_speedup_ssd_hit_vs_miss": statistics.median(cold.values()) if cold else None, **extra,
     }
-    result.update(extra)
-    return result
 
 
 # ------------------------------------------------------------------------------------ the record
