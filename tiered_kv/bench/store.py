@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import statistics
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -127,15 +126,11 @@ def _size_case(label: str, ns, tokens, root: Path, args, pool) -> dict:
         if r < args.repeat - 1:
             tier.close()
             shutil.rmtree(root / f"{label}-{r}")
-    med = {k: statistics.median(v) for k, v in timings.items() if v}
-    res["seconds"] = med
-    res["seconds_all"] = {k: v for k, v in timings.items() if v}  # every repeat, for the spread
-    res["GBps"] = {k: p.total / v / 1e9 for k, v in med.items()}
-    res.update({key: Paired.between(timings[raw], timings[t]).median for key, (raw, t) in PAIRED.items()})
+    res.update(p.figures(timings, "seconds_all", PAIRED))
     res["get_prefix_latency_ms"] = _latency(tier, tokens, p.n_blocks, args)
     tier.close()
     if args.naive:
-        res["naive_zarr_array_per_chunk"] = _naive(root / f"{label}-naive", p.objs, med)
+        res["naive_zarr_array_per_chunk"] = _naive(root / f"{label}-naive", p.objs, res["seconds"])
     shutil.rmtree(root / f"{label}-{args.repeat - 1}", ignore_errors=True)
     return res
 

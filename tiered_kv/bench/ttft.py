@@ -22,7 +22,7 @@ import statistics
 import tempfile
 
 from tiered_kv.bench._pages import Page, Paired, Row, head, ratio, recorded, yes
-from tiered_kv.flops import prefill_flops  # noqa: F401 - re-exported: the benchmark reports it
+from tiered_kv.flops import prefill_flops
 from tiered_kv.measure.ttft import (  # noqa: F401 - the measurement this benchmark records
     CASES,
     LENGTHS,
