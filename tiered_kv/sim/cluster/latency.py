@@ -181,21 +181,19 @@ def load_seconds(cfg: LatencyConfig, tokens):
     return np.asarray(tokens, dtype=np.float64) * cfg.kv_bytes_per_token / cfg.read_bandwidth_bytes_per_s
 
 
-def ttft_components(cfg: LatencyConfig, n, loaded=0, local=0, window_present=False) -> dict:
+def ttft_components(cfg: LatencyConfig, n, loaded=0) -> dict:
     """TTFT parts of a request alone on an idle machine (no queueing), vectorised over arrays.
 
-    ``n`` input tokens; ``local`` leading tokens already on the machine (GPU tier, no load);
-    ``loaded`` further tokens read from the SSD tier; the rest is prefilled. Replay is paid when a
-    prefix is cached and ``window_present`` is false.
+    ``n`` input tokens; ``loaded`` leading tokens read from the SSD tier, then replayed (no window
+    state on the machine); the rest is prefilled.
     """
     n = np.asarray(n, dtype=np.float64)
-    cached = np.asarray(local, dtype=np.float64) + np.asarray(loaded, dtype=np.float64)
-    if np.any(cached > n):
-        raise ValueError("ttft_components: cached tokens (local + loaded) exceed the input length")
+    loaded = np.asarray(loaded, dtype=np.float64)
+    if np.any(loaded > n):
+        raise ValueError("ttft_components: loaded tokens exceed the input length")
     load = load_seconds(cfg, loaded)
-    prefill = prefill_seconds(cfg, cached, n) + cfg.prefill_fixed_s
-    replay = np.where((cached > 0) & ~np.asarray(window_present, dtype=bool),
-                      replay_seconds(cfg, cached), 0.0)
+    prefill = prefill_seconds(cfg, loaded, n) + cfg.prefill_fixed_s
+    replay = np.where(loaded > 0, replay_seconds(cfg, loaded), 0.0)
     return {"load_s": load, "prefill_s": prefill, "replay_s": replay,
             "ttft_s": load + prefill + replay}
 

@@ -35,10 +35,10 @@ class GCRun:
 _PARAM = {"weighted": "weights", "ttl-priority": "ttl_seconds", "quotas": "shares"}
 
 
-def run_gc(trace: CompiledTrace, mechanism: str, capacity_bytes: float, *, bytes_per_token: float, param=None,
-           high: float = 0.95, low: float = 0.85) -> GCRun:
-    """Replay ``trace`` under the registered collector ``gc-<mechanism>``, every chunk weighing
-    ``bytes_per_token`` x the block size. ``param``, one value per class of the trace: weights for
+def run_gc(trace: CompiledTrace, mechanism: str, capacity_bytes: float, *, bytes_per_token: float,
+           param=None) -> GCRun:
+    """Replay ``trace`` under the registered collector ``gc-<mechanism>`` (its default watermarks),
+    every chunk weighing ``bytes_per_token`` x the block size. ``param``, one value per class of the trace: weights for
     ``weighted`` (default 1), TTLs in seconds for ``ttl-priority`` and quota shares of
     ``capacity_bytes`` for ``quotas`` (both required)."""
     from tiered_kv.sim.policies import get_policy
@@ -56,8 +56,8 @@ def run_gc(trace: CompiledTrace, mechanism: str, capacity_bytes: float, *, bytes
         if values.shape != (len(names),):
             raise ValueError(f"param: need {len(names)} values (one per class {list(names)}), got {values}")
         extra[_PARAM[mechanism]] = dict(zip(names, values.tolist(), strict=True))
-    res = get_policy(f"gc-{mechanism}", capacity_bytes=capacity_bytes, high=high, low=low,
-                     bytes_per_token=bytes_per_token, **extra).collect(trace)
+    res = get_policy(f"gc-{mechanism}", capacity_bytes=capacity_bytes, bytes_per_token=bytes_per_token,
+                     **extra).collect(trace)
     return GCRun(mechanism, np.asarray(res.hit_blocks, dtype=np.int64), res.evicted_class, res.idle_s, res.age_s)
 
 
