@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import statistics
 import subprocess
 import sys
@@ -55,11 +54,8 @@ def _wall(argv: list[str], cache_dir: str) -> float:
 
 
 def _cold(argv: list[str]) -> float:
-    cold_dir = tempfile.mkdtemp(prefix="tiered-kv-numba-cold-")
-    try:
+    with tempfile.TemporaryDirectory(prefix="tiered-kv-numba-cold-", ignore_cleanup_errors=True) as cold_dir:
         return _wall(argv, cold_dir)
-    finally:
-        shutil.rmtree(cold_dir, ignore_errors=True)
 
 
 def _rounds(argv: dict[str, list[str]], repeat: int) -> dict[str, list[float]]:
@@ -68,8 +64,7 @@ def _rounds(argv: dict[str, list[str]], repeat: int) -> dict[str, list[float]]:
                  "numpy_imports": [sys.executable, "-c", "import numpy"]}
     times: dict[str, list[float]] = {k: [] for k in baselines}
     times.update({f"{n}_{k}": [] for n in argv for k in ("warm", "cold")})
-    warm_dir = tempfile.mkdtemp(prefix="tiered-kv-numba-warm-")
-    try:
+    with tempfile.TemporaryDirectory(prefix="tiered-kv-numba-warm-", ignore_cleanup_errors=True) as warm_dir:
         for a in argv.values():  # fill the warm cache (compiles every kernel once)
             _wall(a, warm_dir)
         for _ in range(repeat):
@@ -78,8 +73,6 @@ def _rounds(argv: dict[str, list[str]], repeat: int) -> dict[str, list[float]]:
             for name, a in argv.items():
                 times[f"{name}_warm"].append(_wall(a, warm_dir))
                 times[f"{name}_cold"].append(_cold(a))
-    finally:
-        shutil.rmtree(warm_dir, ignore_errors=True)
     return times
 
 

@@ -63,10 +63,6 @@ def register(parser: argparse.ArgumentParser) -> None:
                         help="inputs of every section (default record: minutes; small: what the tests run)")
 
 
-def run(args: argparse.Namespace) -> dict[str, Any]:
-    return compute(args.size)
-
-
 # --- computing: every number comes from the package -----------------------------------------
 
 def latency_section() -> dict:
@@ -154,12 +150,10 @@ def cli_section(synth: str, days: float) -> dict:
             "by_class": {k: v["token_hit_rate"] for k, v in r["by_class"].items()}}
 
 
-def compute(size: str = "record") -> dict:
-    """Every section at ``size`` (a key of :data:`SIZES`): the JSON the page is rendered from."""
-    if size not in SIZES:
-        raise ValueError(f"--size: must be one of {sorted(SIZES)}, got {size!r}")
-    s = SIZES[size]
-    return {"size": size, "latency": latency_section(), "admission": admission_section(s["admission"]),
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    """Every section at ``--size`` (a key of :data:`SIZES`): the JSON the page is rendered from."""
+    s = SIZES[args.size]
+    return {"size": args.size, "latency": latency_section(), "admission": admission_section(s["admission"]),
             "routing": routing_section(s["routing_total_tokens"]),
             "disk_fraction": [disk_fraction_section(q) for q in s["disk_fraction"]],
             "cli": cli_section(s["cli"]["synth"], s["cli"]["days"])}

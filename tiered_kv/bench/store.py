@@ -239,12 +239,10 @@ def run(args: argparse.Namespace) -> dict:
         if args.quick:
             args.latency_runs = min(args.latency_runs, 5)
         return run_object(args, cases, tokens)
-    root = Path(tempfile.mkdtemp(prefix="tkv-store-bench-", dir=args.dir))
-    try:
-        with ThreadPoolExecutor(8) as pool:
-            sizes = {label: _size_case(label, ns, tokens, root, args, pool) for label, ns in cases.items()}
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
+    with tempfile.TemporaryDirectory(prefix="tkv-store-bench-", dir=args.dir, ignore_cleanup_errors=True) as tmp, \
+            ThreadPoolExecutor(8) as pool:
+        root = Path(tmp)
+        sizes = {label: _size_case(label, ns, tokens, root, args, pool) for label, ns in cases.items()}
     worst = lambda key: min(s[key] for s in sizes.values())
     return {
         "prefix_tokens": args.tokens, "block_size": args.block_size, "repeat": args.repeat,
