@@ -16,6 +16,7 @@ stores (the largest absolute error, and how many stored values differ at all).
 
 from __future__ import annotations
 
+import itertools
 import shutil
 import tempfile
 
@@ -48,7 +49,7 @@ def prefix_drift(model: EncoderDecoder, conversations: list[torch.Tensor], *, tu
     exact_cache: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor]] = {}
     rows = []
     with tempfile.TemporaryDirectory(prefix="tkv-drift-") as root:
-        for c, mode in ((c, mode) for c in range(len(conversations)) for mode in MODES):
+        for c, mode in itertools.product(range(len(conversations)), MODES):
             conv = conversations[c].long()
             ssd = SSDTier(f"{root}/{c}-{mode}", namespace=ns, config=SSDConfig(background_touch=False))
             for k in range(turns):
