@@ -21,6 +21,7 @@ inside a measurement.
 from __future__ import annotations
 
 import argparse
+import statistics
 from typing import Any
 
 import numpy as np
@@ -62,8 +63,6 @@ def measure(trace, ttl_points: int, repeat: int, baseline_points: int | None) ->
     """Time the curves + frontier and the per-TTL replay baseline in ``repeat`` interleaved rounds
     (curves, baseline, curves, baseline, ...): medians in the usual keys, every round in
     ``*_all``."""
-    import statistics
-
     from tiered_kv.sim.policies import TTL
     from tiered_kv.sim.retention.report import analyze
 
