@@ -9,7 +9,6 @@ import pytest
 from tiered_kv.sim import retention as R
 from tiered_kv.viz.economics_dashboard import (
     EconomicsDashboard,
-    economics_dashboard,
     economics_view,
     summary_line,
     synthetic_analysis,
@@ -28,8 +27,7 @@ def analysis():
 
 
 def test_lower_chatbot_ttl_never_raises_chatbot_hit_rate(analysis):
-    box = economics_dashboard(analysis)
-    dash: EconomicsDashboard = box.dashboard
+    dash = EconomicsDashboard(analysis)
     slider = dash.ttl_sliders["chatbot"]
     agent_before = dash.view["classes"]["agent"]["token_hit_rate"]
     shown = []
@@ -79,7 +77,7 @@ def test_view_numbers_equal_sim_retention(analysis):
 
 
 def test_slider_capacity_reads_the_precomputed_optimum(analysis):
-    dash = economics_dashboard(analysis).dashboard
+    dash = EconomicsDashboard(analysis)
     dash.capacity_slider.value = float(analysis.capacity_grid[30])
     assert dash.view["capacity_bytes"] == float(analysis.capacity_grid[30])
     assert dash.view["optimal"]["hit_tokens"] == R.optimal_ttls(analysis.model, analysis.capacity_grid[30]).hit_tokens

@@ -14,7 +14,6 @@ import math
 from dataclasses import dataclass, field
 
 import altair as alt
-import ipywidgets as widgets
 import numpy as np
 import polars as pl
 
@@ -22,7 +21,7 @@ from tiered_kv.sim import retention as R
 from tiered_kv.sim.trace_replay import CompiledTrace
 from tiered_kv.units import format_bytes, format_duration
 from tiered_kv.viz.style import binary_unit
-from tiered_kv.viz.widgets import Dashboard, DashboardBox, log_slider, records
+from tiered_kv.viz.widgets import Dashboard, log_slider, records
 
 DAY_S = R.DAY_S
 #: steps of the capacity slider; the optimum is precomputed at every one of them
@@ -237,7 +236,7 @@ class EconomicsDashboard(Dashboard):
                                           steps=len(g) - 1, unit="bytes")
         self.ttl_sliders = {n: log_slider(f"TTL {n}", ttl_days[n], lo, hi, unit="days") for n in a.class_names}
         self.template = economics_template(a)
-        self.assemble([self.capacity_slider, *self.ttl_sliders.values()], box=DashboardBox)
+        self.assemble([self.capacity_slider, *self.ttl_sliders.values()])
 
     def capacity(self) -> float:
         return self.analysis.snap_capacity(float(self.capacity_slider.value))
@@ -249,14 +248,6 @@ class EconomicsDashboard(Dashboard):
         self.view = economics_view(self.analysis, self.capacity(), self.ttls())
         self.summary.value = f'<div class="tkv-economics">{html.escape(summary_line(self.view))}</div>'
         self.chart_view.show_data(self.template, economics_datasets(self.analysis, self.view))
-
-
-def economics_dashboard(analysis: EconomicsAnalysis, **kwargs) -> widgets.VBox:
-    """The dashboard's VBox (the :class:`EconomicsDashboard` is on ``box.dashboard``)."""
-    dash = EconomicsDashboard(analysis, **kwargs)
-    box = dash.widget
-    box.dashboard = dash
-    return box
 
 
 def synthetic_analysis(size: str | None = None, seed: int = 0, preset: str | None = None,

@@ -5,7 +5,7 @@ lab`` installs :func:`pre_save_hook` (``scripts/jupyter/jupyter_server_config.py
 to disk has no outputs, execution counts or saved widget state, while the open notebook keeps its
 outputs on screen. ``make html`` (:func:`export_html`) executes each notebook and writes a page
 with nothing to fetch from a CDN: plain charts are inline SVG (:mod:`tiered_kv.viz.render`), each
-dashboard its chart as it was drawn (:func:`tiered_kv.viz.widgets.dashboard_bundle`).
+dashboard its chart as it was drawn (:class:`tiered_kv.viz.widgets.Dashboard`).
 """
 
 from __future__ import annotations

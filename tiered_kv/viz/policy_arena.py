@@ -19,7 +19,7 @@ import ipywidgets as widgets
 import numpy as np
 import polars as pl
 
-from tiered_kv.viz.widgets import Dashboard, DashboardBox, html_table, records, slider, table_css
+from tiered_kv.viz.widgets import Dashboard, html_table, records, slider, table_css
 
 #: The policies the arena shows by default (``belady`` is drawn as the bound).
 POLICIES = ("lru", "fifo", "lfu", "arc", "slru", "2q", "s3fifo", "sieve", "gdsf")
@@ -305,8 +305,7 @@ class PolicyArenaDashboard(Dashboard):
                                       continuous_update=True, width="560px")
         self.template = arena_template(a)
         controls = widgets.HBox([self.policy_select, widgets.VBox([self.admission_buttons, self.capacity_slider])])
-        self.assemble([self.policy_select, self.admission_buttons, self.capacity_slider], [controls],
-                      box=DashboardBox)
+        self.assemble([self.policy_select, self.admission_buttons, self.capacity_slider], [controls])
 
     def refresh(self, _change=None) -> None:
         self.view = arena_view(self.arena, self.policy_select.value, self.admission_buttons.value,

@@ -115,44 +115,18 @@ class ChartView:
         self.last_redraw_s = time.perf_counter() - t0
 
 
-def dashboard_bundle(widget: widgets.Widget, chart_view: ChartView | None = None, **kwargs) -> dict:
-    """A dashboard's display: its widget, and a static SVG of the chart it shows now, which stands in
-    where widgets cannot run (an exported HTML page, a notebook viewer, an untrusted notebook)."""
-    bundle = dict(widgets.VBox._repr_mimebundle_(widget, **kwargs) if isinstance(widget, DashboardBox)
-                  else widget._repr_mimebundle_(**kwargs) or {})
-    spec = getattr(chart_view, "spec", None)
-    if spec:
-        try:
-            from tiered_kv.viz.render import svg_mimebundle
-
-            bundle["image/svg+xml"] = svg_mimebundle(spec)["image/svg+xml"]
-        except Exception:  # noqa: BLE001 - the widget alone is still the dashboard
-            pass
-    return bundle
-
-
-class DashboardBox(widgets.VBox):
-    """A VBox that displays with a static SVG of ``chart_view``'s chart (for a dashboard whose
-    public object is the box itself)."""
-
-    chart_view: ChartView | None = None
-
-    def _repr_mimebundle_(self, **kwargs) -> dict:
-        return dashboard_bundle(self, self.chart_view, **kwargs)
-
-
 class Dashboard:
     """Controls whose every change calls ``refresh``, an error line, an HTML summary and a chart;
     a dashboard builds its controls and what ``refresh`` reads, defines ``refresh`` and ends its
     ``__init__`` with :meth:`assemble`, which draws the first frame."""
 
-    widget: widgets.Widget
+    widget: widgets.VBox
     chart_view: ChartView
 
     def refresh(self, _change=None) -> None:
         raise NotImplementedError
 
-    def assemble(self, watched, shown=None, box: type = widgets.VBox, after=()) -> None:
+    def assemble(self, watched, shown=None, after=()) -> None:
         """Watch ``watched``; lay out ``shown`` (default: each watched control, with its readout box
         when it has one), the error line, the summary, the chart and ``after``; then refresh."""
         self.summary = widgets.HTML()
@@ -160,13 +134,21 @@ class Dashboard:
         self.errors = error_box()
         watch(watched, self.refresh, self.errors)
         shown = [control(w) for w in watched] if shown is None else shown
-        self.widget = box([*shown, self.errors, self.summary, self.chart_view.output, *after])
-        if isinstance(self.widget, DashboardBox):
-            self.widget.chart_view = self.chart_view
+        self.widget = widgets.VBox([*shown, self.errors, self.summary, self.chart_view.output, *after])
         self.refresh()
 
     def _repr_mimebundle_(self, **kwargs) -> dict:
-        return dashboard_bundle(self.widget, self.chart_view, **kwargs)
+        """The widget, and a static SVG of the chart it shows now, which stands in where widgets
+        cannot run (an exported HTML page, a notebook viewer, an untrusted notebook)."""
+        bundle = dict(self.widget._repr_mimebundle_(**kwargs) or {})
+        if self.chart_view.spec:
+            try:
+                from tiered_kv.viz.render import svg_mimebundle
+
+                bundle["image/svg+xml"] = svg_mimebundle(self.chart_view.spec)["image/svg+xml"]
+            except Exception:  # noqa: BLE001 - the widget alone is still the dashboard
+                pass
+        return bundle
 
 
 def records(frame: Any) -> list[dict]:
