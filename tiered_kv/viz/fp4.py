@@ -10,6 +10,7 @@ get heavier (:func:`tiered_kv.kernels.fp4_error.error_stats`).
 from __future__ import annotations
 
 import math
+from functools import lru_cache
 
 import altair as alt
 import ipywidgets as widgets
@@ -61,9 +62,11 @@ def error_frame(n: int, seed: int = 0, dof: float = 3.0) -> pl.DataFrame:
 SWEEP_DOFS = (1.0, 1.26, 1.6, 2.0, 2.5, 3.0, 4.0, 6.0, 10.0, 20.0, 50.0)
 
 
+@lru_cache(maxsize=8)
 def tail_sweep(n: int, seed: int = 0, dofs=SWEEP_DOFS) -> pl.DataFrame:
     """:func:`error_frame` at each tail heaviness of ``dofs``: which format degrades first (the typical
-    element's error rises, MXFP4's first; the whole-sample ratio falls, dominated by the largest values)."""
+    element's error rises, MXFP4's first; the whole-sample ratio falls, dominated by the largest values);
+    cached, as the dashboard draws it on every move of the dof slider and only the seed changes it."""
     return pl.concat([error_frame(n, seed, float(d)) for d in dofs])
 
 
@@ -148,15 +151,12 @@ class FP4Dashboard(Dashboard):
         self.dof_slider = slider(widgets.FloatLogSlider, "Student-t dof (lower = heavier tails)", value=dof,
                                  base=10, min=0, max=math.log10(50), step=0.05, width="520px")
         self.seed_slider = widgets.IntSlider(value=0, min=0, max=20, description="seed", continuous_update=False)
-        self._sweeps: dict[int, pl.DataFrame] = {}
         self.assemble((self.dof_slider, self.seed_slider))
 
     def refresh(self, _change=None) -> None:
         seed = int(self.seed_slider.value)
         self.frame = error_frame(self.n, seed, float(self.dof_slider.value))
-        if seed not in self._sweeps:
-            self._sweeps[seed] = tail_sweep(self.n, seed)
-        self.sweep = self._sweeps[seed]
+        self.sweep = tail_sweep(self.n, seed)
         self.summary.value = html_table(summary_rows(self.frame), css_class="tkv-fp4",
                                         cell_classes={"typical error, heavy-tailed": "tkv-heavy"})
         self.chart_view.show(error_chart(self.frame, self.sweep))

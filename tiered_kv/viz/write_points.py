@@ -78,7 +78,7 @@ def strategy_table(data: pl.DataFrame) -> pl.DataFrame:
     return out.with_columns((pl.col("written_gib_per_day") / every).over("workload").alias("written_vs_every_block"))
 
 
-def strategy_chart(data: pl.DataFrame, title: str | None = None):
+def strategy_chart(data: pl.DataFrame):
     """Bars per strategy and workload: token hit rate, SSD GiB written per day, average GiB stored."""
     import altair as alt
 
@@ -87,13 +87,12 @@ def strategy_chart(data: pl.DataFrame, title: str | None = None):
                                    yOffset="workload:N").properties(width=180, height=130)
     tip = ["workload", "strategy", alt.Tooltip("token_hit_rate:Q", format=".2%"),
            alt.Tooltip("written_gib_per_day:Q", format=",.1f"), alt.Tooltip("avg_stored_gib:Q", format=",.1f")]
-    chart = alt.hconcat(
+    return alt.hconcat(
         base.mark_bar().encode(x=alt.X("token_hit_rate:Q", title="token hit rate (% of input tokens)",
                                        axis=alt.Axis(format="%")), tooltip=tip),
         base.mark_bar().encode(x=alt.X("written_gib_per_day:Q", title="SSD written (GiB/day)"), tooltip=tip),
         base.mark_bar().encode(x=alt.X("avg_stored_gib:Q", title="stored on average (GiB)"), tooltip=tip),
     )
-    return chart.properties(title=title) if title else chart
 
 
 def crossover_table(bandwidths_gib_s=BANDWIDTHS_GIB_S) -> pl.DataFrame:
@@ -127,7 +126,7 @@ def crossover_curves(max_tokens: int = 1024, points: int = 64) -> pl.DataFrame:
     return pl.concat(parts)
 
 
-def crossover_chart(max_tokens: int = 1024, title: str | None = None):
+def crossover_chart(max_tokens: int = 1024):
     """TTFT (ms) against prompt length (tokens, log scales): recompute vs load from the SSD tier, one
     panel per latency preset, a dashed rule at the preset's crossover."""
     import altair as alt
@@ -147,8 +146,7 @@ def crossover_chart(max_tokens: int = 1024, title: str | None = None):
         rule = alt.Chart(cross).mark_rule(strokeDash=[4, 3], color="gray").encode(
             x="crossover_tokens:Q", tooltip=[alt.Tooltip("crossover_tokens:Q", title="crossover (tokens)", format=",.1f")])
         panels.append(alt.layer(lines, rule).properties(width=260, height=180, title=name))
-    chart = alt.hconcat(*panels)
-    return chart.properties(title=title) if title else chart
+    return alt.hconcat(*panels)
 
 
 __all__ = ["BANDWIDTHS_GIB_S", "SIZES", "crossover_chart", "crossover_curves", "crossover_table", "measured_crossover",
