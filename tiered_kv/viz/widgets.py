@@ -28,19 +28,16 @@ from tiered_kv import units as u
 
 
 def _offline_jupyter_chart():
-    """altair's ``JupyterChart`` with its JavaScript bundled locally (no CDN), or None without anywidget.
+    """altair's ``JupyterChart`` with its JavaScript bundled locally (no CDN).
 
     ``JupyterChart.enable_offline`` builds the vega bundle with vl-convert (seconds); the bundle
     is cached in ``~/.cache/tiered-kv`` keyed by the altair and vl-convert versions, so later
     kernels load it in milliseconds.
     """
-    try:
-        import anywidget  # noqa: F401
-        import vl_convert
-        from altair import JupyterChart
-        from altair import __version__ as altair_version
-    except ImportError:
-        return None
+    import vl_convert
+    from altair import JupyterChart
+    from altair import __version__ as altair_version
+
     if getattr(JupyterChart, "_is_offline", False):
         return JupyterChart
     cache_dir = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "tiered-kv"
@@ -63,14 +60,12 @@ def _offline_jupyter_chart():
 
 class ChartView:
     """A box holding one altair chart, replaced in place on every :meth:`show`: an altair
-    ``JupyterChart`` whose spec is swapped over the widget channel, or without anywidget an
-    ``Output`` area cleared (``wait=True``) and drawn again."""
+    ``JupyterChart`` (anywidget, a dependency) whose spec is swapped over the widget channel."""
 
     def __init__(self) -> None:
         self.output = widgets.Box()
-        self._jupyter_chart_cls = _offline_jupyter_chart()
-        self._jc = None
-        self._out: widgets.Output | None = None
+        self._jupyter_chart_cls = _offline_jupyter_chart()  # its bundle is ready before a redraw is timed
+        self._jc: Any = None
         self._template: Any = None
         self.chart: Any = None
         self.spec: dict | None = None
@@ -91,26 +86,14 @@ class ChartView:
         """Show ``chart``, or ``spec`` (a variant of it) when given; count and time the redraw."""
         t0 = time.perf_counter()
         self.chart = chart if spec is None else None  # with a spec, the spec alone describes it
-        if self._jupyter_chart_cls is not None:
-            if self._jc is None:
-                self._jc = self._jupyter_chart_cls(chart)
-                self.output.children = (self._jc,)
-            elif spec is None:
-                self._jc.chart = chart
-            if spec is not None:
-                self._jc.spec = spec
-            self.spec = spec if spec is not None else self._jc.spec
-        else:
-            import altair as alt
-            from IPython.display import display
-
-            self.spec = spec if spec is not None else chart.to_dict()
-            if self._out is None:
-                self._out = widgets.Output()
-                self.output.children = (self._out,)
-            with self._out:
-                self._out.clear_output(wait=True)
-                display(chart if spec is None else alt.VegaLite(spec))
+        if self._jc is None:
+            self._jc = self._jupyter_chart_cls(chart)
+            self.output.children = (self._jc,)
+        elif spec is None:
+            self._jc.chart = chart
+        if spec is not None:
+            self._jc.spec = spec
+        self.spec = spec if spec is not None else self._jc.spec
         self.redraws += 1
         self.last_redraw_s = time.perf_counter() - t0
 
