@@ -213,11 +213,6 @@ def _machine_rows(r: dict) -> list[str]:
     return rows
 
 
-def tally(r: dict, policy: str) -> Counter[str]:
-    """How many (bandwidth, load) points each direction holds for ``policy``'s restore p99."""
-    return Counter(row["restore"]["direction"] for row in r["summary"]["admission"] if row["policy"] == policy)
-
-
 def summary_cells(c: dict) -> tuple[str, str]:
     """(figure, met?) of the summary row: the shared-cores model's p99 beside measured, and the
     directions admission moved restore p99."""
@@ -226,7 +221,8 @@ def summary_cells(c: dict) -> tuple[str, str]:
             f"misses x{m['miss']['p99']['median']:.2f}; {c['repeats']} repeats")
     for pol in c.get("policies", []):
         if pol != "load":
-            t = tally(c, pol)
+            # how many (bandwidth, load) points each direction holds for this policy's restore p99
+            t = Counter(row["restore"]["direction"] for row in c["summary"]["admission"] if row["policy"] == pol)
             text += f"; {POLICY[pol]}: restore p99 " + ", ".join(f"{DIRECTION[k]} at {v}" for k, v in sorted(t.items()))
     return text, "side by side, both directions shown (see section)"
 
