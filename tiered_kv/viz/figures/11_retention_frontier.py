@@ -23,8 +23,9 @@ from tiered_kv.viz.style import binary_unit
 NAME = "11_retention_frontier"
 TITLE = "Hit rate vs storage per class: TTL curves against the oracle frontier (14-day synthetic)"
 
+
 def build_data(preset: str, days: float, seed: int):
-    """(curves+frontier frame, markers frame, analysis) for one synthetic run."""
+    """(curves+frontier frame, markers frame, analysis, name of the storage column) for one synthetic run."""
     from tiered_kv.sim import retention as R
     from tiered_kv.sim.retention.report import RetentionConfig, analyze
     from tiered_kv.sim.trace_replay import compile_trace
