@@ -26,18 +26,18 @@ def band_mask(q_pos: torch.Tensor, k_pos: torch.Tensor, window: int) -> torch.Te
     return (diff >= 0) & (diff < window)
 
 
-def _sdpa(q, k, v, mask=None, *, is_causal: bool = False) -> torch.Tensor:
+def _sdpa(q, k, v, mask=None, *, is_causal: bool = False, scale=None) -> torch.Tensor:
     """SDPA over [..., T, H, D] tensors (heads moved before positions and back), GQA by broadcast."""
     out = F.scaled_dot_product_attention(q.transpose(-3, -2), k.transpose(-3, -2), v.transpose(-3, -2),
-                                         attn_mask=mask, is_causal=is_causal, enable_gqa=True)
+                                         attn_mask=mask, is_causal=is_causal, scale=scale, enable_gqa=True)
     return out.transpose(-3, -2)
 
 
-def _swa_reference(q, k, v, window, q_offset, *, k_offset=0):
-    """Masked-SDPA sliding-window attention, called as the kernels' function is."""
+def _swa_reference(q, k, v, window, q_offset, *, k_offset=0, scale=None, backend="torch"):
+    """Masked-SDPA sliding-window attention, same signature as the kernels' function."""
     mask = band_mask(torch.arange(q.shape[0], device=q.device) + q_offset,
                      torch.arange(k.shape[0], device=q.device) + k_offset, window)
-    return _sdpa(q, k, v, mask)
+    return _sdpa(q, k, v, mask, scale=scale)
 
 
 def windowed_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: int, q_offset: int,
@@ -62,7 +62,10 @@ def windowed_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window
         chunk = min(tq, max(16, _MAX_SCORES // max(1, hq * (k_offset + k.shape[0]))))
     # Cross-attention (window=None) is a window wide enough to reach position 0.
     win = window if window is not None else q_offset + tq + 1
-    fn = _swa_reference if window is None or q.device.type == "meta" else sliding_window_attention
+    if window is None or q.device.type == "meta":
+        fn = _swa_reference
+    else:
+        fn = sliding_window_attention
     outs = []
     for a in range(0, tq, chunk):
         b = min(tq, a + chunk)

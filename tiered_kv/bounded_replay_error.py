@@ -166,26 +166,27 @@ def sample_sequences(stream: torch.Tensor, n: int, length: int, seed: int = 0) -
 
 
 def replay_error(model: EncoderDecoder, sequences: list[torch.Tensor], *, windows=WINDOWS, replays=REPLAYS,
-                 steps: int = 32, prefix: int = 1024, block_size: int = 64, progress: bool = False,
-                 flops_length: int | None = None, exact_runs: dict[int, list] | None = None):
+                 steps: int = 32, prefix: int = 1024, fmt: str | None = "mxfp4", block_size: int = 64,
+                 progress: bool = False, include_exact_bound: bool = True, flops_length: int | None = None,
+                 exact_runs: dict[int, list] | None = None):
     """Polars frame: window W, replay R, exact_bound, kl_nats, agreement with 95% intervals.
 
-    The global KV goes through MXFP4, as the SSD tier stores it. Means are over samples (each
-    sample's value is its mean over ``steps`` decode steps); the interval is over samples. R runs
-    up to each W's exact bound L*(W-1)+1 (always in the grid; larger R are the same as the bound
-    and dropped). With ``flops_length``, each row also carries the prefill-FLOPs ratio (bounded replay over the
+    Means are over samples (each sample's value is its mean over ``steps`` decode steps); the
+    interval is over samples. R runs up to each W's exact bound L*(W-1)+1 (added to the grid
+    when ``include_exact_bound``; larger R are the same as the bound and dropped). With
+    ``flops_length``, each row also carries the prefill-FLOPs ratio (bounded replay over the
     decoder-only baseline, :func:`tiered_kv.flops.prefill_flops`) at that prompt length:
     what that R costs beside the error it leaves. ``exact_runs``, when given, receives the exact
     runs per W (``[(kv, logits), ...]`` over ``sequences``), so a caller can reuse them.
     """
     import polars as pl
 
-    rt = _roundtrip("mxfp4", block_size, model)
+    rt = _roundtrip(fmt, block_size, model)
     grid = []
     for w in windows:
         m = model.with_settings(window=w)
         bound = m.cfg.exact_replay_tokens
-        grid.append((w, m, sorted({r for r in replays if r < bound} | {bound})))
+        grid.append((w, m, sorted({r for r in replays if r < bound} | ({bound} if include_exact_bound else set()))))
     bar = tqdm(total=sum(len(rs) for _, _, rs in grid), desc="replay quality", unit="(W,R)", disable=not progress)
     cache: dict[int, list] = {} if exact_runs is None else exact_runs
     seqs = [seq[:prefix + steps] for seq in sequences]
@@ -268,7 +269,10 @@ def attention_locality(model: EncoderDecoder, sequences: list[torch.Tensor], rec
                 qp, kp = torch.arange(w - 1, n), torch.arange(n)
                 probs = scores.masked_fill(~band_mask(qp, kp, w), float("-inf")).softmax(-1)
                 out[stack].append(float((probs * band_mask(qp, kp, recent)).sum(-1).mean()))
-                x, _ = layer(x, 0, None, w, 0, kv[:, 0], kv[:, 1])  # an encoder layer ignores the global KV
+                if stack == "encoder":
+                    x, _ = layer(x, 0, None, w, 0)
+                else:
+                    x, _ = layer(x, 0, None, w, 0, kv[:, 0], kv[:, 1])
     enc, dec = out["encoder"], out["decoder"]
     return {"window_tokens": w, "recent_tokens": recent,
             "encoder_share": sum(enc) / len(enc), "decoder_share": sum(dec) / len(dec),

@@ -128,10 +128,10 @@ def fp4_roundtrip(kv: torch.Tensor, namespace: Namespace) -> torch.Tensor:
     return torch.cat(parts) if len(parts) > 1 else parts[0]
 
 
-def namespace_for(model: EncoderDecoder, fmt: str = "mxfp4", block_size: int = 64) -> Namespace:
-    """The SSD namespace of a model: its config fingerprints it."""
+def namespace_for(model: EncoderDecoder, fmt: str = "mxfp4", block_size: int = 64, tag: str = "") -> Namespace:
+    """The SSD namespace of a model: its config (and an optional weights tag) fingerprint it."""
     c = model.cfg
-    name = f"tiered-kv/{c.name}/d{c.d_model}-e{c.enc_layers}-d{c.dec_layers}-h{c.kv_heads}x{c.head_dim}"
+    name = f"tiered-kv/{c.name}/d{c.d_model}-e{c.enc_layers}-d{c.dec_layers}-h{c.kv_heads}x{c.head_dim}{tag}"
     return Namespace(model=name, fmt=fmt, block_size=block_size, kv_heads=c.kv_heads, head_dim=c.head_dim)
 
 
@@ -207,8 +207,8 @@ class Engine:
     _ids = itertools.count()
 
     def __init__(self, model: EncoderDecoder, ssd_tier: PrefixTier, host_tier: HostTier | None = None, *,
-                 replay: int | None = None, reuse_decoder_windows: bool = False, ssd_writes: str = "exact",
-                 name: str = "engine0") -> None:
+                 gpu_tier: GPUTier | None = None, replay: int | None = None,
+                 reuse_decoder_windows: bool = False, ssd_writes: str = "exact", name: str = "engine0") -> None:
         ns = ssd_tier.namespace
         if (ns.kv_heads, ns.head_dim) != (model.cfg.kv_heads, model.cfg.head_dim):
             raise ValueError(f"ssd_tier namespace KV shape {ns.kv_shape} does not match the model "
@@ -222,7 +222,7 @@ class Engine:
         self.model = model.eval()
         self.ssd = ssd_tier
         self.host = host_tier if host_tier is not None else HostTier()
-        self.gpu = GPUTier()
+        self.gpu = gpu_tier if gpu_tier is not None else GPUTier()
         self.replay = r
         self.reuse_decoder_windows = reuse_decoder_windows
         self.name = name
@@ -231,8 +231,8 @@ class Engine:
     # ------------------------------------------------------------------ prefill
 
     @torch.no_grad()
-    def prefill(self, tokens, traffic_class: str = "default", *, keep_running: bool = False,
-                store: bool = True) -> PrefillResult:
+    def prefill(self, tokens, traffic_class: str = "default", *, request_id: str | None = None,
+                keep_running: bool = False, store: bool = True) -> PrefillResult:
         """Prefill ``tokens`` (1-D ids) and return the first token's logits and the stage timings.
 
         ``keep_running`` leaves the request in the GPU tier (for decoding); otherwise it is
@@ -252,7 +252,7 @@ class Engine:
         t0 = time.perf_counter()
         stored, catch_up = self._store(st) if store else (0, 0)
         store_s = time.perf_counter() - t0
-        rid = f"{self.name}-{next(self._ids)}"
+        rid = request_id or f"{self.name}-{next(self._ids)}"
         if keep_running:
             self.gpu.admit(InFlight(rid, tokens, st.global_kv, st.end_state, st.dec_state, traffic_class))
         return PrefillResult(
@@ -341,12 +341,10 @@ class Engine:
             if exact or self.ssd_writes == "approximate":
                 stored = self.ssd.put_keys(st.keys[: boundary // bs], new_blocks, st.traffic_class, kv_offset=p)
         if boundary and st.boundary_state is not None and exact and (boundary > st.q or st.entry is None):
-            if self.reuse_decoder_windows and st.dec_at_boundary is None:  # a decoder replay long enough to be exact
+            if self.reuse_decoder_windows and st.dec_at_boundary is None:
                 exact_kv = st.global_kv if catch_up == 0 else torch.cat(
                     [st.global_kv[:p], fp4_roundtrip(new_blocks, self.namespace)])
-                s0 = max(0, boundary - self.model.cfg.decoder_reach)
-                _, st.dec_at_boundary = self.model.decode(st.tokens[s0:boundary], s0, exact_kv)
-                catch_up += boundary - s0
+                catch_up += self._exact_decoder_windows(st, boundary, exact_kv)
             self.host.put(st.keys[boundary // bs - 1], HostEntry(st.boundary_state, st.dec_at_boundary))
         return stored, catch_up
 
@@ -361,6 +359,14 @@ class Engine:
         _, exact_state, _ = encode_blocks(self.model, st.tokens[s0:p], s0, None, bs)
         new_blocks, st.boundary_state, _ = encode_blocks(self.model, st.tokens[p:boundary], p, exact_state, bs)
         return new_blocks, (p - s0) + (boundary - p)
+
+    def _exact_decoder_windows(self, st: _Prefill, boundary: int, exact_kv: torch.Tensor) -> int:
+        """Exact decoder windows at the boundary: a decoder replay long enough to be exact.
+        Returns the tokens it computed."""
+        cfg = self.model.cfg
+        s0 = max(0, boundary - cfg.decoder_reach)
+        _, st.dec_at_boundary = self.model.decode(st.tokens[s0:boundary], s0, exact_kv)
+        return boundary - s0
 
     # ------------------------------------------------------------------ decoding
 

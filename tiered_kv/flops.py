@@ -10,8 +10,8 @@ TTFT benchmark, figure 04 and the replay-error measurement (the FLOPs each R cos
 from __future__ import annotations
 
 
-def prefill_flops(n: int, cfg=None, replays=None) -> dict:
-    """FLOPs of prefilling N tokens with the config's replay R, counted by FlopCounterMode on meta tensors.
+def prefill_flops(n: int, cfg=None, replay: int | None = None, replays=None) -> dict:
+    """FLOPs of prefilling N tokens, counted by FlopCounterMode on meta tensors.
 
     ``replays`` (a list of R) adds ``ratios_by_replay``: the bounded-replay ratio for each R,
     counting the encoder and the baseline once (the decoder over R tokens is all that varies).
@@ -23,7 +23,7 @@ def prefill_flops(n: int, cfg=None, replays=None) -> dict:
     from tiered_kv.model import EncoderDecoder, preset
 
     cfg = cfg or preset("small")
-    r = cfg.replay
+    r = cfg.replay if replay is None else replay
     if n > cfg.max_seq_len:
         cfg = type(cfg)(**{**cfg.to_dict(), "max_seq_len": n})
     with torch.device("meta"):

@@ -481,8 +481,8 @@ def save_checkpoint(model: EncoderDecoder, path, meta: dict | None = None, dtype
     torch.save({"config": model.cfg.to_dict(), "state_dict": state, "meta": meta or {}}, path)
 
 
-def load_checkpoint(path, expect_preset: str | None = None) -> tuple[EncoderDecoder, dict]:
-    """Load a checkpoint (weights in fp32 for inference); other W or R: :meth:`EncoderDecoder.with_settings`.
+def load_checkpoint(path, expect_preset: str | None = None, **settings) -> tuple[EncoderDecoder, dict]:
+    """Load a checkpoint (weights in fp32 for inference); ``settings`` override W, R, ...
 
     A missing, truncated or foreign file, a checkpoint of another preset than
     ``expect_preset``, or weights that do not fit the recorded config get one clear error
@@ -503,7 +503,7 @@ def load_checkpoint(path, expect_preset: str | None = None) -> tuple[EncoderDeco
     unknown = sorted(set(blob["config"]) - set(ModelConfig.__dataclass_fields__))
     if unknown:
         raise ValueError(f"checkpoint {path}: config has settings this version does not know: {unknown}")
-    cfg = ModelConfig(**blob["config"])
+    cfg = replace(ModelConfig(**blob["config"]), **settings)
     if expect_preset is not None and cfg.name != expect_preset:
         raise ValueError(f"checkpoint {path}: is preset {cfg.name!r}, expected {expect_preset!r}")
     model = EncoderDecoder(cfg)

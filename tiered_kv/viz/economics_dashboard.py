@@ -68,20 +68,22 @@ class EconomicsAnalysis:
         return float(g[i]) if math.isclose(g[i], capacity_bytes, rel_tol=1e-6) else float(capacity_bytes)
 
 
-def build_analysis(trace: CompiledTrace | pl.DataFrame, *, title: str = "", precompute: bool = True) -> EconomicsAnalysis:
+def build_analysis(trace: CompiledTrace | pl.DataFrame, *, bytes_per_token: float | None = None,
+                   ttl_points: int = 48, frontier_points: int = 48, title: str = "",
+                   precompute: bool = True) -> EconomicsAnalysis:
     """Everything the dashboard shows, from a compiled trace or a trace frame (slow part, once)."""
     from tiered_kv.sim.retention.report import _frontier_points, pair_ttls, ttl_grid
     from tiered_kv.sim.trace_replay import compile_trace
 
     if isinstance(trace, pl.DataFrame):
         trace = compile_trace(trace)
-    cb = R.StorageModel.for_trace(trace).chunk_bytes
+    cb = R.StorageModel.for_trace(trace, bytes_per_token).chunk_bytes
     gaps = R.reuse_gaps(trace)
     model = R.TTLModel.build(trace, gaps, cb)
     front = R.oracle_frontier(trace, gaps, cb)
     names, span, inp = trace.class_names, gaps.span_s, model.input_tokens
 
-    grid = ttl_grid(span, 48)  # 48 TTLs and 48 frontier points per class draw smooth curves
+    grid = ttl_grid(span, ttl_points)
     grid = grid[grid > 0]
     rows = []
     for c, name in enumerate(names):
@@ -89,7 +91,7 @@ def build_analysis(trace: CompiledTrace | pl.DataFrame, *, title: str = "", prec
         rows.append(pl.DataFrame({"class": name, "policy": "idle TTL", "ttl_days": grid / DAY_S,
                                   "avg_bytes": model.cost(c, grid) / span,
                                   "token_hit_rate": model.hits(c, grid) / denom}))
-        pts = _frontier_points(front.class_cost[c], 48)
+        pts = _frontier_points(front.class_cost[c], frontier_points)
         rows.append(pl.DataFrame({"class": name, "policy": "oracle frontier",
                                   "ttl_days": np.full(len(pts), np.nan),
                                   "avg_bytes": front.class_cost[c][pts] / span,
@@ -220,14 +222,16 @@ class EconomicsDashboard(Dashboard):
     """Capacity and per-class TTL sliders over an :class:`EconomicsAnalysis`; ``view`` is the dict of
     the last redraw (:func:`economics_view`)."""
 
-    def __init__(self, analysis: EconomicsAnalysis) -> None:
+    def __init__(self, analysis: EconomicsAnalysis, *, capacity_bytes: float | None = None,
+                 ttl_days: dict[str, float] | None = None) -> None:
         self.analysis = a = analysis
         g = a.capacity_grid
         lo, hi = a.ttl_range_days
-        ttl_days = a.default_ttl_days
-        # start at what the starting TTLs store on average, on the grid (at or above it)
-        byte_s = sum(float(a.model.cost(c, ttl_days[n] * DAY_S)) for c, n in enumerate(a.class_names))
-        cap0 = float(g[min(int(np.searchsorted(g, byte_s / a.span_s * (1 - 1e-9))), len(g) - 1)])
+        ttl_days = {**a.default_ttl_days, **(ttl_days or {})}
+        if capacity_bytes is None:  # start at what the starting TTLs store on average
+            capacity_bytes = sum(float(a.model.cost(c, ttl_days[n] * DAY_S)) for c, n in enumerate(a.class_names))
+            capacity_bytes /= a.span_s
+        cap0 = float(g[min(int(np.searchsorted(g, capacity_bytes * (1 - 1e-9))), len(g) - 1)])  # grid, >= asked
         self.capacity_slider = log_slider("SSD capacity", cap0, float(g[0]), float(g[-1]),
                                           steps=len(g) - 1, unit="bytes")
         self.ttl_sliders = {n: log_slider(f"TTL {n}", ttl_days[n], lo, hi, unit="days") for n in a.class_names}
@@ -246,10 +250,11 @@ class EconomicsDashboard(Dashboard):
         self.chart_view.show_data(self.template, economics_datasets(self.analysis, self.view))
 
 
-def synthetic_analysis(size: str | None = None, days: float | None = None) -> EconomicsAnalysis:
+def synthetic_analysis(size: str | None = None, seed: int = 0, preset: str | None = None,
+                       days: float | None = None) -> EconomicsAnalysis:
     """Analysis of :func:`tiered_kv.viz.retention.synthetic_workload` (``ci`` for 3 days at small size;
     14 days of ``mixed`` at 1/8 of its rates at full size)."""
     from tiered_kv.viz.retention import synthetic_workload
 
-    frame, what = synthetic_workload(size, days=days)
+    frame, what = synthetic_workload(size, seed, preset, days)
     return build_analysis(frame, title=f"{what}: hit rate vs average stored bytes")

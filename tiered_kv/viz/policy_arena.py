@@ -131,7 +131,7 @@ class Arena:
 
 
 def build_arena(trace, policies=POLICIES, *, points: int = 24, admissions=ADMISSIONS, workers: int | None = None,
-                title: str = "") -> Arena:
+                bytes_per_token: float | None = None, title: str = "") -> Arena:
     """The slow part, once: :func:`arena_table` of ``trace`` (compiled, or a trace frame); ``policies``
     may name plug-in files (``path/to/file.py:Class``, docs/policies.md)."""
     import os
@@ -150,7 +150,7 @@ def build_arena(trace, policies=POLICIES, *, points: int = 24, admissions=ADMISS
     if not isinstance(trace, CompiledTrace):
         trace = compile_trace(trace)
     workers = min(2, os.cpu_count() or 1) if workers is None else int(workers)
-    bpt = float(DEFAULT_BYTES_PER_TOKEN)
+    bpt = float(bytes_per_token or DEFAULT_BYTES_PER_TOKEN)
     caps = default_capacities(trace, points)
     data = arena_table(trace, policies, admissions=admissions, workers=workers, bytes_per_token=bpt,
                        capacities=caps)
@@ -288,7 +288,8 @@ class PolicyArenaDashboard(Dashboard):
     """Policy choice, admission filter and a capacity slider over a precomputed :class:`Arena`;
     ``view`` is the dict of the last redraw (:func:`arena_view`)."""
 
-    def __init__(self, arena: Arena, *, policies=None) -> None:
+    def __init__(self, arena: Arena, *, policies=None, admission: str | None = None,
+                 capacity_tokens: float | None = None) -> None:
         from tiered_kv.units import format_bytes, format_tokens
 
         self.arena = a = arena
@@ -296,11 +297,11 @@ class PolicyArenaDashboard(Dashboard):
             options=list(a.policies), value=tuple(policies if policies is not None else a.policies),
             rows=min(len(a.policies), 10), description="policies", style={"description_width": "initial"})
         self.admission_buttons = widgets.ToggleButtons(
-            options=list(a.admissions), value=a.admissions[0], description="admission",
+            options=list(a.admissions), value=admission or a.admissions[0], description="admission",
             style={"description_width": "initial", "button_width": "130px"})
         labels = [(f"{format_tokens(c)} ({format_bytes(c * a.bytes_per_token)})", int(c)) for c in a.capacities]
-        self.capacity_slider = slider(widgets.SelectionSlider, "SSD capacity", options=labels,
-                                      value=int(a.capacities[len(a.capacities) // 2]),
+        cap0 = a.snap(capacity_tokens) if capacity_tokens is not None else int(a.capacities[len(a.capacities) // 2])
+        self.capacity_slider = slider(widgets.SelectionSlider, "SSD capacity", options=labels, value=cap0,
                                       continuous_update=True, width="560px")
         self.template = arena_template(a)
         controls = widgets.HBox([self.policy_select, widgets.VBox([self.admission_buttons, self.capacity_slider])])
@@ -323,7 +324,8 @@ class PolicyArenaDashboard(Dashboard):
         raise KeyError(f"{policy!r} is not shown (shown: {[r['policy'] for r in self.view['rows']]})")
 
 
-def conversation_arena(size: str | None = None, policies=POLICIES) -> Arena:
+def conversation_arena(size: str | None = None, policies=POLICIES, points: int | None = None,
+                       workers: int | None = None) -> Arena:
     """The arena of the shipped Mooncake conversation trace (its first 15 minutes at small size)."""
     from tiered_kv.viz import notebook_size
 
@@ -336,7 +338,8 @@ def conversation_arena(size: str | None = None, policies=POLICIES) -> Arena:
         frame = load_trace(shipped_trace("conversation"))
         trace = frame.filter(pl.col("timestamp_s") < frame["timestamp_s"].min() + seconds)
         what = f"Mooncake conversation trace (first {seconds / 60:g} minutes)"
-    return build_arena(trace, policies, points=n, workers=procs, title=f"policy arena: {what}")
+    return build_arena(trace, policies, points=points or n, workers=procs if workers is None else workers,
+                       title=f"policy arena: {what}")
 
 
 def arena_summary(arena: Arena) -> dict[str, pl.DataFrame]:
@@ -349,6 +352,6 @@ def arena_summary(arena: Arena) -> dict[str, pl.DataFrame]:
             "second_sighting": pl.DataFrame(s["second_sighting"]) if s["second_sighting"] else pl.DataFrame()}
 
 
-def policy_arena_dashboard(arena: Arena | None = None) -> PolicyArenaDashboard:
+def policy_arena_dashboard(arena: Arena | None = None, **kwargs) -> PolicyArenaDashboard:
     """The dashboard over ``arena`` (default: :func:`conversation_arena` at the notebook's size)."""
-    return PolicyArenaDashboard(arena if arena is not None else conversation_arena())
+    return PolicyArenaDashboard(arena if arena is not None else conversation_arena(), **kwargs)

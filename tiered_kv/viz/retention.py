@@ -110,6 +110,7 @@ class RetentionDashboard(Dashboard):
     ``view`` holds the frames of the last redraw."""
 
     def __init__(self, table: R.RetentionTable, *, title: str = "", ttl_s: dict[str, float] | None = None,
+                 capacity_tokens: float | None = None, watermark: float = 1.0,
                  bytes_per_token: float | None = None) -> None:
         self.table = table
         self.title = title
@@ -121,9 +122,9 @@ class RetentionDashboard(Dashboard):
             for name in table.classes
         }
         footprint = float(max(table.distinct_blocks, 32) * table.block_size)
-        self.capacity_slider = log_slider("SSD capacity", footprint,
+        self.capacity_slider = log_slider("SSD capacity", capacity_tokens or footprint,
                                           16.0 * table.block_size, footprint, unit="tokens")
-        self.watermark_slider = slider(widgets.FloatSlider, "watermark (fraction)", value=1.0, min=0.5,
+        self.watermark_slider = slider(widgets.FloatSlider, "watermark (fraction)", value=watermark, min=0.5,
                                        max=1.0, step=0.01)
         self.template = retention_template(title)
         self.assemble([*self.ttl_sliders.values(), self.capacity_slider, self.watermark_slider])
@@ -170,14 +171,16 @@ def conversation_table(size: str | None = None) -> R.RetentionTable:
     return R.build_table(frame)
 
 
-def synthetic_workload(size: str | None = None, seed: int = 0,
+def synthetic_workload(size: str | None = None, seed: int = 0, preset: str | None = None,
                        days: float | None = None) -> tuple[pl.DataFrame, str]:
     """(the two-class synthetic workload of :data:`SYNTH_SIZES` at ``size``, its description);
-    ``days`` overrides the size's."""
+    ``preset`` (at its own rates) and ``days`` override the size's."""
     from tiered_kv.sim.workload import synth
     from tiered_kv.viz import notebook_size
 
     name, factor, d = SYNTH_SIZES[size or notebook_size()]
+    if preset is not None:
+        name, factor = preset, 1.0
     d = days or d
     cfg = synth.PRESETS[name].scaled(factor) if factor != 1.0 else synth.PRESETS[name]
     rate = f" at {factor:g} of its rates" if factor != 1.0 else ""

@@ -85,25 +85,31 @@ def check_fields(obj: object, checks: list[tuple[str, bool, str]]) -> None:
             raise ValueError(f"{type(obj).__name__}.{name}: must be {allowed}, got {value!r}")
 
 
-def mla_kv_bytes_per_token() -> float:
-    """DeepSeek-V3's MLA caches one compressed latent plus a RoPE key per layer, in BF16:
-    layers*(rank+rope)*2 bytes.
+def mla_kv_bytes_per_token(layers: int = V3_LAYERS, kv_lora_rank: int = V3_KV_LORA_RANK,
+                           rope_dim: int = V3_ROPE_DIM, bytes_per_element: float = 2.0) -> float:
+    """MLA caches one compressed latent plus a RoPE key per layer: layers*(rank+rope)*bytes
+    (defaults: DeepSeek-V3 in BF16).
 
     The same formula as ``tiered_kv.arch.DEEPSEEK_V3.bytes_per_token`` (a test pins them
     together); not imported from there because :mod:`tiered_kv.arch` loads torch.
     """
-    return float(V3_LAYERS * (V3_KV_LORA_RANK + V3_ROPE_DIM) * 2.0)
+    return float(layers * (kv_lora_rank + rope_dim) * bytes_per_element)
 
 
-def prefill_flops() -> tuple[float, float]:
-    """(FLOP per token, FLOP per token^2) of a causal DeepSeek-V3 prefill: cost(n) = a*n + b*n^2."""
-    return 2 * V3_ACTIVE_PARAMS, 2 * V3_HEADS * (V3_QK_DIM + V3_V_DIM) * V3_LAYERS / 2.0
+def prefill_flops(linear_flops_per_token: float = 2 * V3_ACTIVE_PARAMS,
+                  pair_flops: float = 2 * V3_HEADS * (V3_QK_DIM + V3_V_DIM) * V3_LAYERS,
+                  ) -> tuple[float, float]:
+    """(FLOP per token, FLOP per token^2) of a causal prefill (defaults: DeepSeek-V3):
+    cost(n) = a*n + b*n^2, half of the ``pair_flops`` query-key pairs under a causal mask."""
+    return linear_flops_per_token, pair_flops / 2.0
 
 
-def calibrate_machine_flops() -> float:
-    """Effective FLOP/s of one machine so that a 128K-token miss takes DeepSeek's 13 s."""
+def calibrate_machine_flops(miss_tokens: int = CALIBRATION_TOKENS,
+                            miss_seconds: float = CALIBRATION_MISS_S) -> float:
+    """Effective FLOP/s of one machine so that a ``miss_tokens`` miss takes ``miss_seconds``
+    (defaults: DeepSeek's 13 s for 128K tokens)."""
     fa, fb = prefill_flops()
-    return (fa * CALIBRATION_TOKENS + fb * CALIBRATION_TOKENS**2) / CALIBRATION_MISS_S
+    return (fa * miss_tokens + fb * miss_tokens**2) / miss_seconds
 
 
 @dataclass(frozen=True)
@@ -181,19 +187,21 @@ def load_seconds(cfg: LatencyConfig, tokens):
     return np.asarray(tokens, dtype=np.float64) * cfg.kv_bytes_per_token / cfg.read_bandwidth_bytes_per_s
 
 
-def ttft_components(cfg: LatencyConfig, n, loaded=0) -> dict:
+def ttft_components(cfg: LatencyConfig, n, loaded=0, local=0, window_present=False) -> dict:
     """TTFT parts of a request alone on an idle machine (no queueing), vectorised over arrays.
 
-    ``n`` input tokens; ``loaded`` leading tokens read from the SSD tier, then replayed (no window
-    state on the machine); the rest is prefilled.
+    ``n`` input tokens; ``local`` leading tokens already on the machine (GPU tier, no load);
+    ``loaded`` further tokens read from the SSD tier; the rest is prefilled. Replay is paid when a
+    prefix is cached and ``window_present`` is false.
     """
     n = np.asarray(n, dtype=np.float64)
-    loaded = np.asarray(loaded, dtype=np.float64)
-    if np.any(loaded > n):
-        raise ValueError("ttft_components: loaded tokens exceed the input length")
+    cached = np.asarray(local, dtype=np.float64) + np.asarray(loaded, dtype=np.float64)
+    if np.any(cached > n):
+        raise ValueError("ttft_components: cached tokens (local + loaded) exceed the input length")
     load = load_seconds(cfg, loaded)
-    prefill = prefill_seconds(cfg, loaded, n) + cfg.prefill_fixed_s
-    replay = np.where(loaded > 0, replay_seconds(cfg, loaded), 0.0)
+    prefill = prefill_seconds(cfg, cached, n) + cfg.prefill_fixed_s
+    replay = np.where((cached > 0) & ~np.asarray(window_present, dtype=bool),
+                      replay_seconds(cfg, cached), 0.0)
     return {"load_s": load, "prefill_s": prefill, "replay_s": replay,
             "ttft_s": load + prefill + replay}
 

@@ -27,8 +27,8 @@ _EXPECTED_RMSE = {"mxfp4": 0.115, "nvfp4": 0.095}
 _N = 1 << 16  # N(0,1) elements of the FP4 claims (tiered_kv.kernels.fp4_error.error_stats)
 
 
-def kv_rmse(model, sequences) -> pl.DataFrame:
-    """Relative RMSE of the model's own global KV through each FP4 format, in 64-token blocks."""
+def kv_rmse(model, sequences, formats=("mxfp4", "nvfp4"), block_size: int = 64) -> pl.DataFrame:
+    """Relative RMSE of the model's own global KV through each FP4 format."""
     import torch
 
     from tiered_kv.engine import fp4_roundtrip, namespace_for
@@ -36,8 +36,8 @@ def kv_rmse(model, sequences) -> pl.DataFrame:
     rows = []
     with torch.no_grad():
         kvs = [model.encode(s, 0)[0] for s in sequences]
-    for fmt in ("mxfp4", "nvfp4"):
-        ns = namespace_for(model, fmt=fmt, block_size=64)
+    for fmt in formats:
+        ns = namespace_for(model, fmt=fmt, block_size=block_size)
         err = sum(float((fp4_roundtrip(kv, ns) - kv).pow(2).sum()) for kv in kvs)
         ref = sum(float(kv.pow(2).sum()) for kv in kvs)
         rows.append({"format": fmt, "rel_rmse_model_kv": (err / ref) ** 0.5})
