@@ -134,11 +134,17 @@ class Corpus:
     description: dict
 
 
-def stdlib_files() -> list[Path]:
-    """Every ``.py`` file of the standard library (not site-packages), sorted by relative path."""
-    root = Path(sysconfig.get_paths()["stdlib"])
+def stdlib_files(root: Path | None = None) -> list[Path]:
+    """Every ``.py`` file of the standard library (not site-packages), or under ``root``, sorted
+    by relative path."""
+    root = Path(root or sysconfig.get_paths()["stdlib"])
     files = [p for p in root.rglob("*.py") if "site-packages" not in p.parts and p.is_file()]
     return sorted(files, key=lambda p: p.relative_to(root).as_posix())
+
+
+def partial_path(out: str | Path) -> Path:
+    """Where a run writing ``out`` keeps its resumable state (``<name>.partial.pt``)."""
+    return Path(out).with_suffix(".partial.pt")
 
 
 def document_tokens(data: bytes) -> torch.Tensor:
@@ -150,15 +156,16 @@ def document_tokens(data: bytes) -> torch.Tensor:
     return t
 
 
-def load_corpus(heldout_every: int = 20, max_bytes: int | None = None, heldout_only: bool = False) -> Corpus:
+def load_corpus(heldout_every: int = 20, root: Path | None = None, max_bytes: int | None = None,
+                heldout_only: bool = False) -> Corpus:
     """Read the stdlib sources into BOS/EOS-delimited byte streams with a held-out split.
 
     ``heldout_only`` skips reading the training files (fast evaluation); ``max_bytes`` stops
     after that many source bytes have been read.
     """
-    files = stdlib_files()
+    files = stdlib_files(root)
     if not files:
-        raise FileNotFoundError(f"no .py files under {sysconfig.get_paths()['stdlib']}")
+        raise FileNotFoundError(f"no .py files under {root or sysconfig.get_paths()['stdlib']}")
     train_parts, held_parts, n_bytes = [], [], 0
     for i, path in enumerate(files):
         if heldout_only and i % heldout_every:
@@ -349,7 +356,7 @@ def train(cfg: ModelConfig, tc: TrainConfig, corpus: Corpus | None = None, log=p
     held = sample_windows(corpus.heldout, tc.eval_windows, min(512, tc.seq_len), eval_gen)
     train_eval = sample_windows(corpus.train, tc.eval_windows, min(512, tc.seq_len), eval_gen)
     opt = _optimizer(model, tc)
-    partial = None if resume_from is None else Path(resume_from).with_suffix(".partial.pt")
+    partial = None if resume_from is None else partial_path(resume_from)
     state = _resume(partial, cfg, tc, model, opt, gen, log)
     history, heldout_curve, first = state["history"], state["heldout_curve"], state["step"]
     t0 = time.perf_counter() - state["seconds"]

@@ -14,8 +14,8 @@ from pathlib import Path
 
 NAME = "train"
 HELP = "train the encoder-decoder (byte-level, stdlib sources) and save a checkpoint"
-#: Flags that override a field of the preset's TrainConfig (``--steps`` -> ``steps``); an error
-#: in one names the flag, not the field (tiered_kv.cli).
+#: Flags that override the TrainConfig field of the same name (``--steps`` -> ``steps``); since a
+#: flag's dest is the field's name, cli_args.name_flags names the flag in a field's error.
 OVERRIDES = ("steps", "seed", "threads")
 
 
@@ -36,14 +36,14 @@ def register(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from tiered_kv.model import default_checkpoint, save_checkpoint
-    from tiered_kv.train import MODEL_OF, TRAIN_PRESETS, train_preset
+    from tiered_kv.train import MODEL_OF, TRAIN_PRESETS, partial_path, train_preset
 
     if args.preset not in TRAIN_PRESETS:
         raise ValueError(f"--preset: must be one of {sorted(TRAIN_PRESETS)}, got {args.preset!r}")
     overrides = {k: getattr(args, k) for k in OVERRIDES if getattr(args, k) is not None}
     out = args.out or default_checkpoint(MODEL_OF[args.preset])
     out.parent.mkdir(parents=True, exist_ok=True)
-    partial = out.with_suffix(".partial.pt")
+    partial = partial_path(out)
     if args.no_resume and partial.exists():
         partial.unlink()
     model, record = train_preset(args.preset, resume_from=out, init_from=args.init, **overrides)
