@@ -88,3 +88,9 @@ def test_parse_tokens_rejects_with_name():
         parse_tokens("-5", name="capacity")
     with pytest.raises(ValueError, match="capacity"):
         parse_tokens("5 parsecs", name="capacity")
+
+
+def test_an_infinite_size_is_a_named_error_not_an_overflow():
+    for bad in ("1e999GB", float("inf")):
+        with pytest.raises(ValueError, match="^--capacity: must be a finite size in bytes"):
+            parse_bytes(bad, name="--capacity")

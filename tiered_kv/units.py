@@ -99,6 +99,8 @@ def parse_bytes(value: str | float | int, *, name: str = "size") -> int:
         size = float(m.group(1)) * BYTE_UNITS[m.group(2) or "b"]
     if math.isnan(size) or size < 0:
         raise ValueError(f"{name}: must be a size >= 0 bytes, got {value!r}")
+    if math.isinf(size):  # (int() of it would raise OverflowError, a traceback instead of this line)
+        raise ValueError(f"{name}: must be a finite size in bytes, got {value!r}")
     return int(size)
 
 
