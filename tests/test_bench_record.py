@@ -214,6 +214,12 @@ def test_a_new_run_without_a_machine_note_claims_no_load(root: Path, tmp_path: P
     assert main(["bench", "record", "widgets", str(src), "--root", str(root)]) == 0
     page = (results / "widgets.md").read_text()
     assert "training job" not in page and "no note on the machine or its load was given" in page
+    # a page with a note of its own (cluster: nothing on it is timed) keeps it
+    run = json.loads((RESULTS / "cluster.json").read_text())
+    run.pop("recorded", None)
+    src.write_text(json.dumps(run))
+    assert main(["bench", "record", "cluster", str(src), "--root", str(root)]) == 0
+    assert "Machine: not timed: every figure on this page is deterministic" in (results / "cluster.md").read_text()
 
 
 def test_a_feeding_json_rerenders_the_page_it_feeds(root: Path):

@@ -27,6 +27,9 @@ DEFAULT_MACHINE = ("the development machine, 2 CPU cores, no GPU. A model traini
                    "both cores at normal priority while this benchmark ran at idle priority (nice 19, "
                    "autogroup nice 19), so absolute times are pessimistic, by several times; the ratios "
                    "are against baselines measured in the same run, interleaved with it.")
+#: The note a new run recorded without ``--machine`` gets when its page has no note of its own:
+#: it claims nothing about a machine the recorder did not see.
+NO_MACHINE_NOTE = "no note on the machine or its load was given when it was recorded"
 
 
 def clocked(fn: Callable[..., Any], *args: Any) -> tuple[Any, float]:

@@ -22,7 +22,7 @@ import re
 from pathlib import Path
 
 from tiered_kv.bench import _summary
-from tiered_kv.bench._pages import Page
+from tiered_kv.bench._pages import DEFAULT_MACHINE, NO_MACHINE_NOTE, Page
 
 NAME = "record"
 HELP = "write benchmarks/results/NAME.{json,md} from a benchmark's JSON and reassemble BENCHMARKS.md"
@@ -80,8 +80,9 @@ def prepared(name: str, src: Path | None, results: Path, command: str | None, ma
     rec["command"] = command or rec.get("command") or owner(name).command
     if machine is not None:
         rec["machine"] = machine
-    elif src is not None and "machine" not in rec:  # a new run: claim nothing about a machine we did not see
-        rec["machine"] = "no note on the machine or its load was given when it was recorded"
+    elif src is not None and "machine" not in rec:  # a new run: its page's own note, else no claim
+        own = owner(name).machine
+        rec["machine"] = NO_MACHINE_NOTE if own == DEFAULT_MACHINE else own
     return {**r, "recorded": rec}
 
 
