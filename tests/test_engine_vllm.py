@@ -32,7 +32,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tiered_kv.connectors.client import EngineProcess, EngineUnavailable, build_model, engine_python
+from tiered_kv.connectors.client import (
+    EngineError,
+    EngineProcess,
+    EngineUnavailable,
+    build_model,
+    engine_python,
+)
 
 BS = 32
 CHUNK = 64  # max_num_batched_tokens of engine A: every prompt here is prefilled in chunks
@@ -95,6 +101,9 @@ def test_an_engine_deletes_its_own_temporary_log_on_a_clean_stop_and_keeps_a_giv
         own = eng.log_path
         assert own.parent == tmp_path / "tmp" and own.exists()
     assert eng.proc.returncode == 0 and not own.exists()
+    with pytest.raises(EngineError), EngineProcess() as failed:  # an error reply: the worker stops cleanly
+        failed.call("no such command")
+    assert failed.proc.returncode == 0 and failed.log_path.exists()  # but what went wrong may be in the log
     with EngineProcess(log=tmp_path / "given.log"):
         pass
     assert (tmp_path / "given.log").exists()

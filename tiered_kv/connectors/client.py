@@ -45,7 +45,8 @@ class EngineProcess:
     """One engine process; use as a context manager (the process is stopped, or killed, on exit).
 
     Its stderr goes to ``log``, or to a temporary file this object owns: that one is deleted when
-    the engine stops cleanly (exit code 0), and kept otherwise, since an error names it.
+    the engine stops cleanly (exit code 0) after a ``with`` block that raised nothing, and kept
+    otherwise (its path: :attr:`log_path`), since vLLM's own account of a failure is there.
     """
 
     def __init__(self, *, kv_cache_gib: int = 1, log: str | Path | None = None, threads: int = 1) -> None:
@@ -84,7 +85,7 @@ class EngineProcess:
     def generate(self, prompts: list[list[int]], **options: Any) -> list[dict[str, Any]]:
         return self.call("generate", prompts=[list(map(int, p)) for p in prompts], **options)["results"]
 
-    def close(self) -> None:
+    def close(self, *, keep_log: bool = False) -> None:
         if self.proc.poll() is None:
             try:
                 self.call("stop")
@@ -93,7 +94,7 @@ class EngineProcess:
                 self.proc.kill()
                 self.proc.wait()
         self._log.close()
-        if self._owns_log and self.proc.returncode == 0:
+        if self._owns_log and self.proc.returncode == 0 and not keep_log:
             self.log_path.unlink(missing_ok=True)
 
     def kill(self) -> None:
@@ -105,8 +106,8 @@ class EngineProcess:
     def __enter__(self) -> EngineProcess:
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def __exit__(self, exc_type: object, *exc: object) -> None:
+        self.close(keep_log=exc_type is not None)
 
 
 def build_model(path: str | Path, **shape: Any) -> Path:

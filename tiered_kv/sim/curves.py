@@ -53,7 +53,7 @@ other; the tests check the bound in blocks and in unclamped tokens.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, is_dataclass, replace
 
 import numpy as np
 from numba import njit
@@ -345,8 +345,6 @@ def _make_point_policy(spec: str, capacity_tokens: int | None, admission: str, b
     A policy sized in bytes (``watermark``'s ``capacity_bytes``) gets the capacity at ``bpt``
     bytes per token; unlimited (None) is ``footprint_tokens`` (every distinct block) for it.
     """
-    from dataclasses import fields, is_dataclass
-
     from tiered_kv.sim.policies import make_policy, parse_policy_spec
     from tiered_kv.sim.policies.registry import _REGISTRY, get_policy
 
@@ -368,8 +366,6 @@ def _make_point_policy(spec: str, capacity_tokens: int | None, admission: str, b
 def _replay_point(shared: _Points, spec: str, capacity_tokens: int | None, admission: str
                   ) -> tuple[int, int | None, int]:
     """(counted hit tokens, tokens written or None, block hits) of one policy at one capacity."""
-    import dataclasses
-
     trace, bpt = shared.trace, shared.bpt
     pol = _make_point_policy(spec, capacity_tokens, admission, bpt,
                              footprint_tokens=trace.n_unique * trace.uniform_block_size)
@@ -379,7 +375,7 @@ def _replay_point(shared: _Points, spec: str, capacity_tokens: int | None, admis
         masks = shared.masks
         if admission not in masks:
             masks[admission] = pol.admission.mask(trace)
-        pol = dataclasses.replace(pol, admission=WritePoints(is_write_point=masks[admission]))
+        pol = replace(pol, admission=WritePoints(is_write_point=masks[admission]))
     if hasattr(pol, "block_run"):
         from tiered_kv.sim.policies import leading_runs
 

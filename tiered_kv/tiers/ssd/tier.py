@@ -138,13 +138,13 @@ class SSDTier:
         self.policy = _policy(retention, retention_args)
         self.namespace = namespace
         self.clock = clock
+        self.counters: Counter = Counter()  # before the backend: opening it may already repair
+        self._counters_lock = threading.Lock()  # the touch and GC threads count too
         backend = open_backend(store, io_threads=config.io_threads, concurrency=config.io_concurrency,
                                on_repair=self._repaired)
         self.backend = paced(backend, config.read_bandwidth, config.write_bandwidth, config.link_bandwidth)
         bounded = config.auto_gc and not math.isinf(self.policy.capacity_bytes)
         self.usage = usage.UsageLedger(self.backend, usage.high_mark(self.policy)) if bounded else None
-        self.counters: Counter = Counter()
-        self._counters_lock = threading.Lock()  # the touch and GC threads count too
         self._gc_lock = threading.Lock()
         self._headers: dict = {}  # GC's header cache (object stores: path -> (ETag, header))
         self._touches = ThreadPoolExecutor(1, thread_name_prefix="ssd-touch") if config.background_touch else None
