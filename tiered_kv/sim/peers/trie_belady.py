@@ -28,6 +28,7 @@ from numba import njit
 
 from tiered_kv.sim.peers.trie import TrieTrace, check_capacities, lookup, replay_at, underfilled_mask
 from tiered_kv.sim.policies.belady import stack_hist
+from tiered_kv.sim.policies.frequency import heap_pop, heap_push
 
 
 def replay_optimal_trie(t: TrieTrace, capacity: int) -> tuple[np.ndarray, bool]:
@@ -66,46 +67,9 @@ def optimal_trie_curve(t: TrieTrace, capacities) -> np.ndarray:
 
 
 @njit(cache=True)
-def _heap_push(hk, hn, hv, size, key, nd, ver):
-    i = size
-    hk[i], hn[i], hv[i] = key, nd, ver
-    while i > 0:
-        p = (i - 1) >> 1
-        if hk[p] < hk[i] or (hk[p] == hk[i] and hn[p] > hn[i]):
-            break
-        hk[p], hk[i] = hk[i], hk[p]
-        hn[p], hn[i] = hn[i], hn[p]
-        hv[p], hv[i] = hv[i], hv[p]
-        i = p
-    return size + 1
-
-
-@njit(cache=True)
-def _heap_pop(hk, hn, hv, size):
-    """Remove the root (smallest key; larger node first on ties); caller read it already."""
-    size -= 1
-    hk[0], hn[0], hv[0] = hk[size], hn[size], hv[size]
-    i = 0
-    while True:
-        lft = 2 * i + 1
-        best = i
-        if lft < size and (hk[lft] < hk[best] or (hk[lft] == hk[best] and hn[lft] > hn[best])):
-            best = lft
-        rgt = lft + 1
-        if rgt < size and (hk[rgt] < hk[best] or (hk[rgt] == hk[best] and hn[rgt] > hn[best])):
-            best = rgt
-        if best == i:
-            break
-        hk[best], hk[i] = hk[i], hk[best]
-        hn[best], hn[i] = hn[i], hn[best]
-        hv[best], hv[i] = hv[i], hv[best]
-        i = best
-    return size
-
-
-@njit(cache=True)
 def _replay_trie(node, parent, offsets, next_use, fill_by, capacity, optimal, hit_blocks):
-    """Leaf-restricted replay. Keys: LRU = touch clock (min first); optimal = -next use.
+    """Leaf-restricted replay. Keys: LRU = touch clock (min first); optimal = -next use. Heap
+    entries are (key, -node, version), so among equal keys the deeper (larger) node goes first.
 
     Fills ``hit_blocks``; returns whether the cache filled by request ``fill_by``."""
     n_nodes = parent.shape[0]
@@ -136,7 +100,7 @@ def _replay_trie(node, parent, offsets, next_use, fill_by, capacity, optimal, hi
             key[nd] = -next_use[a] if optimal else clock
             if children[nd] == 0:
                 version[nd] += 1
-                hsize = _heap_push(hk, hn, hv, hsize, key[nd], nd, version[nd])
+                hsize = heap_push(hk, hn, hv, hsize, key[nd], -nd, version[nd])
             guard[nd] = r + 1
         for a in range(h, e):
             nd = node[a]
@@ -145,8 +109,8 @@ def _replay_trie(node, parent, offsets, next_use, fill_by, capacity, optimal, hi
                 ns = 0
                 evicted = False
                 while hsize > 0:
-                    k0, n0, v0 = hk[0], hn[0], hv[0]
-                    hsize = _heap_pop(hk, hn, hv, hsize)
+                    k0, n0, v0 = hk[0], -hn[0], hv[0]
+                    hsize = heap_pop(hk, hn, hv, hsize)
                     if not present[n0] or children[n0] != 0 or version[n0] != v0 or key[n0] != k0:
                         continue
                     if guard[n0] == r + 1:
@@ -154,7 +118,7 @@ def _replay_trie(node, parent, offsets, next_use, fill_by, capacity, optimal, hi
                         ns += 1
                         continue
                     if optimal and -k0 <= next_use[a]:
-                        hsize = _heap_push(hk, hn, hv, hsize, k0, n0, v0)
+                        hsize = heap_push(hk, hn, hv, hsize, k0, -n0, v0)
                         break
                     present[n0] = False
                     size -= 1
@@ -162,11 +126,11 @@ def _replay_trie(node, parent, offsets, next_use, fill_by, capacity, optimal, hi
                     children[p] -= 1
                     if p > 0 and present[p] and children[p] == 0:
                         version[p] += 1
-                        hsize = _heap_push(hk, hn, hv, hsize, key[p], p, version[p])
+                        hsize = heap_push(hk, hn, hv, hsize, key[p], -p, version[p])
                     evicted = True
                     break
                 for j in range(ns):
-                    hsize = _heap_push(hk, hn, hv, hsize, sk[j], sn[j], sv[j])
+                    hsize = heap_push(hk, hn, hv, hsize, sk[j], -sn[j], sv[j])
                 if not evicted:
                     break
             if size < capacity and present[parent[nd]]:
@@ -176,7 +140,7 @@ def _replay_trie(node, parent, offsets, next_use, fill_by, capacity, optimal, hi
                 clock += 1
                 key[nd] = -next_use[a] if optimal else clock
                 version[nd] += 1
-                hsize = _heap_push(hk, hn, hv, hsize, key[nd], nd, version[nd])
+                hsize = heap_push(hk, hn, hv, hsize, key[nd], -nd, version[nd])
                 if size >= capacity and r < fill_by:
                     filled = True
             else:
@@ -184,13 +148,13 @@ def _replay_trie(node, parent, offsets, next_use, fill_by, capacity, optimal, hi
         if hsize > cap_heap - 2 * (e - s) - 8:  # compact stale entries
             j = 0
             for i in range(hsize):
-                n0 = hn[i]
+                n0 = -hn[i]
                 if present[n0] and children[n0] == 0 and version[n0] == hv[i] and key[n0] == hk[i]:
-                    hk[j], hn[j], hv[j] = hk[i], n0, hv[i]
+                    hk[j], hn[j], hv[j] = hk[i], hn[i], hv[i]
                     j += 1
             hsize = 0
             for i in range(j):
-                hsize = _heap_push(hk, hn, hv, hsize, hk[i], hn[i], hv[i])
+                hsize = heap_push(hk, hn, hv, hsize, hk[i], hn[i], hv[i])
     return filled
 
 
