@@ -50,7 +50,8 @@ def _belady_kernel(offsets, blocks, depth, nxt_use, n_unique, capacity):  # prag
             dmul = np.int64(depth[i]) + 1
     present = np.zeros(n_unique, np.bool_)
     key_of = np.zeros(n_unique, np.int64)
-    heap_k = np.empty(m + 1, np.int64)  # max-heap of keys: next use x dmul + depth
+    heap_k = np.empty(m + 1, np.int64)  # min-heap of -(next use x dmul + depth)
+    heap_d = np.zeros(m + 1, np.int64)  # (no second key: keys of live entries are distinct)
     heap_b = np.empty(m + 1, np.int64)
     hn = 0
     used = 0  # live (heaped) + dead blocks in the cache
@@ -84,43 +85,16 @@ def _belady_kernel(offsets, blocks, depth, nxt_use, n_unique, capacity):  # prag
                 present[b] = True
                 key = nxt_use[i] * dmul + depth[i]
                 key_of[b] = key
-                j = hn
-                hn += 1
-                while j > 0:
-                    parent = (j - 1) >> 1
-                    if heap_k[parent] >= key:
-                        break
-                    heap_k[j] = heap_k[parent]
-                    heap_b[j] = heap_b[parent]
-                    j = parent
-                heap_k[j] = key
-                heap_b[j] = b
+                hn = heap_push(heap_k, heap_d, heap_b, hn, -key, 0, b)
             while used > capacity:
                 if dead > 0:
                     dead -= 1
                     used -= 1
                     continue
                 # pop the max valid entry: the farthest next use, deepest on ties
-                vk = heap_k[0]
+                vk = -heap_k[0]
                 vb = heap_b[0]
-                hn -= 1
-                lk = heap_k[hn]
-                lb = heap_b[hn]
-                j = 0
-                while True:
-                    child = 2 * j + 1
-                    if child >= hn:
-                        break
-                    if child + 1 < hn and heap_k[child + 1] > heap_k[child]:
-                        child += 1
-                    if heap_k[child] <= lk:
-                        break
-                    heap_k[j] = heap_k[child]
-                    heap_b[j] = heap_b[child]
-                    j = child
-                if hn > 0:
-                    heap_k[j] = lk
-                    heap_b[j] = lb
+                hn = heap_pop(heap_k, heap_d, heap_b, hn)
                 if present[vb] and key_of[vb] == vk:
                     present[vb] = False
                     used -= 1
