@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from tiered_kv.bench._pages import Page, Paired, Row, brief, clocked, sec, spread, traced
+from tiered_kv.rusage import peak_rss_bytes
 
 NAME = "retention"
 HELP = "retention speed: per-class TTL curves + oracle frontier vs per-TTL event replays"
@@ -102,7 +103,6 @@ def measure(trace, ttl_points: int, repeat: int, baseline_points: int | None) ->
 def run(args: argparse.Namespace) -> dict[str, Any]:
     from tqdm import tqdm
 
-    from tiered_kv.sim.day.shards import peak_rss_bytes
     from tiered_kv.sim.trace_replay import compile_trace
     from tiered_kv.sim.traces import load_trace, resolve_trace_path
 

@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from tiered_kv.bench._pages import Page, Row, brief, clocked, head, met, ms, recorded, traced, yes
+from tiered_kv.rusage import peak_rss_bytes
 
 NAME = "sim"
 HELP = "simulator speed: one-pass curves vs per-point replay, Belady, replay throughput, scaling"
@@ -166,7 +167,6 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 def run_cluster_bench(days: float = 14.0, preset: str = "mixed") -> dict[str, Any]:
     """Generate, compile and replay the cluster workload; time each stage; report throughput and memory."""
     from tiered_kv.sim.cluster import V3_KV_BYTES_PER_TOKEN, ClusterConfig, simulate_cluster
-    from tiered_kv.sim.day.shards import peak_rss_bytes
     from tiered_kv.sim.policies import LRU
     from tiered_kv.sim.trace_replay import compile_trace
     from tiered_kv.sim.workload.synth import generate

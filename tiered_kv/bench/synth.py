@@ -19,6 +19,7 @@ import statistics
 from typing import Any
 
 from tiered_kv.bench._pages import Page, Row, brief, clocked, sec, spread
+from tiered_kv.rusage import peak_rss_bytes
 
 NAME = "synth"
 HELP = "synthetic workload: generation speed of the 14-day mixed preset and the calibration table"
@@ -35,7 +36,6 @@ def register(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    from tiered_kv.sim.day.shards import peak_rss_bytes
     from tiered_kv.sim.workload.calibration import calibration_report
     from tiered_kv.sim.workload.synth import PRESETS, generate
 

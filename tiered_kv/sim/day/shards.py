@@ -39,6 +39,8 @@ from typing import Any
 
 import numpy as np
 
+from tiered_kv.rusage import peak_rss_bytes
+
 DEEPSEEK_INPUT_TOKENS_PER_DAY = 608e9
 #: About one Mooncake-rate workload per part: 16 M block accesses a day, < 1 GiB to draw.
 DEFAULT_TOKENS_PER_PART = 8.0e9
@@ -134,14 +136,6 @@ def write_part(root: str | Path, part: int, factor: float, days: float, seed: in
 
 def base_workload_names() -> list[str]:
     return [c.name for c in base_workload().classes]
-
-
-def peak_rss_bytes(children: bool = False) -> int:
-    """Peak resident set of this process (or the largest of its finished children), in bytes."""
-    import resource
-
-    who = resource.RUSAGE_CHILDREN if children else resource.RUSAGE_SELF
-    return int(resource.getrusage(who).ru_maxrss) * 1024  # Linux reports KiB
 
 
 def _write_json(path: Path, data: dict) -> None:

@@ -37,7 +37,8 @@ from typing import Any
 import numpy as np
 from numba import njit
 
-from tiered_kv.sim.day.shards import peak_rss_bytes, read_manifest
+from tiered_kv.rusage import peak_rss_bytes
+from tiered_kv.sim.day.shards import read_manifest
 
 
 @njit(cache=True)
