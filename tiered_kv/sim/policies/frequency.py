@@ -27,52 +27,8 @@ import numpy as np
 from numba import njit
 
 from tiered_kv.sim.policies.blockwise import BlockPolicy
+from tiered_kv.sim.policies.heap import heap_pop, heap_push
 from tiered_kv.sim.policies.registry import check_range, register_policy
-
-
-@njit(cache=True)
-def heap_push(k1, k2, hv, n, a, b, v):  # pragma: no cover - compiled
-    """Push (a, b) -> v into the min-heap of size n; returns the new size."""
-    j = n
-    while j > 0:
-        parent = (j - 1) >> 1
-        if k1[parent] < a or (k1[parent] == a and k2[parent] <= b):
-            break
-        k1[j] = k1[parent]
-        k2[j] = k2[parent]
-        hv[j] = hv[parent]
-        j = parent
-    k1[j] = a
-    k2[j] = b
-    hv[j] = v
-    return n + 1
-
-
-@njit(cache=True)
-def heap_pop(k1, k2, hv, n):  # pragma: no cover - compiled
-    """Remove the top (read it from index 0 first); returns the new size."""
-    n -= 1
-    a = k1[n]
-    b = k2[n]
-    v = hv[n]
-    j = 0
-    while True:
-        c = 2 * j + 1
-        if c >= n:
-            break
-        if c + 1 < n and (k1[c + 1] < k1[c] or (k1[c + 1] == k1[c] and k2[c + 1] < k2[c])):
-            c += 1
-        if a < k1[c] or (a == k1[c] and b <= k2[c]):
-            break
-        k1[j] = k1[c]
-        k2[j] = k2[c]
-        hv[j] = hv[c]
-        j = c
-    if n > 0:
-        k1[j] = a
-        k2[j] = b
-        hv[j] = v
-    return n
 
 
 @njit(cache=True)

@@ -1,0 +1,57 @@
+"""A binary min-heap over parallel arrays, for the numba kernels: keys ``(k1, k2)``, payload ``hv``.
+
+Why one heap for every kernel: lazy deletion needs nothing more (push a new entry when an
+item's key changes, skip a popped entry that no longer matches), and the tie rule lives in one
+place. Equal ``(k1, k2)`` keep the entry already in the heap above the newcomer; a kernel that
+wants the largest first negates its keys (Belady's next use, the trie replay's node id). The
+caller sizes the arrays for every push it can make and reads the top at index 0 before popping.
+"""
+
+from __future__ import annotations
+
+from numba import njit
+
+
+@njit(cache=True)
+def heap_push(k1, k2, hv, n, a, b, v):  # pragma: no cover - compiled
+    """Push (a, b) -> v into the min-heap of size n; returns the new size."""
+    j = n
+    while j > 0:
+        parent = (j - 1) >> 1
+        if k1[parent] < a or (k1[parent] == a and k2[parent] <= b):
+            break
+        k1[j] = k1[parent]
+        k2[j] = k2[parent]
+        hv[j] = hv[parent]
+        j = parent
+    k1[j] = a
+    k2[j] = b
+    hv[j] = v
+    return n + 1
+
+
+@njit(cache=True)
+def heap_pop(k1, k2, hv, n):  # pragma: no cover - compiled
+    """Remove the top (read it from index 0 first); returns the new size."""
+    n -= 1
+    a = k1[n]
+    b = k2[n]
+    v = hv[n]
+    j = 0
+    while True:
+        c = 2 * j + 1
+        if c >= n:
+            break
+        if c + 1 < n and (k1[c + 1] < k1[c] or (k1[c + 1] == k1[c] and k2[c + 1] < k2[c])):
+            c += 1
+        if a < k1[c] or (a == k1[c] and b <= k2[c]):
+            break
+        k1[j] = k1[c]
+        k2[j] = k2[c]
+        hv[j] = hv[c]
+        j = c
+    if n > 0:
+        k1[j] = a
+        k2[j] = b
+        hv[j] = v
+    return n
