@@ -150,3 +150,7 @@ def test_a_library_parameter_name_becomes_the_flag():
     assert name_flags("SynthConfig.preset: bad", flags) == "--synth: bad"
     assert name_flags("--days: already a flag", flags) == "--days: already a flag"
     assert name_flags("seed: not a flag here", flags) == "seed: not a flag here"
+    flags = {"low_watermark": "--low", "high_watermark": "--high", "block_size": "--block-size"}
+    assert name_flags("low_watermark: must be in [0, high_watermark=0.9], got 1.0", flags) \
+        == "--low: must be in [0, --high=0.9], got 1.0"  # a parameter quoted with its value, too
+    assert name_flags("kv: not a multiple of block_size=4", flags) == "kv: not a multiple of block_size=4"

@@ -81,6 +81,8 @@ def test_errors_are_one_line(tmp_path, capsys):
     assert "--low: must be in [0, --high=0.5]" in capsys.readouterr().err
     assert main(["store", "gc", str(tmp_path), "--high", "1.5"]) == 2
     assert "--high: must be in (0, 1], got 1.5" in capsys.readouterr().err
+    assert main(["store", "stats", str(tmp_path), "--capacity", "0"]) == 2
+    assert "--capacity: must be > 0 bytes, got 0" in capsys.readouterr().err
     assert main(["store", "gc", str(tmp_path), "--part", "3/2"]) == 2
     assert "part: must be i/n with 1 <= i <= n <= 16" in capsys.readouterr().err
 

@@ -238,14 +238,23 @@ def flag_names(parser: argparse.ArgumentParser, aliases: dict[str, str] | None =
 
 #: "days: must be ..." or "SynthConfig.days: must be ...": the library's way to name a parameter.
 _PARAMETER = re.compile(r"^(?:[A-Z]\w*\.)?([a-z_]\w*): ")
+#: "high_watermark=0.9" in the rest of such a message: another parameter, quoted with its value.
+_QUOTED = re.compile(r"(?<![\w-])([a-z_]\w*)=")
 
 
 def name_flags(message: str, flags: dict[str, str]) -> str:
-    """``message`` with a leading internal parameter name replaced by the flag the user typed."""
+    """``message`` with a leading internal parameter name replaced by the flag the user typed, and
+    so every parameter it quotes with a value (``low_watermark: must be in [0, high_watermark=0.9]``
+    -> ``--low: must be in [0, --high=0.9]``).
+
+    Only a message that starts with a flag's parameter is rewritten: elsewhere ``name=`` may be a
+    setting of something else (a trace row's ``block_size=``).
+    """
     m = _PARAMETER.match(message)
     if m is None or m.group(1) not in flags:
         return message
-    return f"{flags[m.group(1)]}: {message[m.end():]}"
+    rest = _QUOTED.sub(lambda q: f"{flags.get(q.group(1), q.group(1))}=", message[m.end():])
+    return f"{flags[m.group(1)]}: {rest}"
 
 
 COMMAND = ("NAME", "register", "run")

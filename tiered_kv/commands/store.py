@@ -24,6 +24,8 @@ from pathlib import Path
 
 NAME = "store"
 HELP = "stats, verify and gc of an SSD-tier store directory"
+#: RetentionPolicy.make's parameters, named in its errors, and the flags that feed them (tiered_kv.cli).
+PARAMETER_FLAGS = {"capacity_bytes": "--capacity", "high_watermark": "--high", "low_watermark": "--low"}
 
 
 def register(parser: argparse.ArgumentParser) -> None:
@@ -86,22 +88,6 @@ def _print(report: dict, as_json: bool) -> None:
             print(f"{key:<36} {value}")
 
 
-_FLAGS = {"capacity_bytes": "--capacity", "high_watermark": "--high", "low_watermark": "--low", "ttl": "--ttl"}
-
-
-def _policy(*args):
-    """RetentionPolicy.make, with errors naming the flags the user typed."""
-    import re
-
-    from tiered_kv.tiers.ssd import RetentionPolicy
-
-    try:
-        return RetentionPolicy.make(*args)
-    except ValueError as exc:
-        msg = re.sub(r"\b(capacity_bytes|high_watermark|low_watermark)\b|^ttl\b", lambda m: _FLAGS[m.group(0)], str(exc))
-        raise ValueError(msg) from None
-
-
 def _open(path_arg: str):
     """The store at PATH (a directory or URL) as a backend, or a one-line error if it is not an
     SSD-tier store."""
@@ -123,16 +109,17 @@ def _open(path_arg: str):
 
 
 def run(args: argparse.Namespace) -> int:
-    from tiered_kv.tiers.ssd import store_gc, store_stats, store_verify
+    from tiered_kv.tiers.ssd import RetentionPolicy, store_gc, store_stats, store_verify
     from tiered_kv.tiers.ssd.retention import parse_part
-    from tiered_kv.units import parse_duration
+    from tiered_kv.units import parse_duration, parse_ttl
 
     progress = not args.no_progress and not args.json
     policy = None
     if args.action == "stats" and args.capacity:
-        policy = _policy(args.capacity)
+        policy = RetentionPolicy.make(args.capacity)
     elif args.action == "gc":  # check every flag before touching the store
-        policy = _policy(args.capacity, args.high, args.low, args.ttl or None)
+        parse_ttl(args.ttl, name="--ttl")  # a class's bad TTL reads "--ttl agent: ...", as in simulate
+        policy = RetentionPolicy.make(args.capacity, args.high, args.low, args.ttl)
         grace = parse_duration(args.partial_grace, name="--partial-grace")
         now = _now(args.now)
         part = parse_part(args.part)
