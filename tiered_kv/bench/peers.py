@@ -75,26 +75,23 @@ def _timed_compare(peer_fn, ours_fn, repeat: int, ours_policy: str) -> dict:
     peer, ours, ... (load from other jobs on a shared machine hits both sides alike): medians in
     the usual keys, every round beside them (``peer_seconds_all``, ``ours_seconds_all``,
     ``*_cpu_seconds_all``), the speed-ups per round (:func:`speedups`)."""
-    runs: dict[str, dict[str, list[float]]] = {s: {"wall": [], "cpu": []} for s in ("peer", "ours")}
+    runs: dict[str, list[float]] = {f"{side}_{cpu}seconds_all": [] for cpu in ("", "cpu_") for side in ("peer", "ours")}
     out: dict[str, Any] = {}
     for _ in range(max(1, repeat)):
         for side, fn in (("peer", peer_fn), ("ours", ours_fn)):
             t0, c0 = time.perf_counter(), _cpu_seconds()
             out[side] = fn()
-            runs[side]["wall"].append(time.perf_counter() - t0)
-            runs[side]["cpu"].append(_cpu_seconds() - c0)
-    (peer_s, peer_cpu), (ours_s, ours_cpu) = ((statistics.median(r["wall"]), statistics.median(r["cpu"]))
-                                              for r in runs.values())
+            runs[f"{side}_seconds_all"].append(time.perf_counter() - t0)
+            runs[f"{side}_cpu_seconds_all"].append(_cpu_seconds() - c0)
+    med = {key.removesuffix("_all"): statistics.median(v) for key, v in runs.items()}
+    wall, cpu = speedups(runs)
     diff = np.flatnonzero(out["peer"] != out["ours"])
-    rec = {"ours_policy": ours_policy, "identical": bool(diff.size == 0), "mismatches": int(diff.size),
-           "first_mismatch_index": int(diff[0]) if diff.size else None, "peer_seconds": peer_s,
-           "ours_seconds": ours_s, "speedup_vs_peer": None, "peer_cpu_seconds": peer_cpu,
-           "ours_cpu_seconds": ours_cpu, "cpu_speedup_vs_peer": None, "hit_tokens_peer": out["peer"].tolist(),
-           "hit_tokens_ours": out["ours"].tolist(), "repeat": int(max(1, repeat)), "peer_seconds_all": runs["peer"]["wall"],
-           "ours_seconds_all": runs["ours"]["wall"], "peer_cpu_seconds_all": runs["peer"]["cpu"],
-           "ours_cpu_seconds_all": runs["ours"]["cpu"]}
-    rec["speedup_vs_peer"], rec["cpu_speedup_vs_peer"] = (p.median for p in speedups(rec))
-    return rec
+    return {"ours_policy": ours_policy, "identical": bool(diff.size == 0), "mismatches": int(diff.size),
+            "first_mismatch_index": int(diff[0]) if diff.size else None, "peer_seconds": med["peer_seconds"],
+            "ours_seconds": med["ours_seconds"], "speedup_vs_peer": wall.median,
+            "peer_cpu_seconds": med["peer_cpu_seconds"], "ours_cpu_seconds": med["ours_cpu_seconds"],
+            "cpu_speedup_vs_peer": cpu.median, "hit_tokens_peer": out["peer"].tolist(),
+            "hit_tokens_ours": out["ours"].tolist(), "repeat": int(max(1, repeat)), **runs}
 
 
 def _warm_numba() -> float:
@@ -268,7 +265,7 @@ def _drop_curves(result: dict[str, Any]) -> None:
 
 # ------------------------------------------------------------------------------------ the record
 def _runs(v: dict, key: str) -> list[float]:
-    return v.get(f"{key}_all", [v[key]])
+    return v[f"{key}_all"] if f"{key}_all" in v else [v[key]]
 
 
 def speedups(v: dict) -> tuple[Paired, Paired]:
