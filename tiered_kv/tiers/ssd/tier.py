@@ -186,12 +186,10 @@ class SSDTier:
         for path, why in fixed:
             self._repaired(path, why)
 
-    def _count(self, name: str | None = None, n: int = 1, **more: int) -> None:
-        """Add ``n`` to counter ``name`` and each ``more`` value to its counter, under one lock."""
+    def _count(self, **counts: int) -> None:
+        """Add each value to its counter (``_count(puts=1, blocks_written=n)``), under one lock."""
         with self._counters_lock:
-            if name is not None:
-                self.counters[name] += n
-            self.counters.update(more)
+            self.counters.update(counts)
 
     def _counts(self) -> dict:
         with self._counters_lock:
@@ -201,13 +199,13 @@ class SSDTier:
         """Count and warn when ``exc`` says the store is full (ENOSPC and the like); else False."""
         if not (isinstance(exc, OSError) and exc.errno in _FULL_ERRNOS):
             return False
-        self._count("store_full")
+        self._count(store_full=1)
         warnings.warn(StoreFullWarning(f"SSD tier store {self.backend.name} is full "
                                        f"({errno.errorcode.get(exc.errno, exc.errno)}): {what}"), stacklevel=stacklevel)
         return True
 
     def _repaired(self, path: str, reason: str) -> None:
-        self._count("repaired")
+        self._count(repaired=1)
         warnings.warn(f"SSD tier: repaired {path} in {self.backend.name}: {reason}",
                       RuntimeWarning, stacklevel=3)
 
@@ -323,7 +321,7 @@ class SSDTier:
             self._gc_lock.acquire()
         try:
             if not waited or self.usage.over_mark():
-                self._count("auto_gc")
+                self._count(auto_gc=1)
                 self.gc()
         finally:
             self._gc_lock.release()
@@ -352,7 +350,7 @@ class SSDTier:
             return layout.chunk_path(keys[i]), obj
 
         results, sizes = self.backend.write_stream(len(missing), make, create=True, verify=self._valid_existing)
-        self._count("already_present", sum(1 for r in results if r is ALREADY_PRESENT))
+        self._count(already_present=sum(1 for r in results if r is ALREADY_PRESENT))
         failed = {i: r for i, r in zip(missing, results, strict=True) if r is not None and r is not ALREADY_PRESENT}
         first_bad = min(failed, default=math.inf)
         ok = [n for i, n, r in zip(missing, sizes, results, strict=True) if i < first_bad and r is None]
@@ -401,7 +399,7 @@ class SSDTier:
         return Hit(self.namespace, keys[:len(raws)], raws)
 
     def _remove_corrupt(self, path: str, reason: str) -> None:
-        self._count("corrupt_removed")
+        self._count(corrupt_removed=1)
         warnings.warn(f"SSD tier: removed corrupt chunk {path}: {reason}", RuntimeWarning, stacklevel=4)
         self.backend.delete([path])
 
@@ -416,7 +414,7 @@ class SSDTier:
             try:
                 layout.write_all(self.backend, [(layout.access_path(key, cls), rec.encode())])
             except Exception as exc:  # noqa: BLE001 - recency is best effort; the hit stands
-                self._count("touch_errors")
+                self._count(touch_errors=1)
                 if not self._full(exc, "an access record was not written (the read succeeded; this prefix may "
                                   "look older to LRU)", stacklevel=6):
                     warnings.warn(f"SSD tier: access record not written ({exc!r}); the read succeeded",
@@ -479,7 +477,7 @@ class SSDTier:
                           orphan_grace=self.config.orphan_grace, partial_grace=self.config.partial_grace,
                           progress=progress, part=part, header_cache=self._headers)
         if not dry_run:
-            self._count("gc_removed", report["removed_chunks"])
+            self._count(gc_removed=report["removed_chunks"])
         return report
 
     def start_gc_thread(self, interval: float) -> None:
@@ -494,7 +492,7 @@ class SSDTier:
                 try:
                     self.gc()
                 except Exception as exc:  # noqa: BLE001 - keep the cache alive; report the failure
-                    self._count("gc_errors")
+                    self._count(gc_errors=1)
                     warnings.warn(f"SSD tier background gc failed: {exc!r}", RuntimeWarning, stacklevel=1)
 
         self._gc_thread = threading.Thread(target=loop, name="ssd-gc", daemon=True)
