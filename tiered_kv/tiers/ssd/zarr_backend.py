@@ -11,10 +11,10 @@ A local directory is known by the directory behind it, which buys listings that 
 obstacles, the age of ``.partial`` files, and repair. An obstacle (a directory where a chunk
 file belongs, a file where a shard directory belongs) would fail every read and write of that
 key forever: a read returns :data:`~tiered_kv.tiers.ssd.layout.NOT_A_FILE` (the tier removes it
-as corrupt), a write it blocks removes it and retries once. On a plain ``LocalStore`` reads go
-straight to ``os.open``/``os.read``, skipping ``get_sync``'s pathlib and Buffer wrapping, which
-cost as much as the read itself on small warm chunks; writes and deletes always go through the
-store, so publishing stays zarr's atomic temp-file-and-rename.
+as corrupt; :meth:`ZarrBackend._found`), a write it blocks removes it and retries once. On a
+plain ``LocalStore`` reads go straight to ``os.open``/``os.read``, skipping ``get_sync``'s
+pathlib and Buffer wrapping, which cost as much as the read itself on small warm chunks; writes
+and deletes always go through the store, so publishing stays zarr's atomic temp-file-and-rename.
 """
 
 from __future__ import annotations
@@ -109,22 +109,36 @@ class ZarrBackend:
         return self._fan_out(len(args), work)
 
     def _get(self, path: str, byte_range=None) -> bytes | None:
-        """One object through zarr's sync API (None: absent; NOT_A_FILE: a directory is there)."""
+        """One object through zarr's sync API, as :meth:`_found` reads it."""
         try:
-            buf = self.store.get_sync(path, prototype=self._proto, byte_range=byte_range)
-        except IsADirectoryError:
+            got = self.store.get_sync(path, prototype=self._proto, byte_range=byte_range)
+        except OSError as exc:
+            got = exc
+        return self._found(path, got)
+
+    def _found(self, path: str, got) -> bytes | None:
+        """What one read of ``path`` found, as every read path returns it: the object's bytes,
+        None where nothing is there, or NOT_A_FILE where a directory is.
+
+        ``got`` is the read's result (a zarr Buffer, bytes or None) or the OSError it raised; any
+        other error is raised. A directory where an object belongs can never become valid and
+        blocks every write of its key, so it must not read as a plain miss: NOT_A_FILE makes the
+        tier remove it as corrupt and report it. It shows as IsADirectoryError, or as None
+        (zarr's LocalStore reads a directory as missing), hence the ``is_dir`` look at a None.
+        """
+        if isinstance(got, IsADirectoryError) or (got is None and self.is_dir(path)):
             return layout.NOT_A_FILE
-        except (FileNotFoundError, NotADirectoryError):
+        if got is None or isinstance(got, (FileNotFoundError, NotADirectoryError)):
             return None
-        if buf is None:  # (LocalStore.get_sync reads a directory as missing, as its get does)
-            return layout.NOT_A_FILE if self.is_dir(path) else None
-        return layout.as_bytes(buf)
+        if isinstance(got, Exception):
+            raise got
+        return got if isinstance(got, bytes) else layout.as_bytes(got)
 
     # ------------------------------------------------------------------ the hot path
 
     def read_prefix(self, paths: Sequence[str]) -> list[bytes]:
         """Objects at ``paths`` in order, up to (not including) the first missing one; a
-        directory where an object should be reads as NOT_A_FILE and ends the prefix."""
+        NOT_A_FILE (:meth:`_found`) ends the prefix too."""
         if not self.sync_path:
             return sync(self._aread_prefix(paths))
         return self._fan_out_prefix(len(paths), lambda i: self._get(paths[i]))
@@ -134,15 +148,13 @@ class ZarrBackend:
         for lo in range(0, len(paths), self.concurrency):
             batch = paths[lo:lo + self.concurrency]
             bufs = await layout.bounded((self.store.get(p, prototype=self._proto) for p in batch), self.concurrency)
-            for path, buf in zip(batch, bufs, strict=True):
-                if isinstance(buf, IsADirectoryError) or (buf is None and self.is_dir(path)):
-                    out.append(layout.NOT_A_FILE)  # (LocalStore.get reads a directory as missing)
+            for path, got in zip(batch, bufs, strict=True):
+                data = self._found(path, got)
+                if data is None:
                     return out
-                if buf is None or isinstance(buf, (FileNotFoundError, NotADirectoryError)):
+                out.append(data)
+                if data is layout.NOT_A_FILE:
                     return out
-                if isinstance(buf, Exception):
-                    raise buf
-                out.append(layout.as_bytes(buf))
         return out
 
     def exists(self, paths: Sequence[str]) -> list[bool]:
@@ -266,7 +278,7 @@ class LocalBackend(ZarrBackend):
             return super().read_prefix(paths)
         root = str(self.root) + os.sep
         full = [root + p for p in paths]
-        return self._fan_out_prefix(len(paths), lambda i: _read_file(full[i]))
+        return self._fan_out_prefix(len(paths), lambda i: self._found(paths[i], _read_file(full[i])))
 
     def exists(self, paths: Sequence[str]) -> list[bool]:
         if not self.sync_path:
@@ -387,18 +399,17 @@ def _sharded_listing(root: Path, prefix: str) -> tuple[list[str], dict[str, str]
     return files, obstacles
 
 
-def _read_file(path: str) -> bytes | None:
-    """Whole file as bytes (None if absent, NOT_A_FILE for a directory): one open, fstat, read."""
+def _read_file(path: str) -> bytes | OSError:
+    """Whole file as bytes, or the OSError that stopped the read (for ``_found``): one open,
+    fstat, read."""
     try:
         fd = os.open(path, os.O_RDONLY)
-    except (FileNotFoundError, NotADirectoryError):
-        return None
-    except IsADirectoryError:
-        return layout.NOT_A_FILE
+    except OSError as exc:
+        return exc
     try:
         st = os.fstat(fd)
-        if stat.S_ISDIR(st.st_mode):
-            return layout.NOT_A_FILE
+        if stat.S_ISDIR(st.st_mode):  # (os.open opens a directory read-only without an error)
+            return IsADirectoryError(path)
         # Published chunks are immutable (atomic rename), so one read of st_size bytes is the
         # whole object; a short read would fail the length and CRC checks like any truncation.
         return os.read(fd, st.st_size)
