@@ -182,6 +182,9 @@ def test_settings_are_checked_and_sorted_into_config_or_retention(tmp_path):
     assert SSDConfig(gc_interval="2m", orphan_grace="1h").gc_interval == 120.0
     with pytest.raises(TypeError, match=r"'background_touch'.*config=SSDConfig"):
         SSDTier(tmp_path, namespace=namespace(), background_touch=False)
+    assert RetentionPolicy.make(ttl=3600).default_ttl == 3600.0  # a number is seconds (parse_ttl refuses one)
+    with pytest.raises(ValueError, match="ttl: must be a duration >= 0"):
+        RetentionPolicy.make(ttl=-1)
     policy = RetentionPolicy.make(capacity_bytes="1MiB", ttl="1d")
     with pytest.raises(ValueError, match="retention: give a RetentionPolicy or its settings"):
         SSDTier(tmp_path, namespace=namespace(), retention=policy, ttl="2d")

@@ -79,11 +79,15 @@ class RetentionPolicy:
              ttl=None, traffic_classes=None) -> RetentionPolicy:
         """Parse user-typed values: ``ttl`` is seconds, or anything :func:`~tiered_kv.units.parse_ttl`
         reads ("7d", "agent=3d,chatbot=7d", a list of those, {class: duration}); a class's own
-        TTL beats a bare one, and a class with neither keeps its chunks (``inf``)."""
+        TTL beats a bare one, and a class with neither keeps its chunks (``inf``).
+
+        A bare number is read here because parse_ttl refuses one: to the library it is seconds
+        (``SSDTier(ttl=3600)``, a connector's JSON config), but parse_ttl also reads sweep files,
+        where ``ttl = 3`` would leave its unit to a guess."""
         cap = math.inf if capacity_bytes in (None, math.inf, "inf") else parse_bytes(capacity_bytes, name="capacity_bytes")
         classes = None if traffic_classes is None else tuple(check_class(c, None, name="traffic_classes")
                                                              for c in traffic_classes)
-        if ttl is None or isinstance(ttl, (int, float)):
+        if ttl is None or isinstance(ttl, (int, float)):  # a number: seconds (see above)
             per_class, default = {}, None if ttl is None else parse_duration(ttl, name="ttl")
         else:
             per_class, default = parse_ttl(ttl, name="ttl")
