@@ -85,6 +85,12 @@ def spread(values: Sequence[float], fmt: Fmt) -> str:
     return f"{fmt(med)} ({fmt(min(vals))}-{fmt(max(vals))}, {len(vals)} runs)"
 
 
+def every_run(d: dict, key: str) -> list[float]:
+    """Every run of ``d[key]`` as the JSON keeps them (``<key>_all``), or the median alone from a
+    JSON written before the runs were kept."""
+    return d[f"{key}_all"] if f"{key}_all" in d else [d[key]]
+
+
 @dataclass(frozen=True)
 class Paired:
     """The median of per-repeat ratios with their range and count."""

@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from tiered_kv.bench._pages import Page, Paired, Row, ms, ratio, spread, yes
+from tiered_kv.bench._pages import Page, Paired, Row, every_run, ms, ratio, spread, yes
 
 NAME = "kernels"
 HELP = "FP4 quantize/dequantize and sliding-window attention throughput (GB/s vs clone / peak)"
@@ -279,7 +279,7 @@ def _ratio_cell(e: dict) -> str:
 
 def _clone_line(r: dict) -> str:
     c = r["clone"]
-    gbps = [c["bytes_per_element"] * r["elements"] / s / 1e9 for s in c.get("seconds_all", [c["seconds"]])]
+    gbps = [c["bytes_per_element"] * r["elements"] / s / 1e9 for s in every_run(c, "seconds")]
     return f"Clone alone (its own timing pass): {spread(gbps, lambda g: f'{g:.1f} GB/s')}."
 
 
@@ -288,7 +288,7 @@ def _attention_rows(a: dict) -> list[str]:
     for path, e in a.items():
         if isinstance(e, dict) and "gbps" in e:
             rows.append(f"| attention Tq {sh['Tq']}, Tk {sh['Tk']}, {sh['Hq']}/{sh['Hkv']} heads, D {sh['D']}, "
-                        f"W {sh['window']} | forward | {path} | {spread(e.get('seconds_all', [e['seconds']]), ms)} | "
+                        f"W {sh['window']} | forward | {path} | {spread(every_run(e, 'seconds'), ms)} | "
                         f"{e['gbps']:.2f} ({e['tflops'] * 1e3:.1f} GFLOP/s) | {_ratio_cell(e)} |")
     return rows
 
@@ -307,7 +307,7 @@ def render_record(r: dict) -> str:
     for fmt, ops in r["fp4"].items():
         for op, paths in ops.items():
             for path, e in paths.items():
-                lines.append(f"| {fmt} | {op} | {path} | {spread(e.get('seconds_all', [e['seconds']]), ms)} | "
+                lines.append(f"| {fmt} | {op} | {path} | {spread(every_run(e, 'seconds'), ms)} | "
                              f"{e['gbps']:.2f} | {_ratio_cell(e)} |")
     return "\n".join(lines + _attention_rows(r["attention"]))
 

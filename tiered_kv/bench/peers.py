@@ -39,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-from tiered_kv.bench._pages import Page, Paired, Row, clocked, sec, spread, yes
+from tiered_kv.bench._pages import Page, Paired, Row, clocked, every_run, sec, spread, yes
 
 NAME = "peers"
 PEERS = ("kvcache-simulator", "lmcache", "libcachesim")
@@ -264,14 +264,10 @@ def _drop_curves(result: dict[str, Any]) -> None:
 
 
 # ------------------------------------------------------------------------------------ the record
-def _runs(v: dict, key: str) -> list[float]:
-    return v[f"{key}_all"] if f"{key}_all" in v else [v[key]]
-
-
 def speedups(v: dict) -> tuple[Paired, Paired]:
     """(wall, CPU) peer / tiered-kv per interleaved round: median and range of the rounds' ratios."""
-    return (Paired.between(_runs(v, "peer_seconds"), _runs(v, "ours_seconds")),
-            Paired.between(_runs(v, "peer_cpu_seconds"), _runs(v, "ours_cpu_seconds")))
+    return (Paired.between(every_run(v, "peer_seconds"), every_run(v, "ours_seconds")),
+            Paired.between(every_run(v, "peer_cpu_seconds"), every_run(v, "ours_cpu_seconds")))
 
 
 def _compared(r: dict, peer: str) -> list[tuple[str, dict]]:
@@ -292,7 +288,7 @@ def render_record(r: dict) -> str:
         for pol, v in _compared(r, peer):
             wall, cpu = speedups(v)
             lines.append(f"| {peer} | {pol} | `{v['ours_policy']}` | {v['identical']} ({v['mismatches']}) | "
-                         f"{spread(_runs(v, 'peer_seconds'), sec)} | {spread(_runs(v, 'ours_seconds'), sec)} | "
+                         f"{spread(every_run(v, 'peer_seconds'), sec)} | {spread(every_run(v, 'ours_seconds'), sec)} | "
                          f"{wall.text()} | {cpu.text()} |")
     for peer in ("kvcache-simulator", "lmcache", "libcachesim"):
         st = r.get(peer, {}).get("status")

@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from tiered_kv.bench._pages import Page, Paired, Row, brief, clocked, sec, spread, traced
+from tiered_kv.bench._pages import Page, Paired, Row, brief, clocked, every_run, sec, spread, traced
 from tiered_kv.rusage import peak_rss_bytes
 
 NAME = "retention"
@@ -162,9 +162,9 @@ def _row(r: dict, key: str) -> str:
                  if m["baseline_extrapolated"] else f"all {m['baseline_replays_timed']} timed")
     name = f"{key} ({m['preset']}, rate x {m['rate_factor']:.3g})" if "preset" in m else key
     return (f"| {name} | {m['block_accesses']:,} | {m['ttl_points_per_class']} | "
-            f"{spread(m.get('curves_frontier_s_all', [m['curves_frontier_s']]), sec)} | "
+            f"{spread(every_run(m, 'curves_frontier_s'), sec)} | "
             f"{r['targets_s'][key]:g} s | {retention_met(r, key)} | {sec(m['analysis_s'])} | "
-            f"{spread(m.get('baseline_replay_per_ttl_s_all', [m['baseline_replay_per_ttl_s']]), sec)} | "
+            f"{spread(every_run(m, 'baseline_replay_per_ttl_s'), sec)} | "
             f"{sec(m['baseline_all_ttls_s'])} ({base_note}) | {_speedup(m)} |")
 
 
