@@ -187,21 +187,28 @@ def load_seconds(cfg: LatencyConfig, tokens):
     return np.asarray(tokens, dtype=np.float64) * cfg.kv_bytes_per_token / cfg.read_bandwidth_bytes_per_s
 
 
+def prefill_replay_seconds(cfg: LatencyConfig, cached, n, window_present):
+    """(prefill, replay) machine-seconds of a request of ``n`` tokens whose first ``cached`` are on
+    the machine: the prefill of [cached, n) plus the fixed cost, and the replay, paid when a prefix
+    is cached but its window state is not (``window_present`` false)."""
+    prefill = prefill_seconds(cfg, cached, n) + cfg.prefill_fixed_s
+    replay = np.where((cached > 0) & ~np.asarray(window_present, dtype=bool), replay_seconds(cfg, cached), 0.0)
+    return prefill, replay
+
+
 def ttft_components(cfg: LatencyConfig, n, loaded=0, local=0, window_present=False) -> dict:
     """TTFT parts of a request alone on an idle machine (no queueing), vectorised over arrays.
 
     ``n`` input tokens; ``local`` leading tokens already on the machine (GPU tier, no load);
-    ``loaded`` further tokens read from the SSD tier; the rest is prefilled. Replay is paid when a
-    prefix is cached and ``window_present`` is false.
+    ``loaded`` further tokens read from the SSD tier; the rest is prefilled, and the replay paid as
+    :func:`prefill_replay_seconds` says.
     """
     n = np.asarray(n, dtype=np.float64)
     cached = np.asarray(local, dtype=np.float64) + np.asarray(loaded, dtype=np.float64)
     if np.any(cached > n):
         raise ValueError("ttft_components: cached tokens (local + loaded) exceed the input length")
     load = load_seconds(cfg, loaded)
-    prefill = prefill_seconds(cfg, cached, n) + cfg.prefill_fixed_s
-    replay = np.where((cached > 0) & ~np.asarray(window_present, dtype=bool),
-                      replay_seconds(cfg, cached), 0.0)
+    prefill, replay = prefill_replay_seconds(cfg, cached, n, window_present)
     return {"load_s": load, "prefill_s": prefill, "replay_s": replay,
             "ttft_s": load + prefill + replay}
 
@@ -314,11 +321,9 @@ def simulate_queue(cfg: LatencyConfig, arrival_s, machine, n, loaded, local=None
         raise ValueError("simulate_queue: machine ids must be >= 0")
     machines = int(machine.max()) + 1 if count else 0
 
-    def compute(cached):  # prefill of [cached, n), then the replay when the window state is missing
-        return (prefill_seconds(cfg, cached, n) + cfg.prefill_fixed_s
-                + np.where((cached > 0) & ~window_present, replay_seconds(cfg, cached), 0.0))
-
-    xfer, hit_compute, miss_compute = load_seconds(cfg, loaded), compute(local + loaded), compute(local)
+    xfer = load_seconds(cfg, loaded)
+    hit_compute = np.add(*prefill_replay_seconds(cfg, local + loaded, n, window_present))
+    miss_compute = np.add(*prefill_replay_seconds(cfg, local, n, window_present))
     write_s = load_seconds(cfg, np.maximum(n - local - loaded, 0.0)) if cfg.write_back else np.zeros(count)
 
     done, load_time, compute_time, recomputed = _queue_kernel(
