@@ -115,6 +115,10 @@ def test_curves_expose_belady_hit_tokens_and_the_fifo_trie_curve(capsys):
     (["simulate", "--synth", "nosuch"], "--synth", "mixed"),
     (["retention", "--synth", "nosuch"], "--synth", "chatbot, agent, mixed, ci"),
     (["retention", "--synth", "mixed", "--days", "0"], "--days", "(0, 3650]"),
+    # --days belongs to --synth, in every command that loads --trace (commands/_common.load_compiled)
+    (["retention", "--trace", "conversation", "--days", "3"], "--days", "only with --synth"),
+    (["simulate", "--trace", "conversation", "--days", "3"], "--days", "only with --synth"),
+    (["simulate", "--trace", "conversation", "--nodes", "2", "--days", "3"], "--days", "only with --synth"),
     (["curves", "--trace", "conversation", "--policy", "nosuch", "--points", "2"], "--policy", "s3fifo"),
     (["day", "generate", "ROOT", "--days", "0"], "--days", "(0, 60]"),
     (["bench", "synth", "--days", "0"], "--days", "> 0"),

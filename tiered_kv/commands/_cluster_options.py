@@ -30,7 +30,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                    help="per-machine host window tier (default 0: every hit replays R tokens)")
     g.add_argument("--synth", default=None, metavar="PRESET", type=_args.synth_preset(),
                    help="synthetic workload preset instead of --trace (chatbot, agent, mixed, ci)")
-    g.add_argument("--days", default="1d", metavar="DURATION", type=_args.synth_days(),
+    g.add_argument("--days", default=None, metavar="DURATION", type=_args.synth_days(),
                    help="length of the synthetic workload, in (0, 3650] days (e.g. 14 or 14d; default 1)")
     g.add_argument("--seed", type=int, default=0, help="seed of the synthetic workload and of random routing")
     g.add_argument("--admission", action="store_true",
@@ -48,7 +48,7 @@ def run_cluster(args: argparse.Namespace) -> dict[str, Any]:
     from tiered_kv.units import parse_bytes
 
     bpt = args.bytes_per_token or DEFAULT_BYTES_PER_TOKEN
-    trace, sem, days = load_trace_or_synth(args)
+    trace, sem, days = load_trace_or_synth(args, default_days=1.0)
     source = str(args.trace) if days is None else f"synth {args.synth} ({days:g} days)"
 
     def tokens(value, name):

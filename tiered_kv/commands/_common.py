@@ -35,8 +35,12 @@ def load_compiled(args: argparse.Namespace):
     """(compiled trace, semantics) for the trace options of ``args``.
 
     The compiled trace comes from :mod:`tiered_kv.sim.trace_cache` when an earlier run stored
-    it (the same file, arguments and code), so a second run does not read the file again.
+    it (the same file, arguments and code), so a second run does not read the file again. A
+    typed ``--days`` is refused here, for every command that reads a trace file: it is the length
+    of a ``--synth`` workload (so each command's ``--days`` defaults to None).
     """
+    if getattr(args, "days", None) is not None:
+        raise ValueError("--days: only with --synth (a trace file has its own span)")
     from dataclasses import replace
 
     from tiered_kv.sim.peers.semantics import get_semantics
@@ -52,9 +56,10 @@ def load_compiled(args: argparse.Namespace):
     return trace, sem
 
 
-def load_trace_or_synth(args: argparse.Namespace) -> tuple[Any, Any, float | None]:
+def load_trace_or_synth(args: argparse.Namespace, default_days: float = 14.0) -> tuple[Any, Any, float | None]:
     """(compiled trace, semantics, days) for --trace (days None) or --synth PRESET --days D --seed S
-    (``--days`` not given: 14), compiled under ``--semantics`` (default tiered-kv)."""
+    (``--days`` not given: ``default_days``, the command's own), compiled under ``--semantics``
+    (default tiered-kv)."""
     if args.synth and args.trace:
         raise ValueError("give either --trace or --synth, not both")
     if not args.synth:
@@ -65,7 +70,7 @@ def load_trace_or_synth(args: argparse.Namespace) -> tuple[Any, Any, float | Non
     from tiered_kv.sim.trace_replay import compile_trace
     from tiered_kv.sim.workload.synth import generate
 
-    days = 14.0 if args.days is None else float(args.days)  # days (tiered_kv.cli_args.synth_days)
+    days = default_days if args.days is None else float(args.days)  # days (tiered_kv.cli_args.synth_days)
     sem = get_semantics(getattr(args, "semantics", "tiered-kv"))
     return compile_trace(generate(args.synth, days, args.seed), sem.options), sem, days
 

@@ -54,8 +54,6 @@ def run(args: argparse.Namespace) -> int:
     from tiered_kv.units import parse_bytes
 
     cap = None if args.capacity is None else float(parse_bytes(args.capacity, name="--capacity"))
-    if args.days is not None and args.synth is None:
-        raise ValueError("--days: only with --synth (a trace file has its own span)")
     trace, _, days = load_trace_or_synth(args)
     result = analyze(trace, capacity_bytes=cap, bytes_per_token=args.bytes_per_token,
                      config=RetentionConfig(ttl_points=args.ttl_points))
