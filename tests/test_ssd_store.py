@@ -152,16 +152,21 @@ def test_ttl_plan_matches_brute_force(forest, now, ttl_a, ttl_b):
 def test_open_backend_decides_the_store_kind_once(tmp_path):
     """Each kind of store gets its backend, and every backend (wrapped or not) has the one interface."""
     from obstore.store import MemoryStore as ObjectMemory
-    from zarr.storage import LocalStore, MemoryStore, ObjectStore
+    from zarr.storage import LocalStore, LoggingStore, MemoryStore, ObjectStore
+    from zarr.testing.store import LatencyStore
 
+    from tiered_kv.testing.store_suite import SyncVanishingStore
     from tiered_kv.tiers.ssd import Backend, open_backend
     from tiered_kv.tiers.ssd.bandwidth import paced
     from tiered_kv.tiers.ssd.object_backend import ObjectBackend
     from tiered_kv.tiers.ssd.zarr_backend import LocalBackend, ZarrBackend
 
     local = open_backend(tmp_path / "a")
-    assert type(local) is LocalBackend and local.direct and local.name == str(tmp_path / "a")
+    assert type(local) is LocalBackend and local.sync_path and local.name == str(tmp_path / "a")
     assert type(open_backend(LocalStore(tmp_path / "b"), io_threads=0)) is LocalBackend
+    # through zarr's wrappers that keep keys, and no others (see test_a_store_that_maps_keys_...)
+    assert type(open_backend(LatencyStore(LoggingStore(LocalStore(tmp_path / "b"))))) is LocalBackend
+    assert type(open_backend(SyncVanishingStore(LocalStore(tmp_path / "b"), set()))) is ZarrBackend
     assert type(open_backend(MemoryStore())) is ZarrBackend
     assert type(open_backend(ObjectStore(ObjectMemory()))) is ObjectBackend
     wrapped = paced(local, 1e9, None, None)
@@ -169,6 +174,41 @@ def test_open_backend_decides_the_store_kind_once(tmp_path):
         assert isinstance(b, Backend)
     assert open_backend(wrapped) is wrapped and wrapped.read_limit.rate == 1e9 and wrapped.write_limit is None
     wrapped.close()
+
+
+def test_a_store_that_maps_keys_opens_as_a_generic_zarr_store(tmp_path):
+    """A LocalStore wrapper that files each key under ``p/``: the tier must go through the store's
+    API, not list and read the directory as if keys were file names (it would find no chunks)."""
+    import torch
+    from zarr.storage import WrapperStore
+
+    from tiered_kv.testing.store_suite import Clock, make_kv, namespace
+    from tiered_kv.tiers.ssd import SSDTier
+    from tiered_kv.tiers.ssd.zarr_backend import ZarrBackend
+
+    class Prefixed(WrapperStore):
+        async def get(self, key, prototype=None, byte_range=None):
+            return await self._store.get("p/" + key, prototype, byte_range)
+
+        async def set(self, key, value):
+            await self._store.set("p/" + key, value)
+
+        async def exists(self, key):
+            return await self._store.exists("p/" + key)
+
+        async def delete(self, key):
+            await self._store.delete("p/" + key)
+
+        async def list_prefix(self, prefix):
+            async for k in self._store.list_prefix("p/" + prefix):
+                yield k.removeprefix("p/")
+
+    with SSDTier(Prefixed(LocalStore(tmp_path)), namespace=namespace(), clock=Clock()) as t:
+        assert type(t.backend) is ZarrBackend
+        t.put(torch.arange(32), make_kv(32), "c")
+        assert t.stats()["chunks"] == 4 and t.verify()["problems"] == 0 and t.gc()["removed_chunks"] == 0
+        assert t.get_prefix(torch.arange(32)).blocks == 4
+    assert (tmp_path / "p" / "zarr.json").is_file() and not (tmp_path / "chunks").exists()
 
 
 def test_settings_are_checked_and_sorted_into_config_or_retention(tmp_path):

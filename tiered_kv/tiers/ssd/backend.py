@@ -76,15 +76,26 @@ def open_backend(store: Store | str | os.PathLike | Backend | None, *, io_thread
     return ZarrBackend(zstore, io_threads=io_threads, concurrency=concurrency, on_repair=on_repair)
 
 
-def _local_root(store: Store) -> Path | None:
-    """The directory behind a LocalStore, or behind the LocalStore a chain of zarr
-    ``WrapperStore``s wraps (they keep keys as they are, and do not forward ``root``)."""
-    from zarr.storage import WrapperStore
+# zarr's wrappers known to pass keys on unchanged, by name: LatencyStore's module imports pytest.
+_KEY_KEEPING_WRAPPERS = {"zarr.storage._logging.LoggingStore", "zarr.testing.store.LatencyStore"}
 
-    while isinstance(store, WrapperStore):
+
+def _local_root(store: Store) -> Path | None:
+    """The directory behind a zarr ``LocalStore``, also seen through zarr's own ``LoggingStore``
+    and ``LatencyStore``; None for any other store.
+
+    :class:`~.zarr_backend.LocalBackend` lists, reads and repairs that directory itself, which is
+    right only while each key is the file of that name. A LocalStore keeps that promise, and so
+    do those two wrappers (they log or delay each call and pass its key on as it is). Any other
+    store, a subclass of these or another ``WrapperStore`` included, may map keys its own way, so
+    it opens as the generic :class:`~.zarr_backend.ZarrBackend`: correct through the store's own
+    API, only slower and blind to obstacles (which only the directory shows).
+    """
+    from zarr.storage import LocalStore
+
+    while f"{type(store).__module__}.{type(store).__qualname__}" in _KEY_KEEPING_WRAPPERS:
         store = store._store
-    root = getattr(store, "root", None)
-    return Path(root) if isinstance(root, (str, Path)) else None
+    return store.root if type(store) is LocalStore else None
 
 
 def open_store(store: Store | str | os.PathLike | None) -> Store:
