@@ -108,18 +108,16 @@ def long_context_gain(model: EncoderDecoder, stream: torch.Tensor, *, window: in
     starts = _starts(stream, n, full, target, seed)
     served = _gain_row("as served", target_losses(model, stream, starts, full, target),
                        target_losses(model, stream, starts, short, target))
-    return _gain_summary(served, {"full_context_bytes": full, "short_context_bytes": short, "target_bytes": target,
-                                  "samples": n})
+    return _gain_summary(served, full, short, target, n)
 
 
-def _gain_summary(served: dict, shape: dict) -> dict:
+def _gain_summary(served: dict, full: int, short: int, target: int, samples: int) -> dict:
     """:func:`long_context_gain`'s fields from the losses as served (a :func:`_gain_row`) and the
-    windows' ``shape`` (``full_context_bytes``, ``short_context_bytes``, ``target_bytes``,
-    ``samples``: a :func:`gain_decomposition` result has them)."""
-    sizes = ("full_context_bytes", "short_context_bytes", "target_bytes")
+    windows' sizes in bytes."""
     return {"long_context_gain_nats": served["gain_nats"], "long_context_gain_ci95": served["ci95"],
-            **{k: shape[k] for k in sizes}, "window_bytes": shape["full_context_bytes"] + shape["target_bytes"],
-            "samples": shape["samples"], "full_context_nats_per_byte": served["full_context_nats_per_byte"],
+            "full_context_bytes": full, "short_context_bytes": short, "target_bytes": target,
+            "window_bytes": full + target, "samples": samples,
+            "full_context_nats_per_byte": served["full_context_nats_per_byte"],
             "short_context_nats_per_byte": served["short_context_nats_per_byte"]}
 
 
@@ -226,7 +224,8 @@ def evaluate_checkpoint(model: EncoderDecoder, stream: torch.Tensor, *, samples:
     decomposition = gain_decomposition(model, stream, n=samples)  # its first row is long_context_gain's losses
     return {
         "heldout_nats_per_byte": heldout_loss(model, stream),
-        **_gain_summary(decomposition["variants"][0], decomposition),
+        **_gain_summary(decomposition["variants"][0], decomposition["full_context_bytes"],
+                        decomposition["short_context_bytes"], decomposition["target_bytes"], samples),
         "gain_decomposition": decomposition,
         "context_curve": context_curve(model, stream, contexts, n=curve_samples, progress=progress),
         "copy_probe": copy_probe(model, stream, [d for d in (256, 1024, 2048)
