@@ -30,7 +30,6 @@ Installs nothing: a missing peer is reported (``available: false`` with the inst
 from __future__ import annotations
 
 import argparse
-import resource
 import statistics
 import tempfile
 import time
@@ -40,6 +39,7 @@ from typing import Any
 import numpy as np
 
 from tiered_kv.bench._pages import Page, Paired, Row, clocked, every_run, sec, spread, yes
+from tiered_kv.rusage import cpu_seconds
 
 NAME = "peers"
 PEERS = ("kvcache-simulator", "lmcache", "libcachesim")
@@ -64,12 +64,6 @@ def register(parser: argparse.ArgumentParser) -> None:
                         help="bytes per token in the exported LMCache log (sets bytes per chunk; default 2)")
 
 
-def _cpu_seconds() -> float:
-    """CPU time of this process plus its finished children (the peer's C++ runs as a child)."""
-    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return time.process_time() + kids.ru_utime + kids.ru_stime
-
-
 def _timed_compare(peer_fn, ours_fn, repeat: int, ours_policy: str) -> dict:
     """Both sides' curves compared point by point, and timed in ``repeat`` rounds run peer, ours,
     peer, ours, ... (load from other jobs on a shared machine hits both sides alike): medians in
@@ -79,10 +73,10 @@ def _timed_compare(peer_fn, ours_fn, repeat: int, ours_policy: str) -> dict:
     out: dict[str, Any] = {}
     for _ in range(max(1, repeat)):
         for side, fn in (("peer", peer_fn), ("ours", ours_fn)):
-            t0, c0 = time.perf_counter(), _cpu_seconds()
+            t0, c0 = time.perf_counter(), cpu_seconds(children=True)
             out[side] = fn()
             runs[f"{side}_seconds_all"].append(time.perf_counter() - t0)
-            runs[f"{side}_cpu_seconds_all"].append(_cpu_seconds() - c0)
+            runs[f"{side}_cpu_seconds_all"].append(cpu_seconds(children=True) - c0)
     med = {key.removesuffix("_all"): statistics.median(v) for key, v in runs.items()}
     wall, cpu = speedups(runs)
     diff = np.flatnonzero(out["peer"] != out["ours"])

@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import math
 import os
-import resource
 import statistics
 import time
 from pathlib import Path
@@ -27,6 +26,7 @@ from typing import Any
 
 from tiered_kv import cli_args as _args
 from tiered_kv.bench._pages import Page, Paired, Row, brief, clocked, met, recorded, traced, yes
+from tiered_kv.rusage import cpu_seconds
 from tiered_kv.units import format_bytes
 
 NAME = "policies"
@@ -51,11 +51,6 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--policies", default=",".join(POLICIES), help="comma-separated policies to time")
 
 
-def _cpu() -> float:
-    r = resource.getrusage(resource.RUSAGE_SELF)
-    return r.ru_utime + r.ru_stime
-
-
 def make(name: str, capacity_tokens: int, bytes_per_token: float):
     """The policy object timed for ``name`` at ``capacity_tokens``."""
     from tiered_kv.sim.policies import get_policy
@@ -74,7 +69,7 @@ def _stats(xs: list[float]) -> dict:
 
 
 def timed_rounds(names: list[str], repeat: int, job, done=lambda name, out: None, clock=time.perf_counter,
-                 cpu_clock=_cpu) -> tuple[dict[str, list[float]], dict[str, list[float]], list[str]]:
+                 cpu_clock=cpu_seconds) -> tuple[dict[str, list[float]], dict[str, list[float]], list[str]]:
     """Wall and CPU seconds of ``job(name)()`` for every name once per round, ``repeat`` rounds,
     the order rotated by one each round (so no policy always runs first, after the same neighbour,
     or at the same point of a drift in the machine's load), and the order they ran in. Only the
@@ -135,7 +130,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     if args.repeat < 1 or args.scale <= 0 or args.days <= 0 or not (0 < args.capacity_fraction <= 1):
         raise ValueError("policies: need --repeat >= 1, --scale > 0, --days > 0 and 0 < --capacity-fraction <= 1")
     bpt = float(DEFAULT_BYTES_PER_TOKEN)
-    cpu0, load0 = _cpu(), os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+    cpu0, load0 = cpu_seconds(), os.getloadavg()[0] if hasattr(os, "getloadavg") else None
     cfg = synth.PRESETS[args.preset]
     cfg = cfg.scaled(args.scale) if args.scale != 1.0 else cfg
     trace, generate_s, compile_s = traced(lambda: synth.generate(cfg, args.days, args.seed))
@@ -159,7 +154,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "timing": "per policy: median (min-max) of interleaved rounds, order rotated each round; wall and CPU seconds",
         "generate_s": generate_s, "compile_s": compile_s, "warmup_s": warmup_s,
         "policies": per_policy,
-        "cpu_total_s": _cpu() - cpu0,
+        "cpu_total_s": cpu_seconds() - cpu0,
         "load_average_1m": {"start": load0, "end": os.getloadavg()[0] if hasattr(os, "getloadavg") else None},
     }
 
