@@ -45,24 +45,24 @@ def strategies(size: str | None = None) -> tuple[pl.DataFrame, str]:
     preset, days = SIZES[size]
     df = generate(preset, days, 0)
     trace = compile_trace(df)
-    brief = f"synthetic '{preset}' ({days:g} d)"
+    name, span, ttls = f"synthetic '{preset}'", f"{days:g} d", "3 d / 7 d TTLs"
     parts = [_named(compare_strategies(trace, ttl_by_class=pair_ttls(trace.class_names), bytes_per_token=bpt),
-                    brief, "3 d / 7 d TTLs")]
-    line = f"{brief[:-1]}, 3 d / 7 d TTLs): seed 0, {df.height:,} requests"
+                    name, span, ttls)]
+    line = f"{name} ({span}, {ttls}): seed 0, {df.height:,} requests"
     if size == "full":
         from tiered_kv.sim.traces import load_trace, shipped_trace
 
         real = compile_trace(load_trace(shipped_trace("conversation")))
-        parts.insert(0, _named(compare_strategies(real, bytes_per_token=bpt), "conversation trace (1 h)",
+        parts.insert(0, _named(compare_strategies(real, bytes_per_token=bpt), "conversation trace", "1 h",
                                "unlimited retention"))
         line = "conversation trace (1 h); " + line
     return pl.concat(parts, how="diagonal"), f"{line}; {bpt:,.0f} B/token"
 
 
-def _named(frame: pl.DataFrame, brief: str, retention: str) -> pl.DataFrame:
-    """``workload`` names the workload and its retention; ``workload_brief`` only the workload."""
-    return frame.with_columns(pl.lit(f"{brief[:-1]}, {retention})").alias("workload"),
-                              pl.lit(brief).alias("workload_brief"))
+def _named(frame: pl.DataFrame, name: str, span: str, retention: str) -> pl.DataFrame:
+    """``workload`` names the workload, its span and its retention; ``workload_brief`` only the first two."""
+    return frame.with_columns(pl.lit(f"{name} ({span}, {retention})").alias("workload"),
+                              pl.lit(f"{name} ({span})").alias("workload_brief"))
 
 
 def strategy_table(data: pl.DataFrame) -> pl.DataFrame:
