@@ -57,6 +57,27 @@ def test_directory_where_a_chunk_should_be_is_a_reported_miss_and_removed(tmp_pa
     assert tier.verify()["problems"] == 0
 
 
+def test_a_prefix_read_ends_at_a_directory_on_every_read_path(tmp_path):
+    """Direct, zarr's async API, and the thread pool, whose parts read on past the directory:
+    the prefix is the objects before it and NOT_A_FILE in its place, each at its path's index."""
+    from tiered_kv.tiers.ssd import open_backend
+
+    paths = [f"chunks/0/{i:032x}" for i in range(8)]
+    for io_threads in (1, 0, 2, 4):
+        root = tmp_path / str(io_threads)
+        backend = open_backend(root, io_threads=io_threads)
+        backend.write([(p, bytes([i + 1]) * 4) for i, p in enumerate(paths)])
+        for bad in (1, 4):
+            (root / paths[bad]).unlink()
+            (root / paths[bad]).mkdir()
+            got = backend.read_prefix(paths)
+            assert got[:bad] == [bytes([i + 1]) * 4 for i in range(bad)] and got[bad:] == [layout.NOT_A_FILE]
+            assert got[bad] is layout.NOT_A_FILE
+            (root / paths[bad]).rmdir()
+            (root / paths[bad]).write_bytes(bytes([bad + 1]) * 4)
+        backend.close()
+
+
 def test_shard_directory_replaced_by_a_file_is_repaired(tmp_path):
     import shutil
 

@@ -23,7 +23,7 @@ import os
 import shutil
 import stat
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -79,16 +79,13 @@ class ZarrBackend:
                 for x in part]
 
     def _fan_out_prefix(self, n: int, read_one: Callable[[int], bytes | None]) -> list[bytes]:
+        """A prefix read over the I/O threads: each part reads up to its own end (:func:`_prefix`)
+        and pads the rest with None, so every result stays at its path's position."""
         def work(idx: range) -> list:
-            out = []
-            for i in idx:
-                out.append(data := read_one(i))
-                if data is None or data is layout.NOT_A_FILE:
-                    break
-            return out
+            part = _prefix(read_one(i) for i in idx)
+            return part + [None] * (len(idx) - len(part))
 
-        res = self._fan_out(n, work)
-        return res[:res.index(None)] if None in res else res
+        return _prefix(self._fan_out(n, work))
 
     def _each(self, op: str, args: list[tuple]) -> list:
         """``store.<op>(*a)`` for each ``a``: zarr's sync API over the I/O threads, else its async
@@ -137,8 +134,7 @@ class ZarrBackend:
     # ------------------------------------------------------------------ the hot path
 
     def read_prefix(self, paths: Sequence[str]) -> list[bytes]:
-        """Objects at ``paths`` in order, up to (not including) the first missing one; a
-        NOT_A_FILE (:meth:`_found`) ends the prefix too."""
+        """Objects at ``paths`` in order, up to the first missing one (the rule: :func:`_prefix`)."""
         if not self.sync_path:
             return sync(self._aread_prefix(paths))
         return self._fan_out_prefix(len(paths), lambda i: self._get(paths[i]))
@@ -148,13 +144,9 @@ class ZarrBackend:
         for lo in range(0, len(paths), self.concurrency):
             batch = paths[lo:lo + self.concurrency]
             bufs = await layout.bounded((self.store.get(p, prototype=self._proto) for p in batch), self.concurrency)
-            for path, got in zip(batch, bufs, strict=True):
-                data = self._found(path, got)
-                if data is None:
-                    return out
-                out.append(data)
-                if data is layout.NOT_A_FILE:
-                    return out
+            out += _prefix(self._found(p, got) for p, got in zip(batch, bufs, strict=True))
+            if len(out) < lo + len(batch) or out[-1] is layout.NOT_A_FILE:
+                break
         return out
 
     def exists(self, paths: Sequence[str]) -> list[bool]:
@@ -396,6 +388,19 @@ def _sharded_listing(root: Path, prefix: str) -> tuple[list[str], dict[str, str]
             else:
                 files.append(f"{key}/{f.name}")
     return files, obstacles
+
+
+def _prefix(found: Iterable[bytes | None]) -> list[bytes]:
+    """What a prefix read returns of ``found`` (the objects at its paths, in order): up to the
+    first None, and through the first NOT_A_FILE (the tier removes it); nothing after is read."""
+    out = []
+    for data in found:
+        if data is None:
+            break
+        out.append(data)
+        if data is layout.NOT_A_FILE:
+            break
+    return out
 
 
 def _read_file(path: str) -> bytes | OSError:
