@@ -285,14 +285,15 @@ def summary_line(arena: Arena, view: dict) -> str:
 
 
 class PolicyArenaDashboard(Dashboard):
-    """Policy choice, admission filter and a capacity slider over a precomputed :class:`Arena`;
-    ``view`` is the dict of the last redraw (:func:`arena_view`)."""
+    """Policy choice, admission filter and a capacity slider over a precomputed :class:`Arena`
+    (default: :func:`conversation_arena` at the notebook's size); ``view`` is the dict of the last
+    redraw (:func:`arena_view`)."""
 
-    def __init__(self, arena: Arena, *, policies=None, admission: str | None = None,
+    def __init__(self, arena: Arena | None = None, *, policies=None, admission: str | None = None,
                  capacity_tokens: float | None = None) -> None:
         from tiered_kv.units import format_bytes, format_tokens
 
-        self.arena = a = arena
+        self.arena = a = arena if arena is not None else conversation_arena()
         self.policy_select = widgets.SelectMultiple(
             options=list(a.policies), value=tuple(policies if policies is not None else a.policies),
             rows=min(len(a.policies), 10), description="policies", style={"description_width": "initial"})
@@ -350,8 +351,3 @@ def arena_summary(arena: Arena) -> dict[str, pl.DataFrame]:
     wins = pl.DataFrame([{**w, "winners": ", ".join(w["winners"])} for w in s["wins"]])
     return {"wins": wins, "distance": pl.DataFrame(s["distance"]).sort("mean_gap"),
             "second_sighting": pl.DataFrame(s["second_sighting"]) if s["second_sighting"] else pl.DataFrame()}
-
-
-def policy_arena_dashboard(arena: Arena | None = None, **kwargs) -> PolicyArenaDashboard:
-    """The dashboard over ``arena`` (default: :func:`conversation_arena` at the notebook's size)."""
-    return PolicyArenaDashboard(arena if arena is not None else conversation_arena(), **kwargs)
