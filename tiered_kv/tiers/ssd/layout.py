@@ -59,6 +59,7 @@ def default_store_path() -> Path:
     base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
     return base / "tiered-kv" / "ssd"
 
+
 class NotAFile(bytes):
     """What a read returns where a chunk file should be but a directory is (never a valid chunk)."""
 
@@ -159,6 +160,7 @@ def group_problem(data: bytes | None) -> str | None:
     if not isinstance(doc.get("attributes", {}), dict):
         return "attributes are not an object"
     return None
+
 
 def _read_doc(backend, path: str) -> bytes | None:
     data = backend.get_many([path])[0]

@@ -128,7 +128,7 @@ def store_gc(backend: Backend, policy: RetentionPolicy, *, now: float, dry_run: 
     """One GC pass: TTL, orphans, watermark LRU, plus corrupt objects and stale partial writes.
 
     ``part``: ``(i, n)`` or ``"i/n"``; this pass deletes only in its share of the shards.
-    ``header_cache``: a dict the caller keeps between passes (object stores; see ``layout.scan``).
+    ``header_cache``: a dict the caller keeps between passes (object stores; see :func:`.scan.scan`).
     """
     part = parse_part(part)
     owned = set(owned_shards(part))
