@@ -54,6 +54,8 @@ from dataclasses import dataclass, replace
 import numpy as np
 from numba import njit
 
+from tiered_kv.sim.policies.heap import heap_pop, heap_push
+
 GIB = 2**30
 
 # DeepSeek-V3 architecture numbers (config.json of deepseek-ai/DeepSeek-V3).
@@ -334,38 +336,6 @@ def simulate_queue(cfg: LatencyConfig, arrival_s, machine, n, loaded, local=None
 
 
 @njit(cache=True)
-def _heap_push(ht, hs, size, t, q):
-    i = size
-    ht[i] = t
-    hs[i] = q
-    while i > 0:
-        parent = (i - 1) // 2
-        if ht[parent] < ht[i] or (ht[parent] == ht[i] and hs[parent] < hs[i]):
-            break
-        ht[parent], ht[i] = ht[i], ht[parent]
-        hs[parent], hs[i] = hs[i], hs[parent]
-        i = parent
-    return size + 1
-
-
-@njit(cache=True)
-def _heap_pop(ht, hs, size):
-    size -= 1
-    ht[0], hs[0] = ht[size], hs[size]
-    i = 0
-    while True:
-        left, best = 2 * i + 1, i
-        for c in (left, left + 1):
-            if c < size and (ht[c] < ht[best] or (ht[c] == ht[best] and hs[c] < hs[best])):
-                best = c
-        if best == i:
-            return size
-        ht[best], ht[i] = ht[i], ht[best]
-        hs[best], hs[i] = hs[i], hs[best]
-        i = best
-
-
-@njit(cache=True)
 def _queue_kernel(arrival, machine, machines, xfer, hit_compute, miss_compute, write_s, loads, admission):
     """Event loop of :func:`simulate_queue`. Three event sources merged in (time, kind, seq)
     order: load completions (a FIFO: the read queue serves in order, so they come out sorted),
@@ -380,10 +350,10 @@ def _queue_kernel(arrival, machine, machines, xfer, hit_compute, miss_compute, w
     fifo = np.empty(n, dtype=np.int64)
     fifo_t = np.empty(n)
     f_head, f_tail = 0, 0
-    ht = np.empty(n)
+    ht = np.empty(n)  # write-backs: (time, seq) -> request
     hs = np.empty(n, dtype=np.int64)
+    hreq = np.empty(n, dtype=np.int64)
     h_size = 0
-    write_req = np.empty(n, dtype=np.int64)
     n_writes = 0
     a = 0
     while a < n or f_head < f_tail or h_size > 0:
@@ -420,9 +390,9 @@ def _queue_kernel(arrival, machine, machines, xfer, hit_compute, miss_compute, w
             f_head += 1
             work = hit_compute[i]
         else:
-            q = hs[0]
-            h_size = _heap_pop(ht, hs, h_size)
-            link_free = max(link_free, t) + write_s[write_req[q]]
+            w = hreq[0]
+            h_size = heap_pop(ht, hs, hreq, h_size)
+            link_free = max(link_free, t) + write_s[w]
             continue
         m = machine[i]
         begin = max(compute_free[m], t)
@@ -430,8 +400,7 @@ def _queue_kernel(arrival, machine, machines, xfer, hit_compute, miss_compute, w
         done[i] = begin + work
         compute_time[i] = work
         if write_s[i] > 0:
-            write_req[n_writes] = i
-            h_size = _heap_push(ht, hs, h_size, done[i], n_writes)
+            h_size = heap_push(ht, hs, hreq, h_size, done[i], n_writes, i)
             n_writes += 1
     return done, load_time, compute_time, recomputed
 
