@@ -139,6 +139,42 @@ def _raise_scores(score, mask, depth):
             score[m] = depth
         mask &= ~(np.uint64(1) << np.uint64(m))
 
+
+@njit(cache=True)
+def _cache_aware_machine(load, slack, score, blocks, s0, s1, gmask, smask, hmask, ssd_mode):
+    """Cache-aware routing: among machines whose load is within ``slack`` of the mean, the one
+    holding the deepest prefix of ``blocks[s0:s1]`` (GPU tier, plus its own SSD cache when per
+    machine) or a window state deeper still; ties go to the least loaded. ``score`` is scratch."""
+    nodes = load.shape[0]
+    mean = load.sum() / nodes
+    eligible = np.uint64(0)
+    for m in range(nodes):
+        if load[m] <= (1.0 + slack) * mean:
+            eligible |= np.uint64(1) << np.uint64(m)
+    alive = eligible
+    for m in range(nodes):
+        score[m] = 0
+    depth = 0
+    for j in range(s0, s1):
+        b = blocks[j]
+        held = gmask[b]
+        if ssd_mode == 2:
+            held |= smask[b]
+        nxt = alive & held
+        _raise_scores(score, alive & ~nxt, depth)  # their prefix ends here
+        alive = nxt
+        depth += 1
+        _raise_scores(score, hmask[b] & eligible, depth)  # window state at this depth
+    _raise_scores(score, alive, depth)
+    m_sel = -1
+    for m in range(nodes):
+        if not (eligible >> np.uint64(m)) & np.uint64(1):
+            continue
+        if m_sel < 0 or score[m] > score[m_sel] or (score[m] == score[m_sel] and load[m] < load[m_sel]):
+            m_sel = m
+    return m_sel
+
+
 @njit(cache=True)
 def _run(offsets, blocks, ts, n_input, cls, window_idx, nodes, routing, rand_machine,
          gpu, host, ssd, ssd_mode, ext_p, slack, half_life, hist, r0, r1, out, state, last_cls):
@@ -165,32 +201,7 @@ def _run(offsets, blocks, ts, n_input, cls, window_idx, nodes, routing, rand_mac
         elif routing == 1:
             m_sel = r % nodes
         else:
-            mean = load.sum() / nodes
-            eligible = np.uint64(0)
-            for m in range(nodes):
-                if load[m] <= (1.0 + slack) * mean:
-                    eligible |= np.uint64(1) << np.uint64(m)
-            alive = eligible
-            for m in range(nodes):
-                score[m] = 0
-            depth = 0
-            for j in range(s0, s1):
-                b = blocks[j]
-                held = gmask[b]
-                if ssd_mode == 2:
-                    held |= smask[b]
-                nxt = alive & held
-                _raise_scores(score, alive & ~nxt, depth)  # their prefix ends here
-                alive = nxt
-                depth += 1
-                _raise_scores(score, hmask[b] & eligible, depth)  # window state at this depth
-            _raise_scores(score, alive, depth)
-            m_sel = -1
-            for m in range(nodes):
-                if not (eligible >> np.uint64(m)) & np.uint64(1):
-                    continue
-                if m_sel < 0 or score[m] > score[m_sel] or (score[m] == score[m_sel] and load[m] < load[m_sel]):
-                    m_sel = m
+            m_sel = _cache_aware_machine(load, slack, score, blocks, s0, s1, gmask, smask, hmask, ssd_mode)
         bit = np.uint64(1) << np.uint64(m_sel)
         machine[r] = m_sel
         # lookups: leading blocks in the machine's GPU tier and in the SSD tier it sees
