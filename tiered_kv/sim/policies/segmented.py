@@ -37,31 +37,50 @@ from tiered_kv.sim.policies.registry import check_range, register_policy
 
 
 @njit(cache=True)
-def _arc_replace(nx, pv, where, T1, T2, B1, B2, sizes, p, on_b2):  # pragma: no cover - compiled
-    # sizes: [t1, t2, b1, b2]
+def _move_tail(nx, pv, where, sizes, base, src, dst):  # pragma: no cover - compiled
+    """Move list ``src``'s tail to list ``dst``'s head (``dst`` 0: drop it).
+
+    Lists are numbered by their ``where`` code: list k has sentinel ``base + k - 1`` and size
+    ``sizes[k - 1]``, so one step serves every ghosting and eviction of ARC.
+    """
+    x = pv[base + src - 1]
+    ll_unlink(nx, pv, x)
+    where[x] = dst
+    sizes[src - 1] -= 1
+    if dst:
+        ll_push_head(nx, pv, base + dst - 1, x)
+        sizes[dst - 1] += 1
+
+
+@njit(cache=True)
+def _arc_replace(nx, pv, where, sizes, base, p, on_b2):  # pragma: no cover - compiled
+    """REPLACE: T1's tail to B1 when |T1| > p (== p on a B2 hit, or T2 empty), else T2's to B2."""
     t1 = sizes[0]
     if (t1 > 0 and (t1 > p or (t1 == p and on_b2))) or sizes[1] == 0:
-        x = pv[T1]
-        ll_unlink(nx, pv, x)
-        ll_push_head(nx, pv, B1, x)
-        where[x] = 3
-        sizes[0] -= 1
-        sizes[2] += 1
+        _move_tail(nx, pv, where, sizes, base, 1, 3)
     else:
-        x = pv[T2]
-        ll_unlink(nx, pv, x)
-        ll_push_head(nx, pv, B2, x)
-        where[x] = 4
-        sizes[1] -= 1
-        sizes[3] += 1
+        _move_tail(nx, pv, where, sizes, base, 2, 4)
+
+
+@njit(cache=True)
+def _arc_ghost_hit(nx, pv, where, sizes, p, b, cap):  # pragma: no cover - compiled
+    """Adapt p to a ghost hit on ``b`` (B1 raises it, B2 lowers it) and take ``b`` off its list."""
+    if where[b] == 3:
+        p = min(p + max(sizes[3] / sizes[2], 1.0), float(cap))
+    else:
+        p = max(p - max(sizes[2] / sizes[3], 1.0), 0.0)
+    sizes[where[b] - 1] -= 1
+    ll_unlink(nx, pv, b)
+    where[b] = 0
+    return p
 
 
 @njit(cache=True)
 def arc_kernel(blocks, n_unique, cap, admit):  # pragma: no cover - compiled
     m = blocks.shape[0]
     nx, pv = ll_init(n_unique, 4)
-    T1, T2, B1, B2 = n_unique, n_unique + 1, n_unique + 2, n_unique + 3
-    where = np.zeros(n_unique, np.int8)  # 0 absent, 1 T1, 2 T2, 3 B1, 4 B2
+    T2 = n_unique + 1
+    where = np.zeros(n_unique, np.int8)  # 0 absent, 1 T1, 2 T2, 3 B1, 4 B2 (see _move_tail)
     sizes = np.zeros(4, np.int64)
     hit = np.zeros(m, np.bool_)
     ins = np.zeros(m, np.bool_)
@@ -80,51 +99,28 @@ def arc_kernel(blocks, n_unique, cap, admit):  # pragma: no cover - compiled
             hit[i] = True
             continue
         ghost = 0
-        if w == 3:
-            ghost = 1
-            d = sizes[3] / sizes[2]
-            p = min(p + max(d, 1.0), float(cap))
-            sizes[2] -= 1
-        elif w == 4:
-            ghost = 2
-            d = sizes[2] / sizes[3]
-            p = max(p - max(d, 1.0), 0.0)
-            sizes[3] -= 1
-        if ghost:
-            ll_unlink(nx, pv, b)
-            where[b] = 0
+        if w >= 3:
+            ghost = w - 2
+            p = _arc_ghost_hit(nx, pv, where, sizes, p, b, cap)
         if not admit[i] or cap < 1:
             continue
         while sizes[0] + sizes[1] + 1 > cap:
             if ghost:
-                _arc_replace(nx, pv, where, T1, T2, B1, B2, sizes, p, ghost == 2)
+                _arc_replace(nx, pv, where, sizes, n_unique, p, ghost == 2)
             elif sizes[0] + sizes[2] + 1 > cap:
                 if sizes[2] > 0:
-                    x = pv[B1]
-                    ll_unlink(nx, pv, x)
-                    where[x] = 0
-                    sizes[2] -= 1
-                    _arc_replace(nx, pv, where, T1, T2, B1, B2, sizes, p, False)
+                    _move_tail(nx, pv, where, sizes, n_unique, 3, 0)
+                    _arc_replace(nx, pv, where, sizes, n_unique, p, False)
                 else:
-                    x = pv[T1]
-                    ll_unlink(nx, pv, x)
-                    where[x] = 0
-                    sizes[0] -= 1
+                    _move_tail(nx, pv, where, sizes, n_unique, 1, 0)
             else:
                 if sizes[0] + sizes[1] + sizes[2] + sizes[3] >= 2 * cap and sizes[3] > 0:
-                    x = pv[B2]
-                    ll_unlink(nx, pv, x)
-                    where[x] = 0
-                    sizes[3] -= 1
-                _arc_replace(nx, pv, where, T1, T2, B1, B2, sizes, p, False)
-        if ghost:
-            ll_push_head(nx, pv, T2, b)
-            where[b] = 2
-            sizes[1] += 1
-        else:
-            ll_push_head(nx, pv, T1, b)
-            where[b] = 1
-            sizes[0] += 1
+                    _move_tail(nx, pv, where, sizes, n_unique, 4, 0)
+                _arc_replace(nx, pv, where, sizes, n_unique, p, False)
+        to = 2 if ghost else 1  # a ghost hit enters T2, a miss T1
+        ll_push_head(nx, pv, n_unique + to - 1, b)
+        where[b] = to
+        sizes[to - 1] += 1
         ins[i] = True
         if sizes[0] + sizes[1] > peak:
             peak = sizes[0] + sizes[1]
