@@ -102,59 +102,77 @@ def _replay_trie(node, parent, offsets, next_use, fill_by, capacity, optimal, hi
                 version[nd] += 1
                 hsize = heap_push(hk, hn, hv, hsize, key[nd], -nd, version[nd])
             guard[nd] = r + 1
-        for a in range(h, e):
-            nd = node[a]
-            if size >= capacity:
-                # evict the best unguarded leaf, or stop admission
-                ns = 0
-                evicted = False
-                while hsize > 0:
-                    k0, n0, v0 = hk[0], -hn[0], hv[0]
-                    hsize = heap_pop(hk, hn, hv, hsize)
-                    if not present[n0] or children[n0] != 0 or version[n0] != v0 or key[n0] != k0:
-                        continue
-                    if guard[n0] == r + 1:
-                        sk[ns], sn[ns], sv[ns] = k0, n0, v0
-                        ns += 1
-                        continue
-                    if optimal and -k0 <= next_use[a]:
-                        hsize = heap_push(hk, hn, hv, hsize, k0, -n0, v0)
-                        break
-                    present[n0] = False
-                    size -= 1
-                    p = parent[n0]
-                    children[p] -= 1
-                    if p > 0 and present[p] and children[p] == 0:
-                        version[p] += 1
-                        hsize = heap_push(hk, hn, hv, hsize, key[p], -p, version[p])
-                    evicted = True
-                    break
-                for j in range(ns):
-                    hsize = heap_push(hk, hn, hv, hsize, sk[j], -sn[j], sv[j])
-                if not evicted:
-                    break
-            if size < capacity and present[parent[nd]]:
-                present[nd] = True
-                size += 1
-                children[parent[nd]] += 1
-                clock += 1
-                key[nd] = -next_use[a] if optimal else clock
-                version[nd] += 1
-                hsize = heap_push(hk, hn, hv, hsize, key[nd], -nd, version[nd])
-                if size >= capacity and r < fill_by:
-                    filled = True
-            else:
-                break
-        if hsize > cap_heap - 2 * (e - s) - 8:  # compact stale entries
-            j = 0
-            for i in range(hsize):
-                n0 = -hn[i]
-                if present[n0] and children[n0] == 0 and version[n0] == hv[i] and key[n0] == hk[i]:
-                    hk[j], hn[j], hv[j] = hk[i], hn[i], hv[i]
-                    j += 1
-            hsize = 0
-            for i in range(j):
-                hsize = heap_push(hk, hn, hv, hsize, hk[i], hn[i], hv[i])
+        hsize, size, clock, filled = _admit(node, parent, next_use, capacity, optimal, h, e, r, r < fill_by,
+                                            present, children, key, version, guard, hk, hn, hv, sk, sn, sv,
+                                            hsize, size, clock, filled)
+        if hsize > cap_heap - 2 * (e - s) - 8:
+            hsize = _compact(hk, hn, hv, hsize, present, children, version, key)
     return filled
 
 
+@njit(cache=True)
+def _admit(node, parent, next_use, capacity, optimal, h, e, r, filling, present, children, key, version,
+           guard, hk, hn, hv, sk, sn, sv, hsize, size, clock, filled):
+    """Admit request ``r``'s missed nodes ``node[h:e]`` in order, each evicting the best
+    unguarded leaf when the cache is full (this request's hit prefix is guarded, and stashed
+    while the heap is searched past it); stops at the first node not admitted (the optimal
+    policy bypasses a node used no sooner than the best leaf). Returns the updated counters."""
+    for a in range(h, e):
+        nd = node[a]
+        if size >= capacity:
+            # evict the best unguarded leaf, or stop admission
+            ns = 0
+            evicted = False
+            while hsize > 0:
+                k0, n0, v0 = hk[0], -hn[0], hv[0]
+                hsize = heap_pop(hk, hn, hv, hsize)
+                if not present[n0] or children[n0] != 0 or version[n0] != v0 or key[n0] != k0:
+                    continue
+                if guard[n0] == r + 1:
+                    sk[ns], sn[ns], sv[ns] = k0, n0, v0
+                    ns += 1
+                    continue
+                if optimal and -k0 <= next_use[a]:
+                    hsize = heap_push(hk, hn, hv, hsize, k0, -n0, v0)
+                    break
+                present[n0] = False
+                size -= 1
+                p = parent[n0]
+                children[p] -= 1
+                if p > 0 and present[p] and children[p] == 0:
+                    version[p] += 1
+                    hsize = heap_push(hk, hn, hv, hsize, key[p], -p, version[p])
+                evicted = True
+                break
+            for j in range(ns):
+                hsize = heap_push(hk, hn, hv, hsize, sk[j], -sn[j], sv[j])
+            if not evicted:
+                break
+        if size < capacity and present[parent[nd]]:
+            present[nd] = True
+            size += 1
+            children[parent[nd]] += 1
+            clock += 1
+            key[nd] = -next_use[a] if optimal else clock
+            version[nd] += 1
+            hsize = heap_push(hk, hn, hv, hsize, key[nd], -nd, version[nd])
+            if size >= capacity and filling:
+                filled = True
+        else:
+            break
+    return hsize, size, clock, filled
+
+
+@njit(cache=True)
+def _compact(hk, hn, hv, hsize, present, children, version, key):
+    """Drop stale entries (node gone, no longer a leaf, or re-keyed since) and rebuild the heap."""
+    j = 0
+    for i in range(hsize):
+        n0 = -hn[i]
+        if present[n0] and children[n0] == 0 and version[n0] == hv[i] and key[n0] == hk[i]:
+            hk[j], hn[j], hv[j] = hk[i], hn[i], hv[i]
+            j += 1
+    hsize = 0
+    for i in range(j):
+        hsize = heap_push(hk, hn, hv, hsize, hk[i], hn[i], hv[i])
+    return hsize
