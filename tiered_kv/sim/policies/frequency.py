@@ -32,6 +32,20 @@ from tiered_kv.sim.policies.registry import check_range, register_policy
 
 
 @njit(cache=True)
+def _age(k1, k2, hv, members, used, freq, cur1, cur2):  # pragma: no cover - compiled
+    """LFU aging: halve the count of each of the ``used`` cached blocks in ``members`` (rounding
+    up, so 1 stays 1) and rebuild the heap from their new entries alone, every older entry being
+    stale now. Returns the heap's size."""
+    hn = 0
+    for j in range(used):
+        x = members[j]
+        freq[x] = (freq[x] + 1) >> 1
+        cur1[x] = float(freq[x])
+        hn = heap_push(k1, k2, hv, hn, cur1[x], cur2[x], x)
+    return hn
+
+
+@njit(cache=True)
 def _heap_kernel(blocks, n_unique, cap, admit, value, aging, dynamic):  # pragma: no cover - compiled
     """LFU (dynamic=False: key = frequency) or GDSF (dynamic=True: key = L + frequency x value)."""
     m = blocks.shape[0]
@@ -54,12 +68,7 @@ def _heap_kernel(blocks, n_unique, cap, admit, value, aging, dynamic):  # pragma
     floor = 0.0
     for i in range(m):
         if aging > 0 and i > 0 and i % aging == 0:
-            hn = 0
-            for j in range(used):
-                x = members[j]
-                freq[x] = (freq[x] + 1) >> 1
-                cur1[x] = float(freq[x])
-                hn = heap_push(k1, k2, hv, hn, cur1[x], cur2[x], x)
+            hn = _age(k1, k2, hv, members, used, freq, cur1, cur2)
         b = blocks[i]
         if present[b]:
             hit[i] = True
