@@ -41,7 +41,7 @@ def _move_tail(nx, pv, where, sizes, base, src, dst):  # pragma: no cover - comp
     """Move list ``src``'s tail to list ``dst``'s head (``dst`` 0: drop it).
 
     Lists are numbered by their ``where`` code: list k has sentinel ``base + k - 1`` and size
-    ``sizes[k - 1]``, so one step serves every ghosting and eviction of ARC.
+    ``sizes[k - 1]``, so one step serves every ghosting and eviction of ARC and 2Q.
     """
     x = pv[base + src - 1]
     ll_unlink(nx, pv, x)
@@ -213,11 +213,9 @@ def twoq_kernel(blocks, n_unique, cap, admit, in_ratio, out_ratio):  # pragma: n
     out_cap = np.int64(cap * out_ratio)
     am_cap = cap - in_cap
     nx, pv = ll_init(n_unique, 3)
-    AIN, AOUT, AM = n_unique, n_unique + 1, n_unique + 2
-    where = np.zeros(n_unique, np.int8)  # 0 absent, 1 A1in, 2 Am, 3 A1out
-    n_in = 0
-    n_out = 0
-    n_am = 0
+    AM = n_unique + 1
+    where = np.zeros(n_unique, np.int8)  # 0 absent, 1 A1in, 2 Am, 3 A1out (see _move_tail)
+    sizes = np.zeros(3, np.int64)
     hit = np.zeros(m, np.bool_)
     ins = np.zeros(m, np.bool_)
     peak = 0
@@ -227,57 +225,38 @@ def twoq_kernel(blocks, n_unique, cap, admit, in_ratio, out_ratio):  # pragma: n
         if w == 1:
             hit[i] = True
             continue
-        on_ghost = False
-        if w == 3:
-            ll_unlink(nx, pv, b)
-            where[b] = 0
-            n_out -= 1
-            on_ghost = True
-        elif w == 2:
+        if w == 2:
             ll_unlink(nx, pv, b)
             ll_push_head(nx, pv, AM, b)
             hit[i] = True
             continue
+        if w == 3:
+            ll_unlink(nx, pv, b)
+            where[b] = 0
+            sizes[2] -= 1
         if not admit[i] or in_cap < 1:
             continue
-        while n_in + n_am + 1 > cap:
-            if n_in > in_cap:
-                t = pv[AIN]
-                ll_unlink(nx, pv, t)
-                n_in -= 1
-                where[t] = 0
-                if out_cap >= 1:
-                    while n_out + 1 > out_cap:
-                        g = pv[AOUT]
-                        ll_unlink(nx, pv, g)
-                        where[g] = 0
-                        n_out -= 1
-                    ll_push_head(nx, pv, AOUT, t)
-                    where[t] = 3
-                    n_out += 1
+        while sizes[0] + sizes[1] + 1 > cap:
+            if sizes[0] <= in_cap:
+                _move_tail(nx, pv, where, sizes, n_unique, 2, 0)
+            elif out_cap < 1:
+                _move_tail(nx, pv, where, sizes, n_unique, 1, 0)
             else:
-                t = pv[AM]
-                ll_unlink(nx, pv, t)
-                where[t] = 0
-                n_am -= 1
-        if on_ghost:
+                while sizes[2] + 1 > out_cap:
+                    _move_tail(nx, pv, where, sizes, n_unique, 3, 0)
+                _move_tail(nx, pv, where, sizes, n_unique, 1, 3)
+        if w == 3:
             if am_cap < 1:
                 continue
-            while n_am + 1 > am_cap:
-                t = pv[AM]
-                ll_unlink(nx, pv, t)
-                where[t] = 0
-                n_am -= 1
-            ll_push_head(nx, pv, AM, b)
-            where[b] = 2
-            n_am += 1
-        else:
-            ll_push_head(nx, pv, AIN, b)
-            where[b] = 1
-            n_in += 1
+            while sizes[1] + 1 > am_cap:
+                _move_tail(nx, pv, where, sizes, n_unique, 2, 0)
+        to = 2 if w == 3 else 1  # an A1out hit enters Am, any other miss A1in
+        ll_push_head(nx, pv, n_unique + to - 1, b)
+        where[b] = to
+        sizes[to - 1] += 1
         ins[i] = True
-        if n_in + n_am > peak:
-            peak = n_in + n_am
+        if sizes[0] + sizes[1] > peak:
+            peak = sizes[0] + sizes[1]
     return hit, ins, peak
 
 
