@@ -233,6 +233,27 @@ def _deposit(prio, member, pos, seg, fill, base, q, y, py):
     _sift_up(prio, member, pos, b, i)
 
 
+@njit(cache=True, inline="always")
+def _fill_hole(prio, member, pos, b, i, last):  # pragma: no cover - compiled
+    """Slot ``i`` of the heap at ``b`` was emptied: its ``last`` slot moves there and sifts."""
+    if i != last:
+        prio[b + i] = prio[b + last]
+        member[b + i] = member[b + last]
+        moved = member[b + i]
+        pos[moved] = i
+        _sift_up(prio, member, pos, b, i)
+        _sift_down(prio, member, pos, b, last, pos[moved])
+
+
+@njit(cache=True, inline="always")
+def _first_room(fill, base, q):  # pragma: no cover - compiled
+    """The first segment from ``q`` on with room (-1 when none)."""
+    for s in range(q, fill.shape[0]):
+        if fill[s] < base[s + 1] - base[s]:
+            return s
+    return -1
+
+
 @njit(cache=True)
 def stack_hist(items, cand, res, never, weight, cls, n_cls, n_items, bounds):  # pragma: no cover - compiled
     """:func:`stack_pass` without the writes: ``hist[c, q]`` only."""
@@ -262,9 +283,8 @@ def stack_pass(items, cand, res, never, weight, cls, n_cls, n_items, bounds, wwe
     """
     track = whist.shape[0] > 0
     nq = bounds.shape[0]
-    base = np.zeros(nq + 1, np.int64)
-    for q in range(nq):
-        base[q + 1] = bounds[q]
+    base = np.zeros(nq + 1, np.int64)  # segment q is the stack's slots base[q]..base[q + 1] - 1
+    base[1:] = bounds
     prio = np.empty(bounds[nq - 1], np.int64)
     member = np.empty(bounds[nq - 1], np.int64)
     fill = np.zeros(nq, np.int64)
@@ -277,17 +297,8 @@ def stack_pass(items, cand, res, never, weight, cls, n_cls, n_items, bounds, wwe
         inside = 0 <= sx < nq
         if inside:  # a hit from capacity bounds[sx] up; take x out (its slot is refilled below)
             hist[cls[a], sx] += weight[a]
-            b = base[sx]
-            i = pos[x]
-            last = fill[sx] - 1
-            fill[sx] = last
-            if i != last:
-                prio[b + i] = prio[b + last]
-                member[b + i] = member[b + last]
-                moved = member[b + i]
-                pos[moved] = i
-                _sift_up(prio, member, pos, b, i)
-                _sift_down(prio, member, pos, b, last, pos[moved])
+            fill[sx] -= 1
+            _fill_hole(prio, member, pos, base[sx], pos[x], fill[sx])
         y = x
         py = cand[a]  # x competes as a candidate...
         y_res = res[a]  # ...and is stored with its resident priority
@@ -303,12 +314,10 @@ def stack_pass(items, cand, res, never, weight, cls, n_cls, n_items, bounds, wwe
             if py >= never:
                 # y is never used again: below here it could only trade places with other such
                 # items, which changes no segment's count of them and no future hit.
-                if not inside:
-                    for q2 in range(q + 1, nq):
-                        if fill[q2] < base[q2 + 1] - base[q2]:
-                            _deposit(prio, member, pos, seg, fill, base, q2, y, y_res)
-                            placed = True
-                            break
+                q2 = -1 if inside else _first_room(fill, base, q + 1)
+                if q2 >= 0:
+                    _deposit(prio, member, pos, seg, fill, base, q2, y, y_res)
+                    placed = True
                 break
             b = base[q]
             if py < prio[b]:  # y beats the segment's worst: swap them
@@ -321,9 +330,8 @@ def stack_pass(items, cand, res, never, weight, cls, n_cls, n_items, bounds, wwe
                 pos[y] = 0
                 seg[y] = q
                 _sift_down(prio, member, pos, b, fill[q], np.int64(0))  # int64: the one specialisation
-                y = w
-                py = pw
-                y_res = pw
+                y = w  # the worst moves down, competing with its resident priority
+                py = y_res = pw
         if not placed:
             if inside:
                 _deposit(prio, member, pos, seg, fill, base, sx, y, y_res)
