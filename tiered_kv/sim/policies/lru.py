@@ -113,10 +113,9 @@ def _evict(b, now, nxt, prv, present, last, born, bclass, bweight, cused, ev_idl
 
 
 @njit(cache=True, inline="always")
-def _expire(now, n_unique, n_classes, ttl_by_class, nxt, prv, present, last, bclass, bweight, cused,
-            used):  # pragma: no cover - compiled
-    """Drop every block idle longer than its class's TTL; (used weight, expirations)."""
-    n_exp = 0
+def _expire(now, n_unique, n_classes, ttl_by_class, nxt, prv, present, last, bclass, bweight, cused, used,
+            n_exp):  # pragma: no cover - compiled
+    """Drop every block idle longer than its class's TTL; (used weight, expirations so far)."""
     for k in range(n_classes):
         s = n_unique + k
         while nxt[s] != s:
@@ -160,37 +159,37 @@ def _collect(rule, c, now, high, low, param, used, n_ev, n_unique, n_classes, nx
     return used, n_ev
 
 
+@njit(cache=True, inline="always")
+def _block_state(n_unique, n_classes):  # pragma: no cover - compiled
+    """The kernel's empty per-block state: the class lists' links (dense ids, then one sentinel per
+    class list), and per block: present, last touch, start of residency (for ages at eviction),
+    touch order, class and weight."""
+    size = n_unique + n_classes
+    return (np.arange(size), np.arange(size), np.zeros(n_unique, np.bool_), np.zeros(n_unique, np.float64),
+            np.zeros(n_unique, np.float64), np.zeros(n_unique, np.int64), np.zeros(n_unique, np.int64),
+            np.zeros(n_unique, np.float64))
+
+
 @njit(cache=True)
 def _cache_kernel(offsets, blocks, weights, times, req_class, n_unique, n_classes, ttl_by_class,
                   high, low, record, inserted, rule, param):  # pragma: no cover - compiled
     n = offsets.shape[0] - 1
     m = blocks.shape[0]
-    size = n_unique + n_classes  # dense ids, then one sentinel per class list
-    nxt = np.arange(size)
-    prv = np.arange(size)
-    present = np.zeros(n_unique, np.bool_)
-    last = np.zeros(n_unique, np.float64)
-    born = np.zeros(n_unique, np.float64)  # start of the block's residency (for ages at eviction)
-    seq = np.zeros(n_unique, np.int64)
-    bclass = np.zeros(n_unique, np.int64)
-    bweight = np.zeros(n_unique, np.float64)
+    nxt, prv, present, last, born, seq, bclass, bweight = _block_state(n_unique, n_classes)
     cused = np.zeros(n_classes, np.float64)  # used weight per class (of the blocks each touched last)
     hit = np.zeros(n, np.int64)
     ev_idle = np.empty(m if record else 0, np.float64)
     ev_age = np.empty(m if record else 0, np.float64)
     ev_class = np.empty(m if record else 0, np.int64)
-    n_ev = n_exp = tick = 0
-    track = inserted.shape[0] > 0
-    per_class = rule != 0  # rule 0 needs only the total
+    n_ev = n_exp = 0
     used = 0.0
     any_ttl = (ttl_by_class < np.inf).any()
     for r in range(n):
         now = times[r]
         c = req_class[r]
         if any_ttl:
-            used, expired = _expire(now, n_unique, n_classes, ttl_by_class, nxt, prv, present, last, bclass,
-                                    bweight, cused, used)
-            n_exp += expired
+            used, n_exp = _expire(now, n_unique, n_classes, ttl_by_class, nxt, prv, present, last, bclass, bweight,
+                                  cused, used, n_exp)
         p = offsets[r]
         while p < offsets[r + 1] and present[blocks[p]]:
             p += 1
@@ -199,21 +198,19 @@ def _cache_kernel(offsets, blocks, weights, times, req_class, n_unique, n_classe
             b = blocks[i]
             if present[b]:
                 _unlink(nxt, prv, b)
-                if per_class:
+                if rule != 0:  # rule 0 needs only the total
                     cused[bclass[b]] -= bweight[b]
             else:
                 present[b] = True
                 born[b] = now
                 bweight[b] = weights[i]
                 used += weights[i]
-                if track:
-                    inserted[i] = True
-            if per_class:
+                inserted[i] = True
+            if rule != 0:
                 cused[c] += bweight[b]
             _append(nxt, prv, n_unique + c, b)
             last[b] = now
-            seq[b] = tick
-            tick += 1
+            seq[b] = i  # touch order
             bclass[b] = c
             if rule == 0:  # the least recent touch of all, down to the low watermark
                 if used > high:
@@ -232,9 +229,7 @@ def _cache_kernel(offsets, blocks, weights, times, req_class, n_unique, n_classe
             else:
                 used, n_ev = _collect(rule, c, now, high, low, param, used, n_ev, n_unique, n_classes, nxt, prv,
                                       present, last, born, bclass, bweight, cused, ev_idle, ev_age, ev_class, record)
-    if record:
-        return hit, ev_idle[:n_ev], ev_class[:n_ev], n_ev, n_exp, ev_age[:n_ev]
-    return hit, ev_idle, ev_class, n_ev, n_exp, ev_age
+    return hit, ev_idle[:n_ev], ev_class[:n_ev], n_ev, n_exp, ev_age[:n_ev]  # empty unless recorded
 
 
 def run_cache_kernel(trace: CompiledTrace, *, ttl_by_class: np.ndarray | None = None,
@@ -253,7 +248,7 @@ def run_cache_kernel(trace: CompiledTrace, *, ttl_by_class: np.ndarray | None = 
     k = len(trace.class_names)
     ttl = np.full(k, np.inf) if ttl_by_class is None else np.asarray(ttl_by_class, dtype=np.float64)
     w = np.ones(trace.n_accesses, np.float64) if weights is None else np.asarray(weights, np.float64)
-    ins = np.zeros(0, np.bool_) if inserted is None else inserted
+    ins = np.zeros(trace.n_accesses, np.bool_) if inserted is None else inserted
     prm = np.ones(k, np.float64) if param is None else np.asarray(param, np.float64)
     return CacheRun(*_cache_kernel(trace.offsets, trace.blocks, w, trace.timestamps,
                                    trace.class_codes.astype(np.int64), trace.n_unique, k, ttl, float(high),
