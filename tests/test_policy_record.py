@@ -9,6 +9,7 @@ import statistics
 import pytest
 
 from tiered_kv.bench import policies as rec
+from tiered_kv.bench._pages import NO_MACHINE_NOTE
 from tiered_kv.cli import main
 
 
@@ -106,7 +107,10 @@ def test_record_writes_the_page(tmp_path, bench):
     assert main(["bench", "record", "policies", str(tmp_path / "p.json"), "--root", str(tmp_path)]) == 0
     page = (results / "policies.md").read_text()
     assert page.startswith("# Policy arena") and "No libcachesim section" in page
+    assert f"Machine: {NO_MACHINE_NOTE}" in page  # no note given: the page says so
     assert json.loads((results / "policies.json").read_text())["recorded"]["command"] == rec.COMMAND
+    assert main(["bench", "record", "policies", "--root", str(tmp_path), "--machine", "quiet, 2 cores"]) == 0
+    assert "\n\nMachine: quiet, 2 cores\n\n" in (results / "policies.md").read_text()
 
 
 @pytest.mark.parametrize("argv, match", [(["--policies", "lru,nosuch"], "unknown"), (["--repeat", "0"], "repeat"),
