@@ -209,12 +209,13 @@ RATIONALE = """## What was chosen and why
   a cumulative sum of token weights answer all points (proof in `tiered_kv/sim/curves.py`).
   The evaluation buckets each access under the first threshold it fits (binary search over the
   k points) and sums the buckets with one bincount: O(n log k) instead of sorting all n keys.
-- **Belady**: lazy-deletion max-heap keyed by (next use, depth); blocks at their last use are only
-  counted, never heaped (they are always the first to go, and which one goes cannot change a later
-  hit).
-- Per-class TTLs: one LRU list per class with a global touch counter instead of an expiry heap,
-  with the same expiry predicate as the brute-force replay (`now - last_touch > ttl`), so there
-  are no float rounding differences between a heap and the lookup check.
+- **Belady**: a lazy-deletion heap (the shared min-heap, keys negated) on (next use, depth);
+  blocks at their last use are only counted, never heaped (they are always the first to go, and
+  which one goes cannot change a later hit).
+- Per-class TTLs: one LRU list per class, ordered across lists by each block's last-touch access
+  index, instead of an expiry heap, with the same expiry predicate as the brute-force replay
+  (`now - last_touch > ttl`), so there are no float rounding differences between a heap and the
+  lookup check.
 """
 
 

@@ -81,7 +81,7 @@ def _replay_trie(node, parent, offsets, next_use, fill_by, capacity, optimal, hi
     guard = np.zeros(n_nodes, dtype=np.int64)
     cap_heap = 4 * node.shape[0] + 16
     hk = np.empty(cap_heap, dtype=np.int64)
-    hn = np.empty(cap_heap, dtype=np.int64)
+    hn = np.empty(cap_heap, dtype=np.int64)  # -node: among equal keys the deeper node pops first
     hv = np.empty(cap_heap, dtype=np.int64)
     sk = np.empty(capacity + 16, dtype=np.int64)
     sn = np.empty(capacity + 16, dtype=np.int64)
@@ -116,7 +116,8 @@ def _admit(node, parent, next_use, capacity, optimal, h, e, r, filling, present,
     """Admit request ``r``'s missed nodes ``node[h:e]`` in order, each evicting the best
     unguarded leaf when the cache is full (this request's hit prefix is guarded, and stashed
     while the heap is searched past it); stops at the first node not admitted (the optimal
-    policy bypasses a node used no sooner than the best leaf). Returns the updated counters."""
+    policy bypasses a node used no sooner than the best leaf). Returns (heap size, cache size,
+    clock, filled) as updated."""
     for a in range(h, e):
         nd = node[a]
         if size >= capacity:

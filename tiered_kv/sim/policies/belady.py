@@ -50,9 +50,8 @@ def _belady_kernel(offsets, blocks, depth, nxt_use, n_unique, capacity):  # prag
             dmul = np.int64(depth[i]) + 1
     present = np.zeros(n_unique, np.bool_)
     key_of = np.zeros(n_unique, np.int64)
-    heap_k = np.empty(m + 1, np.int64)  # min-heap of -(next use x dmul + depth)
-    heap_d = np.zeros(m + 1, np.int64)  # (no second key: keys of live entries are distinct)
-    heap_b = np.empty(m + 1, np.int64)
+    heap_k = np.empty(m + 1, np.int64)  # min-heap of -(next use x dmul + depth), passed as both keys:
+    heap_b = np.empty(m + 1, np.int64)  # live entries' keys are distinct, so no second key is needed
     hn = 0
     used = 0  # live (heaped) + dead blocks in the cache
     dead = 0
@@ -85,7 +84,7 @@ def _belady_kernel(offsets, blocks, depth, nxt_use, n_unique, capacity):  # prag
                 present[b] = True
                 key = nxt_use[i] * dmul + depth[i]
                 key_of[b] = key
-                hn = heap_push(heap_k, heap_d, heap_b, hn, -key, 0, b)
+                hn = heap_push(heap_k, heap_k, heap_b, hn, -key, -key, b)
             while used > capacity:
                 if dead > 0:
                     dead -= 1
@@ -94,7 +93,7 @@ def _belady_kernel(offsets, blocks, depth, nxt_use, n_unique, capacity):  # prag
                 # pop the max valid entry: the farthest next use, deepest on ties
                 vk = -heap_k[0]
                 vb = heap_b[0]
-                hn = heap_pop(heap_k, heap_d, heap_b, hn)
+                hn = heap_pop(heap_k, heap_k, heap_b, hn)
                 if present[vb] and key_of[vb] == vk:
                     present[vb] = False
                     used -= 1

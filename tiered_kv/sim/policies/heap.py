@@ -1,10 +1,16 @@
 """A binary min-heap over parallel arrays, for the numba kernels: keys ``(k1, k2)``, payload ``hv``.
 
-Why one heap for every kernel: lazy deletion needs nothing more (push a new entry when an
-item's key changes, skip a popped entry that no longer matches), and the tie rule lives in one
-place. Equal ``(k1, k2)`` keep the entry already in the heap above the newcomer; a kernel that
-wants the largest first negates its keys (Belady's next use, the trie replay's node id). The
-caller sizes the arrays for every push it can make and reads the top at index 0 before popping.
+Why one heap for the kernels that evict lazily (frequency family, Belady, the trie replay, the
+queue simulator's write-backs): lazy deletion needs nothing more (push a new entry when an item's
+key changes, skip a popped entry that no longer matches). The heap is not stable: the pop order
+among equal ``(k1, k2)`` is unspecified, so each caller keeps the keys of its live entries
+distinct (a sequence number, a node id, a next-use position) and results never depend on it. A
+kernel that wants the largest first negates its keys. The caller sizes the arrays for every push
+it can make and reads the top at index 0 before popping. (``belady.stack_pass`` keeps its own
+position-indexed heap: it moves entries by position, which this one cannot.)
+
+numba's on-disk cache does not see edits to a called function in another file: after changing
+this module, clear the ``__pycache__`` numba files (or ``NUMBA_CACHE_DIR``) of its callers.
 """
 
 from __future__ import annotations

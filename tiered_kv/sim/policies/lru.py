@@ -6,8 +6,8 @@ Why numba (``cache=True``: compiled once per machine): the event loop is inheren
 (each decision depends on the state the previous one left), so numpy cannot vectorise it.
 
 The kernel keeps a set of per-class LRU lists (a block sits in the list of the class whose
-request touched it last), a global touch counter to find the least-recently-used head across
-lists, exact TTL expiry at every request (``now - last_touch > ttl`` of that class), and
+request touched it last), each block's last touch as an access index to find the
+least-recently-used head across lists, exact TTL expiry at every request (``now - last_touch > ttl`` of that class), and
 evicts by weight when the used weight passes a high watermark, down to a low one (``lru``:
 both equal the capacity, weight 1 per block).
 """
@@ -33,7 +33,7 @@ from tiered_kv.sim.trace_replay import CompiledTrace
 
 #: Victim rules of the kernel, by code: which class list's least recent block goes when the used
 #: weight passes the high watermark (each class keeps its own LRU list; a rule only chooses
-#: between the heads). ``lru``: the least recent touch of all (a global touch counter);
+#: between the heads). ``lru``: the least recent touch of all (by access index);
 #: ``weighted``: the largest ``idle * param[class]``; ``ttl-priority``: the earliest
 #: ``last touch + param[class]``; ``quotas``: the toucher's own list, when its own bytes pass
 #: ``param[class]`` of the watermarks. ``weighted`` and ``ttl-priority`` break ties between
@@ -239,7 +239,8 @@ def run_cache_kernel(trace: CompiledTrace, *, ttl_by_class: np.ndarray | None = 
     """Run the shared LRU/TTL/watermark kernel on ``trace`` (see the module docstring).
 
     ``inserted``: a bool array of ``trace.n_accesses`` the kernel marks at every access that
-    (re)inserts its block (absent when touched: a miss written to the cache), for SSD wear.
+    (re)inserts its block (absent when touched: a miss written to the cache), for SSD wear;
+    ``None``: a scratch one. Its length is checked here, as the compiled kernel checks no bounds.
     ``rule``: the victim rule (:data:`VICTIM_RULES`) with its ``param`` per class, in the trace's
     class order (weights, TTLs in seconds, or quota shares; default 1 each).
     """
@@ -249,6 +250,9 @@ def run_cache_kernel(trace: CompiledTrace, *, ttl_by_class: np.ndarray | None = 
     ttl = np.full(k, np.inf) if ttl_by_class is None else np.asarray(ttl_by_class, dtype=np.float64)
     w = np.ones(trace.n_accesses, np.float64) if weights is None else np.asarray(weights, np.float64)
     ins = np.zeros(trace.n_accesses, np.bool_) if inserted is None else inserted
+    if ins.shape != (trace.n_accesses,) or ins.dtype != np.bool_:
+        raise ValueError(f"inserted: must be a bool array of {trace.n_accesses} (the trace's accesses), "
+                         f"got {ins.dtype} {ins.shape}")
     prm = np.ones(k, np.float64) if param is None else np.asarray(param, np.float64)
     return CacheRun(*_cache_kernel(trace.offsets, trace.blocks, w, trace.timestamps,
                                    trace.class_codes.astype(np.int64), trace.n_unique, k, ttl, float(high),
