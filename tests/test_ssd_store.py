@@ -162,11 +162,12 @@ def test_open_backend_decides_the_store_kind_once(tmp_path):
     from tiered_kv.tiers.ssd.zarr_backend import LocalBackend, ZarrBackend
 
     local = open_backend(tmp_path / "a")
-    assert type(local) is LocalBackend and local.sync_path and local.name == str(tmp_path / "a")
+    assert type(local) is LocalBackend and local.direct and local.name == str(tmp_path / "a")
     assert type(open_backend(LocalStore(tmp_path / "b"), io_threads=0)) is LocalBackend
     # through zarr's wrappers that keep keys, and no others (see test_a_store_that_maps_keys_...)
     assert type(open_backend(LatencyStore(LoggingStore(LocalStore(tmp_path / "b"))))) is LocalBackend
-    assert type(open_backend(SyncVanishingStore(LocalStore(tmp_path / "b"), set()))) is ZarrBackend
+    faulted = open_backend(SyncVanishingStore(LocalStore(tmp_path / "b"), set()))  # keeps_keys = True
+    assert type(faulted) is LocalBackend and faulted.sync_path and not faulted.direct  # reads go through it
     assert type(open_backend(MemoryStore())) is ZarrBackend
     assert type(open_backend(ObjectStore(ObjectMemory()))) is ObjectBackend
     wrapped = paced(local, 1e9, None, None)

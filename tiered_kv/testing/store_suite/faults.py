@@ -4,8 +4,9 @@ Corrupt or truncated chunks (and a valid chunk under the wrong key) are counted 
 removed and healed by the next put; ``verify`` finds them; a garbage root ``zarr.json`` is
 detected and rewritten; ENOSPC warns and keeps what was stored and never fails a read; a chunk
 a concurrent GC deletes before the read is a miss. The faults come from store wrappers that wrap
-any zarr v3 Store, so they run on every backend (the ``Sync*`` variants add zarr's sync API, so
-the tier's sync path is faulted too). Processes killed mid-write and several processes at once
+any zarr v3 Store, so they run on every backend: they keep keys (``keeps_keys``), so a faulted
+LocalStore still opens as the local-directory backend (the ``Sync*`` variants add zarr's sync
+API, so the tier's sync path is faulted too). Processes killed mid-write and several processes at once
 are in the tests that spawn :mod:`.workers`.
 """
 
@@ -36,6 +37,8 @@ def write_object(store, path: str, data: bytes) -> None:
 class FullDiskStore(WrapperStore):
     """Raises ENOSPC on any write once ``budget`` payload bytes have been written."""
 
+    keeps_keys = True  # every key passes on unchanged (tiered_kv.tiers.ssd.backend._local_root)
+
     def __init__(self, store, budget: int) -> None:
         super().__init__(store)
         self.budget = budget
@@ -49,6 +52,8 @@ class FullDiskStore(WrapperStore):
 
 class VanishingStore(WrapperStore):
     """Deletes an object right before it is read, as a concurrent GC would."""
+
+    keeps_keys = True
 
     def __init__(self, store, victims: set[str]) -> None:
         super().__init__(store)

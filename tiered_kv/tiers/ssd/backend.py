@@ -80,20 +80,28 @@ def open_backend(store: Store | str | os.PathLike | Backend | None, *, io_thread
 _KEY_KEEPING_WRAPPERS = {"zarr.storage._logging.LoggingStore", "zarr.testing.store.LatencyStore"}
 
 
-def _local_root(store: Store) -> Path | None:
-    """The directory behind a zarr ``LocalStore``, also seen through zarr's own ``LoggingStore``
-    and ``LatencyStore``; None for any other store.
+def _keeps_keys(store: Store) -> bool:
+    """A wrapper that promises to pass every key on unchanged: one of zarr's own two, or a class
+    that says so with ``keeps_keys = True`` (the store suite's fault wrappers do)."""
+    name = f"{type(store).__module__}.{type(store).__qualname__}"
+    return name in _KEY_KEEPING_WRAPPERS or getattr(type(store), "keeps_keys", False) is True
 
-    :class:`~.zarr_backend.LocalBackend` lists, reads and repairs that directory itself, which is
-    right only while each key is the file of that name. A LocalStore keeps that promise, and so
-    do those two wrappers (they log or delay each call and pass its key on as it is). Any other
-    store, a subclass of these or another ``WrapperStore`` included, may map keys its own way, so
-    it opens as the generic :class:`~.zarr_backend.ZarrBackend`: correct through the store's own
-    API, only slower and blind to obstacles (which only the directory shows).
+
+def _local_root(store: Store) -> Path | None:
+    """The directory behind a zarr ``LocalStore``, also seen through wrappers that keep keys
+    (zarr's own ``LoggingStore`` and ``LatencyStore``, or a class with ``keeps_keys = True``);
+    None for any other store.
+
+    :class:`~.zarr_backend.LocalBackend` lists and repairs that directory itself, which is right
+    only while each key is the file of that name. A LocalStore keeps that promise, and so do those
+    wrappers (they log, delay or fault each call and pass its key on as it is). Any other store,
+    another ``WrapperStore`` included, may map keys its own way, so it opens as the generic
+    :class:`~.zarr_backend.ZarrBackend`: correct through the store's own API, only slower and
+    blind to obstacles (which only the directory shows).
     """
     from zarr.storage import LocalStore
 
-    while f"{type(store).__module__}.{type(store).__qualname__}" in _KEY_KEEPING_WRAPPERS:
+    while _keeps_keys(store):
         store = store._store
     return store.root if type(store) is LocalStore else None
 

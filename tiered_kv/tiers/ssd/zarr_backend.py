@@ -252,20 +252,24 @@ class ZarrBackend:
 
 
 class LocalBackend(ZarrBackend):
-    """A zarr store over a local directory ``root``: a LocalStore, or one behind a wrapper known
-    to keep keys (:func:`~.backend._local_root`). None of those wrappers has zarr's sync API, so
-    the sync path is a plain LocalStore's, and reads its files directly."""
+    """A zarr store over a local directory ``root``: a LocalStore, or one behind a wrapper that
+    keeps keys (:func:`~.backend._local_root`). Only a plain LocalStore's chunks are read straight
+    from their files (``direct``): a wrapper's own reads (a delay, a log, an injected fault) are
+    what it is there for, so they go through it."""
 
     def __init__(self, store: Store, root: Path, **kw) -> None:
         super().__init__(store, **kw)
+        from zarr.storage import LocalStore
+
         self.root = root
+        self.direct = self.sync_path and type(store) is LocalStore
 
     @property
     def name(self) -> str:
         return str(self.root)
 
     def read_prefix(self, paths: Sequence[str]) -> list[bytes]:
-        if not self.sync_path:
+        if not self.direct:
             return super().read_prefix(paths)
         root = str(self.root) + os.sep
         full = [root + p for p in paths]
