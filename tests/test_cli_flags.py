@@ -158,3 +158,6 @@ def test_a_library_parameter_name_becomes_the_flag():
     assert name_flags("low_watermark: must be in [0, high_watermark=0.9], got 1.0", flags) \
         == "--low: must be in [0, --high=0.9], got 1.0"  # a parameter quoted with its value, too
     assert name_flags("kv: not a multiple of block_size=4", flags) == "kv: not a multiple of block_size=4"
+    # the user's own input, echoed in quotes, stays as typed
+    assert name_flags("low_watermark: cannot parse 'high_watermark=1' as a fraction", flags) \
+        == "--low: cannot parse 'high_watermark=1' as a fraction"

@@ -238,8 +238,9 @@ def flag_names(parser: argparse.ArgumentParser, aliases: dict[str, str] | None =
 
 #: "days: must be ..." or "SynthConfig.days: must be ...": the library's way to name a parameter.
 _PARAMETER = re.compile(r"^(?:[A-Z]\w*\.)?([a-z_]\w*): ")
-#: "high_watermark=0.9" in the rest of such a message: another parameter, quoted with its value.
-_QUOTED = re.compile(r"(?<![\w-])([a-z_]\w*)=")
+#: "high_watermark=0.9" in the rest of such a message: another parameter, quoted with its value
+#: (a match inside '...', the user's own input echoed back, is left as typed).
+_QUOTED = re.compile(r"'[^']*'|(?<![\w-])([a-z_]\w*)=")
 
 
 def name_flags(message: str, flags: dict[str, str]) -> str:
@@ -248,12 +249,17 @@ def name_flags(message: str, flags: dict[str, str]) -> str:
     -> ``--low: must be in [0, --high=0.9]``).
 
     Only a message that starts with a flag's parameter is rewritten: elsewhere ``name=`` may be a
-    setting of something else (a trace row's ``block_size=``).
+    setting of something else (a trace row's ``block_size=``). Text in single quotes is what the
+    user typed, echoed back, and stays as it is (``--part: ..., got 'ttl=3'``).
     """
     m = _PARAMETER.match(message)
     if m is None or m.group(1) not in flags:
         return message
-    rest = _QUOTED.sub(lambda q: f"{flags.get(q.group(1), q.group(1))}=", message[m.end():])
+
+    def flag(q: re.Match) -> str:
+        return q.group(0) if q.group(1) is None else f"{flags.get(q.group(1), q.group(1))}="
+
+    rest = _QUOTED.sub(flag, message[m.end():])
     return f"{flags[m.group(1)]}: {rest}"
 
 
