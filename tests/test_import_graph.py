@@ -131,7 +131,7 @@ def test_no_import_cycles():
 
 
 #: The simulator's layers in the order the README draws them: each imports only earlier ones.
-SIM_LAYERS = ["traces", "workload", "day", "trace_replay", "trace_cache", "policies", "curves", "peers", "cluster",
+SIM_LAYERS = ["heap", "traces", "workload", "day", "trace_replay", "trace_cache", "policies", "curves", "peers", "cluster",
               "retention", "sweep"]
 
 

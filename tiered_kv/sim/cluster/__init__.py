@@ -8,8 +8,9 @@ turns hits into time and money (TTFT, one shared read queue, admission, cost per
 it; :mod:`.shared_compute` the queue model whose streams share cores (processor sharing) and the
 admission rules it and the benchmark's dispatcher call; :mod:`.tail_stats` the statistics of
 repeated runs; :mod:`.pooling` and :mod:`.disk_day` the runs that a figure and the cluster record
-both read. This package may import :mod:`tiered_kv.sim.trace_replay` (and run any policy object of
-:mod:`tiered_kv.sim.policies` it is given); nothing below it imports it.
+both read. This package may import :mod:`tiered_kv.sim.trace_replay` and :mod:`tiered_kv.sim.heap`
+(and run any policy object of :mod:`tiered_kv.sim.policies` it is given); nothing below it imports
+it.
 """
 
 from tiered_kv.sim.cluster.model import (

@@ -54,7 +54,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 from numba import njit
 
-from tiered_kv.sim.policies.heap import heap_pop, heap_push
+from tiered_kv.sim.heap import heap_pop, heap_push
 
 GIB = 2**30
 

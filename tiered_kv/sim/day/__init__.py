@@ -4,7 +4,8 @@
 parallel processes, straight into a Parquet dataset (one file per part and hour, with a manifest),
 so the day is never whole in memory; :mod:`.stream` replays it hour by hour (polars lazy scans)
 through any number of LRU capacities and per-class TTLs in one pass over shared per-block state.
-This package may import :mod:`tiered_kv.sim.workload` and :mod:`tiered_kv.units` only.
+This package may import :mod:`tiered_kv.sim.workload`, :mod:`tiered_kv.units` and
+:mod:`tiered_kv.rusage` only.
 """
 
 from tiered_kv.sim.day.shards import (

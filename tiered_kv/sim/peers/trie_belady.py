@@ -26,9 +26,9 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from tiered_kv.sim.heap import heap_pop, heap_push
 from tiered_kv.sim.peers.trie import TrieTrace, check_capacities, lookup, replay_at, underfilled_mask
 from tiered_kv.sim.policies.belady import stack_hist
-from tiered_kv.sim.policies.heap import heap_pop, heap_push
 
 
 def replay_optimal_trie(t: TrieTrace, capacity: int) -> tuple[np.ndarray, bool]:

@@ -13,8 +13,8 @@ from typing import ClassVar
 import numpy as np
 from numba import njit
 
+from tiered_kv.sim.heap import heap_pop, heap_push
 from tiered_kv.sim.policies.blockwise import BlockPolicy, check_bpt, wear_extra
-from tiered_kv.sim.policies.heap import heap_pop, heap_push
 from tiered_kv.sim.policies.registry import (
     DEFAULT_BYTES_PER_TOKEN,
     PolicyRun,

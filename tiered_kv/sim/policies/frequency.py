@@ -1,6 +1,6 @@
 """The frequency family: ``lfu`` (with optional aging) and ``gdsf`` (cost-aware), numba kernels.
 
-Both keep a binary min-heap (:mod:`~tiered_kv.sim.policies.heap`) of (key, tie, block) with
+Both keep a binary min-heap (:mod:`~tiered_kv.sim.heap`) of (key, tie, block) with
 lazy deletion: a block's entry is pushed again whenever its key changes, and a popped entry that
 no longer matches the block's current key is skipped. Ties break by the access sequence number
 (oldest first), so runs are exact and repeatable.
@@ -26,8 +26,8 @@ from typing import ClassVar
 import numpy as np
 from numba import njit
 
+from tiered_kv.sim.heap import heap_pop, heap_push
 from tiered_kv.sim.policies.blockwise import BlockPolicy
-from tiered_kv.sim.policies.heap import heap_pop, heap_push
 from tiered_kv.sim.policies.registry import check_range, register_policy
 
 
