@@ -81,9 +81,10 @@ class RetentionPolicy:
         reads ("7d", "agent=3d,chatbot=7d", a list of those, {class: duration}); a class's own
         TTL beats a bare one, and a class with neither keeps its chunks (``inf``).
 
-        A bare number is read here because parse_ttl refuses one: to the library it is seconds
-        (``SSDTier(ttl=3600)``, a connector's JSON config), but parse_ttl also reads sweep files,
-        where ``ttl = 3`` would leave its unit to a guess."""
+        A number object (not text) is read here because parse_ttl refuses one: to the library it
+        is seconds (``SSDTier(ttl=3600)``, a connector's JSON config), but parse_ttl also reads
+        sweep files, where a TOML ``ttl = 3`` would leave its unit to a guess (text without a
+        unit, as typed on a command line, is seconds there too)."""
         cap = math.inf if capacity_bytes in (None, math.inf, "inf") else parse_bytes(capacity_bytes, name="capacity_bytes")
         classes = None if traffic_classes is None else tuple(check_class(c, None, name="traffic_classes")
                                                              for c in traffic_classes)
