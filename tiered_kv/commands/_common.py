@@ -1,6 +1,6 @@
 """What several subcommands share: the trace options, loading a compiled trace, building a policy.
 
-``simulate``, ``curves``, ``retention``, ``lmcache`` and the cluster options (``_cluster_options.py``)
+``simulate``, ``curves``, ``retention``, ``day`` and the cluster options (``_cluster_options.py``)
 import these; this module imports no subcommand (the underscore keeps it out of the CLI).
 """
 
