@@ -123,6 +123,8 @@ class ZarrBackend:
         tier remove it as corrupt and report it. It shows as IsADirectoryError, or as None
         (zarr's LocalStore reads a directory as missing), hence the ``is_dir`` look at a None.
         """
+        if type(got) is bytes:  # the common case first: this runs once per chunk read
+            return got
         if isinstance(got, IsADirectoryError) or (got is None and self.is_dir(path)):
             return layout.NOT_A_FILE
         if got is None or isinstance(got, (FileNotFoundError, NotADirectoryError)):
