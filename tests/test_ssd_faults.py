@@ -41,8 +41,11 @@ def test_directory_where_a_chunk_should_be_is_a_reported_miss_and_removed(tmp_pa
     report = tier.verify(repair=False)
     assert (layout.chunk_path(block_keys(toks, tier.namespace)[2]), "a directory where an object file should be") \
         in report["corrupt"] and report["problems"] >= 1
-    for store, io_threads in ((tmp_path, 1), (tmp_path, 0), (tmp_path, 3), (LoggingStore(LocalStore(tmp_path)), 1)):
-        # direct read, zarr async API, thread pool; a LocalStore behind a wrapper that keeps keys
+    wrapped = lambda: suite.SyncVanishingStore(LocalStore(tmp_path), victims=set())  # noqa: E731
+    for store, io_threads in ((tmp_path, 1), (tmp_path, 0), (tmp_path, 3), (LoggingStore(LocalStore(tmp_path)), 1),
+                              (wrapped(), 1), (wrapped(), 0)):
+        # direct read, zarr async API, thread pool; a LocalStore behind wrappers that keep keys:
+        # zarr's (async API only), and one with zarr's sync API read through it and through async
         t = _tier(store, io_threads=io_threads)
         with pytest.warns(RuntimeWarning, match="a directory where the chunk file should be"):
             assert t.get_prefix(toks).blocks == 2
