@@ -2,8 +2,8 @@
 
 Why one heap for the kernels that evict lazily (frequency family, Belady, the trie replay, the
 queue simulator's write-backs): lazy deletion needs nothing more (push a new entry when an item's
-key changes, skip a popped entry that no longer matches). The heap is not stable: the pop order
-among equal ``(k1, k2)`` is unspecified, so each caller keeps the keys of its live entries
+key changes, skip a popped entry that no longer matches). A push equal to an entry stays below
+it, but the heap is not stable: the pop order among equal ``(k1, k2)`` is otherwise unspecified, so each caller keeps the keys of its live entries
 distinct (a sequence number, a node id, a next-use position) and results never depend on it. A
 kernel that wants the largest first negates its keys. The caller sizes the arrays for every push
 it can make and reads the top at index 0 before popping. (``belady.stack_pass`` keeps its own

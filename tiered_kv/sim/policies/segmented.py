@@ -39,7 +39,8 @@ from tiered_kv.sim.policies.registry import check_range, register_policy
 @njit(cache=True)
 def _move_tail(nx, pv, where, sizes, base, src, dst):  # pragma: no cover - compiled
     """Move list ``src``'s tail to list ``dst``'s head (``dst`` 0: drop it); ``src`` must not be
-    empty (its tail would be its sentinel), which every caller checks first.
+    empty (its tail would be its sentinel): each caller checks its size or holds an invariant
+    that implies it (2Q evicts from Am only while A1in is within its share of the capacity).
 
     Lists are numbered by their ``where`` code: list k has sentinel ``base + k - 1`` and size
     ``sizes[k - 1]``, so one step serves every ghosting and eviction of ARC and 2Q.
