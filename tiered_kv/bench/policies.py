@@ -221,8 +221,7 @@ blocks, {w['distinct_blocks']:,} distinct blocks. One replay per policy at one c
 policy once per round, the order rotated by one each round), the spread min-max and every run;
 generation {_t(r['generate_s'])}, compilation {_t(r['compile_s'])} and the numba warm-up
 {_t(r['warmup_s'])} are outside every timing. Whole run: {r['cpu_total_s']:.0f} s of CPU. Load average
-(1 minute): {_load(r.get('load_average_1m'))}, on the 2-core development machine shared with other
-jobs (see the summary above), so absolute times are pessimistic.
+(1 minute): {_load(r.get('load_average_1m'))} (the machine: its note above, when the run gave one).
 
 | policy | replay (median) | spread | CPU (median) | M accesses/s | token hit rate | SSD written | drive writes/day | every run |
 |---|---:|---:|---:|---:|---:|---:|---:|---|
