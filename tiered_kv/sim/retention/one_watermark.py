@@ -36,11 +36,12 @@ _PARAM = {"weighted": "weights", "ttl-priority": "ttl_seconds", "quotas": "share
 
 
 def run_gc(trace: CompiledTrace, mechanism: str, capacity_bytes: float, *, bytes_per_token: float, param=None,
-           high: float = 0.95, low: float = 0.85) -> GCRun:
+           high: float | None = None, low: float | None = None) -> GCRun:
     """Replay ``trace`` under the registered collector ``gc-<mechanism>``, every chunk weighing
     ``bytes_per_token`` x the block size. ``param``, one value per class of the trace: weights for
     ``weighted`` (default 1), TTLs in seconds for ``ttl-priority`` and quota shares of
-    ``capacity_bytes`` for ``quotas`` (both required)."""
+    ``capacity_bytes`` for ``quotas`` (both required). ``high``/``low``: the watermarks, as
+    fractions of the capacity (None: the collector's own defaults)."""
     from tiered_kv.sim.policies import get_policy
 
     names = trace.class_names
@@ -56,8 +57,9 @@ def run_gc(trace: CompiledTrace, mechanism: str, capacity_bytes: float, *, bytes
         if values.shape != (len(names),):
             raise ValueError(f"param: need {len(names)} values (one per class {list(names)}), got {values}")
         extra[_PARAM[mechanism]] = dict(zip(names, values.tolist(), strict=True))
-    res = get_policy(f"gc-{mechanism}", capacity_bytes=capacity_bytes, high=high, low=low,
-                     bytes_per_token=bytes_per_token, **extra).collect(trace)
+    extra.update({k: v for k, v in (("high", high), ("low", low)) if v is not None})
+    res = get_policy(f"gc-{mechanism}", capacity_bytes=capacity_bytes, bytes_per_token=bytes_per_token,
+                     **extra).collect(trace)
     return GCRun(mechanism, np.asarray(res.hit_blocks, dtype=np.int64), res.evicted_class, res.idle_s, res.age_s)
 
 
@@ -86,7 +88,8 @@ def summarize_run(trace: CompiledTrace, run: GCRun) -> list[dict]:
 
 
 def one_watermark_study(trace: CompiledTrace, *, bytes_per_token: float | None = None,
-                        ttl_s: dict[str, float] | None = None, high: float = 0.95, low: float = 0.85,
+                        ttl_s: dict[str, float] | None = None, high: float | None = None,
+                        low: float | None = None,
                         agent_weight: float | None = None) -> dict:
     """A single watermark sized to the TTL pair's storage, under each collector, per class.
 
