@@ -182,6 +182,17 @@ class Curve:
         return self.by_class_hit_tokens[name] / inp if inp else np.zeros(len(self.x))
 
 
+def _capacity_blocks(trace: CompiledTrace, capacities_tokens) -> tuple[np.ndarray, np.ndarray]:
+    """(capacities in tokens as float64, the same in whole blocks: ``floor(C / block_size)``, and
+    one more than the trace's distinct blocks for an unlimited ``inf``); negative or NaN raises."""
+    caps = np.asarray(capacities_tokens, dtype=np.float64)
+    if np.any(caps < 0) or np.any(np.isnan(caps)):
+        raise ValueError("capacities: must be >= 0 tokens")
+    finite = np.where(np.isinf(caps), 0.0, caps)
+    blocks = np.where(np.isinf(caps), float(trace.n_unique + 1), np.floor(finite / trace.uniform_block_size))
+    return caps, blocks.astype(np.int64)
+
+
 def _evaluate(trace: CompiledTrace, keys: np.ndarray, thresholds: np.ndarray, x: np.ndarray) -> Curve:
     """Hit tokens at each threshold: token weights of counted accesses with key <= threshold.
 
@@ -205,11 +216,7 @@ def _evaluate(trace: CompiledTrace, keys: np.ndarray, thresholds: np.ndarray, x:
 
 def lru_curve(trace: CompiledTrace, capacities_tokens, keys: np.ndarray | None = None) -> Curve:
     """LRU hit tokens at every capacity (tokens; ``floor(C / block_size)`` blocks) in one pass."""
-    caps = np.asarray(capacities_tokens, dtype=np.float64)
-    if np.any(caps < 0) or np.any(np.isnan(caps)):
-        raise ValueError("capacities: must be >= 0 tokens")
-    bs = trace.uniform_block_size
-    blocks = np.where(np.isinf(caps), float(trace.n_unique + 1), np.floor(caps / bs)).astype(np.int64)
+    caps, blocks = _capacity_blocks(trace, capacities_tokens)
     keys = lru_keys(trace) if keys is None else keys
     return _evaluate(trace, keys, blocks, caps)
 
@@ -240,12 +247,8 @@ def belady_curve(trace: CompiledTrace, capacities_tokens, progress: bool = False
     (``progress`` shows a bar for those). ``nxt``: :func:`~tiered_kv.sim.policies.belady.next_use`
     of the trace, when the caller has it.
     """
-    caps = np.asarray(capacities_tokens, dtype=np.float64)
-    if np.any(caps < 0) or np.any(np.isnan(caps)):
-        raise ValueError("capacities: must be >= 0 tokens")
+    caps, blocks = _capacity_blocks(trace, capacities_tokens)
     nxt = next_use(trace) if nxt is None else nxt
-    finite = np.where(np.isinf(caps), 0.0, caps)
-    blocks = np.where(np.isinf(caps), trace.n_unique + 1, finite // trace.uniform_block_size).astype(np.int64)
     stacked = belady_stack(trace, blocks, nxt)
     if stacked is None:
         per_class, written = _belady_replays(trace, caps, nxt, progress)
@@ -303,9 +306,7 @@ def lru_written_tokens(trace: CompiledTrace, capacities_tokens) -> np.ndarray:
     blocks (a present non-leading block is only touched); the chunk tokens of those accesses are
     what :func:`tiered_kv.sim.policies.wear` counts for a replay.
     """
-    caps = np.asarray(capacities_tokens, dtype=np.float64)
-    blocks = np.where(np.isinf(caps), float(trace.n_unique + 1),
-                      np.floor(np.where(np.isinf(caps), 0.0, caps) / trace.uniform_block_size)).astype(np.int64)
+    _, blocks = _capacity_blocks(trace, capacities_tokens)
     d = _stack_distances(trace.offsets, trace.blocks, trace.n_unique, False)
     order = np.argsort(d, kind="stable")
     ds = d[order]
@@ -395,8 +396,7 @@ def _wear_fields(trace: CompiledTrace, caps: np.ndarray, hit_tokens, written_tok
 
     span = float(trace.timestamps[-1] - trace.timestamps[0]) if trace.n_requests else 0.0
     days = max(span, 1.0) / DAY_S
-    cap_blocks = np.where(np.isinf(caps), trace.n_unique, np.floor(np.where(np.isinf(caps), 0, caps)
-                                                                     / trace.uniform_block_size))
+    cap_blocks = np.where(np.isinf(caps), trace.n_unique, _capacity_blocks(trace, caps)[1])
     out = {"ssd_bytes_written": [], "bytes_written_per_hit_byte": [], "drive_writes_per_day": []}
     for h, w, cb in zip(hit_tokens, written_tokens, cap_blocks, strict=True):
         if w is None:
@@ -435,15 +435,15 @@ def policy_curves(trace: CompiledTrace, specs, capacities_tokens, *, admission: 
     for spec in specs:
         name, params = parse_policy_spec(spec)  # loads plug-ins, checks the syntax
         if name == "lru" and not params and admission == "all":
-            hits = lru_curve(trace, caps).hit_tokens
-            out[spec] = {"method": "one-pass", "hit_tokens": hits.tolist(), "written_tokens":
-                         lru_written_tokens(trace, caps).tolist(), "block_hits": None}
+            hits, written = lru_curve(trace, caps).hit_tokens, lru_written_tokens(trace, caps)
         elif name == "belady" and not params:
             bel = belady_curve(trace, caps, progress=progress)
-            out[spec] = {"method": "one-pass", "hit_tokens": bel.hit_tokens.tolist(),
-                         "written_tokens": bel.written_tokens.tolist(), "block_hits": None}
+            hits, written = bel.hit_tokens, bel.written_tokens
         else:
             replay.append(spec)
+            continue
+        out[spec] = {"method": "one-pass", "hit_tokens": hits.tolist(), "written_tokens": written.tolist(),
+                     "block_hits": None}
     out.update(_replay_curves(trace, replay, caps, admission, bpt, workers, progress))
     ordered = {}
     for spec in specs:
