@@ -204,8 +204,8 @@ def test_record_writes_the_json_the_page_and_benchmarks(root: Path, tmp_path: Pa
 
 
 def test_a_new_run_without_a_machine_note_claims_no_load(root: Path, tmp_path: Path):
-    """The default note (a training job beside the December runs) belongs to the records made
-    then; a new JSON recorded without ``--machine`` says only what is known."""
+    """A new JSON recorded without ``--machine`` says only what is known (not, say, the training
+    job beside the December runs), unless its page has a note of its own."""
     results = root / "benchmarks" / "results"
     run = json.loads((RESULTS / "widgets.json").read_text())
     del run["recorded"]

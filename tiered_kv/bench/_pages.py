@@ -21,14 +21,8 @@ from typing import Any
 
 Fmt = Callable[[float], str]
 
-#: The machine note of a record that names none: the development machine as the December 2026
-#: runs used it, beside a training job at idle priority.
-DEFAULT_MACHINE = ("the development machine, 2 CPU cores, no GPU. A model training job was running on "
-                   "both cores at normal priority while this benchmark ran at idle priority (nice 19, "
-                   "autogroup nice 19), so absolute times are pessimistic, by several times; the ratios "
-                   "are against baselines measured in the same run, interleaved with it.")
-#: The note a new run recorded without ``--machine`` gets when its page has no note of its own:
-#: it claims nothing about a machine the recorder did not see.
+#: The machine note of a record that names none, on a page without a note of its own: it claims
+#: nothing about a machine the recorder did not see.
 NO_MACHINE_NOTE = "no note on the machine or its load was given when it was recorded"
 
 
@@ -129,16 +123,16 @@ class Page:
 
     ``body`` gets the JSON (with its ``recorded`` entry: the command and machine note) and, for
     each name in ``extra``, that JSON or None when it is missing; ``command`` is what ``tiered-kv
-    bench record`` stores when it is given none. With a ``title``, the body is set in the
-    standard frame (:func:`standard_page`; ``machine``: its note when the JSON names none);
-    without, it is the whole page."""
+    bench record`` stores when it is given none; ``machine`` is the page's own note for a JSON
+    that names none (None: it has none; :func:`recorded`). With a ``title``, the body is set in
+    the standard frame (:func:`standard_page`); without, it is the whole page."""
 
     name: str
     body: Callable[..., str]
     command: str
     extra: tuple[str, ...] = ()
     title: str = ""
-    machine: str = DEFAULT_MACHINE
+    machine: str | None = None
 
     def render(self, *data: dict | None) -> str:
         if not self.title:
@@ -157,10 +151,11 @@ class Row:
     pending: str = ""  # the command still to run when its JSON is missing ("" reads "no result")
 
 
-def recorded(r: dict, default_command: str, default_machine: str = DEFAULT_MACHINE) -> tuple[str, str]:
-    """(command, machine note) of a record; the defaults when the JSON names none."""
+def recorded(r: dict, default_command: str, own_machine: str | None = None) -> tuple[str, str]:
+    """(command, machine note) of a record: what its JSON names, else ``default_command`` and the
+    page's own note, else :data:`NO_MACHINE_NOTE`."""
     rec = r.get("recorded") or {}
-    return rec.get("command") or default_command, rec.get("machine", default_machine)
+    return rec.get("command") or default_command, rec.get("machine", own_machine or NO_MACHINE_NOTE)
 
 
 def head(title: str, name: str, command: str) -> str:
@@ -176,7 +171,7 @@ Written by `tiered-kv bench record {name}` from `benchmarks/results/{name}.json`
 
 
 def standard_page(title: str, name: str, r: dict, default_command: str, body: str,
-                  default_machine: str = DEFAULT_MACHINE) -> str:
+                  own_machine: str | None = None) -> str:
     """The usual frame: the head, the machine, the body."""
-    command, machine = recorded(r, default_command, default_machine)
+    command, machine = recorded(r, default_command, own_machine)
     return f"{head(title, name, command)}\nMachine: {machine}\n\n{body}\n"

@@ -205,11 +205,11 @@ def render_replays(r: dict | None) -> str:
              f"are for {w['block_accesses']:,} accesses)")
     slowest = max(pols, key=lambda n: pols[n]["median_s"])
     worst = pols[slowest]["median_s"]
-    note = (r.get("recorded") or {}).get("machine")  # only a note the run gave (no default claims)
+    command, note = recorded(r, COMMAND)
     machine = f"\n\nMachine: {note}" if note else ""
     return f"""## 14-day replay time per policy
 
-Written from the JSON of `{recorded(r, COMMAND)[0]}`.{machine}
+Written from the JSON of `{command}`.{machine}
 
 Workload: the synthetic `{w['preset']}` preset ({' + '.join(w['classes'])}), {w['days']:g} days, seed {w['seed']},
 at {scale}: {w['requests']:,} requests, {w['block_accesses']:,} block accesses of {w['block_size']}-token

@@ -5,9 +5,10 @@
     tiered-kv bench record all            # re-render every page from the committed JSONs
 
 The JSON is copied to ``benchmarks/results/NAME.json`` with a ``recorded`` entry (the command
-that wrote it and a note on the machine), and the page ``NAME.md`` is rendered from that JSON
-alone by the benchmark's own module (its ``PAGES``), so the page can always be re-rendered and
-nothing in it is typed. Then ``benchmarks/SUMMARY.md`` (every benchmark's line against its goal)
+that wrote it and, given ``--machine``, a note on the machine: :func:`._pages.recorded` says what
+a page shows without one), and the page ``NAME.md`` is rendered from that JSON alone by the
+benchmark's own module (its ``PAGES``), so the page can always be re-rendered and nothing in it
+is typed. Then ``benchmarks/SUMMARY.md`` (every benchmark's line against its goal)
 is rendered from all the JSONs and BENCHMARKS.md assembled: the summary, then every
 ``benchmarks/results/*.md`` with its headings one level down. Without a JSON file, NAME's
 committed JSON is re-rendered (a ``--command`` or ``--machine`` given replaces what it recorded).
@@ -22,7 +23,7 @@ import re
 from pathlib import Path
 
 from tiered_kv.bench import _summary
-from tiered_kv.bench._pages import DEFAULT_MACHINE, NO_MACHINE_NOTE, Page
+from tiered_kv.bench._pages import Page
 
 NAME = "record"
 HELP = "write benchmarks/results/NAME.{json,md} from a benchmark's JSON and reassemble BENCHMARKS.md"
@@ -80,9 +81,6 @@ def prepared(name: str, src: Path | None, results: Path, command: str | None, ma
     rec["command"] = command or rec.get("command") or owner(name).command
     if machine is not None:
         rec["machine"] = machine
-    elif src is not None and "machine" not in rec:  # a new run: its page's own note, else no claim
-        own = owner(name).machine
-        rec["machine"] = NO_MACHINE_NOTE if own == DEFAULT_MACHINE else own
     return {**r, "recorded": rec}
 
 

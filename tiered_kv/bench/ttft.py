@@ -197,8 +197,8 @@ def render_page(r: dict, stem: str) -> str:
     """The page of a ``tiered-kv bench ttft --json`` run: ``stem`` is ttft or ttft_short."""
     from tiered_kv.measure.crossover import crossover_from_record
 
-    command, machine = recorded(r, COMMANDS[stem])
-    machine = f"Machine: {machine}.\n\n" if (r.get("recorded") or {}).get("machine") else ""
+    command, note = recorded(r, COMMANDS[stem])
+    machine = f"Machine: {note}.\n\n" if note else ""
     crossover = crossover_from_record(r, f"{stem}.json")[1]
     anomalies = "\n".join(f"- {a}" for a in r["anomalies"]) or "- none (every miss is slower than the shorter one's)"
     f = r["prefill_flops"]
