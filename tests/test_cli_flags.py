@@ -161,3 +161,10 @@ def test_a_library_parameter_name_becomes_the_flag():
     # the user's own input, echoed in quotes, stays as typed
     assert name_flags("low_watermark: cannot parse 'high_watermark=1' as a fraction", flags) \
         == "--low: cannot parse 'high_watermark=1' as a fraction"
+    # a parameter and the word naming one of its entries (a class, a policy): the entry's own
+    # settings after it are not the command's flags
+    flags = {"ttl": "--ttl", "policy": "--policy", "capacity": "--capacity"}
+    assert name_flags("ttl agent: 'soon' is out of range", flags) == "--ttl agent: 'soon' is out of range"
+    assert name_flags("policy mine: parameter capacity is required (give capacity=VALUE)", flags) \
+        == "--policy mine: parameter capacity is required (give capacity=VALUE)"
+    assert name_flags("trace x.jsonl: no rows", flags) == "trace x.jsonl: no rows"

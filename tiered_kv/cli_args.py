@@ -236,8 +236,10 @@ def flag_names(parser: argparse.ArgumentParser, aliases: dict[str, str] | None =
     return out
 
 
-#: "days: must be ..." or "SynthConfig.days: must be ...": the library's way to name a parameter.
-_PARAMETER = re.compile(r"^(?:[A-Z]\w*\.)?([a-z_]\w*): ")
+#: "days: must be ...", "SynthConfig.days: must be ..." or "ttl agent: must be ..." (a parameter
+#: and one word that says which of its entries: a class, a policy, a file): the library's way to
+#: name a parameter.
+_PARAMETER = re.compile(r"^(?:[A-Z]\w*\.)?([a-z_]\w*)( [^\s:]+)?: ")
 #: "high_watermark=0.9" in the rest of such a message: another parameter, quoted with its value
 #: (a match inside '...', the user's own input echoed back, is left as typed).
 _QUOTED = re.compile(r"'[^']*'|(?<![\w-])([a-z_]\w*)=")
@@ -246,11 +248,13 @@ _QUOTED = re.compile(r"'[^']*'|(?<![\w-])([a-z_]\w*)=")
 def name_flags(message: str, flags: dict[str, str]) -> str:
     """``message`` with a leading internal parameter name replaced by the flag the user typed, and
     so every parameter it quotes with a value (``low_watermark: must be in [0, high_watermark=0.9]``
-    -> ``--low: must be in [0, --high=0.9]``).
+    -> ``--low: must be in [0, --high=0.9]``; ``ttl agent: ...`` -> ``--ttl agent: ...``).
 
     Only a message that starts with a flag's parameter is rewritten: elsewhere ``name=`` may be a
-    setting of something else (a trace row's ``block_size=``). Text in single quotes is what the
-    user typed, echoed back, and stays as it is (``--part: ..., got 'ttl=3'``).
+    setting of something else (a trace row's ``block_size=``), and so it may after an entry's word
+    (``policy NAME: ... give key=VALUE`` names the policy's own parameter), whose rest is kept.
+    Text in single quotes is what the user typed, echoed back, and stays as it is (``--part: ...,
+    got 'ttl=3'``).
     """
     m = _PARAMETER.match(message)
     if m is None or m.group(1) not in flags:
@@ -259,8 +263,8 @@ def name_flags(message: str, flags: dict[str, str]) -> str:
     def flag(q: re.Match) -> str:
         return q.group(0) if q.group(1) is None else f"{flags.get(q.group(1), q.group(1))}="
 
-    rest = _QUOTED.sub(flag, message[m.end():])
-    return f"{flags[m.group(1)]}: {rest}"
+    entry, rest = m.group(2) or "", message[m.end():]
+    return f"{flags[m.group(1)]}{entry}: {rest if entry else _QUOTED.sub(flag, rest)}"
 
 
 COMMAND = ("NAME", "register", "run")

@@ -111,14 +111,13 @@ def _open(path_arg: str):
 def run(args: argparse.Namespace) -> int:
     from tiered_kv.tiers.ssd import RetentionPolicy, store_gc, store_stats, store_verify
     from tiered_kv.tiers.ssd.retention import parse_part
-    from tiered_kv.units import parse_duration, parse_ttl
+    from tiered_kv.units import parse_duration
 
     progress = not args.no_progress and not args.json
     policy = None
     if args.action == "stats" and args.capacity:
         policy = RetentionPolicy.make(args.capacity)
     elif args.action == "gc":  # check every flag before touching the store
-        parse_ttl(args.ttl, name="--ttl")  # a class's bad TTL reads "--ttl agent: ...", as in simulate
         policy = RetentionPolicy.make(args.capacity, args.high, args.low, args.ttl)
         grace = parse_duration(args.partial_grace, name="--partial-grace")
         now = _now(args.now)
