@@ -20,6 +20,7 @@ import hashlib
 import json
 import os
 import tempfile
+from dataclasses import fields
 from pathlib import Path
 
 import numpy as np
@@ -30,8 +31,8 @@ ENV = "TIERED_KV_TRACE_CACHE"
 KEEP = 32
 #: Bump when the file layout changes.
 VERSION = 1
-_ARRAYS = ("request_id", "timestamps", "input_length", "block_size", "class_codes", "offsets", "blocks", "depth",
-           "tokens", "chunk_tokens", "block_keys", "counted")
+#: Every array of a compiled trace (all its fields but ``class_names``, stored as JSON).
+_ARRAYS = tuple(f.name for f in fields(CompiledTrace) if f.name != "class_names")
 
 
 def cache_dir() -> Path | None:

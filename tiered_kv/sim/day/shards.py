@@ -102,7 +102,7 @@ def write_part(root: str | Path, part: int, factor: float, days: float, seed: in
     t0, c0 = time.perf_counter(), time.process_time()
     root = Path(root)
     df = generate(base_workload().scaled(factor), days, _part_seed(seed, part))
-    names = sorted(base_workload_names())
+    names = sorted(c.name for c in base_workload().classes)
     code = {n: i for i, n in enumerate(names)}
     n_ids = int(df["block_ids"].list.max().max()) + 1
     if n_ids >= 2**32:
@@ -132,10 +132,6 @@ def write_part(root: str | Path, part: int, factor: float, days: float, seed: in
     (root / "parts").mkdir(exist_ok=True)
     _write_json(root / "parts" / f"part-{part:05d}.json", info)
     return info
-
-
-def base_workload_names() -> list[str]:
-    return [c.name for c in base_workload().classes]
 
 
 def _write_json(path: Path, data: dict) -> None:
@@ -180,7 +176,7 @@ def generate_day(root: str | Path, config: DayConfig = DayConfig(), *, workers: 
 
     manifest = {
         "schema_version": SCHEMA_VERSION, "tiered_kv_version": tiered_kv.__version__,
-        "config": asdict(config), "parts": parts, "classes": sorted(base_workload_names()),
+        "config": asdict(config), "parts": parts, "classes": sorted(c.name for c in base_workload().classes),
         "block_size": base_workload().block_size, "tokens_per_day_at_unit_rate": unit,
         "factor_per_part": factor, "n_ids": int(id_base[-1]),
         "requests": sum(p["requests"] for p in parts), "accesses": sum(p["accesses"] for p in parts),

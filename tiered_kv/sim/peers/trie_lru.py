@@ -31,8 +31,10 @@ from tiered_kv.sim.peers.trie import TrieTrace, check_capacities, lookup, replay
 
 def replay_lru_trie(t: TrieTrace, capacity: int) -> tuple[np.ndarray, bool]:
     """Exact trie-LRU at one capacity (blocks): (leading hit blocks per request, filled in warm-up)."""
-    return replay_at(t, capacity, lambda hit: _replay_lru_list(t.node, t.parent, t.offsets, t.fill_by,
-                                                               int(capacity), hit))
+    n = t.parent.shape[0]
+    return replay_at(t, capacity, lambda hit: _lru_list_into(
+        t.node, t.offsets, t.fill_by, int(capacity), np.zeros(n, dtype=np.bool_), np.empty(n, dtype=np.int32),
+        np.empty(n, dtype=np.int32), np.empty(n, dtype=np.int32), hit))
 
 
 def lru_trie_curve(t: TrieTrace, capacities) -> np.ndarray:
@@ -130,15 +132,6 @@ def _relink_head(node, s, stop, r, owner, prv, nxt, head, tail):
         head, tail = _push_head(x, prv, nxt, head, tail)
         owner[x] = r
     return head, tail
-
-
-@njit(cache=True)
-def _replay_lru_list(node, parent, offsets, fill_by, capacity, hit_blocks):
-    """Exact trie-LRU at one capacity: fills ``hit_blocks``, returns whether it filled by ``fill_by``."""
-    n_nodes = parent.shape[0]
-    return _lru_list_into(node, offsets, fill_by, capacity, np.zeros(n_nodes, dtype=np.bool_),
-                          np.empty(n_nodes, dtype=np.int32), np.empty(n_nodes, dtype=np.int32),
-                          np.empty(n_nodes, dtype=np.int32), hit_blocks)
 
 
 @njit(cache=True)

@@ -29,8 +29,6 @@ def _trie_blocks(trace, capacity_tokens: int | None) -> int:
 def _trie_run(trace, capacity_tokens: int | None, replay_fn):
     """Replay ``trace`` with ``replay_fn`` at a capacity in tokens, under kvcache.ai's
     underfilled rule (:func:`~tiered_kv.sim.peers.trie.underfilled_mask`)."""
-    from tiered_kv.sim.policies import PolicyRun
-
     t = from_compiled(trace)
     cap = _trie_blocks(trace, capacity_tokens)
     hit_blocks, counts = replay_fn(t, cap)

@@ -29,6 +29,11 @@ def check_utf8(path: Path) -> None:
         raise ValueError(f"{path}:{line}: not UTF-8 text (byte 0x{data[exc.start]:02x} at column {col})") from None
 
 
+def is_count(value) -> bool:
+    """An integer >= 0, and not a bool (JSON's true and false are ints to Python)."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
 def first_line(exc: Exception) -> str:
     """Polars' own message is a multi-line traceback: its first line names the cause."""
     return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
@@ -50,7 +55,7 @@ def scan_jsonl_for_error(path: Path, required: dict[str, type | tuple[type, ...]
             for field in ID_LISTS:
                 value = rec.get(field)
                 if field not in required and value is not None and (not isinstance(value, list) or not all(
-                        isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= INT64_MAX for v in value)):
+                        is_count(v) and v <= INT64_MAX for v in value)):
                     raise ValueError(f"{path}:{lineno}: field {field!r} must be a list of integers >= 0, "
                                      f"got {str(value)[:60]}")
             for field, value in rec.items():
@@ -63,9 +68,7 @@ def scan_jsonl_for_error(path: Path, required: dict[str, type | tuple[type, ...]
                 value = rec[field]
                 if isinstance(value, bool) or not isinstance(value, kinds):
                     raise ValueError(f"{path}:{lineno}: field {field!r} has the wrong type: {value!r}")
-                if isinstance(value, list) and not all(
-                    isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value
-                ):
+                if isinstance(value, list) and not all(is_count(v) for v in value):
                     raise ValueError(f"{path}:{lineno}: field {field!r} must hold integers >= 0")
                 if isinstance(value, (int, float)) and (not math.isfinite(value) or value < 0) \
                         and field not in ("parent_chat_id",):

@@ -44,8 +44,7 @@ def _first_bad_id_row(ids: pl.Series) -> int | None:
         bad = (ids.list.min() < 0).fill_null(False) | ids.list.eval(pl.element().is_null()).list.any().fill_null(False)
         return int(np.flatnonzero(bad.to_numpy())[0]) if bad.any() else None
     for r, values in enumerate(ids.to_list()):
-        if not isinstance(values, list) or any(isinstance(v, bool) or not isinstance(v, int) or v < 0
-                                               for v in values):
+        if not isinstance(values, list) or not all(_reading.is_count(v) for v in values):
             return r
     return None
 
