@@ -43,7 +43,7 @@ arrival; it never looks ahead.
 
 Cost: a hit token is priced ``hit_price_ratio`` (1/50) of a miss token; :func:`cost_per_mtok`.
 Everything is deterministic: simulated clock, seeded workloads, events ordered by
-(time, kind, sequence number).
+(time, kind, request index).
 """
 
 from __future__ import annotations
@@ -337,9 +337,10 @@ def simulate_queue(cfg: LatencyConfig, arrival_s, machine, n, loaded, local=None
 
 @njit(cache=True)
 def _queue_kernel(arrival, machine, machines, xfer, hit_compute, miss_compute, write_s, loads, admission):
-    """Event loop of :func:`simulate_queue`. Three event sources merged in (time, kind, seq)
+    """Event loop of :func:`simulate_queue`. Three event sources merged in (time, kind, request)
     order: load completions (a FIFO: the read queue serves in order, so they come out sorted),
-    write-backs entering the read queue (a heap keyed by (time, seq)), and arrivals (sorted)."""
+    write-backs entering the read queue (a heap keyed by (time, request): a request writes back
+    at most once, so its index is the tie-break and the payload), and arrivals (sorted)."""
     n = arrival.size
     done = np.zeros(n)
     load_time = np.zeros(n)
@@ -350,14 +351,12 @@ def _queue_kernel(arrival, machine, machines, xfer, hit_compute, miss_compute, w
     fifo = np.empty(n, dtype=np.int64)
     fifo_t = np.empty(n)
     f_head, f_tail = 0, 0
-    ht = np.empty(n)  # write-backs: (time, seq) -> request
-    hs = np.empty(n, dtype=np.int64)
+    ht = np.empty(n)  # write-backs: (time, request) -> request
     hreq = np.empty(n, dtype=np.int64)
     h_size = 0
-    n_writes = 0
     a = 0
     while a < n or f_head < f_tail or h_size > 0:
-        # pick the smallest (time, kind, seq): kinds load-done 0 < write 1 < arrival 2
+        # pick the smallest (time, kind, request): kinds load-done 0 < write 1 < arrival 2
         kind = -1
         best_t = np.inf
         if f_head < f_tail:
@@ -391,7 +390,7 @@ def _queue_kernel(arrival, machine, machines, xfer, hit_compute, miss_compute, w
             work = hit_compute[i]
         else:
             w = hreq[0]
-            h_size = heap_pop(ht, hs, hreq, h_size)
+            h_size = heap_pop(ht, hreq, hreq, h_size)
             link_free = max(link_free, t) + write_s[w]
             continue
         m = machine[i]
@@ -400,8 +399,7 @@ def _queue_kernel(arrival, machine, machines, xfer, hit_compute, miss_compute, w
         done[i] = begin + work
         compute_time[i] = work
         if write_s[i] > 0:
-            h_size = heap_push(ht, hs, hreq, h_size, done[i], n_writes, i)
-            n_writes += 1
+            h_size = heap_push(ht, hreq, hreq, h_size, done[i], i, i)
     return done, load_time, compute_time, recomputed
 
 
