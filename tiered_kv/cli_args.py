@@ -86,11 +86,9 @@ def capacity() -> Callable[[str], str]:
         t = text.strip()
         if t.lower() in ("inf", "none", "unlimited"):
             return t
-        if t.startswith("-"):
-            raise ValueError(t)
-        value = float(t.replace("_", "")) if re.fullmatch(r"[0-9_]*\.?[0-9]+(?:[eE]\+?[0-9]+)?", t) \
-            else float(parse_bytes(t))
-        if not math.isfinite(value) or value < 0:
+        if not re.fullmatch(r"[0-9_]*\.?[0-9]+(?:[eE]\+?[0-9]+)?", t):
+            parse_bytes(t)  # bytes with a unit: refuses a sign, an infinite size
+        elif not math.isfinite(float(t.replace("_", ""))):  # tokens: an unsigned number
             raise ValueError(t)
         return t
 
@@ -104,7 +102,7 @@ def size_bytes(*, zero: bool = True) -> Callable[[str], str]:
     def convert(text: str) -> str:
         from tiered_kv.units import parse_bytes
 
-        if text.strip().startswith("-") or (parse_bytes(text) == 0 and not zero):
+        if parse_bytes(text) == 0 and not zero:  # (it refuses a sign)
             raise ValueError(text)
         return text
 
@@ -161,7 +159,7 @@ def synth_days() -> Callable[[str], float]:
 
         t = text.strip()
         return float(t) if re.fullmatch(r"[0-9_]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?", t) \
-            else parse_duration(t, name="--days") / 86_400.0
+            else parse_duration(t) / 86_400.0
 
     return _checked(f"a duration in (0, {MAX_SYNTH_DAYS:g}] days (e.g. 14, 14d, 36h)", convert,
                     lambda days: 0 < days <= MAX_SYNTH_DAYS)
@@ -181,24 +179,12 @@ def _registered(names: Callable[[], Sequence[str]]) -> Callable[[str], str]:
 
 def synth_preset() -> Callable[[str], str]:
     """A preset of the synthetic workload generator (its registry: ``PRESETS``)."""
-
-    def names() -> Sequence[str]:
-        from tiered_kv.sim.workload.synth import PRESETS
-
-        return PRESETS
-
-    return _registered(names)
+    return _registered(lambda: importlib.import_module("tiered_kv.sim.workload.synth").PRESETS)
 
 
 def policy_name() -> Callable[[str], str]:
     """A registered policy name."""
-
-    def names() -> Sequence[str]:
-        from tiered_kv.sim.policies import policy_names
-
-        return policy_names()
-
-    return _registered(names)
+    return _registered(lambda: importlib.import_module("tiered_kv.sim.policies").policy_names())
 
 
 def lazy_help(render: Callable[[], str]) -> type[argparse.Action]:

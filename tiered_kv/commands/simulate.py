@@ -65,11 +65,10 @@ def simulate_single(args: argparse.Namespace) -> dict[str, Any]:
 
     trace, sem = load_compiled(args)
     policy = build_policy(args, sem)
-    if args.ttl:  # a trace without classes is all 'default': say how to name it
+    if args.ttl:  # policy ttl (build_policy refuses --ttl elsewhere); a trace without classes is all 'default'
         from tiered_kv.cli_args import check_ttl_classes
-        from tiered_kv.units import parse_ttl
 
-        check_ttl_classes(parse_ttl(args.ttl, name="--ttl")[0], trace.class_names)
+        check_ttl_classes(policy.ttl_seconds, trace.class_names)
     result = replay(trace, policy).to_dict()
     bpt = args.bytes_per_token or DEFAULT_BYTES_PER_TOKEN
     cap = getattr(policy, "capacity_tokens", None)
