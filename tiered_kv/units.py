@@ -36,7 +36,7 @@ def parse_duration(value: str | float | int, *, name: str = "duration") -> float
             return math.inf
         if text.startswith("-") and _DURATION_PART.fullmatch(text[1:].strip()):
             raise ValueError(f"{name}: must be a duration >= 0 seconds, got {value!r}")
-        parts = re.findall(_NUM + r"\s*([smhd]?)\s*", text)
+        parts = _DURATION_PART.findall(text)
         if not re.fullmatch(r"(?:" + _NUM + r"\s*[smhd]?\s*)+", text) or (
                 len(parts) > 1 and any(not unit for _, unit in parts)):
             raise ValueError(
@@ -159,7 +159,7 @@ def _scaled(n: float, steps) -> str | None:
     return None
 
 
-_TOKEN_STEPS = (("T", 10**12), ("B", 10**9), ("M", 10**6), ("K", 10**3))
+_TOKEN_UNITS = {"T": 10**12, "B": 10**9, "M": 10**6, "K": 10**3}
 
 
 def format_tokens(n: float) -> str:
@@ -173,7 +173,7 @@ def format_tokens(n: float) -> str:
         return "n/a" if math.isnan(n) else "unlimited"
     if abs(n) < 10_000:
         return f"{n:,.0f} tokens"
-    return _scaled(n, [(f"{unit} tokens", scale) for unit, scale in _TOKEN_STEPS])
+    return _scaled(n, [(f"{unit} tokens", scale) for unit, scale in _TOKEN_UNITS.items()])
 
 
 def parse_tokens(value: str | float | int, *, name: str = "tokens") -> int:
@@ -187,8 +187,7 @@ def parse_tokens(value: str | float | int, *, name: str = "tokens") -> int:
         if not m:
             raise ValueError(f"{name}: cannot parse {value!r} as a token count; use a number, "
                              "optionally followed by K, M, B or T (e.g. 4096, 12K, 4.5M)")
-        scale = {"": 1, "k": 10**3, "m": 10**6, "b": 10**9, "t": 10**12}[m.group(3)]
-        count = float(m.group(2)) * scale * (-1 if m.group(1) else 1)
+        count = float(m.group(2)) * _TOKEN_UNITS.get(m.group(3).upper(), 1) * (-1 if m.group(1) else 1)
     if math.isnan(count) or count < 0:
         raise ValueError(f"{name}: must be a token count >= 0, got {value!r}")
     return int(round(count))
