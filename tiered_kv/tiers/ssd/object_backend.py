@@ -55,13 +55,6 @@ def is_obstore_store(obj) -> bool:
     return type(obj).__module__.startswith("obstore")
 
 
-def _require_obstore():
-    try:
-        import obstore  # noqa: F401
-    except ImportError:  # pragma: no cover - obstore is in the dev extra
-        raise ValueError("store: object-store URLs need obstore (pip install obstore)") from None
-
-
 def open_object_store(store):
     """zarr ``ObjectStore`` over an obstore store or URL (``s3://bucket/prefix``).
 
@@ -69,7 +62,10 @@ def open_object_store(store):
     ``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_REGION``, ...); an ``http://``
     endpoint is allowed when ``AWS_ENDPOINT_URL`` is one (a local MinIO or moto).
     """
-    _require_obstore()
+    try:
+        import obstore  # noqa: F401
+    except ImportError:  # pragma: no cover - obstore is in the dev extra
+        raise ValueError("store: object-store URLs need obstore (pip install obstore)") from None
     from zarr.storage import ObjectStore
 
     if isinstance(store, str):
@@ -188,34 +184,14 @@ class ObjectBackend(ZarrBackend):
 
     # ------------------------------------------------------------------ reads
 
-    def read_prefix(self, paths: Sequence[str]) -> list[bytes]:
-        """Objects at ``paths`` in order up to the first missing one: a sliding window of
-        ``concurrency`` GETs; nothing past a miss is requested once the miss is known."""
-        return sync(self._read_prefix(list(paths)))
-
-    async def _read_prefix(self, paths: list[str]) -> list[bytes]:
+    async def _aget(self, path: str) -> bytes | None:
+        """One whole object by one GET (the prefix read's, and put-if-absent's look at a loser's key)."""
         import obstore as obs
 
-        n = len(paths)
-        out: list = [None] * n
-        stop = [n]
-        sem = asyncio.Semaphore(self.concurrency)
-
-        async def one(i: int) -> None:
-            async with sem:
-                if i >= stop[0]:
-                    return
-                try:
-                    resp = await obs.get_async(self.obs_store, paths[i])
-                    data = bytes(await resp.bytes_async())
-                except FileNotFoundError:
-                    stop[0] = min(stop[0], i)
-                    return
-                out[i] = data
-
-        await asyncio.gather(*(one(i) for i in range(n)))
-        k = next((i for i, d in enumerate(out) if d is None), n)
-        return out[:k]
+        try:
+            return bytes(await (await obs.get_async(self.obs_store, path)).bytes_async())
+        except FileNotFoundError:
+            return None
 
     def exists(self, paths: Sequence[str]) -> list[bool]:
         import obstore as obs
@@ -298,10 +274,7 @@ class ObjectBackend(ZarrBackend):
                 return None
             except (AlreadyExistsError, PreconditionError):
                 pass
-            try:
-                existing = bytes(await (await obs.get_async(self.obs_store, path)).bytes_async())
-            except FileNotFoundError:  # deleted (by GC) since: try once more
-                existing = None
+            existing = await self._aget(path)  # (None: deleted by GC since; try once more)
             if existing is not None and (verify is None or verify(path, existing)):
                 return layout.ALREADY_PRESENT
             await obs.put_async(self.obs_store, path, data, use_multipart=False)

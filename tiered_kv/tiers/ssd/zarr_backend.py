@@ -19,6 +19,7 @@ and deletes always go through the store, so publishing stays zarr's atomic temp-
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 import stat
@@ -113,6 +114,14 @@ class ZarrBackend:
             got = exc
         return self._found(path, got)
 
+    async def _aget(self, path: str) -> bytes | None:
+        """One whole object through the store's async API, as :meth:`_found` reads it."""
+        try:
+            got = await self.store.get(path, prototype=self._proto)
+        except OSError as exc:
+            got = exc
+        return self._found(path, got)
+
     def _found(self, path: str, got) -> bytes | None:
         """What one read of ``path`` found, as every read path returns it: the object's bytes,
         None where nothing is there, or NOT_A_FILE where a directory is.
@@ -142,14 +151,21 @@ class ZarrBackend:
         return self._fan_out_prefix(len(paths), lambda i: self._get(paths[i]))
 
     async def _aread_prefix(self, paths: Sequence[str]) -> list[bytes]:
-        out: list[bytes] = []
-        for lo in range(0, len(paths), self.concurrency):
-            batch = paths[lo:lo + self.concurrency]
-            bufs = await layout.bounded((self.store.get(p, prototype=self._proto) for p in batch), self.concurrency)
-            out += _prefix(self._found(p, got) for p, got in zip(batch, bufs, strict=True))
-            if len(out) < lo + len(batch) or out[-1] is layout.NOT_A_FILE:
-                break
-        return out
+        """A sliding window of ``concurrency`` reads (:meth:`_aget`); once a read ends the prefix,
+        no read past it is started."""
+        out: list = [None] * len(paths)
+        stop = [len(paths)]
+        sem = asyncio.Semaphore(self.concurrency)
+
+        async def one(i: int) -> None:
+            async with sem:
+                if i < stop[0]:
+                    out[i] = await self._aget(paths[i])
+                    if out[i] is None or out[i] is layout.NOT_A_FILE:
+                        stop[0] = min(stop[0], i + 1)
+
+        await asyncio.gather(*(one(i) for i in range(len(paths))))
+        return _prefix(out)
 
     def exists(self, paths: Sequence[str]) -> list[bool]:
         if not self.sync_path:
