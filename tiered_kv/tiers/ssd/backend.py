@@ -90,8 +90,7 @@ def _keeps_keys(store: Store) -> bool:
 
 def _local_root(store: Store) -> Path | None:
     """The directory behind a zarr ``LocalStore``, also seen through wrappers that keep keys
-    (zarr's own ``LoggingStore`` and ``LatencyStore``, or a class with ``keeps_keys = True``);
-    None for any other store.
+    (:func:`_keeps_keys`); None for any other store.
 
     :class:`~.zarr_backend.LocalBackend` lists and repairs that directory itself, which is right
     only while each key is the file of that name. A LocalStore keeps that promise, and so do those

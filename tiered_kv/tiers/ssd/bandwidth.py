@@ -48,8 +48,6 @@ from tiered_kv.units import parse_bytes
 
 #: Seconds of traffic the bucket holds when full (how far a transfer may start early).
 BURST_SECONDS = 0.05
-#: Where process-group buckets keep their state (None: /dev/shm when writable, else the temp dir).
-STATE_DIR: str | None = None
 _STATE = struct.Struct("<4d")  # rate, burst, tokens, time (monotonic seconds)
 
 _BUCKETS: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
@@ -115,7 +113,6 @@ class GroupTokenBucket(TokenBucket):
         super().__init__(rate)
         self.path = path
         self._name, self._what = name, what
-        self._pid = -1
         self._open()
         self._finalizer = weakref.finalize(self, _release, path, self._fds)
 
@@ -150,7 +147,7 @@ class GroupTokenBucket(TokenBucket):
             fcntl.flock(users, fcntl.LOCK_SH)  # (a downgrade when fresh: we hold the state lock)
             undo.pop_all()
         fcntl.flock(fd, fcntl.LOCK_UN)
-        self._fd, self._users, self._state, self._pid = fd, users, state, os.getpid()
+        self._fd, self._state, self._pid = fd, state, os.getpid()
         self._fds = [fd, users]
 
     def _update(self, nbytes: int, take: bool) -> float:
@@ -201,17 +198,12 @@ def _clash(name: str, who: str, what: str, have: float, asked: float) -> ValueEr
                       f"shares that limit (asked for {asked:.4g})")
 
 
-def _state_dir() -> str:
-    if STATE_DIR is not None:
-        return STATE_DIR
-    shm = "/dev/shm"
-    return shm if os.path.isdir(shm) and os.access(shm, os.W_OK) else tempfile.gettempdir()
-
-
 def group_state_path(store_id: str, direction: str) -> str:
     """The file that holds this process group's bucket for ``(store_id, direction)``."""
+    shm = "/dev/shm"
+    where = shm if os.path.isdir(shm) and os.access(shm, os.W_OK) else tempfile.gettempdir()
     digest = hashlib.sha256(f"{store_id}\0{direction}".encode()).hexdigest()[:20]
-    return os.path.join(_state_dir(), f"tiered-kv-bw-{os.getpgrp()}-{digest}")
+    return os.path.join(where, f"tiered-kv-bw-{os.getpgrp()}-{digest}")
 
 
 def shared_bucket(store_id: str, direction: str, rate: float | None, *, name: str) -> TokenBucket | None:

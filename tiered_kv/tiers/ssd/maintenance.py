@@ -26,6 +26,7 @@ from collections.abc import Callable
 from tiered_kv.codec import CorruptChunk, verify_chunk
 from tiered_kv.tiers.ssd import layout, scan, usage
 from tiered_kv.tiers.ssd.backend import Backend
+from tiered_kv.tiers.ssd.config import SSDConfig
 from tiered_kv.tiers.ssd.retention import (
     RetentionPolicy,
     class_times,
@@ -88,7 +89,8 @@ def store_stats(backend: Backend, *, now: float, policy: RetentionPolicy | None 
     return out
 
 
-def store_verify(backend: Backend, *, repair: bool = True, partial_grace: float = 300.0, progress: bool = False) -> dict:
+def store_verify(backend: Backend, *, repair: bool = True, partial_grace: float = SSDConfig.partial_grace,
+                 progress: bool = False) -> dict:
     """Read and CRC-check every chunk; report (and with ``repair`` remove) what is broken.
 
     ``problems`` counts what was wrong (corrupt objects, obstacles, garbage metadata, strays
@@ -123,7 +125,8 @@ def _still_corrupt(backend: Backend, paths: list[str]) -> list[str]:
 
 
 def store_gc(backend: Backend, policy: RetentionPolicy, *, now: float, dry_run: bool = False,
-             orphan_grace: float = 60.0, partial_grace: float = 300.0, progress: bool = False, part=None,
+             orphan_grace: float = SSDConfig.orphan_grace, partial_grace: float = SSDConfig.partial_grace,
+             progress: bool = False, part=None,
              header_cache: dict | None = None) -> dict:
     """One GC pass: TTL, orphans, watermark LRU, plus corrupt objects and stale partial writes.
 

@@ -109,9 +109,8 @@ class RetentionPolicy:
 
 @dataclass
 class GCPlan:
-    """What one GC pass removes, and why (every list holds store paths)."""
+    """What one GC pass removes, and why (chunks by key, access records by store path)."""
 
-    now: float
     expired: list[bytes] = field(default_factory=list)
     evicted: list[bytes] = field(default_factory=list)
     orphans: list[bytes] = field(default_factory=list)
@@ -162,9 +161,9 @@ def reachable(chunks: Mapping[bytes, ChunkHeader]) -> set[bytes]:
 
 
 def plan_gc(chunks: Mapping[bytes, ChunkHeader], records: Mapping[str, AccessRecord],
-            policy: RetentionPolicy, now: float, *, orphan_grace: float = 60.0) -> GCPlan:
+            policy: RetentionPolicy, now: float, *, orphan_grace: float) -> GCPlan:
     """Decide which chunks TTL, orphaning and the watermarks remove at time ``now`` (pure)."""
-    plan = GCPlan(now=now)
+    plan = GCPlan()
     times, anyt = class_times(chunks, records)
     live = reachable(chunks)
     gone: set[bytes] = set()

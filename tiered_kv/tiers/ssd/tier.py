@@ -144,7 +144,8 @@ class SSDTier:
                                on_repair=self._repaired)
         self.backend = paced(backend, config.read_bandwidth, config.write_bandwidth, config.link_bandwidth)
         bounded = config.auto_gc and not math.isinf(self.policy.capacity_bytes)
-        self.usage = usage.UsageLedger(self.backend, usage.high_mark(self.policy)) if bounded else None
+        high_mark = self.policy.high_watermark * self.policy.capacity_bytes
+        self.usage = usage.UsageLedger(self.backend, high_mark) if bounded else None
         self._gc_lock = threading.Lock()
         self._headers: dict = {}  # GC's header cache (object stores: path -> (ETag, header))
         self._touches = ThreadPoolExecutor(1, thread_name_prefix="ssd-touch") if config.background_touch else None
@@ -154,7 +155,7 @@ class SSDTier:
         if config.precreate_shards:
             self.backend.precreate_shards()
         if config.gc_interval is not None:
-            self.start_gc_thread(config.gc_interval)
+            self._start_gc_thread(config.gc_interval)
 
     @property
     def store(self):
@@ -480,12 +481,8 @@ class SSDTier:
             self._count(gc_removed=report["removed_chunks"])
         return report
 
-    def start_gc_thread(self, interval: float) -> None:
+    def _start_gc_thread(self, interval: float) -> None:
         """Run ``gc()`` every ``interval`` seconds (wall time) in a daemon thread until ``close``."""
-        if interval <= 0:
-            raise ValueError(f"gc_interval: must be > 0 seconds, got {interval!r}")
-        if self._gc_thread is not None:
-            raise ValueError("gc_interval: a background GC thread is already running")
 
         def loop() -> None:
             while not self._gc_stop.wait(interval):

@@ -36,7 +36,6 @@ not changed for ``LEDGER_IDLE_S`` (a writer that comes back overcounts until the
 from __future__ import annotations
 
 import json
-import math
 import re
 import time
 import uuid
@@ -117,11 +116,6 @@ def read_view(backend, *, ledgers_only: bool = False) -> UsageView:
     return view
 
 
-def measure_shard(backend, shard: str) -> int:
-    """Bytes of the objects under ``chunks/<shard>/`` (partial writes included: an overcount)."""
-    return backend.size_of_prefix(f"{layout.CHUNKS}{shard}/")
-
-
 def baseline_items(shard_bytes: dict[str, int], snapshot: dict[str, int]) -> list[tuple[str, bytes]]:
     """One ``usage/s-all`` object for all 16 shards, else one ``usage/s-<h>`` per shard."""
     t = time.time()
@@ -150,7 +144,8 @@ class UsageLedger:
         view = read_view(self.backend)
         missing = [h for h in layout.SHARDS if h not in view.baselines]
         if missing:  # first use of this store: measure those shards once, for everyone
-            measured = {h: measure_shard(self.backend, h) for h in missing}
+            # (a shard's size counts its .partial files too: an overcount, never an undercount)
+            measured = {h: self.backend.size_of_prefix(f"{layout.CHUNKS}{h}/") for h in missing}
             layout.write_all(self.backend, baseline_items(measured, view.ledgers))
             for h, b in measured.items():
                 view.baselines[h] = Baseline(b, dict(view.ledgers))
@@ -186,7 +181,3 @@ def after_gc(backend, before: UsageView, shard_bytes: dict[str, int]) -> None:
               and all(b.ledgers.get(w) == n for b in view.baselines.values())]
     if folded:
         backend.delete([p for w in folded for _, p in view.ledger_paths[w]])
-
-
-def high_mark(policy) -> float:
-    return math.inf if math.isinf(policy.capacity_bytes) else policy.high_watermark * policy.capacity_bytes
