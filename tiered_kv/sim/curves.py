@@ -370,16 +370,13 @@ def _replay_point(shared: _Points, spec: str, capacity_tokens: int | None, admis
     trace, bpt = shared.trace, shared.bpt
     pol = _make_point_policy(spec, capacity_tokens, admission, bpt,
                              footprint_tokens=trace.n_unique * trace.uniform_block_size)
-    if admission != "all" and hasattr(pol, "block_run"):  # one mask per process, not per replay
-        from tiered_kv.sim.policies import WritePoints
-
-        masks = shared.masks
-        if admission not in masks:
-            masks[admission] = pol.admission.mask(trace)
-        pol = replace(pol, admission=WritePoints(is_write_point=masks[admission]))
     if hasattr(pol, "block_run"):
-        from tiered_kv.sim.policies import leading_runs
+        from tiered_kv.sim.policies import WritePoints, leading_runs
 
+        if admission != "all":  # one mask per process, not per replay
+            if admission not in shared.masks:
+                shared.masks[admission] = pol.admission.mask(trace)
+            pol = replace(pol, admission=WritePoints(is_write_point=shared.masks[admission]))
         hit, ins, _ = pol.block_run(trace)
         p = leading_runs(trace.offsets, hit)
         written, block_hits = int(trace.chunk_tokens[ins].sum()), int(hit.sum())
