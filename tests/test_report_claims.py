@@ -135,4 +135,4 @@ def test_fp4_rows_are_checks_reexecuted_from_error_stats():
         run_provenance(("tiered_kv.viz.claim_values:fp4_error_stat", {"fmt": "int4", "n": 1 << 13}))
     src = importlib.import_module("tiered_kv.viz.figures.09_replay_and_fp4_error").__file__
     text = open(src).read()
-    assert 'kind="check"' in text and '"tiered_kv.viz.claim_values:fp4_error_stat"' in text
+    assert 'kind="check"' in text and 'claim_value("fp4_error_stat"' in text

@@ -90,6 +90,12 @@ class FigureResult:
     notes: str = ""  # inputs and caveats shown under the figure in REPORT.md
 
 
+def claim_value(function: str, **inputs) -> tuple[str, dict]:
+    """The ``provenance`` of a claim whose value ``function`` of :mod:`tiered_kv.viz.claim_values`
+    returns from the keyword ``inputs``."""
+    return f"tiered_kv.viz.claim_values:{function}", inputs
+
+
 def resolve(function: str):
     """The callable named ``"package.module:function"``."""
     module, _, name = function.partition(":")

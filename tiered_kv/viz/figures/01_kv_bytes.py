@@ -11,11 +11,10 @@ from __future__ import annotations
 
 import polars as pl
 
-from tiered_kv.viz.report import Claim, FigureResult
+from tiered_kv.viz.report import Claim, FigureResult, claim_value
 
 NAME = "01_kv_bytes"
 TITLE = "KV cache bytes per token, by architecture and precision (log scale)"
-CV = "tiered_kv.viz.claim_values:"
 
 
 def build(quick: bool) -> FigureResult:
@@ -68,20 +67,20 @@ def _claims() -> list[Claim]:
               published=389_120, reproduced=b67, unit="bytes/token",
               inputs="2 x 95 layers x 8 KV heads x 128 dims x 2 bytes: arithmetic on the published shape",
               kind="check",  # the published shape times bytes per element: checks the formula, nothing measured
-              provenance=(CV + "kv_bytes_per_token", {"arch": "DEEPSEEK_67B", "bits": 16})),
+              provenance=claim_value("kv_bytes_per_token", arch="DEEPSEEK_67B", bits=16)),
         Claim(claim="KV reduction of DeepSeek's 890 B/token cache vs 67B", source="DeepSeek tiered KV cache",
               published=437, reproduced=r["ratio_67b_vs_890"], unit="x",
               inputs=f"{b67:,.0f} computed / {REFERENCE_CACHE_BYTES_PER_TOKEN:g} B/token typed in from "
                      "DeepSeek's account: a check of DeepSeek's arithmetic, not a reproduction of 890",
               kind="check",
-              provenance=(CV + "kv_ratio_to_reference", {"arch": "DEEPSEEK_67B", "bits": 16,
-                                                           "reference_bytes_per_token": REFERENCE_CACHE_BYTES_PER_TOKEN})),
+              provenance=claim_value("kv_ratio_to_reference", arch="DEEPSEEK_67B", bits=16,
+                                     reference_bytes_per_token=REFERENCE_CACHE_BYTES_PER_TOKEN)),
         Claim(claim="DeepSeek-V2 KV cache reduction vs DeepSeek 67B", source="DeepSeek-V2 (arXiv:2405.04434)",
               published=0.933, reproduced=r["deepseek_v2_reduction_vs_67b"], unit="fraction",
               inputs=f"MLA 60 x (512+64) elements at {DEEPSEEK_MLA_BITS:g} bits = "
                      f"{DEEPSEEK_V2.bytes_per_token(DEEPSEEK_MLA_BITS):,.0f} B vs {b67:,.0f} B; every input is "
                      "DeepSeek-V2's own (layers, ranks, ~6 bits), so this checks its arithmetic",
               kind="check",  # the paper's own inputs through the paper's own formula
-              provenance=(CV + "kv_reduction", {"arch": "DEEPSEEK_V2", "bits": DEEPSEEK_MLA_BITS,
-                                                  "vs_arch": "DEEPSEEK_67B", "vs_bits": 16})),
+              provenance=claim_value("kv_reduction", arch="DEEPSEEK_V2", bits=DEEPSEEK_MLA_BITS,
+                                     vs_arch="DEEPSEEK_67B", vs_bits=16)),
     ]

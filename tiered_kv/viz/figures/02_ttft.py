@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from tiered_kv.viz.report import Claim, FigureResult
+from tiered_kv.viz.report import Claim, FigureResult, claim_value
 
 NAME = "02_ttft"
 TITLE = "TTFT vs prompt length: hit vs miss (model) and measured on this machine"
@@ -136,24 +136,22 @@ def _claims(miss: float, hit: float, hit_fp4: float) -> list[Claim]:
     from tiered_kv.sim.cluster import latency as L
 
     cfg, fp4, k128 = L.preset(), L.preset("deepseek-v3-fp4"), L.CALIBRATION_TOKENS
-    cv = "tiered_kv.viz.claim_values:"
     return [
         Claim("TTFT of a 128K-token miss", "DeepSeek (tiered KV cache)", L.CALIBRATION_MISS_S, miss, "s",
               "machine FLOP/s fitted to this point; a, b from DeepSeek-V3 FLOPs", kind="calibration",
-              provenance=(cv + "ttft_seconds", {"case": "miss", "latency_preset": "deepseek-v3", "tokens": k128})),
+              provenance=claim_value("ttft_seconds", case="miss", latency_preset="deepseek-v3", tokens=k128)),
         Claim("TTFT of a 128K-token hit, BF16 KV", "DeepSeek (tiered KV cache)", L.PUBLISHED_HIT_S, hit, "s",
               _hit_inputs(cfg, "BF16 MLA") + " (DeepSeek's SSD tier holds FP4: next row)",
               kind="reproduction",  # nothing here was tuned on the 0.5 s (the FLOP/s was tuned on the miss)
-              provenance=(cv + "ttft_seconds", {"case": "hit", "latency_preset": "deepseek-v3", "tokens": k128})),
+              provenance=claim_value("ttft_seconds", case="hit", latency_preset="deepseek-v3", tokens=k128)),
         Claim("TTFT of a 128K-token hit, FP4 KV", "DeepSeek (tiered KV cache)", L.PUBLISHED_HIT_S, hit_fp4, "s",
               _hit_inputs(fp4, "FP4"),
               kind="reproduction",  # as the BF16 row, with DeepSeek's 890 B/token
-              provenance=(cv + "ttft_seconds", {"case": "hit", "latency_preset": "deepseek-v3-fp4",
-                                                "tokens": k128})),
+              provenance=claim_value("ttft_seconds", case="hit", latency_preset="deepseek-v3-fp4", tokens=k128)),
         Claim("miss/hit TTFT at 128K, BF16 KV", "DeepSeek (tiered KV cache)",
               L.CALIBRATION_MISS_S / L.PUBLISHED_HIT_S, miss / hit, "x",
               f"numerator: the calibrated 13 s miss, equal to the published one by construction; denominator: "
               f"the BF16 hit above ({_hit_inputs(cfg, 'BF16 MLA')}), so this row restates that one",
               kind="calibration",  # its numerator is the number the machine FLOP/s was fitted to
-              provenance=(cv + "miss_over_hit_ttft", {"latency_preset": "deepseek-v3", "tokens": k128})),
+              provenance=claim_value("miss_over_hit_ttft", latency_preset="deepseek-v3", tokens=k128)),
     ]

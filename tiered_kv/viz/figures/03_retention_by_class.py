@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from tiered_kv.viz.report import Claim, FigureResult
+from tiered_kv.viz.report import Claim, FigureResult, claim_value
 
 NAME = "03_retention_by_class"
 TITLE = "Token hit rate vs TTL per traffic class (14-day synthetic workload)"
@@ -73,8 +73,8 @@ def build(quick: bool) -> FigureResult:
         source="DeepSeek tiered KV cache (7-day chatbot, 3-day agent retention)",
         published=0.75, reproduced=chat_loss, unit="points",
         inputs=f"tiered_kv.sim.workload.synth {size}; unlimited capacity, TTL replay", kind="calibration",
-        provenance=("tiered_kv.viz.claim_values:ttl_loss_points",
-                    {"synth_preset": preset, "days": days, "seed": seed, "traffic_class": "chatbot"}))]
+        provenance=claim_value("ttl_loss_points", synth_preset=preset, days=days, seed=seed,
+                               traffic_class="chatbot"))]
     notes = (f"Synthetic workload ({size}). Hit rate with unlimited capacity and a per-class TTL "
              f"(replay semantics of docs/semantics.md), cold cache at day 0. 7 d -> 3 d loss: chatbot "
              f"{chat_loss:.2f} points, agent {agent_loss:.2f} points. The chatbot return-gap tail "

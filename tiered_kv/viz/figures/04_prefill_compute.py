@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from tiered_kv.viz.report import Claim, FigureResult
+from tiered_kv.viz.report import Claim, FigureResult, claim_value
 
 NAME = "04_prefill_compute"
 TITLE = "Prefill FLOPs vs prompt length (small preset)"
@@ -65,7 +65,7 @@ def build(quick: bool) -> FigureResult:
                f"W={cfg.window}, R={cfg.replay}), N={n_max:,} tokens: counts the layer arithmetic "
                "(L_e = L_d halves it), not DeepSeek's model",
         kind="check",  # (L_e*N + L_d*R)/((L_e+L_d)*N) with L_e = L_d: the halving follows from the layer count
-        provenance=("tiered_kv.viz.claim_values:bounded_replay_flops_ratio", {"tokens": n_max}))]
+        provenance=claim_value("bounded_replay_flops_ratio", tokens=n_max))]
     notes = (f"Layer-token model at N={n_max:,}: (L_e·N + L_d·R)/((L_e+L_d)·N) = "
              f"{float(at['layer_token_ratio'][0]):.3f}; counted ratio {ratio:.3f} (the replay's "
              "cross-attention reaches all N global keys, and sliding-window attention is counted as "

@@ -11,7 +11,7 @@ from __future__ import annotations
 import polars as pl
 
 from tiered_kv.sim.cluster.disk_day import PUBLISHED_DISK_FRACTION, disk_day
-from tiered_kv.viz.report import Claim, FigureResult
+from tiered_kv.viz.report import Claim, FigureResult, claim_value
 from tiered_kv.viz.style import published_marks
 
 NAME = "05_disk_fraction"
@@ -43,7 +43,7 @@ def build(quick: bool) -> FigureResult:
         f"shared SSD pool unlimited; " + ", ".join(f"{k} {v['disk_token_fraction']:.1%}" for k, v in by.items())
         + "; a proxy: the class mix is Mooncake's, not DeepSeek's, and the classes bracket 56%",
         kind="proxy",  # the total is set by a class mix DeepSeek never published; the per-class shares bracket 56%
-        provenance=("tiered_kv.viz.claim_values:day2_disk_fraction", {"quick": quick}))]
+        provenance=claim_value("day2_disk_fraction", quick=quick))]
     notes = (f"Disk share = SSD-served tokens / input tokens over day 2 ({total['requests']:,} requests). "
              f"The synthetic classes were calibrated on Mooncake statistics (one-hour hit rates 0.37 chatbot, "
              f"0.59 agent), not on the 56%; over a day, sessions that return after hours add hits, and the mix "

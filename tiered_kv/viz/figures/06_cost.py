@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from tiered_kv.viz.report import Claim, FigureResult
+from tiered_kv.viz.report import Claim, FigureResult, claim_value
 
 NAME = "06_cost"
 TITLE = "Price per million input tokens vs hit rate (hit = 1/50 of a miss), and the machine-time gap"
@@ -43,8 +43,7 @@ def build(quick: bool) -> FigureResult:
                     f"prompt (last {L.HIT_SCENARIO_NEW_TOKENS} tokens new, R={cfg.replay_tokens} replayed), "
                     f"DeepSeek-V3 FLOPs; it grows with length: {r8:.1f}x at 8K, {r128:.1f}x at 128K",
                     kind="proxy",
-                    provenance=("tiered_kv.viz.claim_values:machine_time_ratio",
-                                {"latency_preset": "deepseek-v3", "tokens": k128}))]
+                    provenance=claim_value("machine_time_ratio", latency_preset="deepseek-v3", tokens=k128))]
     notes = ("Price line: miss price x (1 - hit_rate x (1 - 1/50)). Marked: "
              + "; ".join(f"{w} hit rate {h:.1%} -> {float(L.cost_per_mtok(cfg, h, 1.0)):.3f}" for w, h in points)
              + f". The machine-time gap grows with prompt length (attention is quadratic): "

@@ -14,13 +14,13 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from tiered_kv.viz.report import Claim, FigureResult
+from tiered_kv.viz.report import Claim, FigureResult, claim_value
 
 NAME = "07_capacity_curves"
 TITLE = "Token hit rate vs cache capacity (Mooncake conversation trace)"
 
 
-def curve_frame(trace_name: str = "conversation", belady_points: int = 25) -> tuple[pl.DataFrame, dict]:
+def curve_frame(trace_name: str, belady_points: int) -> tuple[pl.DataFrame, dict]:
     """Long frame (policy, capacity_tokens, capacity_bytes, token_hit_rate) for one shipped trace."""
     from tiered_kv.sim import curves as C
     from tiered_kv.sim.policies import DEFAULT_BYTES_PER_TOKEN
@@ -71,7 +71,7 @@ def build(quick: bool) -> FigureResult:
         inputs=f"data/traces/mooncake/synthetic_trace.jsonl, {synth['requests']:,} requests, "
                "unlimited cache, hit tokens min(p*512, input_length)",
         kind="reproduction",  # Mooncake's own trace replayed; no default was tuned on its 66%
-        provenance=("tiered_kv.viz.claim_values:shipped_cache_ratio", {"trace": "synthetic"}))]
+        provenance=claim_value("shipped_cache_ratio", trace="synthetic"))]
     notes = (
         f"Mooncake conversation trace: {info['requests']:,} requests, {info['accesses']:,} accesses of "
         f"{info['block_size']}-token blocks, {info['unique_blocks']:,} distinct blocks. LRU at 100 "

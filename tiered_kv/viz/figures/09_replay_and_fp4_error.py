@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from tiered_kv.viz.report import Claim, FigureResult
+from tiered_kv.viz.report import Claim, FigureResult, claim_value
 
 NAME = "09_replay_and_fp4_error"
 TITLE = "Bounded-replay and FP4 error on the trained small model (held-out text)"
@@ -183,9 +183,8 @@ def _claims(stats: dict) -> list[Claim]:
                   published=_EXPECTED_RMSE[fmt], reproduced=stats[fmt], unit="fraction",
                   inputs="tiered_kv.kernels.fp4_error.error_stats, 65,536 N(0,1) elements, seed 0",
                   kind="check",
-                  provenance=("tiered_kv.viz.claim_values:fp4_error_stat",
-                              {"fmt": fmt, "statistic": "rel_rmse_gaussian", "n": _N, "seed": 0,
-                               "scale_rule": "floor"}))
+                  provenance=claim_value("fp4_error_stat", fmt=fmt, statistic="rel_rmse_gaussian", n=_N, seed=0,
+                                         scale_rule="floor"))
             for fmt in ("mxfp4", "nvfp4")]
 
 

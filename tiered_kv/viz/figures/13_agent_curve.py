@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from tiered_kv.viz.report import Claim, FigureResult
+from tiered_kv.viz.report import Claim, FigureResult, claim_value
 
 NAME = "13_agent_curve"
 TITLE = "LRU token hit rate vs capacity: synthetic classes against their targets"
@@ -74,8 +74,8 @@ def build(quick: bool) -> FigureResult:
         published=float(p), reproduced=float(o), unit="fraction",
         inputs=f"synth preset 'agent', hour 12 of a steady-state run, seed 0, {size}; "
                "tiered_kv.sim.curves.lru_curve, default semantics", kind="calibration",
-        provenance=("tiered_kv.viz.claim_values:agent_lru_hit_rate",
-                    {"capacity_tokens": float(c), "warmup_days": warmup, "hour": 12, "seed": 0}))
+        provenance=claim_value("agent_lru_hit_rate", capacity_tokens=float(c), warmup_days=warmup, hour=12,
+                               seed=0))
         for c, p, o in zip(caps, pub, ours, strict=True)]
     chat, real = series("chatbot, synthetic"), series("chatbot, real trace")
     notes = (

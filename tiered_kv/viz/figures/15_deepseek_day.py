@@ -21,7 +21,7 @@ import polars as pl
 
 from tiered_kv import REPO_ROOT
 from tiered_kv.sim.cluster.disk_day import PUBLISHED_DISK_FRACTION
-from tiered_kv.viz.report import Claim, FigureResult
+from tiered_kv.viz.report import Claim, FigureResult, claim_value
 from tiered_kv.viz.style import published_marks
 
 NAME = "15_deepseek_day"
@@ -62,7 +62,7 @@ def build(quick: bool) -> FigureResult:
         + ", ".join(f"{k} {v:.1%}" for k, v in ttl["by_class"].items())
         + "; a proxy: the class mix is Mooncake's, not DeepSeek's, and the classes bracket 56%",
         kind="proxy",  # the classes are calibrated on one-hour hit rates, the mix on Mooncake; the total follows the mix
-        provenance=("tiered_kv.viz.claim_values:deepseek_day_disk_fraction", {"quick": quick, "policy": TTL_NAME}))]
+        provenance=claim_value("deepseek_day_disk_fraction", quick=quick, policy=TTL_NAME))]
     notes = [f"Policies replayed in one streaming pass over {res['generated']['accesses']:,} block accesses "
              f"(7 warm-up days + the counted day); LRU capacities are DeepSeek-scale 1/4/16 PiB at 70,272 "
              f"bytes/token times {scale_text}. "
@@ -111,8 +111,8 @@ def _recorded_row() -> tuple[Claim, str]:
         f"one day from an empty cache (TTLs of days never expire within it), recorded in "
         f"benchmarks/results/deepseek_day.json; a proxy for the same reason as the row above",
         kind="proxy",  # the same workload as the row above, at DeepSeek's volume from a cold start
-        provenance=("tiered_kv.viz.claim_values:recorded_day_disk_fraction",
-                    {"path": str(RECORDED.relative_to(REPO_ROOT)), "policy": TTL_NAME}))
+        provenance=claim_value("recorded_day_disk_fraction", path=str(RECORDED.relative_to(REPO_ROOT)),
+                               policy=TTL_NAME))
     note = (f"The DeepSeek-volume day (BENCHMARKS.md) replayed in {full['replay_s'] / 60:.1f} min at "
             f"{full['replay_peak_rss_bytes'] / 2**30:.1f} GiB peak RSS; from a cold start its share is a "
             "lower bound of a live service's.")
