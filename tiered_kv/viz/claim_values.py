@@ -57,14 +57,13 @@ def machine_time_ratio(latency_preset: str, tokens: int) -> float:
     return float(L.hit_miss_compute_ratio(L.preset(latency_preset), tokens))
 
 
-def ttl_loss_points(synth_preset: str, days: float, seed: int, traffic_class: str,
-                    long_days: float = 7.0, short_days: float = 3.0) -> float:
-    """Hit-rate points a class loses when its TTL goes from ``long_days`` to ``short_days``."""
+def ttl_loss_points(synth_preset: str, days: float, seed: int, traffic_class: str) -> float:
+    """Hit-rate points a class loses when its TTL goes from 7 days to 3 days."""
     from tiered_kv.sim.workload.calibration import ttl_loss
     from tiered_kv.sim.workload.synth import DAY_S
 
     df = _synth(synth_preset, float(days), int(seed))
-    return 100.0 * ttl_loss(df, traffic_class, long_days * DAY_S, short_days * DAY_S)
+    return 100.0 * ttl_loss(df, traffic_class, 7.0 * DAY_S, 3.0 * DAY_S)
 
 
 @lru_cache(maxsize=4)

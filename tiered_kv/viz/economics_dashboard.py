@@ -68,22 +68,22 @@ class EconomicsAnalysis:
         return float(g[i]) if math.isclose(g[i], capacity_bytes, rel_tol=1e-6) else float(capacity_bytes)
 
 
-def build_analysis(trace: CompiledTrace | pl.DataFrame, *, bytes_per_token: float | None = None,
-                   ttl_points: int = 48, frontier_points: int = 48, title: str = "",
+def build_analysis(trace: CompiledTrace | pl.DataFrame, *, title: str = "",
                    precompute: bool = True) -> EconomicsAnalysis:
-    """Everything the dashboard shows, from a compiled trace or a trace frame (slow part, once)."""
+    """Everything the dashboard shows, from a compiled trace or a trace frame (slow part, once): 48 TTLs
+    and up to 48 frontier points per class, chunks at the default bytes per token."""
     from tiered_kv.sim.retention.report import _frontier_points, pair_ttls, ttl_grid
     from tiered_kv.sim.trace_replay import compile_trace
 
     if isinstance(trace, pl.DataFrame):
         trace = compile_trace(trace)
-    cb = R.StorageModel.for_trace(trace, bytes_per_token).chunk_bytes
+    cb = R.StorageModel.for_trace(trace).chunk_bytes
     gaps = R.reuse_gaps(trace)
     model = R.TTLModel.build(trace, gaps, cb)
     front = R.oracle_frontier(trace, gaps, cb)
     names, span, inp = trace.class_names, gaps.span_s, model.input_tokens
 
-    grid = ttl_grid(span, ttl_points)
+    grid = ttl_grid(span, 48)
     grid = grid[grid > 0]
     rows = []
     for c, name in enumerate(names):
@@ -91,7 +91,7 @@ def build_analysis(trace: CompiledTrace | pl.DataFrame, *, bytes_per_token: floa
         rows.append(pl.DataFrame({"class": name, "policy": "idle TTL", "ttl_days": grid / DAY_S,
                                   "avg_bytes": model.cost(c, grid) / span,
                                   "token_hit_rate": model.hits(c, grid) / denom}))
-        pts = _frontier_points(front.class_cost[c], frontier_points)
+        pts = _frontier_points(front.class_cost[c], 48)
         rows.append(pl.DataFrame({"class": name, "policy": "oracle frontier",
                                   "ttl_days": np.full(len(pts), np.nan),
                                   "avg_bytes": front.class_cost[c][pts] / span,
@@ -222,15 +222,14 @@ class EconomicsDashboard(Dashboard):
     """Capacity and per-class TTL sliders over an :class:`EconomicsAnalysis`; ``view`` is the dict of
     the last redraw (:func:`economics_view`)."""
 
-    def __init__(self, analysis: EconomicsAnalysis, *, capacity_bytes: float | None = None,
-                 ttl_days: dict[str, float] | None = None) -> None:
+    def __init__(self, analysis: EconomicsAnalysis) -> None:
         self.analysis = a = analysis
         g = a.capacity_grid
         lo, hi = a.ttl_range_days
-        ttl_days = {**a.default_ttl_days, **(ttl_days or {})}
-        if capacity_bytes is None:  # start at what the starting TTLs store on average
-            capacity_bytes = sum(float(a.model.cost(c, ttl_days[n] * DAY_S)) for c, n in enumerate(a.class_names))
-            capacity_bytes /= a.span_s
+        ttl_days = a.default_ttl_days
+        # start at what the starting TTLs store on average
+        capacity_bytes = sum(float(a.model.cost(c, ttl_days[n] * DAY_S)) for c, n in enumerate(a.class_names))
+        capacity_bytes /= a.span_s
         cap0 = float(g[min(int(np.searchsorted(g, capacity_bytes * (1 - 1e-9))), len(g) - 1)])  # grid, >= asked
         self.capacity_slider = log_slider("SSD capacity", cap0, float(g[0]), float(g[-1]),
                                           steps=len(g) - 1, unit="bytes")
@@ -250,11 +249,10 @@ class EconomicsDashboard(Dashboard):
         self.chart_view.show_data(self.template, economics_datasets(self.analysis, self.view))
 
 
-def synthetic_analysis(size: str | None = None, seed: int = 0, preset: str | None = None,
-                       days: float | None = None) -> EconomicsAnalysis:
+def synthetic_analysis(size: str | None = None, days: float | None = None) -> EconomicsAnalysis:
     """Analysis of :func:`tiered_kv.viz.retention.synthetic_workload` (``ci`` for 3 days at small size;
     14 days of ``mixed`` at 1/8 of its rates at full size)."""
     from tiered_kv.viz.retention import synthetic_workload
 
-    frame, what = synthetic_workload(size, seed, preset, days)
+    frame, what = synthetic_workload(size, days)
     return build_analysis(frame, title=f"{what}: hit rate vs average stored bytes")

@@ -15,7 +15,7 @@ import ipywidgets as widgets
 import polars as pl
 
 from tiered_kv.viz.report import FigureResult, claims_table
-from tiered_kv.viz.widgets import Dashboard, guard
+from tiered_kv.viz.widgets import Dashboard, guard, html_table
 
 
 @dataclass(frozen=True)
@@ -39,15 +39,11 @@ def claims_frame(figures: list[BuiltFigure]) -> pl.DataFrame:
 
 def _markdown_table_html(md: str) -> str:
     """The REPORT.md claims table as HTML (same columns, same formatting)."""
-    lines = [ln for ln in md.splitlines() if ln.startswith("|")]
-    if len(lines) < 2:
-        return ""
-    cells = [[c.strip() for c in ln.strip("|").split("|")] for ln in lines]
-    head = "".join(f"<th>{html.escape(c)}</th>" for c in cells[0])
-    body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in cells[2:])
-    return (f'<table class="tkv-claims" style="border-collapse:collapse"><tr>{head}</tr>{body}</table>'
-            "<style>.tkv-claims td,.tkv-claims th{padding:2px 8px;border-bottom:1px solid #ddd;"
-            "text-align:left;vertical-align:top}</style>")
+    head, _rule, *rows = [[c.strip() for c in ln.strip("|").split("|")] for ln in md.splitlines()
+                          if ln.startswith("|")]
+    return (html_table([dict(zip(head, row, strict=False)) for row in rows], css_class="tkv-claims")
+            + "<style>.tkv-claims{border-collapse:collapse} .tkv-claims td,.tkv-claims th{padding:2px 8px;"
+            "border-bottom:1px solid #ddd;text-align:left;vertical-align:top}</style>")
 
 
 class Gallery(Dashboard):

@@ -78,8 +78,9 @@ def export_html(nb: Any) -> str:
     return body
 
 
-def execute_and_export(paths: list[Path], out_dir: Path, timeout_s: int = 1800) -> list[Path]:
-    """Run each notebook in a fresh kernel (from its own folder) and write ``out_dir/NAME.html``."""
+def execute_and_export(paths: list[Path], out_dir: Path) -> list[Path]:
+    """Run each notebook in a fresh kernel (from its own folder, at most 30 minutes a cell) and write
+    ``out_dir/NAME.html``."""
     import nbclient
     import nbformat
 
@@ -87,7 +88,7 @@ def execute_and_export(paths: list[Path], out_dir: Path, timeout_s: int = 1800) 
     written = []
     for path in paths:
         book = nbformat.read(path, as_version=4)
-        nbclient.NotebookClient(book, timeout=timeout_s, kernel_name="python3",
+        nbclient.NotebookClient(book, timeout=1800, kernel_name="python3",
                                 resources={"metadata": {"path": str(path.parent)}}).execute()
         target = out_dir / f"{path.stem}.html"
         target.write_text(export_html(book), encoding="utf-8")

@@ -26,7 +26,7 @@ POLICIES = ("lru", "fifo", "lfu", "arc", "slru", "2q", "s3fifo", "sieve", "gdsf"
 ADMISSIONS = ("all", "second-sighting")
 
 
-def load(trace_name: str = "conversation"):
+def load(trace_name: str):
     """The compiled shipped trace (or trace file), from the compiled-trace cache when it holds it."""
     from tiered_kv.sim.trace_cache import load_compiled_trace
     from tiered_kv.sim.traces import resolve_trace_path

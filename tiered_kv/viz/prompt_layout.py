@@ -45,22 +45,21 @@ def _frames(quick: bool, below: bool = False) -> dict[str, pl.DataFrame]:
     return frames
 
 
-def depth_rates(depth_tokens: float, *, quick: bool = True, fraction: float = 1.0,
-                seed: int = 0) -> dict[str, float]:
-    """Token hit rate (unlimited cache) of each series with the line at ``depth_tokens``
-    (negative: no line; ``math.inf``: at the end) in a fraction ``fraction`` of requests."""
-    return dict(_rates(float(depth_tokens), bool(quick), float(fraction), int(seed)))
+def depth_rates(depth_tokens: float, *, quick: bool = True) -> dict[str, float]:
+    """Token hit rate (unlimited cache) of each series with the line at ``depth_tokens`` in every
+    request (negative: no line; ``math.inf``: at the end)."""
+    return dict(_rates(float(depth_tokens), bool(quick)))
 
 
 @lru_cache(maxsize=256)
-def _rates(depth_tokens: float, quick: bool, fraction: float, seed: int) -> tuple[tuple[str, float], ...]:
+def _rates(depth_tokens: float, quick: bool) -> tuple[tuple[str, float], ...]:
     from tiered_kv.sim.traces import insert_volatile_block
     from tiered_kv.sim.workload import infinite_hit_rate
 
     out = []
     for series, df in _frames(quick).items():
         if depth_tokens >= 0:
-            df = insert_volatile_block(df, depth_tokens, fraction, seed)
+            df = insert_volatile_block(df, depth_tokens)
         out.append((series, infinite_hit_rate(df)))
     return tuple(out)
 
@@ -90,16 +89,15 @@ def smallest_block(rate_at, target: float, max_blocks: int) -> float:
     return float(lo)
 
 
-def keep_depth(series: str = SERIES[0], share: float = 0.5, *, quick: bool = True,
-               max_depth_tokens: int = 65_536) -> float:
+def keep_depth(series: str, share: float, *, quick: bool = True) -> float:
     """The shallowest depth (tokens, a whole number of blocks) at which a line in every request
     keeps at least ``share`` of ``series``' hit rate without the line (``math.inf``: none up to
-    ``max_depth_tokens``)."""
+    65,536 tokens)."""
     if not 0.0 <= share <= 1.0:
         raise ValueError(f"share: must be in [0, 1], got {share}")
     block = block_tokens(series, quick=quick)
     target = share * depth_rates(-1, quick=quick)[series]
-    k = smallest_block(lambda k: depth_rates(k * block, quick=quick)[series], target, max_depth_tokens // block)
+    k = smallest_block(lambda k: depth_rates(k * block, quick=quick)[series], target, 65_536 // block)
     return k * block
 
 
@@ -108,8 +106,8 @@ CURVE_DEPTHS = (0, 512, 1024, 2048, 3072, 4096, 6144, 8192, 12288, 16384, 24576,
 SLIDER_MAX_TOKENS = 32_768
 
 
-def depth_curve(*, quick: bool = True, depths=CURVE_DEPTHS) -> pl.DataFrame:
-    """(series, depth_tokens, token_hit_rate) at finite ``depths`` (the lines of the dashboard)."""
+def depth_curve(depths=CURVE_DEPTHS, *, quick: bool = True) -> pl.DataFrame:
+    """(series, depth_tokens, token_hit_rate) at each of ``depths`` (the dashboard's lines)."""
     return pl.DataFrame([{"series": s, "depth_tokens": float(d), "token_hit_rate": r}
                          for d in depths for s, r in depth_rates(d, quick=quick).items()])
 
@@ -166,17 +164,11 @@ class PromptLayoutDashboard(Dashboard):
         self.chart_view.show(layout_chart(self.curve, d, rows))
 
 
-def below_prefix_rates(*, quick: bool = True) -> dict[str, float]:
-    """Token hit rate of each synthetic class with the line right below its stable prefix."""
+def depth_table(depths, *, quick: bool = True) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """:func:`depth_curve` at no line (-1), ``depths`` and the end (inf); and (series, token_hit_rate)
+    of each synthetic class with the line right below its stable prefix (figure 17)."""
     from tiered_kv.sim.workload import infinite_hit_rate
 
-    return {s: infinite_hit_rate(df) for s, df in _frames(quick, below=True).items()}
-
-
-def depth_table(*, quick: bool = True, depths=(0, 512, 2048, 8192, 32768)) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """(series, depth_tokens, token_hit_rate) at ``depths`` plus the end (inf) and no line (-1);
-    and (series, token_hit_rate) with the line right below the stable prefix."""
-    rows = [{"series": s, "depth_tokens": float(d), "token_hit_rate": r}
-            for d in (-1.0, *depths, math.inf) for s, r in depth_rates(d, quick=quick).items()]
-    below = pl.DataFrame([{"series": s, "token_hit_rate": r} for s, r in below_prefix_rates(quick=quick).items()])
-    return pl.DataFrame(rows), below
+    below = pl.DataFrame([{"series": s, "token_hit_rate": infinite_hit_rate(df)}
+                          for s, df in _frames(quick, below=True).items()])
+    return depth_curve((-1.0, *depths, math.inf), quick=quick), below

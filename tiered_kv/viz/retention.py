@@ -110,7 +110,6 @@ class RetentionDashboard(Dashboard):
     ``view`` holds the frames of the last redraw."""
 
     def __init__(self, table: R.RetentionTable, *, title: str = "", ttl_s: dict[str, float] | None = None,
-                 capacity_tokens: float | None = None, watermark: float = 1.0,
                  bytes_per_token: float | None = None) -> None:
         self.table = table
         self.title = title
@@ -122,10 +121,10 @@ class RetentionDashboard(Dashboard):
             for name in table.classes
         }
         footprint = float(max(table.distinct_blocks, 32) * table.block_size)
-        self.capacity_slider = log_slider("SSD capacity", capacity_tokens or footprint,
-                                          16.0 * table.block_size, footprint, unit="tokens")
-        self.watermark_slider = slider(widgets.FloatSlider, "watermark (fraction)", value=watermark, min=0.5,
-                                       max=1.0, step=0.01)
+        self.capacity_slider = log_slider("SSD capacity", footprint, 16.0 * table.block_size, footprint,
+                                          unit="tokens")
+        self.watermark_slider = slider(widgets.FloatSlider, "watermark (fraction)", value=1.0, min=0.5, max=1.0,
+                                       step=0.01)
         self.template = retention_template(title)
         self.assemble([*self.ttl_sliders.values(), self.capacity_slider, self.watermark_slider])
 
@@ -171,25 +170,22 @@ def conversation_table(size: str | None = None) -> R.RetentionTable:
     return R.build_table(frame)
 
 
-def synthetic_workload(size: str | None = None, seed: int = 0, preset: str | None = None,
-                       days: float | None = None) -> tuple[pl.DataFrame, str]:
-    """(the two-class synthetic workload of :data:`SYNTH_SIZES` at ``size``, its description);
-    ``preset`` (at its own rates) and ``days`` override the size's."""
+def synthetic_workload(size: str | None = None, days: float | None = None) -> tuple[pl.DataFrame, str]:
+    """(the two-class synthetic workload of :data:`SYNTH_SIZES` at ``size``, seed 0, its description);
+    ``days`` overrides the size's."""
     from tiered_kv.sim.workload import synth
     from tiered_kv.viz import notebook_size
 
     name, factor, d = SYNTH_SIZES[size or notebook_size()]
-    if preset is not None:
-        name, factor = preset, 1.0
     d = days or d
     cfg = synth.PRESETS[name].scaled(factor) if factor != 1.0 else synth.PRESETS[name]
     rate = f" at {factor:g} of its rates" if factor != 1.0 else ""
-    return synth.generate(cfg, d, seed), f"synthetic '{name}'{rate}, {d:g} days"
+    return synth.generate(cfg, d, 0), f"synthetic '{name}'{rate}, {d:g} days"
 
 
-def synthetic_table(size: str | None = None, seed: int = 0) -> R.RetentionTable:
+def synthetic_table(size: str | None = None) -> R.RetentionTable:
     """Retention table of the two-class synthetic workload (14 days at 1/8 of Mooncake rates; 3 days tiny)."""
-    return R.build_table(synthetic_workload(size, seed)[0])
+    return R.build_table(synthetic_workload(size)[0])
 
 
 def conversation_dashboard(size: str | None = None) -> RetentionDashboard:
@@ -198,9 +194,9 @@ def conversation_dashboard(size: str | None = None) -> RetentionDashboard:
                               bytes_per_token=_fp4_bytes_per_token())
 
 
-def synthetic_dashboard(size: str | None = None, seed: int = 0) -> RetentionDashboard:
+def synthetic_dashboard(size: str | None = None) -> RetentionDashboard:
     """Dashboard over the synthetic chatbot + agent workload, TTLs starting at 3 days."""
-    table = synthetic_table(size, seed)
+    table = synthetic_table(size)
     three_days = 3 * 86_400.0
     return RetentionDashboard(table, title="synthetic multi-day workload (chatbot + agent)",
                               ttl_s=dict.fromkeys(table.classes, three_days),

@@ -17,16 +17,16 @@ Data: the recorded run (``benchmarks/results/contention.json``) when it exists; 
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import polars as pl
 
+from tiered_kv import REPO_ROOT
 from tiered_kv.measure.contention.report import MODELS, POLICY, effect_lines, model_lines, setup
 from tiered_kv.viz.report import FigureResult
 
 NAME = "18_contention"
 TITLE = "p99 TTFT under contention for one store link and shared compute; admission's effect, both ways"
-RECORDED = Path(__file__).resolve().parents[3] / "benchmarks" / "results" / "contention.json"
+RECORDED = REPO_ROOT / "benchmarks" / "results" / "contention.json"
 CLASS_NAMES = {"restore": "restores (prefix cached: read it)", "miss": "misses (compute, write blocks)"}
 #: (sorted so that the measurement is the solid line)
 SOURCE_NAMES = {"measured": "engine, measured (median of repeats; bars: spread)",

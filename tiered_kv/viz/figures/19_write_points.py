@@ -18,22 +18,15 @@ NAME = "19_write_points"
 TITLE = "Write points: token hit rate and SSD bytes written per strategy"
 
 
-def table(quick: bool) -> pl.DataFrame:
-    """:func:`tiered_kv.viz.write_points.strategies` at the figure's size, its workloads named briefly."""
-    from tiered_kv.viz.write_points import strategies
-
-    data = strategies("small" if quick else "full")[0]
-    return data.with_columns(pl.col("workload_brief").alias("workload"))
-
-
 def build(quick: bool) -> FigureResult:
     import altair as alt
 
     from tiered_kv.sim.cluster import latency as L
     from tiered_kv.units import format_bytes
-    from tiered_kv.viz.write_points import measured_crossover
+    from tiered_kv.viz.write_points import measured_crossover, strategies
 
-    data = table(quick)
+    data = strategies("small" if quick else "full")[0].with_columns(
+        pl.col("workload_brief").alias("workload"))  # the bars are labelled with the short names
     base = alt.Chart(data).encode(y=alt.Y("strategy:N", title=None), color=alt.Color("workload:N", title="workload"),
                                   yOffset="workload:N")
     chart = alt.hconcat(
