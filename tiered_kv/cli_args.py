@@ -253,10 +253,8 @@ def name_flags(message: str, flags: dict[str, str]) -> str:
     return f"{flags[m.group(1)]}{entry}: {rest if entry else _QUOTED.sub(flag, rest)}"
 
 
-COMMAND = ("NAME", "register", "run")
-
-
-def discover(package: ModuleType, only: str | None = None, attrs: tuple[str, ...] = COMMAND) -> list[ModuleType]:
+def discover(package: ModuleType, only: str | None = None, attrs: tuple[str, ...] = ("NAME", "register", "run"),
+             ) -> list[ModuleType]:
     """Modules of ``package`` that define every name of ``attrs`` (a command: ``NAME``,
     ``register`` and ``run``; a figure: ``NAME`` and ``build``), sorted by ``NAME``.
 

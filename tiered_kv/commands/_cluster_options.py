@@ -69,11 +69,10 @@ def run_cluster(args: argparse.Namespace) -> dict[str, Any]:
         if args.policy != "lru":
             shared_args = argparse.Namespace(**{**vars(args), "capacity": args.shared_capacity})
             policy = build_policy(shared_args, sem)
-    host = 0 if args.host_capacity is None else args.host_capacity
     cfg = ClusterConfig(
         nodes=args.nodes or 1, routing=args.routing or "random",
         gpu_capacity_tokens=0 if args.gpu_capacity is None else tokens(args.gpu_capacity, "--gpu-capacity"),
-        host_capacity_bytes=parse_bytes(host, name="--host-capacity"),
+        host_capacity_bytes=parse_bytes(args.host_capacity or 0, name="--host-capacity"),
         ssd="per-machine" if per_machine else "shared", ssd_capacity_tokens=ssd_cap,
         kv_bytes_per_token=bpt, seed=args.seed)
     res, summary = cluster_run(trace, cfg, ssd_policy=policy, admission=args.admission)

@@ -12,7 +12,7 @@ from typing import Any
 
 
 def add_trace_arguments(parser: argparse.ArgumentParser, *, required: bool = True) -> None:
-    """--trace/--format/--class/--semantics, shared with `tiered-kv curves`."""
+    """--trace/--format/--class/--semantics/--bytes-per-token of `simulate` and `curves`."""
     parser.add_argument("--trace", required=required, metavar="PATH",
                         help="trace file (Mooncake/Bailian JSONL, generic JSONL/CSV/Parquet), or the name "
                              "of a shipped trace: conversation, synthetic")

@@ -24,6 +24,7 @@ NAME = "day"
 HELP = "a DeepSeek-scale day (608 B tokens): generate sharded Parquet, replay LRU + per-class TTLs, report"
 DEFAULT_CAPACITIES = ("1PiB", "4PiB", "16PiB", "100PiB")
 DEFAULT_TTLS = ("agent=3d,chatbot=7d",)
+GIB = 2**30
 
 
 def register(parser: argparse.ArgumentParser) -> None:
@@ -68,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
         m = generate_day(args.root, cfg, workers=args.workers, progress=not args.no_progress)
         print(f"{m['requests']:,} requests, {m['accesses']:,} block accesses, {m['input_tokens']:,} input tokens "
               f"in {len(m['parts'])} parts; generated in {m['generation_s'] or float('nan'):.0f} s, "
-              f"peak RSS {m['generation_peak_rss_bytes'] / 2**30:.2f} GiB")
+              f"peak RSS {m['generation_peak_rss_bytes'] / GIB:.2f} GiB")
         return 0
     if args.day_command == "markdown":
         print(markdown(json.loads(Path(args.json_path).read_text())))
@@ -91,11 +92,8 @@ def run(args: argparse.Namespace) -> int:
         by = "  ".join(f"{c} {v:.1%}" for c, v in p["by_class"].items())
         print(f"  {name:<28} disk share {p['disk_token_fraction']:.2%}   ({by})")
     print(f"replay {res['replay_s']:.0f} s (read {res['read_s']:.0f} s, kernel {res['kernel_s']:.0f} s), "
-          f"peak RSS {res['replay_peak_rss_bytes'] / 2**30:.2f} GiB")
+          f"peak RSS {res['replay_peak_rss_bytes'] / GIB:.2f} GiB")
     return 0
-
-
-GIB = 2**30
 
 
 def markdown(r: dict) -> str:

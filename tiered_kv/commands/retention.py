@@ -66,11 +66,10 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def print_report(out: dict) -> None:
+def print_report(s: dict) -> None:
     """Human-readable tables: curves (a few TTLs), frontier, policies at the capacity, watermark."""
     from tiered_kv.units import format_bytes, format_duration
 
-    s = out
     print(f"{s['source']}: {s['requests']:,} requests, {s['block_accesses']:,} block accesses over "
           f"{format_duration(s['span_s'])}; chunk {format_bytes(s['chunk_bytes'])} "
           f"({s['bytes_per_token']:,.0f} B/token x {s['block_size']} tokens)")
