@@ -14,6 +14,10 @@ order, sharing one module-scoped state so that the suite starts as few as it can
 Two more engines, each on its own store, replay their captured trace through the simulator:
 T (per-class TTLs) and C (a capacity of a few chunks under the tier's watermark GC).
 
+Engines that share nothing but the model (R and A, the two F, T and C) run two at a time, each in
+its own process with one thread: an engine's start (importing vLLM) is most of its cost, and the
+machine has a core for each.
+
 Without the engine venv these tests skip with the command that makes it; under CI (``CI`` set,
 as .ci/run has it) a missing engine venv is a failure, never a skip.
 """
@@ -27,7 +31,10 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -56,6 +63,12 @@ def _engine_or_skip() -> None:
 pytestmark = pytest.mark.slow
 
 
+def _two_at_a_time(*runs: Callable[[], Any]) -> list[Any]:
+    """Each run's result, in order; the runs (engine sessions of their own) overlap two at a time."""
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        return [f.result() for f in [pool.submit(run) for run in runs]]
+
+
 def _prompts() -> dict[str, list[int]]:
     rng = random.Random(25)
     draw = lambda n: [rng.randrange(1, 1000) for _ in range(n)]  # noqa: E731
@@ -82,14 +95,21 @@ def world(tmp_path_factory, tiny_model):
     names = list(prompts)
     state = {"root": root, "model": str(model), "prompts": prompts, "names": names,
              "store": str(root / "store"), "capture": str(root / "capture.jsonl")}
-    with EngineProcess(log=root / "R.log") as eng:
-        eng.start(model=str(model), prefix_caching=False, store=None)
-        state["ref"] = dict(zip(names, eng.generate([prompts[n] for n in names], max_tokens=6, logprobs=20),
-                                strict=True))
-    with EngineProcess(log=root / "A.log") as eng:
-        eng.start(model=str(model), store=state["store"], capture=state["capture"], max_num_batched_tokens=CHUNK)
-        order = ["base", "shared", "long", "exact", "base"]
-        state["A"] = list(zip(order, eng.generate([prompts[n] for n in order], max_tokens=6), strict=True))
+    order = ["base", "shared", "long", "exact", "base"]
+
+    def reference() -> dict:
+        with EngineProcess(log=root / "R.log") as eng:
+            eng.start(model=str(model), prefix_caching=False, store=None)
+            return dict(zip(names, eng.generate([prompts[n] for n in names], max_tokens=6, logprobs=20),
+                            strict=True))
+
+    def stored() -> list:
+        with EngineProcess(log=root / "A.log") as eng:
+            eng.start(model=str(model), store=state["store"], capture=state["capture"],
+                      max_num_batched_tokens=CHUNK)
+            return list(zip(order, eng.generate([prompts[n] for n in order], max_tokens=6), strict=True))
+
+    state["ref"], state["A"] = _two_at_a_time(reference, stored)
     return state
 
 
@@ -174,7 +194,50 @@ def _blocks_and_tail(rng: random.Random, *blocks: list[int]) -> list[int]:
     return [t for b in blocks for t in b] + [rng.randrange(1, 1000) for _ in range(10)]
 
 
-def test_per_class_ttls_replay_to_the_hits_the_connector_measured(tiny_model, tmp_path):
+def _ttl_run(model: Path, root: Path) -> tuple[list[int], str]:
+    """Engine T (the test below says what it checks): the tier's hits and the captured trace."""
+    rng = random.Random(2525)
+    block = lambda: [rng.randrange(1, 1000) for _ in range(BS)]  # noqa: E731
+    shared = [block(), block()]
+    prompts = {"A": _blocks_and_tail(rng, block(), block()), "C": _blocks_and_tail(rng, block(), block()),
+               "G": _blocks_and_tail(rng, *shared, block()), "H": _blocks_and_tail(rng, *shared, block())}
+    steps = [("A", "agent"), ("A", "agent"), ("C", "chatbot"), ("G", "agent"), ("H", "chatbot"), 7.0,
+             ("A", "agent"), ("C", "chatbot"), ("G", "agent"), ("H", "chatbot")]
+    capture = str(root / "ttl.jsonl")
+    with EngineProcess(log=root / "T.log") as eng:
+        eng.start(model=str(model), store=str(root / "store"), prefix_caching=False, capture=capture,
+                  ttl={"agent": 3, "chatbot": 60}, gc_each_request=True)
+        return _sent_one_by_one(eng, steps, prompts), capture
+
+
+#: The connector's capacity for engine C: 6.45 chunks of ~33.1 kB (32 KiB of bf16 KV + header).
+CAPACITY_BYTES = 213_750
+
+
+def _capacity_run(model: Path, root: Path) -> tuple[list[int], str, Path]:
+    """Engine C (the test below says what it checks): hits, the captured trace, the store."""
+    rng = random.Random(2526)
+    block = lambda: [rng.randrange(1, 1000) for _ in range(BS)]  # noqa: E731
+    prefix = [block(), block()]
+    prompts = {"X": _blocks_and_tail(rng, *prefix, block()), "Y": _blocks_and_tail(rng, *prefix, block()),
+               "Z": _blocks_and_tail(rng, block(), block())}
+    steps = [(name, "default") for name in ("X", "Y", "Z", "X", "Y", "Z")]
+    capture, store = str(root / "capacity.jsonl"), root / "store"
+    with EngineProcess(log=root / "C.log") as eng:
+        eng.start(model=str(model), store=str(store), prefix_caching=False, capture=capture,
+                  capacity_bytes=CAPACITY_BYTES, gc_each_request=True)
+        return _sent_one_by_one(eng, steps, prompts), capture, store
+
+
+@pytest.fixture(scope="module")
+def replays(tiny_model, tmp_path_factory) -> dict[str, tuple]:
+    """Engines T and C, side by side, each on a store of its own."""
+    ttl, capacity = _two_at_a_time(lambda: _ttl_run(tiny_model, tmp_path_factory.mktemp("T")),
+                                   lambda: _capacity_run(tiny_model, tmp_path_factory.mktemp("C")))
+    return {"T": ttl, "C": capacity}
+
+
+def test_per_class_ttls_replay_to_the_hits_the_connector_measured(replays):
     """Agent chunks live 3 s, chatbot chunks 60 s; the tier's GC runs before each lookup.
 
     Re-sends come within one request (well under 3 s) or after a 7 s pause (well past 3 s, far
@@ -186,18 +249,7 @@ def test_per_class_ttls_replay_to_the_hits_the_connector_measured(tiny_model, tm
     """
     from tiered_kv.connectors.parity import parity, predicted_hits
 
-    rng = random.Random(2525)
-    block = lambda: [rng.randrange(1, 1000) for _ in range(BS)]  # noqa: E731
-    shared = [block(), block()]
-    prompts = {"A": _blocks_and_tail(rng, block(), block()), "C": _blocks_and_tail(rng, block(), block()),
-               "G": _blocks_and_tail(rng, *shared, block()), "H": _blocks_and_tail(rng, *shared, block())}
-    steps = [("A", "agent"), ("A", "agent"), ("C", "chatbot"), ("G", "agent"), ("H", "chatbot"), 7.0,
-             ("A", "agent"), ("C", "chatbot"), ("G", "agent"), ("H", "chatbot")]
-    capture = str(tmp_path / "ttl.jsonl")
-    with EngineProcess(log=tmp_path / "T.log") as eng:
-        eng.start(model=str(tiny_model), store=str(tmp_path / "store"), prefix_caching=False, capture=capture,
-                  ttl={"agent": 3, "chatbot": 60}, gc_each_request=True)
-        hits = _sent_one_by_one(eng, steps, prompts)
+    hits, capture = replays["T"]
     # after the pause: A expired (agent), C kept (chatbot), G keeps the chatbot-held prefix only
     assert hits == [0, 2 * BS, 0, 0, 2 * BS, 0, 2 * BS, 2 * BS, 3 * BS]
     report = parity(capture, "ttl", ttl_seconds={"agent": 3.0, "chatbot": 60.0})
@@ -205,11 +257,7 @@ def test_per_class_ttls_replay_to_the_hits_the_connector_measured(tiny_model, tm
     assert predicted_hits(capture, "lru").tolist() != hits  # without the TTLs the prediction differs
 
 
-#: The connector's capacity for engine C: 6.45 chunks of ~33.1 kB (32 KiB of bf16 KV + header).
-CAPACITY_BYTES = 213_750
-
-
-def test_a_finite_capacity_replays_to_the_hits_the_connector_measured(tiny_model, tmp_path):
+def test_a_finite_capacity_replays_to_the_hits_the_connector_measured(replays):
     """A capacity of 5 chunks under the tier's watermark GC, modelled by ``lru-trie``.
 
     The GC evicts from above 90 % of ``CAPACITY_BYTES`` down to 80 %: with chunks of ~33.1 kB
@@ -221,17 +269,7 @@ def test_a_finite_capacity_replays_to_the_hits_the_connector_measured(tiny_model
     """
     from tiered_kv.connectors.parity import parity, predicted_hits, trie_capacity_tokens
 
-    rng = random.Random(2526)
-    block = lambda: [rng.randrange(1, 1000) for _ in range(BS)]  # noqa: E731
-    prefix = [block(), block()]
-    prompts = {"X": _blocks_and_tail(rng, *prefix, block()), "Y": _blocks_and_tail(rng, *prefix, block()),
-               "Z": _blocks_and_tail(rng, block(), block())}
-    steps = [(name, "default") for name in ("X", "Y", "Z", "X", "Y", "Z")]
-    capture, store = str(tmp_path / "capacity.jsonl"), tmp_path / "store"
-    with EngineProcess(log=tmp_path / "C.log") as eng:
-        eng.start(model=str(tiny_model), store=str(store), prefix_caching=False, capture=capture,
-                  capacity_bytes=CAPACITY_BYTES, gc_each_request=True)
-        hits = _sent_one_by_one(eng, steps, prompts)
+    hits, capture, store = replays["C"]
     sizes = [p.stat().st_size for p in (store / "chunks").glob("*/*") if len(p.name) == 32]  # chunks/<h>/<key-hex>
     assert len(sizes) == 5  # P, Y's tail and Z: what the last GC kept
     # a header's JSON varies by a few bytes with the chunk's creation time: allow 16 either side
@@ -301,14 +339,28 @@ def test_a_kill_mid_save_leaves_no_chunk_that_loads_and_a_corrupt_chunk_is_a_mis
     assert after_kill["tokens"] == complete["tokens"] == corrupted["tokens"]
 
 
-@pytest.mark.parametrize("fmt", ["mxfp4", "nvfp4"])
-def test_fp4_first_token_logits_stay_close_to_bf16(world, fmt):
+FP4 = ("mxfp4", "nvfp4")
+
+
+@pytest.fixture(scope="module")
+def fp4_runs(world) -> dict[str, tuple[dict, dict, str]]:
+    """Engines F, one per format side by side: (a miss, then a tier hit, of the long prompt; the store)."""
     prompt = world["prompts"]["long"]
+
+    def run(fmt: str) -> tuple[dict, dict, str]:
+        store = str(world["root"] / f"store-{fmt}")
+        with EngineProcess(log=world["root"] / f"F-{fmt}.log") as eng:
+            eng.start(model=world["model"], store=store, fmt=fmt, prefix_caching=False)
+            miss, hit = eng.generate([prompt, prompt], max_tokens=1, logprobs=20, traffic_class="agent")
+        return miss, hit, store
+
+    return dict(zip(FP4, _two_at_a_time(*[lambda fmt=fmt: run(fmt) for fmt in FP4]), strict=True))
+
+
+@pytest.mark.parametrize("fmt", FP4)
+def test_fp4_first_token_logits_stay_close_to_bf16(fp4_runs, world, fmt):
     ref = world["ref"]["long"]["first_logprobs"]
-    store = str(world["root"] / f"store-{fmt}")
-    with EngineProcess(log=world["root"] / f"F-{fmt}.log") as eng:
-        eng.start(model=world["model"], store=store, fmt=fmt, prefix_caching=False)
-        miss, hit = eng.generate([prompt, prompt], max_tokens=1, logprobs=20, traffic_class="agent")
+    miss, hit, store = fp4_runs[fmt]
     assert miss["connector"]["hit_tokens"] == 0 and hit["connector"]["loaded_tokens"] == 21 * BS
     # the request's class (kv_transfer_params) is the class of the chunks it stored
     assert hit["connector"]["traffic_class"] == "agent"
