@@ -20,7 +20,7 @@ import uuid
 
 from zarr.core.sync import sync
 
-from tiered_kv.bench._store_payload import check_read, in_turn, latency_ms, payload
+from tiered_kv.bench._store_payload import check_read, in_turn, latency_ms, payload, worst
 
 
 async def _bounded(coros, limit: int) -> list:
@@ -132,11 +132,10 @@ def run_object(args, cases: dict, tokens) -> dict:
             where = backend.name
         run_id = uuid.uuid4().hex[:8]
         sizes = {label: _case(label, ns, tokens, base, args, run_id) for label, ns in cases.items()}
-    worst = lambda key: min(s[key] for s in sizes.values())
     return {
         "backend": "s3", "store": where, "local_s3": bool(args.local_s3), "prefix_tokens": len(tokens),
         "block_size": args.block_size, "repeat": args.repeat, "concurrency": args.concurrency,
-        "put_ratio_vs_raw": worst("put_ratio_vs_raw"), "get_ratio_vs_raw": worst("get_ratio_vs_raw"),
+        **worst(sizes, ("put_ratio_vs_raw", "get_ratio_vs_raw")),
         "get_prefix_p99_ms": max(s["get_prefix_latency_ms"]["p99_ms"] for s in sizes.values()),
         "sizes": sizes,
         "notes": "ratios = raw obstore time / tier time (>1: tier faster), same bytes and concurrency; "

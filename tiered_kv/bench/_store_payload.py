@@ -1,6 +1,7 @@
 """What both store benchmarks (:mod:`.store` on files, :mod:`._store_object` on object storage)
 write and how they time it: the payload of packed FP4 chunks, the repeats whose tier and raw
-sides take turns going first, the check of a read, and get_prefix latency quantiles.
+sides take turns going first, the check of a read, get_prefix latency quantiles, and the worst
+ratio over the sizes.
 """
 
 from __future__ import annotations
@@ -77,6 +78,11 @@ def check_read(out: Any, p: Payload) -> None:
         assert out == p.total
     else:
         assert out.blocks == p.n_blocks and abs(out.nbytes - p.total) <= 32 * p.n_blocks
+
+
+def worst(sizes: dict[str, dict], keys: tuple[str, ...]) -> dict[str, float]:
+    """Each ratio's lowest over the sizes per token: the JSON's headline figures."""
+    return {key: min(s[key] for s in sizes.values()) for key in keys}
 
 
 def latency_ms(lat: list[float]) -> dict:

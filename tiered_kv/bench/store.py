@@ -29,7 +29,7 @@ from functools import partial
 from pathlib import Path
 
 from tiered_kv.bench._pages import Page, Paired, Row, head, recorded, sec, spread, yes
-from tiered_kv.bench._store_payload import Payload, check_read, in_turn, latency_ms, payload, timed
+from tiered_kv.bench._store_payload import Payload, check_read, in_turn, latency_ms, payload, timed, worst
 
 NAME = "store"
 HELP = "SSD tier put/get_prefix throughput vs raw file I/O (128K-token prefix), p50/p99 latency"
@@ -226,12 +226,9 @@ def run(args: argparse.Namespace) -> dict:
         raise ValueError(f"--tokens: must be at least --block-size={args.block_size}, got {args.tokens}")
     torch.set_num_threads(2)
     # DeepSeek-like: 2 x 13 heads x 64 dims in MXFP4 = 884 B/token, the closest to 890 with D % 32 == 0
-    cases = {
-        "model": Namespace(model="bench-model", fmt=args.fmt, block_size=args.block_size,
-                           kv_heads=args.kv_heads, head_dim=args.head_dim),
-        "deepseek_890Bpt": Namespace(model="bench-deepseek", fmt=args.fmt, block_size=args.block_size,
-                                     kv_heads=13, head_dim=64),
-    }
+    shapes = {"model": ("bench-model", args.kv_heads, args.head_dim), "deepseek_890Bpt": ("bench-deepseek", 13, 64)}
+    cases = {label: Namespace(model=model, fmt=args.fmt, block_size=args.block_size, kv_heads=heads, head_dim=dim)
+             for label, (model, heads, dim) in shapes.items()}
     tokens = torch.arange(args.tokens, dtype=torch.int64) * 7 + 1
     if args.url or args.local_s3:
         from tiered_kv.bench._store_object import run_object
@@ -243,14 +240,11 @@ def run(args: argparse.Namespace) -> dict:
             ThreadPoolExecutor(8) as pool:
         root = Path(tmp)
         sizes = {label: _size_case(label, ns, tokens, root, args, pool) for label, ns in cases.items()}
-    worst = lambda key: min(s[key] for s in sizes.values())
     return {
         "prefix_tokens": args.tokens, "block_size": args.block_size, "repeat": args.repeat,
         "io_threads": args.io_threads,
         "filesystem_dir": str(root.parent), "cpu_count": os.cpu_count(),
-        "put_ratio_vs_raw": worst("put_ratio_vs_raw"),
-        "get_ratio_vs_raw": worst("get_ratio_vs_raw"),
-        "get_cold_ratio_vs_raw": worst("get_cold_ratio_vs_raw"),
+        **worst(sizes, ("put_ratio_vs_raw", "get_ratio_vs_raw", "get_cold_ratio_vs_raw")),
         "get_prefix_p99_ms": max(s["get_prefix_latency_ms"]["1"]["p99_ms"] for s in sizes.values())
         if all("1" in s["get_prefix_latency_ms"] for s in sizes.values()) else None,
         "sizes": sizes,
