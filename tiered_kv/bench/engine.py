@@ -21,7 +21,7 @@ Llama built on the spot (no download). Two parts:
   replayed by :func:`tiered_kv.connectors.parity.parity`).
 
 ``tiered-kv bench record engine FILE`` writes ``benchmarks/results/engine.{json,md}`` from the
-``--json`` output (the page rendered from the JSON by :func:`render_markdown`).
+``--json`` output (the page rendered from the JSON by :func:`render_record`).
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from tiered_kv.bench._pages import Page, Paired, Row, standard_page, yes
+from tiered_kv.bench._pages import Page, Paired, Row, yes
 
 NAME = "engine"
 HELP = "vLLM (CPU build) on the SSD tier: TTFT miss / vLLM prefix hit / SSD hit, and a Mooncake slice vs the simulator"
@@ -227,11 +227,9 @@ def _speedup(r: dict[str, Any], n: int) -> str:
     return Paired.between(cell["miss"]["runs"], cell["ssd_hit"]["runs"]).text()
 
 
-def render_markdown(r: dict[str, Any]) -> str:
-    """The BENCHMARKS section of one ``bench engine`` JSON (every number from the JSON)."""
+def render_record(r: dict[str, Any]) -> str:
+    """The engine section from the JSON of one ``tiered-kv bench engine --json`` run."""
     m = r["model"]
-    default = (f"tiered-kv bench engine --json --repeats {r['repeats']} --lengths {' '.join(map(str, r['lengths']))} "
-               f"--block-size {r['block_size']} --fmt {r['fmt']}{_mooncake_flags(r)}")
     lines = [f"{r['engine']}; a random Llama ({m['layers']} layers, hidden {m['hidden']}, {m['kv_heads']} KV heads "
              f"of {m['head_dim']} dims) built by the benchmark; {r['fmt']} KV in {r['block_size']}-token blocks on "
              f"the SSD tier through `TieredKVConnector`; {r['repeats']} interleaved repeats, each a new prompt. "
@@ -248,8 +246,7 @@ def render_markdown(r: dict[str, Any]) -> str:
               f"(`tiered_kv.sim.cluster.latency.measured_crossover_tokens`): {_crossover(r)}.", ""]
     lines += _render_workbench(r.get("workbench_engine") or {})
     lines += _render_mooncake(r.get("mooncake_slice"))
-    body = "\n".join(lines)
-    return standard_page("A real serving engine on the tiers: vLLM (CPU build)", NAME, r, default, body).rstrip() + "\n"
+    return "\n".join(lines).rstrip()
 
 
 def _load(r: dict[str, Any]) -> str:
@@ -267,13 +264,6 @@ def _crossover(r: dict[str, Any]) -> str:
     if x <= shortest:
         return f"below the shortest measured prompt: an SSD-tier hit already wins at {shortest:,} tokens"
     return f"{x:,.0f} tokens"
-
-
-def _mooncake_flags(r: dict[str, Any]) -> str:
-    s = r.get("mooncake_slice")
-    if not s:
-        return " --mooncake-requests 0"
-    return f" --mooncake-requests {s['requests']} --mooncake-block-size {s['block_size']}"
 
 
 def _prefix_cache(s: dict[str, Any]) -> str:
@@ -320,6 +310,7 @@ def _summary_line(r: dict[str, Any]) -> tuple[str, str]:
         not s or s["measured_hit_tokens"] == s["predicted_hit_tokens"])
 
 
-PAGES = (Page(NAME, render_markdown, "tiered-kv bench engine --json"),)
+PAGES = (Page(NAME, render_record, "tiered-kv bench engine --json",
+              title="A real serving engine on the tiers: vLLM (CPU build)"),)
 SUMMARY = (Row("vLLM (CPU) on the SSD tier: TTFT and hit-rate parity", (NAME,),
                lambda *_: "measured hit tokens = simulator's", _summary_line),)
