@@ -62,7 +62,7 @@ def test_summary_has_medians_spreads_and_flags_anomalies():
 
 
 def test_drop_page_cache_touches_every_file(tmp_path):
-    from tiered_kv.bench.ttft import drop_page_cache
+    from tiered_kv.measure.ttft import drop_page_cache
 
     for i in range(3):
         (tmp_path / f"d{i}").mkdir()

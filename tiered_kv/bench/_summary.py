@@ -13,7 +13,7 @@ import importlib
 import json
 from pathlib import Path
 
-from tiered_kv.bench._pages import Row, brief, yes
+from tiered_kv.bench._pages import Row, brief, recorded, yes
 
 #: The modules whose ``PAGES`` make the records, in the order of their lines (``SUMMARY``) in the table.
 MODULES = ("kernels", "store", "sim", "ttft", "engine", "contention", "peers", "policies", "retention", "widgets",
@@ -99,8 +99,7 @@ def _line(row: Row, default_command: str, results: Path) -> str:
         return f"| {row.area} | - | no result ({', '.join(missing)} missing) | {target} | - |"
     data = [json.loads(p.read_text()) for p in paths]
     measured, met = row.figure(*data)
-    first = (data[0].get("recorded") or {}).get("command") or default_command
-    cmds = [first] + [(d.get("recorded") or {}).get("command", "") for d in data[1:]]
+    cmds = [recorded(data[0], default_command)[0]] + [recorded(d, "")[0] for d in data[1:]]
     cmd = " / ".join(f"`{c.strip()}`" for c in dict.fromkeys("; ".join(c for c in cmds if c).split("; ")))
     return f"| {row.area} | {cmd} | {measured} | {row.target(*data)} | {met} |"
 

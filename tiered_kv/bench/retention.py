@@ -67,6 +67,7 @@ def measure(trace, ttl_points: int, repeat: int, baseline_points: int | None) ->
     from tiered_kv.sim.policies import TTL
     from tiered_kv.sim.retention.report import analyze
 
+    repeat = max(repeat, 1)
     grid, _, front = curves_and_frontier(trace, ttl_points)  # shapes only; every timed run repeats it
     sel = np.arange(len(grid)) if baseline_points is None else \
         np.unique(np.linspace(0, len(grid) - 1, max(baseline_points, 1)).round().astype(int))
@@ -76,7 +77,7 @@ def measure(trace, ttl_points: int, repeat: int, baseline_points: int | None) ->
             TTL(default_ttl_seconds=float(grid[k])).run(trace)
 
     times, per_points = [], []
-    for _ in range(max(repeat, 1)):
+    for _ in range(repeat):
         times.append(clocked(curves_and_frontier, trace, ttl_points)[1])
         per_points.append(clocked(replays)[1] / len(sel))
     res, analysis_s = clocked(analyze, trace)
@@ -87,7 +88,7 @@ def measure(trace, ttl_points: int, repeat: int, baseline_points: int | None) ->
     return {
         "requests": trace.n_requests, "block_accesses": trace.n_accesses, "classes": list(trace.class_names),
         "ttl_points_per_class": len(grid), "curve_points": points, "frontier_groups": len(front.cost) - 1,
-        "repeat": int(max(repeat, 1)), "curves_frontier_s": med, "curves_frontier_s_all": times,
+        "repeat": repeat, "curves_frontier_s": med, "curves_frontier_s_all": times,
         "analysis_s": analysis_s,
         "analysis_breakdown_s": res.summary["timing_s"],
         "baseline_replay_per_ttl_s": per_point, "baseline_replay_per_ttl_s_all": per_points,
@@ -103,14 +104,13 @@ def measure(trace, ttl_points: int, repeat: int, baseline_points: int | None) ->
 def run(args: argparse.Namespace) -> dict[str, Any]:
     from tqdm import tqdm
 
+    from tiered_kv.sim.retention.report import analyze
     from tiered_kv.sim.trace_replay import compile_trace
     from tiered_kv.sim.traces import load_trace, resolve_trace_path
 
     if args.ttl_points < 2:
         raise ValueError("--ttl-points: must be >= 2")
     steps = tqdm(total=4 if args.synth_accesses else 2, desc="bench retention", unit="step", delay=2)
-    from tiered_kv.sim.retention.report import analyze
-
     trace, load_s = clocked(lambda: compile_trace(load_trace(resolve_trace_path(args.trace))))
     _, jit_s = clocked(lambda: (curves_and_frontier(trace, 4), analyze(trace)))  # JIT warm-up of every kernel below
     steps.update()

@@ -68,11 +68,9 @@ def concat_shifted(trace, copies: int):
     rep = lambda a: np.tile(a, copies)  # noqa: E731
     shift_req = np.repeat(np.arange(copies), n)
     shift_acc = np.repeat(np.arange(copies), m)
-    lengths = np.tile(np.diff(trace.offsets), copies)
     offsets = np.zeros(n * copies + 1, dtype=np.int64)
-    np.cumsum(lengths, out=offsets[1:])
-    keys = (np.tile(trace.block_keys, copies) + np.repeat(np.arange(copies, dtype=np.uint64),
-                                                         u) * np.uint64(2**40)).astype(np.uint64)
+    np.cumsum(rep(np.diff(trace.offsets)), out=offsets[1:])
+    keys = (rep(trace.block_keys) + np.repeat(np.arange(copies, dtype=np.uint64), u) * np.uint64(2**40)).astype(np.uint64)
     t = CompiledTrace(
         request_id=rep(trace.request_id) + shift_req * n, timestamps=rep(trace.timestamps) + shift_req * span,
         input_length=rep(trace.input_length), block_size=rep(trace.block_size),
@@ -164,7 +162,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     return result
 
 
-def run_cluster_bench(days: float = 14.0, preset: str = "mixed") -> dict[str, Any]:
+def run_cluster_bench(days: float, preset: str) -> dict[str, Any]:
     """Generate, compile and replay the cluster workload; time each stage; report throughput and memory."""
     from tiered_kv.sim.cluster import V3_KV_BYTES_PER_TOKEN, ClusterConfig, simulate_cluster
     from tiered_kv.sim.policies import LRU

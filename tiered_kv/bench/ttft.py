@@ -23,15 +23,7 @@ import tempfile
 
 from tiered_kv.bench._pages import Page, Paired, Row, head, ratio, recorded, yes
 from tiered_kv.flops import prefill_flops
-from tiered_kv.measure.ttft import (  # noqa: F401 - the measurement this benchmark records
-    CASES,
-    LENGTHS,
-    aggregate,
-    drop_page_cache,
-    filesystem_of,
-    load_model,
-    measure_ttft,
-)
+from tiered_kv.measure.ttft import CASES, LENGTHS, aggregate, filesystem_of, load_model, measure_ttft
 
 NAME = "ttft"
 HELP = "measured TTFT (miss / cold and warm SSD hit / SSD+host hit, medians + IQR) and prefill FLOPs"
