@@ -206,14 +206,15 @@ def group_state_path(store_id: str, direction: str) -> str:
     return os.path.join(where, f"tiered-kv-bw-{os.getpgrp()}-{digest}")
 
 
-def shared_bucket(store_id: str, direction: str, rate: float | None, *, name: str) -> TokenBucket | None:
+def shared_bucket(store_id: str, direction: str, rate: float | None) -> TokenBucket | None:
     """The process group's bucket for ``(store_id, direction)``, created at ``rate`` on first use.
 
     ``direction``: ``"read"``, ``"write"`` or ``"link"`` (both). A second tier asking for another
-    rate on the same store gets a ValueError naming ``name``.
+    rate on the same store gets a ValueError naming its setting (``<direction>_bandwidth``).
     """
     if rate is None:
         return None
+    name = f"{direction}_bandwidth"
     what = f"{direction}s of {store_id}" if direction != "link" else f"reads and writes of {store_id}"
     with _REGISTRY_LOCK:
         bucket = _BUCKETS.get((store_id, direction))
@@ -303,8 +304,8 @@ def paced(backend, read_bandwidth: float | None, write_bandwidth: float | None, 
         return backend
     where = backend.name
     if link_bandwidth is not None:
-        read = write = shared_bucket(where, "link", link_bandwidth, name="link_bandwidth")
+        read = write = shared_bucket(where, "link", link_bandwidth)
     else:
-        read = shared_bucket(where, "read", read_bandwidth, name="read_bandwidth")
-        write = shared_bucket(where, "write", write_bandwidth, name="write_bandwidth")
+        read = shared_bucket(where, "read", read_bandwidth)
+        write = shared_bucket(where, "write", write_bandwidth)
     return PacedBackend(backend, read, write)

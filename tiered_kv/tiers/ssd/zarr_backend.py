@@ -124,13 +124,12 @@ class ZarrBackend:
 
     def _found(self, path: str, got) -> bytes | None:
         """What one read of ``path`` found, as every read path returns it: the object's bytes,
-        None where nothing is there, or NOT_A_FILE where a directory is.
+        None where nothing is there, or NOT_A_FILE where a directory is (an obstacle, which must
+        not read as a plain miss: see the module docstring).
 
         ``got`` is the read's result (a zarr Buffer, bytes or None) or the OSError it raised; any
-        other error is raised. A directory where an object belongs can never become valid and
-        blocks every write of its key, so it must not read as a plain miss: NOT_A_FILE makes the
-        tier remove it as corrupt and report it. It shows as IsADirectoryError, or as None
-        (zarr's LocalStore reads a directory as missing), hence the ``is_dir`` look at a None.
+        other error is raised. A directory shows as IsADirectoryError, or as None (zarr's
+        LocalStore reads a directory as missing), hence the ``is_dir`` look at a None.
         """
         if type(got) is bytes:  # the common case first: this runs once per chunk read
             return got
@@ -300,8 +299,7 @@ class LocalBackend(ZarrBackend):
         return [os.path.isfile(os.path.join(root, p)) for p in paths]
 
     def write(self, items: Sequence[tuple[str, bytes]], *, create: bool = False, verify=None) -> list:
-        """As any store; a write that an obstacle blocks (a directory at the object's path, a file
-        at its shard directory's) removes the obstacle and is tried once more."""
+        """As any store; a write that an obstacle blocks removes the obstacle and is tried once more."""
         res = super().write(items)
         blocked = [i for i, r in enumerate(res) if isinstance(r, _OBSTACLE_ERRORS)]
         if any([self._remove_obstacles(items[i][0]) for i in blocked]):
@@ -327,11 +325,8 @@ class LocalBackend(ZarrBackend):
         return removed
 
     def listing(self, prefix: str) -> tuple[list[str], dict[str, str]]:
-        """Keys of the files under ``root/prefix`` and the obstacles found there (path -> reason).
-
-        An obstacle can never be valid and blocks every write to its place: a directory where an
-        object file belongs (``chunks/3/<key>/``) or a file where a shard directory belongs
-        (``chunks/3``, or ``chunks`` itself). One ``os.scandir`` per directory (faster than zarr's
+        """Keys of the files under ``root/prefix`` and the obstacles found there (path -> reason;
+        a file at ``chunks`` itself is one). One ``os.scandir`` per directory (faster than zarr's
         ``rglob`` listing, which also cannot see an empty directory). ``usage/`` is flat.
         """
         if prefix == "usage/":
