@@ -197,20 +197,21 @@ def _next_use(node, offsets, n_nodes):
 # what every replay and curve shares: hit tokens (counted requests) at capacities in blocks
 
 
-def check_capacities(capacities) -> np.ndarray:
-    """Capacities in blocks as an int64 array (>= 0)."""
-    caps = np.asarray(capacities, dtype=np.int64).reshape(-1)
-    if caps.size and caps.min() < 0:
-        raise ValueError("capacities: must be >= 0 blocks")
-    return caps
-
-
 def underfilled_mask(t: TrieTrace, caps: np.ndarray) -> np.ndarray:
     """kvcache.ai reports 0 unless the cache filled during warm-up; a capacity of 0 holds
     nothing. With the rule off only the capacities of 0 are underfilled."""
     if not t.fill_rule:
         return caps <= 0
     return (caps > t.warmup_nodes) | (caps <= 0) | (t.measured_tokens <= 0)
+
+
+def curve_capacities(t: TrieTrace, capacities) -> tuple[np.ndarray, np.ndarray]:
+    """What every curve starts from: the capacities in blocks (int64, >= 0) and which of them
+    count (:func:`underfilled_mask`; the others report 0 hit tokens)."""
+    caps = np.asarray(capacities, dtype=np.int64).reshape(-1)
+    if caps.size and caps.min() < 0:
+        raise ValueError("capacities: must be >= 0 blocks")
+    return caps, ~underfilled_mask(t, caps)
 
 
 def hit_tokens_of(t: TrieTrace, hit_blocks: np.ndarray) -> int:

@@ -27,7 +27,7 @@ import numpy as np
 from numba import njit
 
 from tiered_kv.sim.heap import heap_pop, heap_push
-from tiered_kv.sim.peers.trie import TrieTrace, check_capacities, lookup, replay_at, underfilled_mask
+from tiered_kv.sim.peers.trie import TrieTrace, curve_capacities, lookup, replay_at
 from tiered_kv.sim.policies.belady import stack_hist
 
 
@@ -48,9 +48,9 @@ def _replay_leaves(t: TrieTrace, capacity: int, optimal: bool) -> tuple[np.ndarr
 
 def optimal_trie_curve(t: TrieTrace, capacities) -> np.ndarray:
     """Trie-Belady-with-bypass hit tokens at each capacity (blocks), all in one pass."""
-    caps = check_capacities(capacities)
+    caps, ok = curve_capacities(t, capacities)
     out = np.zeros(caps.shape[0], dtype=np.int64)
-    live = caps[~underfilled_mask(t, caps)]
+    live = caps[ok]
     if live.size == 0 or t.n_requests == 0:
         return out
     bounds = np.unique(live)
@@ -61,7 +61,6 @@ def optimal_trie_curve(t: TrieTrace, capacities) -> np.ndarray:
                       t.n_nodes + 1, bounds)
     cum = np.cumsum(hist[0])
     idx = np.searchsorted(bounds, caps)
-    ok = ~underfilled_mask(t, caps)
     out[ok] = cum[idx[ok]]
     return out
 

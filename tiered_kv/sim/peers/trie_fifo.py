@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from tiered_kv.sim.peers.trie import TrieTrace, check_capacities, lookup, replay_at, underfilled_mask
+from tiered_kv.sim.peers.trie import TrieTrace, curve_capacities, lookup, replay_at
 
 
 def replay_fifo_trie(t: TrieTrace, capacity: int) -> tuple[np.ndarray, bool]:
@@ -32,10 +32,9 @@ def fifo_trie_curve(t: TrieTrace, capacities) -> np.ndarray:
     own insertion counter: one node's 32 insertion numbers fill two 64-byte cache lines and the
     inner loop is branch-free (8, 16, 48, 64 lanes measured slower on the conversation trace).
     """
-    caps = check_capacities(capacities)
+    caps, live = curve_capacities(t, capacities)
     out = np.zeros(caps.shape[0], dtype=np.int64)
-    live = np.flatnonzero(~underfilled_mask(t, caps))  # live <=> filled during warm-up
-    if live.size and t.n_requests:
+    if live.any() and t.n_requests:
         out[live] = _fifo_lanes(t.node, t.offsets, t.tokens, t.warmup, t.n_nodes, caps[live].astype(np.int64))
     return out
 

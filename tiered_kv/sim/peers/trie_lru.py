@@ -26,7 +26,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from tiered_kv.sim.peers.trie import TrieTrace, check_capacities, lookup, replay_at, underfilled_mask
+from tiered_kv.sim.peers.trie import TrieTrace, curve_capacities, lookup, replay_at
 
 
 def replay_lru_trie(t: TrieTrace, capacity: int) -> tuple[np.ndarray, bool]:
@@ -42,20 +42,19 @@ def lru_trie_curve(t: TrieTrace, capacities) -> np.ndarray:
 
     At a capacity at least the longest request a block hits iff its stack distance is within
     it; each smaller capacity takes one scan over requests (module docstring)."""
-    caps = check_capacities(capacities)
+    caps, live = curve_capacities(t, capacities)
     out = np.zeros(caps.shape[0], dtype=np.int64)
-    dead = underfilled_mask(t, caps)
-    if dead.all():
+    if not live.any():
         return out
     dist = _lru_trie_distances(t.node, t.offsets, t.n_nodes)
-    big = ~dead & (caps >= t.max_request_blocks)
+    big = live & (caps >= t.max_request_blocks)
     if big.any():
         counted = slice(int(t.offsets[t.warmup]), None)
         hist = np.bincount(np.minimum(dist[counted], t.n_nodes + 1), weights=t.tokens[counted],
                            minlength=t.n_nodes + 2)
         cum = np.cumsum(hist).round().astype(np.int64)  # token sums are exact in float64
         out[big] = cum[np.minimum(caps[big], t.n_nodes)]  # bin n_nodes + 1: first touches, never hits
-    small = np.flatnonzero(~dead & ~big)
+    small = np.flatnonzero(live & ~big)
     if small.size:
         out[small] = _lru_small_capacities(dist, t.node, t.offsets, t.tokens, t.warmup,
                                            caps[small].astype(np.int64))
