@@ -73,14 +73,13 @@ def _run(argv: Sequence[str] | None) -> tuple[int, bool]:
     if not getattr(args, "_run", None):
         parser.print_help()
         return 0, False
-    fast_exit = bool(getattr(args, "_fast_exit", False))
     try:
-        return int(args._run(args) or 0), fast_exit
+        return int(args._run(args) or 0), args._fast_exit
     except (ValueError, FileNotFoundError) as exc:
         # Bad input is reported as one clear line, not a traceback, naming the flag the user
         # typed where the library named its own parameter ("days:" -> "--days:").
         print(f"tiered-kv {args.command}: error: {name_flags(str(exc), args._flags)}", file=sys.stderr)
-        return 2, fast_exit
+        return 2, args._fast_exit
 
 if __name__ == "__main__":
     sys.exit(main())

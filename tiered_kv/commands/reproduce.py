@@ -48,13 +48,11 @@ def run(args: argparse.Namespace) -> int:
     out: Path = args.out or FIGURES_DIR
     out.mkdir(parents=True, exist_ok=True)
     every = modules()
-    mods = every
-    if args.only:
-        mods = [m for m in mods if any(s in m.NAME for s in args.only)]
-        if not mods:
-            names = ", ".join(m.NAME for m in every)
-            raise SystemExit(f"reproduce --only: no figure name contains {' or '.join(args.only)!r}; "
-                             f"figures: {names}")
+    mods = [m for m in every if not args.only or any(s in m.NAME for s in args.only)]
+    if not mods:
+        names = ", ".join(m.NAME for m in every)
+        raise SystemExit(f"reproduce --only: no figure name contains {' or '.join(args.only)!r}; "
+                         f"figures: {names}")
     mode = "quick" if args.quick else "full"
     expected = {m.NAME: last_build_s(out, m.NAME, mode) for m in mods}
     t0 = time.perf_counter()
