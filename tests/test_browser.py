@@ -211,7 +211,7 @@ def _run_all(page, timeout_s: float = 420.0) -> dict:
     deadline = time.monotonic() + timeout_s
     state = {}
     while time.monotonic() < deadline:
-        time.sleep(2.0)
+        time.sleep(0.5)
         state = page.evaluate(_STATE)
         if any(c["errors"] for c in state["cells"]):
             return state
