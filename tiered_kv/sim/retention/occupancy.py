@@ -189,8 +189,8 @@ class FullChunkWatermark(Collector):
     rule: ClassVar[str] = "lru"
 
 
-def watermark_view(trace: CompiledTrace, capacity_bytes: float, bytes_per_token: float,
-                   high: float = 0.95, low: float = 0.85) -> dict:
+def watermark_view(trace: CompiledTrace, capacity_bytes: float, bytes_per_token: float, high: float,
+                   low: float) -> dict:
     """:class:`FullChunkWatermark` on ``capacity_bytes``: hits per class and the effective
     retention each class gets (idle age of its chunks at eviction)."""
     res = FullChunkWatermark(capacity_bytes=float(capacity_bytes), high=high, low=low,

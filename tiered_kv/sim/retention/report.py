@@ -43,8 +43,8 @@ class RetentionConfig:
     frontier_points: int = 64  # frontier breakpoints reported per class
     samples: int = 512  # instants at which occupancy is counted for the peak
     min_ttl_s: float = 1.0
-    watermark_high: float = 0.95
-    watermark_low: float = 0.85
+    watermark_high: float = O.FullChunkWatermark.high  # the collector's own watermarks
+    watermark_low: float = O.FullChunkWatermark.low
 
     def __post_init__(self) -> None:
         for name in ("ttl_points", "frontier_points", "samples"):
