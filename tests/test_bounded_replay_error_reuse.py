@@ -44,3 +44,14 @@ def test_batched_exact_runs_match_the_inference_path_across_batches(monkeypatch)
             want, _ = model.decode(s[:-1], 0, kv, all_logits=True)
             torch.testing.assert_close(got_kv, kv, rtol=0, atol=1e-5)
             torch.testing.assert_close(got, want[63:], rtol=0, atol=1e-4)
+
+
+def test_fp4_error_takes_any_stored_format_and_fp32_changes_nothing():
+    """``formats=``: any format the SSD tier stores; fp32 (the unquantized ablation) is the
+    reference's own KV, so its error is exactly zero, and bf16's is small but not zero."""
+    model = scaled_tiny_model()
+    g = torch.Generator().manual_seed(4)
+    seqs = [torch.randint(0, 256, (72,), generator=g) for _ in range(2)]
+    fp32, bf16 = fp4_error(model, seqs, formats=("fp32", "bf16"), steps=4, prefix=64).rows(named=True)
+    assert fp32["format"] == "fp32" and fp32["kl_nats"] == 0 and fp32["agreement"] == 1
+    assert bf16["format"] == "bf16" and 0 < bf16["kl_nats"] < 1e-3

@@ -161,3 +161,29 @@ def test_a_prompt_is_hashed_once(model, ns, tmp_path, monkeypatch):
     assert e.prefill(t[:50]).stored_blocks == 3
     assert e.prefill(t).hit_tokens == {"ssd": 48, "host": 48}
     assert calls == [engine_mod, engine_mod]  # one hash per prefill, none in the tier
+
+
+def test_a_weights_tag_keeps_two_checkpoints_of_one_config_apart(model, ns, tmp_path):
+    """``namespace_for(tag=)``: same config, other weights, so the tier must not serve one's KV to the other."""
+    tagged = namespace_for(model, fmt="mxfp4", block_size=BLOCK, tag="-stage2")
+    assert tagged.model == ns.model + "-stage2" and tagged.digest != ns.digest
+    t = _tokens(40)
+    assert Engine(model, _ssd(tmp_path / "s", ns), HostTier("1MiB")).prefill(t).stored_blocks == 2
+    assert Engine(model, _ssd(tmp_path / "s", ns), HostTier("1MiB")).prefill(t).hit_tokens["ssd"] == 32
+    assert Engine(model, _ssd(tmp_path / "s", tagged), HostTier("1MiB")).prefill(t).hit_tokens["ssd"] == 0
+
+
+def test_a_given_gpu_tier_holds_running_requests_under_the_callers_ids(model, ns, tmp_path):
+    """``Engine(gpu_tier=)`` and ``prefill(request_id=)``: the caller's budget and names."""
+    from tiered_kv.tiers.gpu import GPUTier
+
+    gpu = GPUTier()
+    e = Engine(model, _ssd(tmp_path / "g", ns), HostTier("1MiB"), gpu_tier=gpu)
+    res = e.prefill(_tokens(20), keep_running=True, request_id="chat-7")
+    assert res.request_id == "chat-7" and e.gpu is gpu and "chat-7" in gpu
+    assert gpu.used_bytes == gpu.get("chat-7").nbytes > 0
+    e.decode_step("chat-7", 3)
+    assert gpu.get("chat-7").tokens.shape[0] == 21
+    tight = Engine(model, _ssd(tmp_path / "t", ns), HostTier("1MiB"), gpu_tier=GPUTier(capacity_bytes=1000))
+    with pytest.raises(ValueError, match="free on the GPU tier"):
+        tight.prefill(_tokens(20), keep_running=True)

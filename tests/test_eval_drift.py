@@ -43,6 +43,20 @@ def test_context_curve_and_heldout_loss(model, stream):
         context_curve(model, stream, (4096,), target=32, n=2)
 
 
+def test_seeds_redraw_the_windows_and_batch_only_groups_them(model, stream):
+    """``seed=``: other windows, the same ones again for the same seed; ``heldout_loss(batch=)``
+    trades memory for speed and leaves the mean (weighted by batch size) as it is."""
+    from tiered_kv.evaluate import copy_probe
+
+    base = heldout_loss(model, stream, n=4, seq_len=64)
+    assert heldout_loss(model, stream, n=4, seq_len=64, batch=3) == pytest.approx(base, rel=1e-5)
+    assert heldout_loss(model, stream, n=4, seq_len=64, seed=9) != base
+    curve = lambda **kw: context_curve(model, stream, (16,), target=32, n=2, **kw)[0]["nats_per_byte"]  # noqa: E731
+    assert curve(seed=9) == curve(seed=9) != curve()
+    probe = lambda **kw: copy_probe(model, stream, (40,), span=16, n=2, **kw)[0]["first_nats_per_byte"]  # noqa: E731
+    assert probe(seed=9) == probe(seed=9) != probe()
+
+
 def test_eval_command_json_and_bad_inputs(model, tmp_path, capsys):
     ck = tmp_path / "tiny.pt"
     save_checkpoint(model, ck, meta={})
@@ -90,6 +104,18 @@ def test_replay_error_has_intervals_and_is_zero_at_the_exact_bound(model):
     exact = df.filter(df["replay_tokens"] == bound).row(0, named=True)
     assert exact["kl_nats"] < 1e-9 and exact["agreement"] == 1.0
     assert near_exact_replay(df, 8)["replay_tokens"] <= bound
+
+
+def test_near_exact_threshold_picks_the_shortest_replay_under_it():
+    """The upper 95% bound must be below ``threshold``; a NaN bound (one sample) falls back to the mean."""
+    import polars as pl
+
+    frame = pl.DataFrame({"window_tokens": [8, 8, 8, 16], "replay_tokens": [4, 8, 22, 4],
+                          "kl_nats": [0.1, 0.01, 0.0, 0.0], "kl_ci95_high": [0.2, 0.02, float("nan"), 0.0]})
+    assert near_exact_replay(frame, 8)["replay_tokens"] == 22
+    assert near_exact_replay(frame, 8, threshold=0.05)["replay_tokens"] == 8
+    assert near_exact_replay(frame, 8, threshold=1.0)["replay_tokens"] == 4
+    assert near_exact_replay(frame, 8, threshold=0.0) is None
 
 
 def test_drift_exact_writes_stay_exact_approximate_ones_do_not(model):

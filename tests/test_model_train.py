@@ -8,7 +8,6 @@ from tiered_kv.train import (
     load_corpus,
     loss_on,
     recall_augment,
-    recall_augment_masked,
     stdlib_files,
     train,
 )
@@ -75,7 +74,7 @@ def test_training_settings_out_of_range_name_the_setting():
 def test_recall_mask_marks_exactly_the_predictable_bytes_of_each_copy():
     tc = TrainConfig(recall_prob=1.0, recall_span=(5, 9), recall_distance=10, recall_copies=1)
     w = torch.arange(60).repeat(3, 1)  # distinct bytes: a copied byte is recognisable by its value
-    out, mask = recall_augment_masked(w, tc, torch.Generator().manual_seed(4))
+    out, mask = recall_augment(w, tc, torch.Generator().manual_seed(4))
     assert mask.shape == (3, 59) and mask.any()
     for i in range(3):
         for j in range(59):  # target j predicts out[i, j+1]
@@ -85,9 +84,9 @@ def test_recall_mask_marks_exactly_the_predictable_bytes_of_each_copy():
                 assert moved and after_copy_start, (i, j)
             elif moved:  # the first byte of a copy is not predictable, so it is not marked
                 assert not after_copy_start, (i, j)
-    # same generator state, same windows as the unmasked form
-    again = recall_augment(w, tc, torch.Generator().manual_seed(4))
-    assert torch.equal(again, out)
+    # same generator state, same windows and mask
+    again, again_mask = recall_augment(w, tc, torch.Generator().manual_seed(4))
+    assert torch.equal(again, out) and torch.equal(again_mask, mask)
 
 
 def test_weighted_loss_is_the_weighted_mean_of_per_byte_losses():

@@ -65,14 +65,14 @@ SETTINGS = {
 }
 
 
-def measure(model: EncoderDecoder, settings: ReplaySettings, *, progress: bool = False, flops_length=None):
+def measure(model: EncoderDecoder, settings: ReplaySettings, *, flops_length=None):
     """Replay error (W x R) and FP4 error on held-out text under ``settings``: two polars frames."""
     seqs = sample_sequences(load_heldout(settings.heldout_bytes), settings.samples,
                             settings.prefix + settings.steps, seed=0)
     exact: dict[int, list] = {}  # the replay grid's exact runs, per W: MXFP4 at the model's W is fp4_error's too
     rep = replay_error(model, seqs, windows=settings.windows, replays=settings.replays, steps=settings.steps,
-                       prefix=settings.prefix, block_size=settings.block_size, progress=progress,
-                       flops_length=flops_length, exact_runs=exact)
+                       prefix=settings.prefix, block_size=settings.block_size, flops_length=flops_length,
+                       exact_runs=exact)
     known = {"mxfp4": [logits for _, logits in exact[model.cfg.window]]} if model.cfg.window in exact else {}
     fp4 = fp4_error(model, seqs, steps=settings.steps, prefix=settings.prefix, block_size=settings.block_size,
                     known=known)
@@ -166,14 +166,14 @@ def sample_sequences(stream: torch.Tensor, n: int, length: int, seed: int = 0) -
 
 
 def replay_error(model: EncoderDecoder, sequences: list[torch.Tensor], *, windows=WINDOWS, replays=REPLAYS,
-                 steps: int = 32, prefix: int = 1024, fmt: str | None = "mxfp4", block_size: int = 64,
-                 progress: bool = False, include_exact_bound: bool = True, flops_length: int | None = None,
-                 exact_runs: dict[int, list] | None = None):
+                 steps: int = 32, prefix: int = 1024, block_size: int = 64, progress: bool = False,
+                 flops_length: int | None = None, exact_runs: dict[int, list] | None = None):
     """Polars frame: window W, replay R, exact_bound, kl_nats, agreement with 95% intervals.
 
     Means are over samples (each sample's value is its mean over ``steps`` decode steps); the
-    interval is over samples. R runs up to each W's exact bound L*(W-1)+1 (added to the grid
-    when ``include_exact_bound``; larger R are the same as the bound and dropped). With
+    interval is over samples. The global KV goes through MXFP4, as the SSD tier stores it. R
+    runs up to each W's exact bound L*(W-1)+1 (added to the grid as the row whose error must be
+    zero; larger R are the same as the bound and dropped). With
     ``flops_length``, each row also carries the prefill-FLOPs ratio (bounded replay over the
     decoder-only baseline, :func:`tiered_kv.flops.prefill_flops`) at that prompt length:
     what that R costs beside the error it leaves. ``exact_runs``, when given, receives the exact
@@ -181,12 +181,12 @@ def replay_error(model: EncoderDecoder, sequences: list[torch.Tensor], *, window
     """
     import polars as pl
 
-    rt = _roundtrip(fmt, block_size, model)
+    rt = _roundtrip("mxfp4", block_size, model)
     grid = []
     for w in windows:
         m = model.with_settings(window=w)
         bound = m.cfg.exact_replay_tokens
-        grid.append((w, m, sorted({r for r in replays if r < bound} | ({bound} if include_exact_bound else set()))))
+        grid.append((w, m, sorted({r for r in replays if r < bound} | {bound})))
     bar = tqdm(total=sum(len(rs) for _, _, rs in grid), desc="replay quality", unit="(W,R)", disable=not progress)
     cache: dict[int, list] = {} if exact_runs is None else exact_runs
     seqs = [seq[:prefix + steps] for seq in sequences]

@@ -122,21 +122,21 @@ def _fp4():
     return fp4
 
 
-def check_kv(kv: torch.Tensor, namespace: Namespace, *, name: str = "kv") -> None:
-    """Raise a ValueError naming ``name`` when ``kv`` does not fit the namespace."""
+def check_kv(kv: torch.Tensor, namespace: Namespace) -> None:
+    """Raise a ValueError naming ``kv`` when it does not fit the namespace."""
     torch = _torch()
     if not isinstance(kv, torch.Tensor):
-        raise ValueError(f"{name}: must be a torch.Tensor [tokens, 2, kv_heads, head_dim], got {type(kv).__name__}")
+        raise ValueError(f"kv: must be a torch.Tensor [tokens, 2, kv_heads, head_dim], got {type(kv).__name__}")
     want = namespace.kv_shape
     if kv.dim() != 4 or tuple(kv.shape[1:]) != want:
         raise ValueError(
-            f"{name}: must have shape [tokens, {want[0]}, {want[1]}, {want[2]}] "
+            f"kv: must have shape [tokens, {want[0]}, {want[1]}, {want[2]}] "
             f"(K and V stacked on dim 1, kv_heads={want[1]}, head_dim={want[2]} for this namespace), "
             f"got {list(kv.shape)}"
         )
     dtype = str(kv.dtype).removeprefix("torch.")
     if dtype not in KV_DTYPES:
-        raise ValueError(f"{name}: dtype must be one of {list(KV_DTYPES)}, got {dtype}")
+        raise ValueError(f"kv: dtype must be one of {list(KV_DTYPES)}, got {dtype}")
 
 
 def quantize_blocks(kv: torch.Tensor, namespace: Namespace) -> list:

@@ -21,7 +21,6 @@ import shutil
 import tempfile
 
 import torch
-from tqdm.auto import tqdm
 
 from tiered_kv.bounded_replay_error import compare_logits, mean_ci95
 from tiered_kv.engine import Engine, fp4_roundtrip, namespace_for
@@ -32,25 +31,25 @@ from tiered_kv.tiers.ssd import SSDConfig, SSDTier
 
 @torch.no_grad()
 def prefix_drift(model: EncoderDecoder, conversations: list[torch.Tensor], *, turns: int = 20, first: int = 512,
-                 step: int = 192, block_size: int = 64, replay: int | None = None, fmt: str = "mxfp4",
-                 modes=("exact", "approximate"), progress: bool = False):
-    """Polars frame: conversation, mode, turn, prompt_tokens, kl_nats, kv_max_abs_error, kv_values_differing, ..."""
+                 step: int = 192, block_size: int = 64):
+    """Polars frame: conversation, mode, turn, prompt_tokens, kl_nats, kv_max_abs_error, kv_values_differing, ...
+
+    The engines replay the model's own R (``model.with_settings(replay=...)`` for another) and
+    store MXFP4, as the SSD tier does by default."""
     import polars as pl
 
-    for name, value, lo in (("turns", turns, 1), ("first", first, 1), ("step", step, 1)):
-        if not isinstance(value, int) or value < lo:
-            raise ValueError(f"prefix_drift {name}: must be an integer >= {lo}, got {value!r}")
+    for name, value in (("turns", turns), ("first", first), ("step", step)):
+        if not isinstance(value, int) or value < 1:
+            raise ValueError(f"prefix_drift {name}: must be an integer >= 1, got {value!r}")
     need = first + (turns - 1) * step
     for i, conv in enumerate(conversations):
         if conv.numel() < need:
             raise ValueError(f"prefix_drift: conversation {i} has {conv.numel()} tokens, needs {need}")
-    ns = namespace_for(model, fmt=fmt, block_size=block_size)
-    jobs = list(itertools.product(range(len(conversations)), modes))
-    it = tqdm(jobs, desc="prefix drift", unit="conversation", disable=not progress)
+    ns = namespace_for(model, block_size=block_size)
     exact_cache: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor]] = {}
     rows = []
     with tempfile.TemporaryDirectory(prefix="tkv-drift-") as root:
-        for c, mode in it:
+        for c, mode in itertools.product(range(len(conversations)), ("exact", "approximate")):
             conv = conversations[c].long()
             ssd = SSDTier(f"{root}/{c}-{mode}", namespace=ns, config=SSDConfig(background_touch=False))
             for k in range(turns):
@@ -62,11 +61,11 @@ def prefix_drift(model: EncoderDecoder, conversations: list[torch.Tensor], *, tu
                     # what an uncached prefill through the engine stores: the reference for the SSD tier
                     ref_root = f"{root}/uncached-{c}-{k}"
                     ref_ssd = SSDTier(ref_root, namespace=ns, config=SSDConfig(background_touch=False))
-                    Engine(model, ref_ssd, HostTier("1GiB"), replay=replay, name="uncached").prefill(prompt)
+                    Engine(model, ref_ssd, HostTier("1GiB"), name="uncached").prefill(prompt)
                     exact_cache[(c, k)] = (logits[-1], ref_ssd.get_prefix(prompt).kv(torch.float32))
                     shutil.rmtree(ref_root, ignore_errors=True)
                 ref_logits, ref_kv = exact_cache[(c, k)]
-                engine = Engine(model, ssd, HostTier("1GiB"), replay=replay, ssd_writes=mode, name=f"turn{k}")
+                engine = Engine(model, ssd, HostTier("1GiB"), ssd_writes=mode, name=f"turn{k}")
                 res = engine.prefill(prompt)
                 stored = ssd.get_prefix(prompt)
                 err, differing = 0.0, 0

@@ -38,6 +38,8 @@ from tiered_kv.train import document_tokens, loss_on
 
 CONTEXTS = (64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
 TARGET_BYTES = 256
+#: Tokens per chunk in :func:`gain_decomposition`'s FP4 round trip (NVFP4 scales per chunk).
+FP4_BLOCK_TOKENS = 64
 
 
 def read_text_files(paths) -> torch.Tensor:
@@ -128,8 +130,7 @@ def _gain_row(variant: str, lf: torch.Tensor, ls: torch.Tensor) -> dict:
 
 
 def gain_decomposition(model: EncoderDecoder, stream: torch.Tensor, *, window: int = 4096, short: int = 512,
-                       target: int = TARGET_BYTES, n: int = 64, seed: int = 2, formats=("mxfp4", "nvfp4"),
-                       block_size: int = 64) -> dict:
+                       target: int = TARGET_BYTES, n: int = 64, seed: int = 2, formats=("mxfp4", "nvfp4")) -> dict:
     """Where the long-context gain lives: the gain as served, with the far global KV swapped
     for another window's, and with the global KV round-tripped through FP4 as the SSD tier
     stores it.
@@ -165,7 +166,7 @@ def gain_decomposition(model: EncoderDecoder, stream: torch.Tensor, *, window: i
     rows = [_gain_row("as served", lf, ls),
             _gain_row("far global KV swapped", target_losses(model, stream, starts, full, target, kv_edit=swap), ls)]
     for fmt in formats:
-        ns = namespace_for(model, fmt=fmt, block_size=block_size)
+        ns = namespace_for(model, fmt=fmt, block_size=FP4_BLOCK_TOKENS)
 
         def fp4(kv: torch.Tensor, idx, ns=ns) -> torch.Tensor:
             return torch.stack([fp4_roundtrip(kv[b].float(), ns).to(kv.dtype) for b in range(kv.shape[0])])
@@ -176,7 +177,7 @@ def gain_decomposition(model: EncoderDecoder, stream: torch.Tensor, *, window: i
     for row in rows:
         row["share_of_served_gain"] = row["gain_nats"] / gain if gain else float("nan")
     return {"variants": rows, "samples": n, "far_positions": far, "short_context_bytes": short,
-            "full_context_bytes": full, "target_bytes": target, "fp4_block_tokens": block_size,
+            "full_context_bytes": full, "target_bytes": target, "fp4_block_tokens": FP4_BLOCK_TOKENS,
             "swap_removes_share": 1 - rows[1]["share_of_served_gain"] if gain else float("nan"),
             "fp4_costs_share": {r["variant"].split()[0]: 1 - r["share_of_served_gain"] for r in rows[2:]}}
 
@@ -218,9 +219,9 @@ def copy_probe(model: EncoderDecoder, stream: torch.Tensor, distances=(256, 1024
 
 
 def evaluate_checkpoint(model: EncoderDecoder, stream: torch.Tensor, *, samples: int = 64,
-                        curve_samples: int = 16, contexts=CONTEXTS, progress: bool = False) -> dict:
+                        curve_samples: int = 16, progress: bool = False) -> dict:
     """Everything ``tiered-kv eval --json`` reports."""
-    contexts = [c for c in contexts if c + TARGET_BYTES <= min(model.cfg.max_seq_len, stream.numel() - 1)]
+    contexts = [c for c in CONTEXTS if c + TARGET_BYTES <= min(model.cfg.max_seq_len, stream.numel() - 1)]
     decomposition = gain_decomposition(model, stream, n=samples)  # its first row is long_context_gain's losses
     return {
         "heldout_nats_per_byte": heldout_loss(model, stream),

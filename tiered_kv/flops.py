@@ -10,12 +10,14 @@ TTFT benchmark, figure 04 and the replay-error measurement (the FLOPs each R cos
 from __future__ import annotations
 
 
-def prefill_flops(n: int, cfg=None, replay: int | None = None, replays=None) -> dict:
-    """FLOPs of prefilling N tokens, counted by FlopCounterMode on meta tensors.
+def prefill_flops(n: int, cfg=None, replays=None) -> dict:
+    """FLOPs of prefilling N tokens with ``cfg``'s replay R, counted by FlopCounterMode on meta tensors.
 
     ``replays`` (a list of R) adds ``ratios_by_replay``: the bounded-replay ratio for each R,
     counting the encoder and the baseline once (the decoder over R tokens is all that varies).
     """
+    from dataclasses import replace
+
     import torch
     from torch.utils.flop_counter import FlopCounterMode
 
@@ -23,9 +25,9 @@ def prefill_flops(n: int, cfg=None, replay: int | None = None, replays=None) -> 
     from tiered_kv.model import EncoderDecoder, preset
 
     cfg = cfg or preset("small")
-    r = cfg.replay if replay is None else replay
+    r = cfg.replay
     if n > cfg.max_seq_len:
-        cfg = type(cfg)(**{**cfg.to_dict(), "max_seq_len": n})
+        cfg = replace(cfg, max_seq_len=n)
     with torch.device("meta"):
         base, encdec = DecoderOnly(cfg), EncoderDecoder(cfg)
         tokens = torch.zeros(n, dtype=torch.long)

@@ -469,17 +469,6 @@ class EncoderDecoder(nn.Module):
         return self.decode(tokens[s:], s, global_kv)
 
 
-def kv_bytes_per_token(cfg: ModelConfig, bits_per_element: float) -> float:
-    """Global KV bytes per token: one K and one V of kv_heads x head_dim, shared by all layers."""
-    return 2 * cfg.kv_heads * cfg.head_dim * bits_per_element / 8
-
-
-def window_bytes(cfg: ModelConfig, bytes_per_element: int = 4) -> int:
-    """Host-tier bytes of one full window state (encoder + decoder layers, W-1 positions)."""
-    layers = cfg.enc_layers + cfg.dec_layers
-    return layers * 2 * (cfg.window - 1) * cfg.kv_heads * cfg.head_dim * bytes_per_element
-
-
 def _check_state(state: WindowState | None, start: int, what: str) -> None:
     if state is not None and state.end != start:
         raise ValueError(f"{what}: windows end at position {state.end}, cannot continue at {start}")

@@ -134,10 +134,9 @@ class Corpus:
     description: dict
 
 
-def stdlib_files(root: Path | None = None) -> list[Path]:
-    """Every ``.py`` file of the standard library (not site-packages), or under ``root``, sorted
-    by relative path."""
-    root = Path(root or sysconfig.get_paths()["stdlib"])
+def stdlib_files() -> list[Path]:
+    """Every ``.py`` file of the standard library (not site-packages), sorted by relative path."""
+    root = Path(sysconfig.get_paths()["stdlib"])
     files = [p for p in root.rglob("*.py") if "site-packages" not in p.parts and p.is_file()]
     return sorted(files, key=lambda p: p.relative_to(root).as_posix())
 
@@ -156,16 +155,15 @@ def document_tokens(data: bytes) -> torch.Tensor:
     return t
 
 
-def load_corpus(heldout_every: int = 20, root: Path | None = None, max_bytes: int | None = None,
-                heldout_only: bool = False) -> Corpus:
+def load_corpus(heldout_every: int = 20, max_bytes: int | None = None, heldout_only: bool = False) -> Corpus:
     """Read the stdlib sources into BOS/EOS-delimited byte streams with a held-out split.
 
     ``heldout_only`` skips reading the training files (fast evaluation); ``max_bytes`` stops
     after that many source bytes have been read.
     """
-    files = stdlib_files(root)
+    files = stdlib_files()
     if not files:
-        raise FileNotFoundError(f"no .py files under {root or sysconfig.get_paths()['stdlib']}")
+        raise FileNotFoundError(f"no .py files under {sysconfig.get_paths()['stdlib']}")
     train_parts, held_parts, n_bytes = [], [], 0
     for i, path in enumerate(files):
         if heldout_only and i % heldout_every:
@@ -194,19 +192,13 @@ def sample_windows(stream: torch.Tensor, n: int, seq_len: int, gen: torch.Genera
     return stream[idx].long()
 
 
-def recall_augment(windows: torch.Tensor, tc: TrainConfig, gen: torch.Generator) -> torch.Tensor:
-    """Copy spans from >= ``recall_distance`` earlier into a ``recall_prob`` share of windows.
+def recall_augment(windows: torch.Tensor, tc: TrainConfig,
+                   gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """Copy spans from >= ``recall_distance`` earlier into a ``recall_prob`` share of windows;
+    return them and a bool mask [n, t-1] of the *targets* a copy makes predictable.
 
     The copy lands beyond the sliding window of its source, so predicting it needs the
     global KV. Draws come from ``gen`` in a fixed order: same generator state, same result.
-    """
-    return recall_augment_masked(windows, tc, gen)[0]
-
-
-def recall_augment_masked(windows: torch.Tensor, tc: TrainConfig,
-                          gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
-    """:func:`recall_augment` and a bool mask [n, t-1] of the *targets* a copy makes predictable.
-
     Target ``j`` predicts ``windows[:, j+1]``; a copy at ``[dst, dst+span)`` makes its bytes
     from ``dst+1`` on predictable (its first byte is not: nothing says a copy starts there).
     """
@@ -280,7 +272,7 @@ def _train_step(model: EncoderDecoder, opt: torch.optim.Optimizer, train_bytes: 
     for g in opt.param_groups:
         g["lr"] = lr_at(step, tc) * g["lr_mult"]
     batch, seq_len = tc.shape_at(step)
-    windows, copied = recall_augment_masked(sample_windows(train_bytes, batch, seq_len, gen), tc, gen)
+    windows, copied = recall_augment(sample_windows(train_bytes, batch, seq_len, gen), tc, gen)
     weight = 1.0 + (tc.recall_weight - 1.0) * copied.float() if tc.recall_weight != 1.0 else None
     with torch.autocast("cpu", dtype=torch.bfloat16, enabled=tc.amp):
         loss = loss_on(model, windows, weight)

@@ -132,7 +132,7 @@ def _prompt_tokens(tokens, need: int):
     return tokens.repeat(need // tokens.numel() + 1) if tokens.numel() < need else tokens
 
 
-def measure_ttft(lengths=LENGTHS, *, model=None, checkpoint=None, repeats: int = 5, suffix: int = 64,
+def measure_ttft(lengths=LENGTHS, *, model=None, repeats: int = 5, suffix: int = 64,
                  block_size: int = 256, fmt: str = "mxfp4", tokens=None, progress: bool = True,
                  store_dir: str | None = None, raw: bool = False):
     """Measured TTFT per (length, case): a polars frame of medians with ``ttft_ms_q1``/``_q3``.
@@ -146,7 +146,7 @@ def measure_ttft(lengths=LENGTHS, *, model=None, checkpoint=None, repeats: int =
     from tiered_kv.engine import namespace_for
 
     if model is None:
-        model, _ = load_model(checkpoint=checkpoint)
+        model, _ = load_model()
     lengths = [int(n) for n in lengths]
     if not isinstance(repeats, int) or repeats < 1:
         raise ValueError(f"repeats: must be an integer >= 1, got {repeats!r}")
