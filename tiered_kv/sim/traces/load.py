@@ -12,6 +12,7 @@ from pathlib import Path
 
 import polars as pl
 
+from tiered_kv.sim.traces._reading import check_utf8
 from tiered_kv.sim.traces.bailian import load_bailian
 from tiered_kv.sim.traces.generic import load_generic
 from tiered_kv.sim.traces.mooncake import load_mooncake
@@ -23,8 +24,6 @@ def detect_format(path: Path) -> str:
     suffix = path.suffix.lower()
     if suffix in (".parquet", ".pq", ".csv"):
         return "generic"
-    from tiered_kv.sim.traces._reading import check_utf8
-
     check_utf8(path)
     with open(path, encoding="utf-8") as f:
         for line in f:
@@ -46,7 +45,6 @@ def detect_format(path: Path) -> str:
     raise ValueError(f"{path}: cannot detect the trace format from fields {sorted(keys)}; "
                      "expected Mooncake (timestamp, input_length, hash_ids), Bailian (chat_id, "
                      "parent_chat_id, hash_ids) or generic (token_ids or block_ids)")
-
 
 
 def load_trace(path: str | Path, format: str = "auto", traffic_class: str | None = None,
