@@ -1,14 +1,14 @@
 """What every benchmark's record shares: its stopwatch (:func:`clocked`), how a figure and its
-spread are written, and the two shapes a benchmark declares (:class:`Page`, its section of BENCHMARKS.md; :class:`Row`, its line
-of the summary table).
+spread are written, and the two shapes a benchmark declares (:class:`Page`, its section of
+BENCHMARKS.md; :class:`Row`, its line of the summary table).
 
 A page is rendered from its JSON alone, so re-rendering the committed JSON gives the committed
 page and nothing in it can be typed by hand. Statistics are medians of interleaved repeats with
 their range, never a best-of (on a shared machine, that is whichever run the neighbours
 spared). A ratio against a baseline is taken per paired repeat (the path and the baseline timed
-one after the other) and the median of those ratios reported with their
-range: a ratio of the two medians pairs runs that were not timed together, and a repeat that
-went badly on one side only (a 0.26x beside 0.9x) disappears into it.
+one after the other) and the median of those ratios reported with their range: a ratio of the
+two medians pairs runs that were not timed together, and a repeat that went badly on one side
+only (a 0.26x beside 0.9x) disappears into it.
 """
 
 from __future__ import annotations
@@ -125,7 +125,7 @@ class Page:
     each name in ``extra``, that JSON or None when it is missing; ``command`` is what ``tiered-kv
     bench record`` stores when it is given none; ``machine`` is the page's own note for a JSON
     that names none (None: it has none; :func:`recorded`). With a ``title``, the body is set in
-    the standard frame (:func:`standard_page`); without, it is the whole page."""
+    the standard frame: the :func:`head`, the machine note, the body; without, it is the whole page."""
 
     name: str
     body: Callable[..., str]
@@ -137,7 +137,8 @@ class Page:
     def render(self, *data: dict | None) -> str:
         if not self.title:
             return self.body(*data)
-        return standard_page(self.title, self.name, data[0], self.command, self.body(*data), self.machine)
+        command, machine = recorded(data[0], self.command, self.machine)
+        return f"{head(self.title, self.name, command)}\nMachine: {machine}\n\n{self.body(*data)}\n"
 
 
 @dataclass(frozen=True)
@@ -168,10 +169,3 @@ Written by `tiered-kv bench record {name}` from `benchmarks/results/{name}.json`
 {command}
 ```
 """
-
-
-def standard_page(title: str, name: str, r: dict, default_command: str, body: str,
-                  own_machine: str | None = None) -> str:
-    """The usual frame: the head, the machine, the body."""
-    command, machine = recorded(r, default_command, own_machine)
-    return f"{head(title, name, command)}\nMachine: {machine}\n\n{body}\n"

@@ -16,7 +16,7 @@ least 0.25). On CUDA the figures are also a fraction of the device's peak memory
 (H200: 4.8 TB/s; the target is 0.75). Times are the median of ``--repeat`` calls after a
 warm-up call (which also compiles or loads the numba / Triton kernels), every call recorded in
 ``seconds_all`` (and each call's ratio against the clone timed just before it in
-``ratio_vs_clone_all``); CUDA times are ``triton.testing.do_bench``'s median. Not a test: nothing here is asserted.
+``ratio_vs_clone_all``); CUDA times are ``triton.testing.do_bench``'s median.
 """
 
 from __future__ import annotations

@@ -65,10 +65,9 @@ def register(parser: argparse.ArgumentParser) -> None:
 
 
 def _timed_compare(peer_fn, ours_fn, repeat: int, ours_policy: str) -> dict:
-    """Both sides' curves compared point by point, and timed in ``repeat`` rounds run peer, ours,
-    peer, ours, ... (load from other jobs on a shared machine hits both sides alike): medians in
-    the usual keys, every round beside them (``peer_seconds_all``, ``ours_seconds_all``,
-    ``*_cpu_seconds_all``), the speed-ups per round (:func:`speedups`)."""
+    """Both sides' curves compared point by point, and timed in ``repeat`` interleaved rounds as
+    the module docstring says (load from other jobs on a shared machine hits both sides alike);
+    the speed-ups are taken per round (:func:`speedups`)."""
     runs: dict[str, list[float]] = {f"{side}_{cpu}seconds_all": [] for cpu in ("", "cpu_") for side in ("peer", "ours")}
     out: dict[str, Any] = {}
     for _ in range(max(1, repeat)):

@@ -1,12 +1,14 @@
 """Replay time of every policy on the 14-day synthetic mixed workload (the policy arena).
 
-One replay per policy of :data:`POLICIES` at one capacity (``--capacity-fraction`` of the
-workload's footprint, whole blocks), each through its own ``run`` (hits and SSD wear): ``ttl``
-is a 3-day idle TTL under the same capacity, ``watermark`` the capacity in bytes (high 0.95 /
-low 0.85), ``belady`` MIN with bypass, next uses included.
+One replay per policy at one capacity (``--capacity-fraction`` of the workload's footprint,
+whole blocks): ``lru``, ``ttl`` (a 3-day idle TTL under the same capacity), ``watermark``
+(the capacity in bytes, high 0.95 / low 0.85), ``belady`` (MIN with bypass, next uses
+included) and the zoo (``fifo``, ``lfu``, ``arc``, ``slru``, ``2q``, ``s3fifo``, ``sieve``,
+``gdsf``, ``class-lru``, ``belady-nobypass``), each through its own ``run`` (hits and SSD wear).
 
-Timing: ``--repeat`` interleaved rounds (:func:`timed_rounds`) after one untimed warm-up round
-on a small trace (numba compile or cache load); per policy the median, the spread (min-max) and
+Timing: ``--repeat`` rounds, interleaved (every policy once per round, the order rotated by
+one each round so no policy always runs first or last), after one untimed warm-up round on a
+small trace (numba compile or cache load); per policy the median, the spread (min-max) and
 every run, wall and CPU seconds. The workload is generated and compiled once, timed apart.
 ``--scale`` scales the workload's request rates (1.0: the ``mixed`` preset's 14 M block
 accesses); the output states the scale and the number of accesses measured.

@@ -8,8 +8,6 @@ table (:mod:`tiered_kv.sim.workload.calibration`) as JSON.
 - ``calibration``: :func:`~tiered_kv.sim.workload.calibration.calibration_report` of each of
   ``--calibration-seeds`` (full size unless ``--quick-calibration``): every statistic beside
   its target and tolerance, and whether it is within.
-
-Not a test: nothing is asserted.
 """
 
 from __future__ import annotations
