@@ -20,17 +20,6 @@ from tiered_kv.viz.style import dashed_lines
 from tiered_kv.viz.widgets import Dashboard, html_table, log_slider, slider
 
 
-#: (windows, replays, sequences, prefix tokens, decoded steps) at each notebook size. The full
-#: size is figure 09's measurement (:data:`tiered_kv.bounded_replay_error.SETTINGS` ``"full"``: 64
-#: held-out sequences), so the notebook and the figure print the same numbers.
-def _grids() -> dict:
-    from tiered_kv.bounded_replay_error import SETTINGS
-
-    f = SETTINGS["full"]
-    return {"small": ((8, 16), (2, 8, 32), 1, 96, 8),
-            "full": (f.windows, f.replays, f.samples, f.prefix, f.steps)}
-
-
 @dataclass(frozen=True)
 class ReplayMeasurements:
     description: str  # which model and data
@@ -63,7 +52,11 @@ def measure(size: str | None = None) -> ReplayMeasurements:
     from tiered_kv.viz.widgets import torch_threads
 
     size = size or notebook_size()
-    windows, replays, n_seq, prefix, steps = _grids()[size]
+    # The full size is figure 09's measurement (``SETTINGS["full"]``: 64 held-out sequences), so the
+    # notebook and the figure print the same numbers.
+    f = rq.SETTINGS["full"]
+    windows, replays, n_seq, prefix, steps = (((8, 16), (2, 8, 32), 1, 96, 8) if size == "small" else
+                                              (f.windows, f.replays, f.samples, f.prefix, f.steps))
     with torch_threads(1 if size == "small" else 2):
         model, meta = notebook_model(size)
         desc = "tiny preset, random weights (untrained; CI size)" if meta is None else \

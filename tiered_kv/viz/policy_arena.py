@@ -34,17 +34,17 @@ def load(trace_name: str):
     return load_compiled_trace(resolve_trace_path(trace_name))
 
 
-def arena_table(trace, policies=POLICIES, *, points: int = 24, admissions=ADMISSIONS, workers: int = 1,
-                bytes_per_token: float | None = None, capacities=None) -> pl.DataFrame:
-    """Long frame: policy, admission, capacity_tokens, capacity_bytes, token_hit_rate,
-    ssd_bytes_written, bytes_written_per_hit_byte, drive_writes_per_day; Belady's rows have
-    admission ``"bound"`` (the same under every filter: it bypasses) and its own writes (misses
-    it keeps; it never writes a block it bypasses or one never used again)."""
+def arena_table(trace, caps: np.ndarray, policies=POLICIES, *, admissions=ADMISSIONS,
+                workers: int = 1) -> pl.DataFrame:
+    """Long frame at the capacities ``caps`` (tokens): policy, admission, capacity_tokens, capacity_bytes
+    (at :data:`~tiered_kv.sim.policies.DEFAULT_BYTES_PER_TOKEN`), token_hit_rate, ssd_bytes_written,
+    bytes_written_per_hit_byte, drive_writes_per_day; Belady's rows have admission ``"bound"`` (the
+    same under every filter: it bypasses) and its own writes (misses it keeps; it never writes a
+    block it bypasses or one never used again)."""
     from tiered_kv.sim import curves as C
     from tiered_kv.sim.policies import DEFAULT_BYTES_PER_TOKEN
 
-    bpt = float(bytes_per_token or DEFAULT_BYTES_PER_TOKEN)
-    caps = C.default_capacities(trace, points) if capacities is None else np.asarray(capacities)
+    bpt = float(DEFAULT_BYTES_PER_TOKEN)
     parts = []
     specs = [p for p in policies if p != "belady"]
     for adm in admissions:
@@ -130,12 +130,10 @@ class Arena:
         return int(caps[i])
 
 
-def build_arena(trace, policies=POLICIES, *, points: int = 24, admissions=ADMISSIONS, workers: int | None = None,
-                bytes_per_token: float | None = None, title: str = "") -> Arena:
-    """The slow part, once: :func:`arena_table` of ``trace`` (compiled, or a trace frame); ``policies``
-    may name plug-in files (``path/to/file.py:Class``, docs/policies.md)."""
-    import os
-
+def build_arena(trace, policies=POLICIES, *, points: int = 24, admissions=ADMISSIONS, workers: int = 1,
+                title: str = "") -> Arena:
+    """The slow part, once: :func:`arena_table` of ``trace`` (compiled, or a trace frame) at ``points``
+    capacities; ``policies`` may name plug-in files (``path/to/file.py:Class``, docs/policies.md)."""
     from tiered_kv.sim.curves import default_capacities
     from tiered_kv.sim.policies import DEFAULT_BYTES_PER_TOKEN
     from tiered_kv.sim.trace_replay import CompiledTrace, compile_trace
@@ -149,16 +147,13 @@ def build_arena(trace, policies=POLICIES, *, points: int = 24, admissions=ADMISS
         raise ValueError(f"admissions: each must be one of {list(ADMISSIONS)}, got {list(admissions)}")
     if not isinstance(trace, CompiledTrace):
         trace = compile_trace(trace)
-    workers = min(2, os.cpu_count() or 1) if workers is None else int(workers)
-    bpt = float(bytes_per_token or DEFAULT_BYTES_PER_TOKEN)
     caps = default_capacities(trace, points)
-    data = arena_table(trace, policies, admissions=admissions, workers=workers, bytes_per_token=bpt,
-                       capacities=caps)
+    data = arena_table(trace, caps, policies, admissions=admissions, workers=workers)
     span = float(trace.timestamps[-1] - trace.timestamps[0]) if trace.n_requests else 0.0
     info = {"requests": int(trace.n_requests), "accesses": int(trace.n_accesses),
             "block_size": int(trace.uniform_block_size), "span_s": span}
     return Arena(data=data, capacities=np.asarray(caps, dtype=np.int64), policies=policies, admissions=admissions,
-                 bytes_per_token=bpt, title=title, info=info)
+                 bytes_per_token=float(DEFAULT_BYTES_PER_TOKEN), title=title, info=info)
 
 
 def arena_view(arena: Arena, policies, admission: str, capacity_tokens: float) -> dict:
@@ -286,23 +281,21 @@ def summary_line(arena: Arena, view: dict) -> str:
 
 class PolicyArenaDashboard(Dashboard):
     """Policy choice, admission filter and a capacity slider over a precomputed :class:`Arena`
-    (default: :func:`conversation_arena` at the notebook's size); ``view`` is the dict of the last
-    redraw (:func:`arena_view`)."""
+    (:func:`conversation_arena` in notebook 07); ``view`` is the dict of the last redraw (:func:`arena_view`)."""
 
-    def __init__(self, arena: Arena | None = None, *, policies=None, admission: str | None = None,
-                 capacity_tokens: float | None = None) -> None:
+    def __init__(self, arena: Arena, *, policies=None) -> None:
         from tiered_kv.units import format_bytes, format_tokens
 
-        self.arena = a = arena if arena is not None else conversation_arena()
+        self.arena = a = arena
         self.policy_select = widgets.SelectMultiple(
             options=list(a.policies), value=tuple(policies if policies is not None else a.policies),
             rows=min(len(a.policies), 10), description="policies", style={"description_width": "initial"})
         self.admission_buttons = widgets.ToggleButtons(
-            options=list(a.admissions), value=admission or a.admissions[0], description="admission",
+            options=list(a.admissions), value=a.admissions[0], description="admission",
             style={"description_width": "initial", "button_width": "130px"})
         labels = [(f"{format_tokens(c)} ({format_bytes(c * a.bytes_per_token)})", int(c)) for c in a.capacities]
-        cap0 = a.snap(capacity_tokens) if capacity_tokens is not None else int(a.capacities[len(a.capacities) // 2])
-        self.capacity_slider = slider(widgets.SelectionSlider, "SSD capacity", options=labels, value=cap0,
+        self.capacity_slider = slider(widgets.SelectionSlider, "SSD capacity", options=labels,
+                                      value=int(a.capacities[len(a.capacities) // 2]),
                                       continuous_update=True, width="560px")
         self.template = arena_template(a)
         controls = widgets.HBox([self.policy_select, widgets.VBox([self.admission_buttons, self.capacity_slider])])
@@ -325,8 +318,7 @@ class PolicyArenaDashboard(Dashboard):
         raise KeyError(f"{policy!r} is not shown (shown: {[r['policy'] for r in self.view['rows']]})")
 
 
-def conversation_arena(size: str | None = None, policies=POLICIES, points: int | None = None,
-                       workers: int | None = None) -> Arena:
+def conversation_arena(size: str | None = None, policies=POLICIES) -> Arena:
     """The arena of the shipped Mooncake conversation trace (its first 15 minutes at small size)."""
     from tiered_kv.viz import notebook_size
 
@@ -339,8 +331,7 @@ def conversation_arena(size: str | None = None, policies=POLICIES, points: int |
         frame = load_trace(shipped_trace("conversation"))
         trace = frame.filter(pl.col("timestamp_s") < frame["timestamp_s"].min() + seconds)
         what = f"Mooncake conversation trace (first {seconds / 60:g} minutes)"
-    return build_arena(trace, policies, points=points or n, workers=procs if workers is None else workers,
-                       title=f"policy arena: {what}")
+    return build_arena(trace, policies, points=n, workers=procs, title=f"policy arena: {what}")
 
 
 def arena_summary(arena: Arena) -> dict[str, pl.DataFrame]:

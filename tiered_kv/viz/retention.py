@@ -197,7 +197,6 @@ def conversation_dashboard(size: str | None = None) -> RetentionDashboard:
 def synthetic_dashboard(size: str | None = None) -> RetentionDashboard:
     """Dashboard over the synthetic chatbot + agent workload, TTLs starting at 3 days."""
     table = synthetic_table(size)
-    three_days = 3 * 86_400.0
     return RetentionDashboard(table, title="synthetic multi-day workload (chatbot + agent)",
-                              ttl_s=dict.fromkeys(table.classes, three_days),
+                              ttl_s=dict.fromkeys(table.classes, 3 * 86_400.0),
                               bytes_per_token=_fp4_bytes_per_token())

@@ -30,15 +30,22 @@ def dashed_lines(data: Any, *, x: Any, y: Any, dash: str, dash_title: str, color
     return alt.layer(lines, points, data=data)
 
 
-def published_marks(value: float, text: str) -> list:
-    """A dashed rule at the published ``value`` (field ``published``) and its ``text`` at hour 0.5."""
+def hourly_disk_share(hourly: Any, *, x_title: str, y_title: str, color: Any, tooltip: list, title: str) -> Any:
+    """Figures 05 and 15: the share of input tokens served from disk (``disk_token_fraction``) per
+    ``hour``, one line per ``color``, and DeepSeek's published share dashed, labelled at hour 0.5."""
     import altair as alt
     import polars as pl
 
-    rule = alt.Chart(pl.DataFrame({"published": [value]})).mark_rule(strokeDash=[6, 4]).encode(y="published:Q")
-    label = alt.Chart(pl.DataFrame({"published": [value], "hour": [0.5], "text": [text]})).mark_text(
-        align="left", dy=-6).encode(x="hour:Q", y="published:Q", text="text:N")
-    return [rule, label]
+    from tiered_kv.sim.cluster.disk_day import PUBLISHED_DISK_FRACTION as share
+
+    line = alt.Chart(hourly).mark_line(point=True).encode(
+        x=alt.X("hour:Q", title=x_title),
+        y=alt.Y("disk_token_fraction:Q", title=y_title, axis=alt.Axis(format="%"), scale=alt.Scale(domain=[0, 1])),
+        color=color, tooltip=tooltip)
+    rule = alt.Chart(pl.DataFrame({"published": [share]})).mark_rule(strokeDash=[6, 4]).encode(y="published:Q")
+    text = pl.DataFrame({"published": [share], "hour": [0.5], "text": [f"DeepSeek: {share:.0%}"]})
+    label = alt.Chart(text).mark_text(align="left", dy=-6).encode(x="hour:Q", y="published:Q", text="text:N")
+    return alt.layer(line, rule, label).properties(width=520, height=300, title=title)
 
 
 def binary_unit(max_bytes: float, smallest: str = "KiB") -> tuple[str, float]:

@@ -12,7 +12,7 @@ import polars as pl
 
 from tiered_kv.sim.cluster.disk_day import PUBLISHED_DISK_FRACTION, disk_day
 from tiered_kv.viz.report import Claim, FigureResult, claim_value
-from tiered_kv.viz.style import published_marks
+from tiered_kv.viz.style import hourly_disk_share
 
 NAME = "05_disk_fraction"
 TITLE = "Share of input tokens served from the SSD tier over a simulated day"
@@ -26,15 +26,10 @@ def build(quick: bool) -> FigureResult:
     preset, cfg, res, day2 = disk_day(quick)
     hourly = over_time(day2, 3600.0).with_columns(((pl.col("bin_start_s") - 86_400.0) / 3600.0).alias("hour"))
     total = summarize(day2)
-    line = alt.Chart(hourly).mark_line(point=True).encode(
-        x=alt.X("hour:Q", title="hour of the simulated day (hours)"),
-        y=alt.Y("disk_token_fraction:Q", title="input tokens served from SSD (fraction)", axis=alt.Axis(format="%"),
-                scale=alt.Scale(domain=[0, 1])),
-        color=alt.Color("traffic_class:N", title="class"),
-        tooltip=["hour", "traffic_class", alt.Tooltip("disk_token_fraction:Q", format=".1%"), "input_tokens"],
-    )
-    chart = alt.layer(line, *published_marks(PUBLISHED_DISK_FRACTION, f"DeepSeek: {PUBLISHED_DISK_FRACTION:.0%}")).properties(
-        width=520, height=300, title=TITLE)
+    chart = hourly_disk_share(
+        hourly, x_title="hour of the simulated day (hours)", y_title="input tokens served from SSD (fraction)",
+        color=alt.Color("traffic_class:N", title="class"), title=TITLE,
+        tooltip=["hour", "traffic_class", alt.Tooltip("disk_token_fraction:Q", format=".1%"), "input_tokens"])
     by = total["by_class"]
     claims = [Claim(
         "share of input tokens served from disk", "DeepSeek (context caching on disk)", PUBLISHED_DISK_FRACTION,

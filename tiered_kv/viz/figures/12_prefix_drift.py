@@ -78,7 +78,6 @@ def _notes(raw: pl.DataFrame, turns: int, settings: str) -> str:
             sub = sub.filter(pl.col("turn") == turns)
         return float(sub[col].mean())
 
-    catch_up = raw.filter(pl.col("mode") == "exact")["store_catch_up_tokens"]
     ex = raw.filter(pl.col("mode") == "exact")
     exact_err, differing, values = ex["kv_max_abs_error"].max(), int(ex["kv_values_differing"].sum()), int(ex["kv_values"].sum())
     exact_same = ("byte-identical to an uncached prefill's" if differing == 0 else
@@ -91,5 +90,5 @@ def _notes(raw: pl.DataFrame, turns: int, settings: str) -> str:
             f"exact catch-up {mean_of('exact', 'kl_nats'):.3g} nats; at turn {turns}: "
             f"{mean_of('approximate', 'kl_nats', True):.3g} vs {mean_of('exact', 'kl_nats', True):.3g}. "
             f"Largest stored-KV error: approximate {raw.filter(pl.col('mode') == 'approximate')['kv_max_abs_error'].max():.3g}, "
-            f"exact {exact_err:.3g} ({exact_same}). Cost of exactness: {float(catch_up.mean()):,.0f} extra encoder tokens per turn on "
+            f"exact {exact_err:.3g} ({exact_same}). Cost of exactness: {float(ex['store_catch_up_tokens'].mean()):,.0f} extra encoder tokens per turn on "
             "average, off the critical path (the first token still uses the fast replayed state).")

@@ -22,7 +22,7 @@ import polars as pl
 from tiered_kv import REPO_ROOT
 from tiered_kv.sim.cluster.disk_day import PUBLISHED_DISK_FRACTION
 from tiered_kv.viz.report import Claim, FigureResult, claim_value
-from tiered_kv.viz.style import published_marks
+from tiered_kv.viz.style import hourly_disk_share
 
 NAME = "15_deepseek_day"
 TITLE = "Disk-served share of a DeepSeek-like day: per-class TTLs (3 d / 7 d) and LRU"
@@ -87,15 +87,10 @@ def _chart(res: dict):
     rows = [{"policy": name, "hour": h - lo, "disk_token_fraction": v}
             for name, p in res["policies"].items() for h, v in enumerate(p["hourly"]) if v is not None and h >= lo]
     hourly = pl.DataFrame(rows)
-    line = alt.Chart(hourly).mark_line(point=True).encode(
-        x=alt.X("hour:Q", title="hour of the counted day (hours)"),
-        y=alt.Y("disk_token_fraction:Q", title="input tokens served from disk (fraction)",
-                axis=alt.Axis(format="%"), scale=alt.Scale(domain=[0, 1])),
-        color=alt.Color("policy:N", title="policy (capacities at DeepSeek scale / the scale factor)"),
-        tooltip=["policy", "hour", alt.Tooltip("disk_token_fraction:Q", format=".1%")],
-    )
-    chart = alt.layer(line, *published_marks(PUBLISHED_DISK_FRACTION, f"DeepSeek: {PUBLISHED_DISK_FRACTION:.0%}")).properties(
-        width=520, height=300, title=TITLE)
+    chart = hourly_disk_share(
+        hourly, x_title="hour of the counted day (hours)", y_title="input tokens served from disk (fraction)",
+        color=alt.Color("policy:N", title="policy (capacities at DeepSeek scale / the scale factor)"), title=TITLE,
+        tooltip=["policy", "hour", alt.Tooltip("disk_token_fraction:Q", format=".1%")])
     return chart, hourly
 
 

@@ -19,10 +19,11 @@ TITLE = "Policy arena: token hit rate vs capacity, and SSD writes/day vs hit rat
 
 
 def build(quick: bool) -> FigureResult:
+    from tiered_kv.sim.curves import default_capacities
     from tiered_kv.viz import policy_arena as A
 
     trace = A.load("conversation")
-    data = A.arena_table(trace, points=6 if quick else 24)
+    data = A.arena_table(trace, default_capacities(trace, 6 if quick else 24))
     return FigureResult(chart=_chart(data), claims=[], data=data, notes=_notes(trace, data))
 
 
