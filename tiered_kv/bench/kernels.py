@@ -81,10 +81,10 @@ def _cpu_pair(fn: Callable[[], Any], baseline: Callable[[], Any], repeat: int,
     return statistics.median(fn_all), statistics.median(base_all), fn_all, base_all
 
 
-def _entry(timing: tuple, elements: int, bytes_per_element: float, clone_gbps: float | None,
+def _entry(timing: Timing, elements: int, bytes_per_element: float, clone_gbps: float | None,
            peak_gbps: float | None) -> dict:
-    """One path's figures from ``(median s, median baseline s or None, every call, every baseline
-    call or None)``; ``ratio_vs_clone_all`` pairs each call with the clone timed just before it."""
+    """One path's figures from its :data:`Timing`; ``ratio_vs_clone_all`` pairs each call with the
+    clone timed just before it."""
     seconds, base_seconds, runs, base_runs = timing
     gbps = bytes_per_element * elements / seconds / 1e9
     out = {"seconds": seconds, "elements_per_s": elements / seconds,
