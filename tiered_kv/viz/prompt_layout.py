@@ -1,9 +1,8 @@
 """Prompt layout: hit rate against the depth of a volatile per-call line (figure 17, notebook 06).
 
-A line that changes on every call (timestamp, request id) at token depth d makes the block holding
-it and every later block unique to the request (:func:`tiered_kv.sim.traces.insert_volatile_block`).
-:func:`depth_rates` gives the unlimited-cache token hit rate of one hour of each synthetic class
-and of the real conversation trace at one depth; :func:`keep_depth` is the answer key's search.
+Why it is asked: figure 17's docstring. :func:`depth_rates` gives the unlimited-cache token hit rate
+of one hour of each synthetic class and of the real conversation trace at one depth;
+:func:`keep_depth` is the answer key's search.
 """
 
 from __future__ import annotations

@@ -31,8 +31,7 @@ CASE_COLORS = {
 }
 #: The measured cases of :func:`tiered_kv.measure.ttft.measure_ttft`, named as in the model panel.
 MEASURED_CASES = {"miss": MISS, "ssd_cold_hit": "SSD hit, page cache dropped (replay)",
-                  "ssd_warm_hit": "SSD hit, page cache warm (replay)", "ssd_hit": "SSD hit, page cache warm (replay)",
-                  "ssd_host_hit": "SSD + host hit (no replay)"}
+                  "ssd_warm_hit": "SSD hit, page cache warm (replay)", "ssd_host_hit": "SSD + host hit (no replay)"}
 _SPARE = ("#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#ff7f0e")
 
 
@@ -49,7 +48,7 @@ def _model_frame() -> pl.DataFrame:
     n = np.unique(np.round(np.geomspace(1024, 131072, 29)))
     bf16, fp4 = L.preset("deepseek-v3"), L.preset("deepseek-v3-fp4")
     rows = []
-    for case, values in (("miss (recompute)", L.miss_ttft(bf16, n)),
+    for case, values in ((MISS, L.miss_ttft(bf16, n)),
                          ("hit, BF16 MLA KV (70,272 B/token)", L.hit_ttft(bf16, n)),
                          ("hit, FP4 KV (890 B/token)", L.hit_ttft(fp4, n))):
         rows += [{"prompt_tokens": int(a), "ttft_s": float(b), "case": case} for a, b in zip(n, values, strict=True)]

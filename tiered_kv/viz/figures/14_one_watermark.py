@@ -28,14 +28,11 @@ def build(quick: bool) -> FigureResult:
     res, size = study("small" if quick else "full")
     data = idle_quantiles(res)
     chart = idle_chart(res, TITLE)
-
-    def rate(mech: str) -> float:
-        return float(res["totals"].filter(res["totals"]["mechanism"] == mech)["token_hit_rate"][0])
-
+    rate = dict(res["totals"].select("mechanism", "token_hit_rate").iter_rows())
     front, pair = res["frontier_token_hit_rate"], res["pair_token_hit_rate"]
     parts = [f"{COLLECTOR_NAMES[m]}: median idle at eviction agent {median_idle_days(res, m, 'agent'):.2f} d, "
-             f"chatbot {median_idle_days(res, m, 'chatbot'):.2f} d, hit rate {rate(m):.2%} "
-             f"({100 * (rate(m) - front):+.2f} points vs the oracle)" for m in COLLECTOR_NAMES]
+             f"chatbot {median_idle_days(res, m, 'chatbot'):.2f} d, hit rate {rate[m]:.2%} "
+             f"({100 * (rate[m] - front):+.2f} points vs the oracle)" for m in COLLECTOR_NAMES]
     notes = (
         f"Workload: {size}. One disk of {format_bytes(res['capacity_bytes'])} (the average stored bytes of "
         f"the 3 d / 7 d TTL pair), high/low watermarks 95 % / 85 %, cold at day 0. "
