@@ -465,24 +465,24 @@ def generate(config: SynthConfig | ClassConfig | str, days: float, seed: int) ->
     order = np.argsort(times, kind="stable")
     n = len(order)
 
-    def merged(get) -> np.ndarray:
-        return np.concatenate([get(k) for k in range(len(draws))])[order]
+    def merged(parts: list[np.ndarray]) -> np.ndarray:  # one array per class -> one in time order
+        return np.concatenate(parts)[order]
 
-    length = merged(lambda k: draws[k].input_length)
+    length = merged([d.input_length for d in draws])
     partial_id = np.where(length % bs != 0, next_id + np.arange(n, dtype=np.int64), 0)
-    lay = _Layout(**{key: merged(lambda k, key=key: layouts[k][key]) for key in layouts[0]},
+    lay = _Layout(**{key: merged([per[key] for per in layouts]) for key in layouts[0]},
                   partial_id=partial_id, length=length)
-    cls = merged(lambda k: np.full(len(draws[k].time), k, dtype=np.int64))
+    cls = merged([np.full(len(d.time), k, dtype=np.int64) for k, d in enumerate(draws)])
     names = np.array([c.name for c in cfg.classes])
     frame = pl.DataFrame({
         "request_id": np.arange(n, dtype=np.int64),
         "timestamp_s": times[order],
         "input_length": length,
-        "output_length": merged(lambda k: draws[k].output_length),
+        "output_length": merged([d.output_length for d in draws]),
         "block_size": np.full(n, bs, dtype=np.int32),
         "traffic_class": names[cls],
-        "session_id": merged(lambda k: draws[k].session),
-        "turn": merged(lambda k: draws[k].turn),
+        "session_id": merged([d.session for d in draws]),
+        "turn": merged([d.turn for d in draws]),
     })
     frame = frame.with_columns(
         (pl.col("traffic_class") + pl.lit("-") + pl.col("session_id").cast(pl.Utf8)).alias("session_id"),
