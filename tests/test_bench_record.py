@@ -222,6 +222,14 @@ def test_a_new_run_without_a_machine_note_claims_no_load(root: Path, tmp_path: P
     assert f"Machine: {cluster_model.MACHINE}" in (results / "cluster.md").read_text()
 
 
+def test_a_note_typed_with_its_own_label_is_shown_once(root: Path, tmp_path: Path):
+    """``--machine "Machine: ..."`` (as some committed runs were recorded) reads ``Machine: ...``."""
+    assert main(["bench", "record", "widgets", "--machine", "Machine: quiet, 2 cores", "--root", str(root)]) == 0
+    lines = (root / "benchmarks" / "results" / "widgets.md").read_text().splitlines()
+    assert "Machine: quiet, 2 cores" in lines and not any("Machine: Machine" in ln for ln in lines)
+    assert not any("Machine: Machine" in ln for ln in (ROOT / "BENCHMARKS.md").read_text().splitlines())
+
+
 def test_a_feeding_json_rerenders_the_page_it_feeds(root: Path):
     results = root / "benchmarks" / "results"
     (results / "policies.md").write_text("stale")

@@ -154,9 +154,11 @@ class Row:
 
 def recorded(r: dict, default_command: str, own_machine: str | None = None) -> tuple[str, str]:
     """(command, machine note) of a record: what its JSON names, else ``default_command`` and the
-    page's own note, else :data:`NO_MACHINE_NOTE`."""
+    page's own note, else :data:`NO_MACHINE_NOTE`. The page writes ``Machine:`` before the note,
+    so a note recorded as ``--machine "Machine: ..."`` loses its own."""
     rec = r.get("recorded") or {}
-    return rec.get("command") or default_command, rec.get("machine", own_machine or NO_MACHINE_NOTE)
+    machine = rec.get("machine", own_machine or NO_MACHINE_NOTE)
+    return rec.get("command") or default_command, machine.removeprefix("Machine:").lstrip()
 
 
 def head(title: str, name: str, command: str) -> str:
