@@ -78,7 +78,10 @@ def test_small_run_puts_freshly_computed_numbers_on_the_page(capsys):
     assert cli(["bench", "cluster", "--json", "--size", "small"]) == 0
     record = json.loads(capsys.readouterr().out)
     assert record["size"] == "small"
+    # the JSON names the command that wrote it, flags and all, and the page shows that command
+    assert record["recorded"] == {"command": "tiered-kv bench cluster --json --size small"}
     page = PAGE.render(record)
+    assert "tiered-kv bench cluster --json --size small" in page
     headings = [ln for ln in page.splitlines() if ln.startswith("## ")]
     assert [h.split(" (")[0].split(",")[0] for h in headings] == [
         "## Latency model calibration", "## Admission control", "## Routing and pooling on the real trace",

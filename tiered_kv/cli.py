@@ -73,6 +73,7 @@ def _run(argv: Sequence[str] | None) -> tuple[int, bool]:
     if not getattr(args, "_run", None):
         parser.print_help()
         return 0, False
+    args._argv = argv  # what was typed, for a command that records its own invocation (bench --json)
     try:
         return int(args._run(args) or 0), args._fast_exit
     except (ValueError, FileNotFoundError) as exc:

@@ -5,7 +5,7 @@
     tiered-kv bench record all            # re-render every page from the committed JSONs
 
 The JSON is copied to ``benchmarks/results/NAME.json`` with a ``recorded`` entry (the command
-that wrote it and, given ``--machine``, a note on the machine: :func:`._pages.recorded` says what
+that wrote it, as ``bench NAME --json`` records it there, and, given ``--machine``, a note on the machine: :func:`._pages.recorded` says what
 a page shows without one), and the page ``NAME.md`` is rendered from that JSON alone by the
 benchmark's own module (its ``PAGES``), so the page can always be re-rendered and nothing in it
 is typed. Then ``benchmarks/SUMMARY.md`` (every benchmark's line against its goal)

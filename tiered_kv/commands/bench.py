@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import shlex
 
 import tiered_kv.bench
 from tiered_kv.cli_args import discover
@@ -47,6 +48,9 @@ def print_table(result: dict, prefix: str = "") -> None:
 def run(args: argparse.Namespace) -> int:
     result = args._bench(args)
     if args.json:
+        # the command that ran, flags and all: `bench record` puts it on the page (a --command wins)
+        recorded = {"command": "tiered-kv " + shlex.join(getattr(args, "_argv", None) or ["bench", args.bench])}
+        result = {**result, "recorded": {**recorded, **result.get("recorded", {})}}
         print(json.dumps(result, indent=2, default=str))
     else:
         print_table(result)
