@@ -114,3 +114,59 @@ def test_a_store_of_another_model_or_layout_is_named_in_one_line(tmp_path):
     assert "1 other model(s)/layout(s)" in line and "mxfp4" in line and "a new store directory" in line
     open_tier(ConnectorSettings(store=store), ours).close()
     assert foreign_namespaces(store, ours) is None  # this engine's own namespace is there now
+
+
+def test_the_engine_worker_answers_every_line_and_ends_on_stop():
+    """``serve(stdin, stdout)`` without vLLM: an unknown command or a line that is not JSON gets an
+    error reply (the client raises it), never a crash; ``stop`` is answered and ends the loop."""
+    import io
+
+    from tiered_kv.connectors.engine_worker import REPLY, serve
+
+    out = io.StringIO()
+    assert serve(io.StringIO('{"cmd": "warp"}\n\nnot json\n{"cmd": "stop"}\n{"cmd": "warp"}\n'), out) == 0
+    replies = [json.loads(line.removeprefix(REPLY)) for line in out.getvalue().splitlines()]
+    assert replies[0] == {"ok": False, "error": "unknown command 'warp'"}
+    assert not replies[1]["ok"] and replies[1]["error"].startswith("JSONDecodeError")
+    assert replies[2:] == [{"ok": True}]
+
+
+def test_the_tours_knobs_reach_the_engine_and_its_work_folder(tmp_path, monkeypatch):
+    """``EngineTour(workdir, fmt=, document_tokens=, block_size=)`` and ``close(remove=)``, with a
+    stand-in for the engine process (the real one: tests/test_engine_vllm.py, notebook 08)."""
+    from tiered_kv.connectors import tour as T
+
+    specs, sent = [], []
+
+    class Engine:
+        def __init__(self, *, log):
+            self.log = log
+
+        def start(self, **spec):
+            specs.append(spec)
+            return 0.5
+
+        def generate(self, prompts):
+            sent.extend(len(p) for p in prompts)
+            return [{"cached_tokens": 0, "connector": {"hit_tokens": 0, "loaded_tokens": 0}, "seconds": 0.01}
+                    for _ in prompts]
+
+        def close(self):
+            pass
+
+    def build_model(path):
+        path.mkdir(parents=True)
+        return path
+
+    monkeypatch.setattr(T, "EngineProcess", Engine)
+    monkeypatch.setattr(T, "build_model", build_model)
+    work = tmp_path / "tour"
+    tour = T.EngineTour(work, fmt="mxfp4", document_tokens=96, block_size=16)
+    tour.start()
+    assert specs == [{"model": str(work / "model"), "store": str(work / "store"), "fmt": "mxfp4", "block_size": 16}]
+    assert tour.engine.log == work / "engine1.log" and sent == [8]  # the warm-up: half a block, nothing stored
+    assert tour.send("document", "unrelated")["prompt_tokens"].to_list() == [96, 48]
+    tour.close(remove=False)
+    assert work.is_dir()
+    tour.close()
+    assert not work.exists()

@@ -43,12 +43,11 @@ def model_fingerprint(model: str) -> str:
     return h.hexdigest()
 
 
-def engine_namespace(*, model: str, layout: TileLayout, layers: int, kv_heads: int, fmt: str,
-                     dtype: str = "bfloat16") -> Namespace:
-    """The tier namespace of one engine's KV (see the module docstring)."""
+def engine_namespace(*, model: str, layout: TileLayout, layers: int, kv_heads: int, fmt: str) -> Namespace:
+    """The tier namespace of one engine's bf16 KV (the connector refuses any other cache dtype)."""
     tag = json.dumps({"engine": "vllm", "model": Path(model).name, "weights": model_fingerprint(model),
                       "layout": f"LBHNC/{layout.isa}/{layout.fingerprint}", "layers": layers,
-                      "kv_heads": kv_heads, "dtype": dtype}, sort_keys=True, separators=(",", ":"))
+                      "kv_heads": kv_heads, "dtype": "bfloat16"}, sort_keys=True, separators=(",", ":"))
     return Namespace(model=tag, fmt=fmt, block_size=layout.block_size, kv_heads=layers * kv_heads,
                      head_dim=layout.head_size)
 

@@ -17,10 +17,10 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from tiered_kv import REPO_ROOT
 from tiered_kv.connectors.engine_worker import REPLY
 
-REPO = Path(__file__).resolve().parents[2]
-ENGINE_VENV = REPO / ".venv-engine"
+ENGINE_VENV = REPO_ROOT / ".venv-engine"
 
 
 class EngineUnavailable(RuntimeError):
@@ -49,17 +49,17 @@ class EngineProcess:
     otherwise (its path: :attr:`log_path`), since vLLM's own account of a failure is there.
     """
 
-    def __init__(self, *, kv_cache_gib: int = 1, log: str | Path | None = None, threads: int = 1) -> None:
+    def __init__(self, *, kv_cache_gib: int = 1, log: str | Path | None = None) -> None:
         env = dict(os.environ, VLLM_ENABLE_V1_MULTIPROCESSING="0", VLLM_CPU_KVCACHE_SPACE=str(int(kv_cache_gib)),
-                   VLLM_CPU_OMP_THREADS_BIND="nobind", OMP_NUM_THREADS=str(threads), TOKENIZERS_PARALLELISM="false",
+                   VLLM_CPU_OMP_THREADS_BIND="nobind", OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false",
                    VLLM_LOGGING_LEVEL=os.environ.get("VLLM_LOGGING_LEVEL", "WARNING"),
-                   PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+                   PYTHONPATH=str(REPO_ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
         self._owns_log = log is None
         self.log_path = Path(log) if log else Path(tempfile.mkstemp(prefix="tiered-kv-engine-", suffix=".log")[1])
         self._log = open(self.log_path, "ab")
         self.proc = subprocess.Popen([str(engine_python()), "-m", "tiered_kv.connectors.engine_worker"],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log,
-                                     text=True, env=env, cwd=str(REPO))
+                                     text=True, env=env, cwd=str(REPO_ROOT))
 
     def call(self, cmd: str, **args: Any) -> dict[str, Any]:
         """Send one command, wait for its reply; an engine-side error raises :class:`EngineError`."""
@@ -74,9 +74,10 @@ class EngineProcess:
         raise EngineError(f"the engine process exited (code {self.proc.wait()}); its log: {self.log_path}:\n"
                           + self.log_tail())
 
-    def log_tail(self, lines: int = 30) -> str:
+    def log_tail(self) -> str:
+        """The log's last 30 lines (vLLM's account of a failure ends there)."""
         self._log.flush()
-        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-30:])
 
     def start(self, **spec: Any) -> float:
         """Build the engine (model directory, store, fmt, block_size, ...); return its start seconds."""

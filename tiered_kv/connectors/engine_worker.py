@@ -74,8 +74,8 @@ def serve(stdin=sys.stdin, stdout=sys.stdout) -> int:
     for line in stdin:
         if not line.strip():
             continue
-        cmd = json.loads(line)
         try:
+            cmd = json.loads(line)
             if cmd["cmd"] == "start":
                 t0 = time.perf_counter()
                 llm = _engine(cmd)

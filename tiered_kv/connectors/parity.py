@@ -35,22 +35,21 @@ import numpy as np
 from tiered_kv.tiers.ssd.retention import RetentionPolicy
 
 
-def trie_capacity_tokens(capacity_bytes: float, chunk_bytes: tuple[int, int], block_size: int, *,
-                         high: float = RetentionPolicy.high_watermark,
-                         low: float = RetentionPolicy.low_watermark) -> int:
+def trie_capacity_tokens(capacity_bytes: float, chunk_bytes: tuple[int, int], block_size: int) -> int:
     """The ``lru-trie`` capacity (tokens) that is the tier's watermark GC at ``capacity_bytes``.
 
     ``chunk_bytes``: the smallest and largest chunk in the store (a chunk's real size, header
-    included: the header's JSON varies by a few bytes with its creation time); ``high`` and
-    ``low``: the tier's watermarks (:class:`~tiered_kv.tiers.ssd.retention.RetentionPolicy`'s
-    defaults, which the connector uses). With ``k`` the chunks that fit under ``low``, the GC
+    included: the header's JSON varies by a few bytes with its creation time). The watermarks
+    ``high`` and ``low`` are :class:`~tiered_kv.tiers.ssd.retention.RetentionPolicy`'s defaults,
+    the only ones the connector's tier has. With ``k`` the chunks that fit under ``low``, the GC
     is a capacity of ``k`` chunks when ``k`` chunks never pass ``high`` and ``k + 1`` always do;
     otherwise this raises ``ValueError``.
     """
+    high, low = RetentionPolicy.high_watermark, RetentionPolicy.low_watermark
     small, large = int(chunk_bytes[0]), int(chunk_bytes[1])
-    if not 0 < small <= large or not 0 < low <= high <= 1 or not 0 < capacity_bytes < math.inf:
-        raise ValueError(f"trie_capacity_tokens: need 0 < chunk bytes (min <= max), 0 < low <= high <= 1 and a "
-                         f"finite capacity, got {chunk_bytes}, low={low}, high={high}, {capacity_bytes}")
+    if not 0 < small <= large or not 0 < capacity_bytes < math.inf:
+        raise ValueError(f"trie_capacity_tokens: need 0 < chunk bytes (min <= max) and a finite capacity, got "
+                         f"{chunk_bytes}, {capacity_bytes}")
     k = int(low * capacity_bytes // large)
     if (k + 1) * small <= high * capacity_bytes:
         raise ValueError(f"capacity_bytes={capacity_bytes}: {k} chunks of {small}-{large} bytes fit under the low "

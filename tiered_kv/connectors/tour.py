@@ -23,9 +23,9 @@ from tiered_kv.connectors.client import EngineProcess, build_model
 from tiered_kv.viz import is_quick
 
 
-def tour_prompts(document_tokens: int, seed: int = 8) -> dict[str, list[int]]:
-    """A shared document and questions on it, plus an unrelated prompt (token ids)."""
-    rng = random.Random(seed)
+def tour_prompts(document_tokens: int) -> dict[str, list[int]]:
+    """A shared document and questions on it, plus an unrelated prompt (token ids, seeded)."""
+    rng = random.Random(8)
     draw = lambda n: [rng.randrange(1, 1000) for _ in range(n)]  # noqa: E731
     doc = draw(document_tokens)
     return {"document": doc, "document + question 1": doc + draw(40), "document + question 2": doc + draw(56),

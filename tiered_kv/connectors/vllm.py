@@ -187,7 +187,7 @@ class TieredKVConnector(KVConnectorBase_V1):
         bs = self.block_size
         st.load = (st.local_tokens // bs, num_external_tokens // bs) if num_external_tokens > 0 else None
         st.loaded_tokens = num_external_tokens
-        st.saved_blocks = max(st.hit_blocks, 0)
+        st.saved_blocks = st.hit_blocks
         if not st.captured:
             st.captured = True
             self._capture(request.request_id, st)
