@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import torch
 
 from tiered_kv.model import WindowState
-from tiered_kv.units import parse_bytes
+from tiered_kv.tiers import capacity
 
 
 @dataclass
@@ -39,11 +39,7 @@ class GPUTier:
     """Running requests by id, with a byte budget."""
 
     def __init__(self, capacity_bytes: int | float | str = float("inf"), device: str = "cpu") -> None:
-        cap = parse_bytes(capacity_bytes, name="gpu capacity_bytes") if isinstance(capacity_bytes, str) \
-            else capacity_bytes
-        if not isinstance(cap, (int, float)) or cap < 0:
-            raise ValueError(f"gpu capacity_bytes: must be >= 0 bytes, got {capacity_bytes!r}")
-        self.capacity_bytes = cap
+        self.capacity_bytes = capacity(capacity_bytes, tier="gpu")
         self.device = torch.device(device)
         self._running: dict[str, InFlight] = {}
         self.used_bytes = 0

@@ -19,7 +19,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 
 from tiered_kv.model import WindowState
-from tiered_kv.units import parse_bytes
+from tiered_kv.tiers import capacity
 
 
 @dataclass
@@ -42,11 +42,7 @@ class HostTier:
     """LRU-by-bytes map from a chained prefix key to a :class:`HostEntry`."""
 
     def __init__(self, capacity_bytes: int | float | str = "1GiB", name: str = "host0") -> None:
-        cap = parse_bytes(capacity_bytes, name="host capacity_bytes") if isinstance(capacity_bytes, str) \
-            else capacity_bytes
-        if not isinstance(cap, (int, float)) or cap < 0:
-            raise ValueError(f"host capacity_bytes: must be >= 0 bytes, got {capacity_bytes!r}")
-        self.capacity_bytes = cap
+        self.capacity_bytes = capacity(capacity_bytes, tier="host")
         self.name = name
         self._entries: OrderedDict[bytes, HostEntry] = OrderedDict()
         self.used_bytes = 0

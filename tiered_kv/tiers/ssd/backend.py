@@ -27,7 +27,8 @@ from tiered_kv.tiers.ssd.zarr_backend import LocalBackend, ZarrBackend
 
 @runtime_checkable
 class Backend(Protocol):
-    """What the tier, its scans and its GC need from a store (results per path, in order)."""
+    """What the tier, its scans and its GC need from a store (results per path, in order; a
+    write's: None, :data:`~.layout.ALREADY_PRESENT` or the exception that stopped it)."""
 
     store: Store  # the zarr view: group documents, and what other zarr clients open
     rename_free: bool  # overwriting one name is cheap and atomic (usage ledgers keep one name)
@@ -47,10 +48,8 @@ class Backend(Protocol):
     def versions(self, prefix: str) -> dict[str, str] | None: ...
     def size_of_prefix(self, prefix: str) -> int: ...
     def removable(self, strays: list[str], grace: float) -> list[str]: ...
-    def is_dir(self, path: str) -> bool: ...
     def has_chunks(self) -> bool: ...
     def precreate_shards(self) -> None: ...
-    def check_access(self) -> None: ...
     def close(self) -> None: ...
 
 
@@ -68,7 +67,7 @@ def open_backend(store: Store | str | os.PathLike | Backend | None, *, io_thread
 
     zstore = open_store(store)
     if isinstance(zstore, ObjectStore):
-        backend: Backend = object_backend.ObjectBackend(zstore, concurrency=concurrency, on_repair=on_repair)
+        backend = object_backend.ObjectBackend(zstore, concurrency=concurrency, on_repair=on_repair)
         backend.check_access()
         return backend
     root = _local_root(zstore)

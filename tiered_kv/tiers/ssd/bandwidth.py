@@ -290,9 +290,9 @@ class PacedBackend:
 
     def close(self) -> None:
         self.inner.close()
-        limits, self.read_limit, self.write_limit = {id(b): b for b in (self.read_limit, self.write_limit)}, None, None
-        for bucket in limits.values():
+        for bucket in {id(b): b for b in (self.read_limit, self.write_limit)}.values():  # (a link: one bucket)
             release(bucket)
+        self.read_limit = self.write_limit = None
 
 
 def paced(backend, read_bandwidth: float | None, write_bandwidth: float | None, link_bandwidth: float | None):

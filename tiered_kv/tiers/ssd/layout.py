@@ -181,7 +181,7 @@ def _fix_group(backend, path: str, doc: bytes) -> str | None:
 def write_all(backend, items: list[tuple[str, bytes]], *, create: bool = False) -> None:
     """Write ``items`` (put-if-absent with ``create``); raise the first failure."""
     for err in backend.write(items, create=create):
-        if err is not None and err is not ALREADY_PRESENT:
+        if isinstance(err, Exception):
             raise err
 
 

@@ -52,13 +52,11 @@ def _scan(backend: Backend, *, full: bool, progress: bool, desc: str, cache: dic
 
 
 def store_stats(backend: Backend, *, now: float, policy: RetentionPolicy | None = None, progress: bool = False,
-                counters: dict | None = None, quick: bool = False) -> dict:
+                counters: dict | None = None) -> dict:
     """Summary of a store: chunks, bytes, per class and namespace, age since last access."""
     s = _scan(backend, full=False, progress=progress, desc="scanning chunk headers")
     total = sum(h.nbytes for h in s.chunks.values())
     out: dict = {"chunks": len(s.chunks), "bytes": total}
-    if quick:
-        return out
     times, anyt = class_times(s.chunks, s.records)
     by_class: dict[str, dict] = {}
     by_ns: dict[str, dict] = {}

@@ -146,25 +146,22 @@ class ObjectBackend(ZarrBackend):
                  on_repair: Callable[[str, str], None] | None = None) -> None:
         super().__init__(store, io_threads=0, concurrency=concurrency, on_repair=on_repair)
         self.obs_store = store.store
-        self.batch = concurrency
 
     @property
     def name(self) -> str:
         return store_url(self.store)
 
-    def check_access(self, timeout: float = ACCESS_TIMEOUT_S) -> None:
+    def check_access(self) -> None:
         """List the store's prefix once; raise :class:`StoreAccessError` if that fails or hangs."""
         import obstore as obs
 
         async def probe() -> None:
-            await asyncio.wait_for(obs.list_with_delimiter_async(self.obs_store), timeout)
+            await asyncio.wait_for(obs.list_with_delimiter_async(self.obs_store), ACCESS_TIMEOUT_S)
 
         try:
             sync(probe())
-        except StoreAccessError:
-            raise
         except Exception as exc:  # noqa: BLE001 - classified into one line
-            raise access_error(self.store, exc, timeout) from None
+            raise access_error(self.store, exc, ACCESS_TIMEOUT_S) from None
 
     def _list(self, prefix: str) -> list[dict]:
         """Metadata of every object under ``prefix`` (one LIST, pages of 1000)."""
@@ -244,7 +241,7 @@ class ObjectBackend(ZarrBackend):
         async def one(j: int, path: str, data: bytes) -> None:
             try:
                 res[j] = await self._put(path, data, create, verify)
-                if res[j] is not None and res[j] is not layout.ALREADY_PRESENT:
+                if isinstance(res[j], Exception):
                     failed[0] = True
             finally:
                 sem.release()

@@ -352,7 +352,7 @@ class SSDTier:
 
         results, sizes = self.backend.write_stream(len(missing), make, create=True, verify=self._valid_existing)
         self._count(already_present=sum(1 for r in results if r is ALREADY_PRESENT))
-        failed = {i: r for i, r in zip(missing, results, strict=True) if r is not None and r is not ALREADY_PRESENT}
+        failed = {i: r for i, r in zip(missing, results, strict=True) if isinstance(r, Exception)}
         first_bad = min(failed, default=math.inf)
         ok = [n for i, n, r in zip(missing, sizes, results, strict=True) if i < first_bad and r is None]
         if failed:  # chunks past the first failure cannot be reached by a lookup: do not leave them behind
@@ -455,11 +455,11 @@ class SSDTier:
 
     # ------------------------------------------------------------------ maintenance
 
-    def stats(self, *, quick: bool = False, progress: bool = False) -> dict:
+    def stats(self, *, progress: bool = False) -> dict:
         """Chunks, bytes, by class, by namespace, age histogram, and this process's counters."""
         self.flush()
         return store_stats(self.backend, now=float(self.clock()), policy=self.policy, progress=progress,
-                           counters=self._counts(), quick=quick)
+                           counters=self._counts())
 
     def verify(self, *, repair: bool = True, progress: bool = False) -> dict:
         """Read every chunk and check it; with ``repair`` remove corrupt chunks and stale partials."""

@@ -68,9 +68,6 @@ class ZarrBackend:
             self._pool.shutdown(wait=True)
             self._pool = None
 
-    def check_access(self) -> None:
-        """Raise a one-line ValueError if the store cannot be reached (a local store always can)."""
-
     def _fan_out(self, n: int, work: Callable[[range], list]) -> list:
         """``work`` over ``range(n)``, split into one contiguous part per I/O thread."""
         if self._pool is None or n < 2 * self.threads:
@@ -198,7 +195,7 @@ class ZarrBackend:
             part = self.write(items, create=create, verify=verify)
             res += part
             del items
-            if any(r is not None and r is not layout.ALREADY_PRESENT for r in part):
+            if any(isinstance(r, Exception) for r in part):
                 res += [OSError(_NOT_ATTEMPTED)] * (n - len(res))
                 sizes += [0] * (n - len(sizes))
                 break
