@@ -26,18 +26,18 @@ def band_mask(q_pos: torch.Tensor, k_pos: torch.Tensor, window: int) -> torch.Te
     return (diff >= 0) & (diff < window)
 
 
-def _sdpa(q, k, v, mask=None, *, is_causal: bool = False, scale=None) -> torch.Tensor:
+def _sdpa(q, k, v, mask=None, *, is_causal: bool = False) -> torch.Tensor:
     """SDPA over [..., T, H, D] tensors (heads moved before positions and back), GQA by broadcast."""
     out = F.scaled_dot_product_attention(q.transpose(-3, -2), k.transpose(-3, -2), v.transpose(-3, -2),
-                                         attn_mask=mask, is_causal=is_causal, scale=scale, enable_gqa=True)
+                                         attn_mask=mask, is_causal=is_causal, enable_gqa=True)
     return out.transpose(-3, -2)
 
 
-def _swa_reference(q, k, v, window, q_offset, *, k_offset=0, scale=None, backend="torch"):
-    """Masked-SDPA sliding-window attention, same signature as the kernels' function."""
+def _swa_reference(q, k, v, window, q_offset, *, k_offset=0):
+    """Masked-SDPA sliding-window attention, called as the kernels' function is."""
     mask = band_mask(torch.arange(q.shape[0], device=q.device) + q_offset,
                      torch.arange(k.shape[0], device=q.device) + k_offset, window)
-    return _sdpa(q, k, v, mask, scale=scale)
+    return _sdpa(q, k, v, mask)
 
 
 def windowed_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: int, q_offset: int,

@@ -15,9 +15,11 @@ from pathlib import Path
 
 import polars as pl
 
+from tiered_kv import REPO_ROOT
+
 #: The CPU engine's TTFT measurement (``tiered-kv bench ttft --json``, recorded by
 #: ``tiered-kv bench record ttft``).
-TTFT_JSON = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "ttft.json"
+TTFT_JSON = REPO_ROOT / "benchmarks" / "results" / "ttft.json"
 #: The same benchmark at short prompts (64-1,024 tokens, 32-token chunks and suffix), the run made
 #: for the crossover: :func:`measured_crossover` reads it first when it exists.
 TTFT_SHORT_JSON = TTFT_JSON.with_name("ttft_short.json")
