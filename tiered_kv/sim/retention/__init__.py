@@ -8,8 +8,8 @@ is the offline-optimal retention frontier (exact at its breakpoints, with the pr
 per-class TTL / capacity / watermark setting from one table (the retention dashboard's sliders);
 :mod:`.report` runs one whole analysis for the CLI, the benchmark and figure 11; :mod:`.one_watermark`
 what one watermark collector does to each class; :mod:`.write_points` where to write. This
-package may import :mod:`tiered_kv.sim.trace_replay` and the LRU kernel and ``watermark``
-collector of :mod:`tiered_kv.sim.policies`; nothing below it imports it.
+package may import :mod:`tiered_kv.sim.trace_replay` and the LRU kernel, ``leading_runs`` and
+``watermark`` collector of :mod:`tiered_kv.sim.policies`; nothing below it imports it.
 """
 
 from tiered_kv.sim.retention.frontier import Frontier, oracle_frontier

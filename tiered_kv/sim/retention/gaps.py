@@ -138,10 +138,14 @@ def reuse_gaps(trace: CompiledTrace) -> Gaps:
                 toucher_class=toucher, weight=weight, span_s=max(span, 1.0))
 
 
+def any_so_far(trace: CompiledTrace, flags: np.ndarray) -> np.ndarray:
+    """bool [m]: whether ``flags`` holds at this access or at an earlier one of its request (the
+    prefix rule: a block's hit depends on every block before it in the request)."""
+    count = np.concatenate([[0], np.cumsum(flags, dtype=np.int64)])
+    return count[1:] - count[trace.offsets[:-1][trace.access_request]] > 0
+
+
 def cross_class_tokens(trace: CompiledTrace, gaps: Gaps) -> int:
     """Reusable tokens whose hit depends on a chunk last touched by another class."""
-    foreign = ((gaps.toucher_class >= 0) & (gaps.toucher_class != gaps.access_class)).astype(np.int64)
-    csum = np.concatenate([[0], np.cumsum(foreign)])
-    start = trace.offsets[:-1][trace.access_request]
-    any_foreign = csum[1:] - csum[start] > 0
-    return int(gaps.weight[any_foreign & np.isfinite(gaps.key)].sum())
+    foreign = (gaps.toucher_class >= 0) & (gaps.toucher_class != gaps.access_class)
+    return int(gaps.weight[any_so_far(trace, foreign) & np.isfinite(gaps.key)].sum())

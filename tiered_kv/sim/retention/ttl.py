@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from tiered_kv.sim.retention.gaps import DAY_S, Gaps
+from tiered_kv.sim.retention.gaps import DAY_S, Gaps, any_so_far
 from tiered_kv.sim.trace_replay import CompiledTrace
 
 
@@ -103,9 +103,7 @@ def evaluate(trace: CompiledTrace, gaps: Gaps, chunk_bytes: float, ttl_by_class)
     t = np.asarray(ttl_by_class, dtype=np.float64)
     n_cls = len(trace.class_names)
     found = (gaps.toucher_class >= 0) & (gaps.gap_in <= t[np.maximum(gaps.toucher_class, 0)])
-    miss = np.concatenate([[0], np.cumsum(~found)])
-    start = trace.offsets[:-1][trace.access_request]
-    hit = miss[1:] - miss[start] == 0
+    hit = ~any_so_far(trace, ~found)
     hits = np.bincount(gaps.access_class[hit], weights=gaps.weight[hit], minlength=n_cls)
     kept = np.minimum(gaps.gap_out, t[gaps.access_class])
     cost = chunk_bytes * np.bincount(gaps.access_class, weights=kept, minlength=n_cls)

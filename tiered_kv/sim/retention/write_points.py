@@ -29,6 +29,7 @@ import numpy as np
 import polars as pl
 from numba import njit
 
+from tiered_kv.sim.policies.blockwise import leading_runs
 from tiered_kv.sim.trace_replay import CompiledTrace, summarize
 
 STRATEGIES = ("every-block", "turn-ends", "turn-ends+interval", "common-prefixes")
@@ -62,12 +63,8 @@ def write_points(trace: CompiledTrace, strategy: str, every_tokens: int | None =
             raise ValueError(f"every_tokens: must be a multiple of the block size {bs}, got {every_tokens!r}")
         wp |= (trace.depth.astype(np.int64) + 1) % (every_tokens // bs) == 0
     elif strategy == "common-prefixes":
-        seen = _seen_before(trace)
         # leading run of seen blocks per request; its last block is where the request branches off
-        unseen_pos = np.where(~seen, np.arange(m), m)
-        first_unseen = np.minimum.reduceat(unseen_pos, start[has]) if m else np.array([], dtype=np.int64)
-        run = np.zeros(len(n), dtype=np.int64)
-        run[has] = np.minimum(first_unseen, start[has] + n[has]) - start[has]
+        run = leading_runs(trace.offsets, _seen_before(trace))
         split = (run > 0) & (run < n)
         wp[(start + run - 1)[split]] = True
     return wp
