@@ -162,7 +162,8 @@ def group_problem(data: bytes | None) -> str | None:
     return None
 
 
-def _read_doc(backend, path: str) -> bytes | None:
+def read_object(backend, path: str) -> bytes | None:
+    """The object at ``path`` (None: there is none); a failed read raises."""
     data = backend.get_many([path])[0]
     if isinstance(data, Exception):
         raise data
@@ -172,7 +173,7 @@ def _read_doc(backend, path: str) -> bytes | None:
 def _fix_group(backend, path: str, doc: bytes) -> str | None:
     """Write the group document ``doc`` unless a valid group is at ``path`` (a missing one with
     put-if-absent); returns what was wrong with a document it had to overwrite."""
-    why = group_problem(_read_doc(backend, path))
+    why = group_problem(read_object(backend, path))
     if why is not None:
         write_all(backend, [(path, doc)], create=why == "missing")
     return None if why == "missing" else why
@@ -203,13 +204,13 @@ def check_metadata(backend, *, repair: bool) -> list[tuple[str, str]]:
     """Problems of the root and namespace ``zarr.json`` documents (``verify``); with ``repair``
     the root is rewritten and a garbage namespace document removed (its tier rewrites it)."""
     problems: list[tuple[str, str]] = []
-    why = group_problem(_read_doc(backend, "zarr.json"))
+    why = group_problem(read_object(backend, "zarr.json"))
     if why is not None:
         problems.append(("zarr.json", why))
         if repair:
             _fix_group(backend, "zarr.json", _group_json(ROOT_ATTRIBUTES))
     for path in backend.listing("namespaces/")[0]:
-        if path.endswith("/zarr.json") and (why := group_problem(_read_doc(backend, path))) is not None:
+        if path.endswith("/zarr.json") and (why := group_problem(read_object(backend, path))) is not None:
             problems.append((path, why))
             if repair:
                 backend.delete([path])
@@ -218,7 +219,7 @@ def check_metadata(backend, *, repair: bool) -> list[tuple[str, str]]:
 
 def is_store(backend) -> bool:
     """True if the backend holds an SSD-tier layout: our root group, or any chunk (a damaged root)."""
-    data = _read_doc(backend, "zarr.json")
+    data = read_object(backend, "zarr.json")
     if group_problem(data) is None:
         attrs = json.loads(data).get("attributes", {})
         if isinstance(attrs.get("tiered_kv"), dict) and attrs["tiered_kv"].get("layout") == LAYOUT:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from zarr.abc.store import RangeByteRequest
 
 from tiered_kv.codec import HEADER_PROBE, ChunkHeader, CorruptChunk, read_header, verify_chunk
+from tiered_kv.tiers.ssd import layout
 from tiered_kv.tiers.ssd.layout import _ACCESS_RE, _CHUNK_RE, ACCESS, CHUNKS, AccessRecord, access_path
 
 
@@ -36,7 +37,7 @@ def _parse_header(data: bytes, path: str, backend, *, full: bool) -> ChunkHeader
     except CorruptChunk as exc:
         if "truncated header" not in str(exc) or len(data) < HEADER_PROBE:
             raise
-    whole = backend.get_many([path])[0]  # a header longer than the probe
+    whole = layout.read_object(backend, path)  # a header longer than the probe
     return None if whole is None else read_header(whole)
 
 

@@ -144,8 +144,7 @@ class SSDTier:
                                on_repair=self._repaired)
         self.backend = paced(backend, config.read_bandwidth, config.write_bandwidth, config.link_bandwidth)
         bounded = config.auto_gc and not math.isinf(self.policy.capacity_bytes)
-        high_mark = self.policy.high_watermark * self.policy.capacity_bytes
-        self.usage = usage.UsageLedger(self.backend, high_mark) if bounded else None
+        self.usage = usage.UsageLedger(self.backend, self.policy) if bounded else None
         self._gc_lock = threading.Lock()
         self._headers: dict = {}  # GC's header cache (object stores: path -> (ETag, header))
         self._touches = ThreadPoolExecutor(1, thread_name_prefix="ssd-touch") if config.background_touch else None

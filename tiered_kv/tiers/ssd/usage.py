@@ -127,11 +127,11 @@ def baseline_items(shard_bytes: dict[str, int], snapshot: dict[str, int]) -> lis
 
 
 class UsageLedger:
-    """One writer's side of the ledger (see the module docstring)."""
+    """One writer's side of the ledger (see the module docstring), for a finite ``policy``."""
 
-    def __init__(self, backend, high_mark: float) -> None:
+    def __init__(self, backend, policy) -> None:
         self.backend = backend
-        self.high_mark = high_mark
+        self.high_mark = policy.high_watermark * policy.capacity_bytes
         self.writer = uuid.uuid4().hex[:16]
         self.written = 0
         self.seq = 0
