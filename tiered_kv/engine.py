@@ -235,8 +235,8 @@ class Engine:
                 keep_running: bool = False, store: bool = True) -> PrefillResult:
         """Prefill ``tokens`` (1-D ids) and return the first token's logits and the stage timings.
 
-        ``keep_running`` leaves the request in the GPU tier (for decoding); otherwise it is
-        released at once. ``store=False`` writes nothing to the SSD and host tiers (a benchmark
+        ``keep_running`` leaves the request in the GPU tier (for decoding) under ``request_id``
+        (default ``<engine name>-<n>``); otherwise it is released at once. ``store=False`` writes nothing to the SSD and host tiers (a benchmark
         that measures several cases against the same cached state uses it).
         """
         device = self.model.embed.weight.device  # CPU here; the same code runs on a CUDA model

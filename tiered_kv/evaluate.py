@@ -21,7 +21,8 @@ model that needs its window and looks beyond it. A model at the level of a byte 
   without scores them alike, whatever its loss.
 
 Everything is computed with the batched training path (:meth:`EncoderDecoder.forward_batched`,
-banded window attention), which tests check equals the inference path.
+banded window attention), which tests check equals the inference path, ``batch`` windows at a
+time (memory, not the result). Each measurement draws its windows with its own ``seed``.
 """
 
 from __future__ import annotations

@@ -33,7 +33,8 @@ def tour_prompts(document_tokens: int) -> dict[str, list[int]]:
 
 
 class EngineTour:
-    """One store, one engine process at a time (see the module docstring)."""
+    """One store, one engine process at a time (see the module docstring), all in ``workdir``
+    (default: a new temporary folder) with the model and the engines' logs."""
 
     def __init__(self, workdir: str | Path | None = None, *, fmt: str = "bf16", document_tokens: int | None = None,
                  block_size: int = 32) -> None:
