@@ -95,8 +95,7 @@ def shipped_cache_ratio(trace: str) -> float:
     return float(fig07.curve_frame(trace, belady_points=2)[1]["infinite"])
 
 
-def agent_lru_hit_rate(capacity_tokens: float, warmup_days: float | None = None, hour: int = 12,
-                       seed: int = 0) -> float:
+def agent_lru_hit_rate(capacity_tokens: float, warmup_days: float | None, hour: int, seed: int) -> float:
     """LRU token hit rate of hour ``hour`` of the synthetic agent class at one capacity."""
     import numpy as np
 
@@ -120,13 +119,13 @@ def class_hour(traffic_class: str, warmup_days: float | None, hour: int, seed: i
     return compile_trace(hour_slice(cfg, traffic_class, hour, seed))
 
 
-def deepseek_day_disk_fraction(quick: bool, policy: str = "ttl agent=3d chatbot=7d") -> float:
+def deepseek_day_disk_fraction(quick: bool, policy: str) -> float:
     """Disk-served share of figure 15's steady-state day under ``policy``."""
     fig15 = importlib.import_module("tiered_kv.viz.figures.15_deepseek_day")
     return float(fig15.run(quick)["policies"][policy]["disk_token_fraction"])
 
 
-def recorded_day_disk_fraction(path: str, policy: str = "ttl agent=3d chatbot=7d") -> float:
+def recorded_day_disk_fraction(path: str, policy: str) -> float:
     """Disk-served share recorded by ``tiered-kv day --record`` in a JSON file (a relative path is
     read from the repository root, so the provenance names no machine's folders)."""
     import json

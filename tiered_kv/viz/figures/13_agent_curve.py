@@ -22,10 +22,10 @@ TITLE = "LRU token hit rate vs capacity: synthetic classes against their targets
 _PUB = "Mooncake FAST'25 Fig. 9, Tool&Agent, LRU (read off the plot, +-0.02)"
 
 
-def curve_table(warmup_days: float | None = None, hour: int = 12, seed: int = 0) -> pl.DataFrame:
-    """Long frame: series, capacity_tokens, token_hit_rate for the agent class (synthetic and
-    published) and the chatbot class (synthetic and the real conversation trace); ``warmup_days``
-    shortens the preset's warm-up (then the large-capacity end runs a little low)."""
+def curve_table(warmup_days: float | None) -> pl.DataFrame:
+    """Long frame: series, capacity_tokens, token_hit_rate for the agent class (synthetic: hour 12,
+    seed 0; and published) and the chatbot class (synthetic and the real conversation trace);
+    ``warmup_days`` shortens the preset's warm-up (then the large-capacity end runs a little low)."""
     from tiered_kv.sim.curves import lru_curve
     from tiered_kv.sim.trace_replay import compile_trace
     from tiered_kv.sim.traces import load_trace, shipped_trace
@@ -35,7 +35,7 @@ def curve_table(warmup_days: float | None = None, hour: int = 12, seed: int = 0)
     caps = np.array(CURVE_CAPACITIES)
 
     def synth(name: str) -> np.ndarray:
-        return lru_curve(class_hour(name, warmup_days, hour, seed), caps).token_hit_rate
+        return lru_curve(class_hour(name, warmup_days, 12, 0), caps).token_hit_rate
 
     real = lru_curve(compile_trace(load_trace(shipped_trace("conversation"), traffic_class="chatbot")),
                      caps).token_hit_rate
