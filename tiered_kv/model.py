@@ -171,7 +171,7 @@ class LayerWindow:
 
     @property
     def nbytes(self) -> int:
-        return self.k.numel() * self.k.element_size() + self.v.numel() * self.v.element_size()
+        return self.k.nbytes + self.v.nbytes
 
 
 @dataclass
