@@ -344,7 +344,9 @@ class Engine:
             if self.reuse_decoder_windows and st.dec_at_boundary is None:
                 exact_kv = st.global_kv if catch_up == 0 else torch.cat(
                     [st.global_kv[:p], fp4_roundtrip(new_blocks, self.namespace)])
-                catch_up += self._exact_decoder_windows(st, boundary, exact_kv)
+                s0 = max(0, boundary - self.model.cfg.decoder_reach)  # a decoder replay long enough to be exact
+                _, st.dec_at_boundary = self.model.decode(st.tokens[s0:boundary], s0, exact_kv)
+                catch_up += boundary - s0
             self.host.put(st.keys[boundary // bs - 1], HostEntry(st.boundary_state, st.dec_at_boundary))
         return stored, catch_up
 
@@ -359,14 +361,6 @@ class Engine:
         _, exact_state, _ = encode_blocks(self.model, st.tokens[s0:p], s0, None, bs)
         new_blocks, st.boundary_state, _ = encode_blocks(self.model, st.tokens[p:boundary], p, exact_state, bs)
         return new_blocks, (p - s0) + (boundary - p)
-
-    def _exact_decoder_windows(self, st: _Prefill, boundary: int, exact_kv: torch.Tensor) -> int:
-        """Exact decoder windows at the boundary: a decoder replay long enough to be exact.
-        Returns the tokens it computed."""
-        cfg = self.model.cfg
-        s0 = max(0, boundary - cfg.decoder_reach)
-        _, st.dec_at_boundary = self.model.decode(st.tokens[s0:boundary], s0, exact_kv)
-        return boundary - s0
 
     # ------------------------------------------------------------------ decoding
 
