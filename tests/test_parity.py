@@ -145,3 +145,11 @@ def test_bench_peers_reports_parity_and_ratios(kvcache, lmcache):
             rec = out[peer][p]
             assert rec["identical"] is True and rec["speedup_vs_peer"] > 0
             assert len(rec["hit_tokens_peer"]) == 4 == len(rec["hit_tokens_ours"])
+
+
+def test_chunk_bytes_need_one_dtype_per_tensor():
+    from tiered_kv.sim.peers.lmcache_io import bytes_per_chunk
+
+    assert bytes_per_chunk([[256, 8], [256, 8]], ["bfloat16", "float32"]) == 256 * 8 * (2 + 4)
+    with pytest.raises(ValueError, match="dtypes: 1 for 2 tensor shapes"):
+        bytes_per_chunk([[256, 8], [256, 8]], ["bfloat16"])  # used to drop the second tensor

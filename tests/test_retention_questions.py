@@ -119,6 +119,9 @@ def test_one_watermark_study_on_a_small_mixed_run():
     # one LRU: both classes leave at about the same idle time; TTL priority separates them
     assert abs(p50("lru", "agent") - p50("lru", "chatbot")) < 0.2 * p50("lru", "chatbot")
     assert p50("ttl-priority", "chatbot") - p50("ttl-priority", "agent") > 0.5 * 86_400
+    # a TTL table that misses a class of the trace is one clear error, not a KeyError
+    with pytest.raises(ValueError, match=r"ttl_s: no TTL for the trace's classes \['agent'\]"):
+        G.one_watermark_study(trace, ttl_s={"chatbot": 86_400.0})
 
 
 def _brute_units(trace, wp, ttl):

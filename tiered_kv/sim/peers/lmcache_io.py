@@ -44,7 +44,9 @@ def bytes_per_chunk(shapes: list[list[int]], dtypes: list[str]) -> int:
     unknown = sorted({d for d in dtypes if d not in DTYPE_BYTES})
     if unknown:
         raise ValueError(f"dtypes: unknown {unknown}; known: {sorted(DTYPE_BYTES)}")
-    return int(sum(math.prod(s) * DTYPE_BYTES[d] for s, d in zip(shapes, dtypes, strict=False)))
+    if len(shapes) != len(dtypes):  # one dtype per tensor, or the sum would silently drop tensors
+        raise ValueError(f"dtypes: {len(dtypes)} for {len(shapes)} tensor shapes; give one per tensor")
+    return int(sum(math.prod(s) * DTYPE_BYTES[d] for s, d in zip(shapes, dtypes, strict=True)))
 
 
 def chunk_layout(chunk_size: int, bytes_per_token: int, dtype: str = "bfloat16") -> tuple[list, list]:

@@ -106,6 +106,9 @@ def one_watermark_study(trace: CompiledTrace, *, bytes_per_token: float | None =
     from tiered_kv.sim.retention.ttl import TTLModel, evaluate
 
     names = trace.class_names
+    missing = sorted(set(names) - set(ttl_s or names))
+    if missing:
+        raise ValueError(f"ttl_s: no TTL for the trace's classes {missing} (its classes: {list(names)})")
     ttl = pair_ttls(names) if ttl_s is None else np.array([float(ttl_s[n]) for n in names])
     storage = StorageModel.for_trace(trace, bytes_per_token)
     cb = storage.chunk_bytes
