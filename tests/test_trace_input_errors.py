@@ -11,6 +11,9 @@ CASES = [
     ("bad.csv", b'timestamp_s,input_tokens,output_tokens,block_ids\nxyz,10,1,"1 2"\n', ":2: field 'timestamp_s'"),
     ("bad2.csv", b'timestamp_s,input_tokens,output_tokens,block_ids,block_size\n1,10,1,"3 x",16\n',
      ":2: field 'block_ids'"),
+    # a quoted field spanning two lines (a session id here) moves the bad row to line 4
+    ("bad3.csv", b'timestamp_s,input_tokens,output_tokens,block_ids,session_id\n0,10,1,"1 2","a\nb"\n'
+                 b'1,10,1,"3 x","c"\n', ":4: field 'block_ids'"),
     ("bad8.jsonl", b'\xff\xfe{"a":1}\n', ":1: not UTF-8 text"),
     ("bad.parquet", b"garbage\n", "not a readable Parquet trace"),
 ]

@@ -9,6 +9,7 @@ the needed columns are materialised.
 
 from __future__ import annotations
 
+import csv
 from collections.abc import Callable
 from pathlib import Path
 
@@ -20,6 +21,19 @@ from tiered_kv.sim.traces import _reading
 Where = Callable[[int], str]  # a row index -> "file:line" (JSONL) or "file: row N" (CSV, Parquet)
 
 
+def _csv_line(path: Path, row: int) -> int:
+    """The file line where data row ``row`` (0-based, after the header) starts: a quoted field
+    may span lines, so it is counted by a CSV reader (only when there is an error to report)."""
+    with open(path, newline="", encoding="utf-8", errors="replace") as f:
+        reader = csv.reader(f)
+        start = 1
+        for i, _ in enumerate(reader):  # i = 0: the header
+            if i == row + 1:
+                return start
+            start = reader.line_num + 1
+    return start
+
+
 def _check_csv_fields(path: Path, raw: pl.DataFrame) -> None:
     """Name the CSV line and field of the first value that is not a number (or a list of ids)."""
     numeric = ("timestamp_s", "timestamp", "input_length", "output_length", "block_size", "turn")
@@ -29,12 +43,12 @@ def _check_csv_fields(path: Path, raw: pl.DataFrame) -> None:
                                                   & pl.col(col).cast(pl.Float64, strict=False).is_null())
             if bad.height:
                 r = int(bad["_r"][0])
-                raise ValueError(f"{path}:{r + 2}: field {col!r} is not a number: {bad[col][0]!r}")
+                raise ValueError(f"{path}:{_csv_line(path, r)}: field {col!r} is not a number: {bad[col][0]!r}")
         if col in ("token_ids", "block_ids") and raw.schema[col] == pl.Utf8:
             for r, value in enumerate(raw[col].to_list()):
                 parts = [x for x in str(value or "").strip("[] ").replace(",", " ").split(" ") if x]
                 if not all(x.isdigit() for x in parts):
-                    raise ValueError(f"{path}:{r + 2}: field {col!r} must hold integers >= 0, got {value!r}")
+                    raise ValueError(f"{path}:{_csv_line(path, r)}: field {col!r} must hold integers >= 0, got {value!r}")
 
 
 def _first_bad_id_row(ids: pl.Series) -> int | None:
