@@ -54,6 +54,14 @@ def test_bad_lines_name_file_line_and_field(tmp_path, line, match):
         load_trace(p, format="mooncake")
 
 
+def test_a_format_that_accepts_full_blocks_only_says_so(tmp_path):
+    """Generic block ids may stop at the last full block: the message gives both counts."""
+    p = write_jsonl(tmp_path / "g.jsonl", [
+        {"timestamp_s": 0, "input_length": 10, "block_size": 4, "block_ids": [1, 2, 3, 4, 5]}])
+    with pytest.raises(ValueError, match=r"g\.jsonl:1: .*expected ceil\(10/4\) = 3 or floor\(10/4\) = 2\)"):
+        load_trace(p)
+
+
 def test_out_of_order_timestamps_are_sorted_with_a_warning(tmp_path):
     p = write_jsonl(tmp_path / "t.jsonl", [
         {"timestamp": 2000, "input_length": 10, "output_length": 1, "hash_ids": [0]},

@@ -132,6 +132,8 @@ def check_lengths(df: pl.DataFrame, path: Path, *, rows_are_lines: bool, strict_
         if length[row] < 1:
             raise ValueError(f"{where}: field 'input_length' must be >= 1 token, got {length[row]}")
         want = f"ceil({length[row]}/{bs[row]}) = {ceil_n[row]}"
+        if not strict_ceil and ceil_n[row] != length[row] // bs[row]:  # full blocks only is accepted too
+            want += f" or floor({length[row]}/{bs[row]}) = {length[row] // bs[row]}"
         raise ValueError(f"{where}: field {field!r} has {n[row]} block ids, inconsistent with "
                          f"input_length {length[row]} and block size {bs[row]} (expected {want})")
 
