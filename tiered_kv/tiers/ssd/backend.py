@@ -56,8 +56,7 @@ class Backend(Protocol):
 def open_backend(store: Store | str | os.PathLike | Backend | None, *, io_threads: int = 1,
                  concurrency: int = layout.IO_CONCURRENCY,
                  on_repair: Callable[[str, str], None] | None = None) -> Backend:
-    """The backend for ``store`` (a Backend is returned as it is); ``io_threads``: see SSDConfig,
-    which checks it.
+    """The backend for ``store`` (a Backend is returned as it is); ``io_threads``: see SSDConfig.
 
     Object stores are checked here: unreachable, no such bucket or rejected credentials raise
     :class:`~tiered_kv.tiers.ssd.object_backend.StoreAccessError`.
