@@ -60,6 +60,14 @@ def test_directory_where_a_chunk_should_be_is_a_reported_miss_and_removed(tmp_pa
     assert tier.verify()["problems"] == 0
 
 
+def test_a_backend_opened_directly_refuses_a_bad_io_threads_by_name(tmp_path):
+    from tiered_kv.tiers.ssd import open_backend
+
+    for bad in (-1, 1.5):
+        with pytest.raises(ValueError, match=r"io_threads: must be an integer >= 0"):
+            open_backend(tmp_path, io_threads=bad)
+
+
 def test_a_prefix_read_ends_at_a_directory_on_every_read_path(tmp_path):
     """Direct, zarr's async API, and the thread pool, whose parts read on past the directory:
     the prefix is the objects before it and NOT_A_FILE in its place, each at its path's index."""
