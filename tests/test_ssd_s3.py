@@ -280,3 +280,19 @@ def test_bench_store_on_a_bucket_reports_ratios_and_cleans_up(s3, monkeypatch, c
     assert r["backend"] == "s3" and r["concurrency"] == 8 and r["get_prefix_p99_ms"] > 0
     assert r["put_ratio_vs_raw"] > 0 and r["get_ratio_vs_raw"] > 0 and set(r["sizes"]) == {"model", "deepseek_890Bpt"}
     assert obs.list(s3.store(bucket)).collect() == []  # everything it wrote is gone
+
+
+def test_rejected_credentials_name_the_services_own_code():
+    """obstore's PermissionDeniedError carrying "AccessDenied": the code is named, not the type."""
+    from types import SimpleNamespace
+
+    from tiered_kv.tiers.ssd.object_backend import access_error
+
+    class PermissionDeniedError(Exception):
+        pass
+
+    store = SimpleNamespace(store=SimpleNamespace(config={"bucket": "b", "endpoint": "http://127.0.0.1:9"}))
+    got = str(access_error(store, PermissionDeniedError("403: <Code>AccessDenied</Code>"), 5.0))
+    assert "credentials rejected by http://127.0.0.1:9 (AccessDenied)" in got, got
+    got = str(access_error(store, PermissionDeniedError("denied"), 5.0))
+    assert "(PermissionDeniedError)" in got, got

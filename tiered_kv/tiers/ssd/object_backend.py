@@ -124,12 +124,14 @@ def access_error(store, exc: BaseException, timeout: float) -> StoreAccessError:
         return StoreAccessError(f"store {url}: no answer from {where} within {timeout:g} s")
     if "NoSuchBucket" in text:
         return StoreAccessError(f"store {url}: bucket {cfg.get('bucket', '?')!r} does not exist at {where}")
-    for code in ("InvalidAccessKeyId", "SignatureDoesNotMatch", "AccessDenied", "ExpiredToken",
-                 "InvalidToken", "403 Forbidden", "401 Unauthorized"):
-        if code in text or type(exc).__name__ in ("PermissionDeniedError", "UnauthenticatedError"):
-            code = code if code in text else type(exc).__name__
-            return StoreAccessError(f"store {url}: credentials rejected by {where} ({code}); "
-                                    "check AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY or the store's credentials")
+    codes = ("InvalidAccessKeyId", "SignatureDoesNotMatch", "AccessDenied", "ExpiredToken", "InvalidToken",
+             "403 Forbidden", "401 Unauthorized")
+    code = next((c for c in codes if c in text), None)  # the service's own code names it best
+    if code is None and type(exc).__name__ in ("PermissionDeniedError", "UnauthenticatedError"):
+        code = type(exc).__name__
+    if code is not None:
+        return StoreAccessError(f"store {url}: credentials rejected by {where} ({code}); "
+                                "check AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY or the store's credentials")
     if "error sending request" in text or "onnection refused" in text or "dns error" in text:
         return StoreAccessError(f"store {url}: cannot connect to {where} (connection failed)")
     return StoreAccessError(f"store {url}: {type(exc).__name__}: {_first_line(exc)}")
