@@ -40,6 +40,7 @@ def test_points_list_and_defaults():
     ({"grid": {"nodes": [1, 100]}}, r"nodes: 100 is out of range; allowed: an integer in \[1, 64\]"),
     ({"grid": {"seed": [-1]}}, r"seed: -1 is out of range; allowed: an integer >= 0"),
     ({"grid": {"capacity": ["-5"]}}, r"capacity: '-5' is out of range; allowed: a token count >= 1"),
+    ({"grid": {"capacity": ["1e999"]}}, r"capacity: '1e999' is out of range; allowed: a token count >= 1"),
     ({"grid": {"policy": ["belady"]}}, r"policy: 'belady' is out of range; allowed: one of \['lru', 'ttl'\]"),
     ({"grid": {"policy": ["ttl"], "ttl": ["agent=soon"]}}, r"ttl agent: 'soon' is out of range; allowed: a duration"),
     ({"grid": {"policy": ["ttl"]}}, r"ttl: None is out of range"),

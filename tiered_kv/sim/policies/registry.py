@@ -102,7 +102,10 @@ def capacity_tokens_from(value: str | int | float | None, *, bytes_per_token: fl
     if text.lower() in ("inf", "none", "unlimited"):
         return None
     if re.fullmatch(r"[0-9_]*\.?[0-9]+(?:[eE]\+?[0-9]+)?", text):  # a plain number: tokens
-        return int(float(text.replace("_", "")))
+        tokens = float(text.replace("_", ""))
+        if not math.isfinite(tokens):  # "1e999": int() would raise OverflowError, a traceback
+            raise ValueError(f"{name}: {value!r} tokens is not a finite number; give 'unlimited' for no limit")
+        return int(tokens)
     try:
         return int(parse_bytes(text, name=name) // bytes_per_token)
     except ValueError:
