@@ -393,3 +393,11 @@ def test_gallery_tables_come_from_the_claims():
     assert frame.row(0, named=True)["kind"] == "check"  # the claim's own kind, not a guess from a flag
     html_ = _markdown_table_html(claims_table([c]))
     assert "<td>ratio</td>" in html_ and "437" in html_
+
+
+def test_replay_measurement_refuses_an_unknown_size_before_measuring():
+    """A typo must not start figure 09's full measurement (minutes) on the wrong model."""
+    from tiered_kv.viz.bounded_replay import measure
+
+    with pytest.raises(ValueError, match=r"size: must be 'small' or 'full', got 'smal'"):
+        measure("smal")

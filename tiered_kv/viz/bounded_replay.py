@@ -52,6 +52,8 @@ def measure(size: str | None = None) -> ReplayMeasurements:
     from tiered_kv.viz.widgets import torch_threads
 
     size = size or notebook_size()
+    if size not in ("small", "full"):
+        raise ValueError(f"size: must be 'small' or 'full', got {size!r}")
     # The full size is figure 09's measurement (``SETTINGS["full"]``: 64 held-out sequences), so the
     # notebook and the figure print the same numbers.
     f = rq.SETTINGS["full"]
