@@ -258,3 +258,48 @@ def test_link_bandwidth_is_one_bucket_for_reads_and_writes(tmp_path):
     assert tier.read_limit.predict(nbytes) >= 0.9 * nbytes / rate  # nothing left of the burst
     with pytest.raises(ValueError, match="link_bandwidth: one limit for reads and writes"):
         _tier(tmp_path / "x", link_bandwidth=rate, read_bandwidth=rate)
+
+
+def test_a_read_error_past_a_miss_is_not_the_callers_on_any_read_path(tmp_path):
+    """A prefix read ends at its first miss: a path after it that cannot be read (permissions, a
+    flaky disk) is not an error of this read, and no read past the first error is started; an
+    error inside the prefix is raised, in path order. The same on the async API and the threads."""
+    import asyncio
+
+    from zarr.storage import LocalStore
+
+    from tiered_kv.tiers.ssd.zarr_backend import ZarrBackend
+
+    asked: list[str] = []
+
+    class Unreadable(LocalStore):
+        def _check(self, key: str) -> None:
+            asked.append(key)
+            if key.startswith("bad"):
+                raise PermissionError(f"denied: {key}")
+
+        async def get(self, key, prototype=None, byte_range=None):
+            self._check(key)
+            await asyncio.sleep(0)
+            return await super().get(key, prototype, byte_range)
+
+        def get_sync(self, key, *, prototype=None, byte_range=None):
+            self._check(key)
+            return super().get_sync(key, prototype=prototype, byte_range=byte_range)
+
+    store = Unreadable(tmp_path)
+    for name in ["a", "b", *[f"x{i}" for i in range(40)]]:
+        (tmp_path / name).write_bytes(b"data")
+    for io_threads in (0, 1, 3):
+        backend = ZarrBackend(store, io_threads=io_threads, concurrency=4)
+        assert [bytes(x) for x in backend.read_prefix(["a", "missing", "bad", "b"])] == [b"data"], io_threads
+        assert [bytes(x) for x in backend.read_prefix(["a", "b", "missing", *[f"bad{i}" for i in range(8)]])] \
+            == [b"data", b"data"], io_threads
+        with pytest.raises(PermissionError, match="denied: bad1"):
+            backend.read_prefix(["a", "bad1", "missing", "bad2"])
+        asked.clear()
+        with pytest.raises(PermissionError, match="denied: bad"):
+            backend.read_prefix(["bad", *[f"x{i}" for i in range(40)]])
+        if io_threads == 0:  # the window of 4 reads in flight, none started after the error
+            assert len(asked) <= 4, asked
+        backend.close()

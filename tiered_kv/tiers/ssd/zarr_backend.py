@@ -80,10 +80,10 @@ class ZarrBackend:
         """A prefix read over the I/O threads: each part reads up to its own end (:func:`_prefix`)
         and pads the rest with None, so every result stays at its path's position."""
         def work(idx: range) -> list:
-            part = _prefix(read_one(i) for i in idx)
+            part = _prefix(_caught(read_one, i) for i in idx)
             return part + [None] * (len(idx) - len(part))
 
-        return _prefix(self._fan_out(n, work))
+        return _raised(_prefix(self._fan_out(n, work)))
 
     def _each(self, op: str, args: list[tuple]) -> list:
         """``store.<op>(*a)`` for each ``a``: zarr's sync API over the I/O threads, else its async
@@ -156,12 +156,15 @@ class ZarrBackend:
         async def one(i: int) -> None:
             async with sem:
                 if i < stop[0]:
-                    out[i] = await self._aget(paths[i])
-                    if out[i] is None or out[i] is layout.NOT_A_FILE:
+                    try:
+                        out[i] = await self._aget(paths[i])
+                    except Exception as exc:  # noqa: BLE001 - raised by _raised if it is in the prefix
+                        out[i] = exc
+                    if out[i] is None or out[i] is layout.NOT_A_FILE or isinstance(out[i], Exception):
                         stop[0] = min(stop[0], i + 1)
 
         await asyncio.gather(*(one(i) for i in range(len(paths))))
-        return _prefix(out)
+        return _raised(_prefix(out))
 
     def exists(self, paths: Sequence[str]) -> list[bool]:
         if not self.sync_path:
@@ -404,17 +407,33 @@ def _sharded_listing(root: Path, prefix: str) -> tuple[list[str], dict[str, str]
     return files, obstacles
 
 
-def _prefix(found: Iterable[bytes | None]) -> list[bytes]:
+def _prefix(found: Iterable[bytes | None | Exception]) -> list:
     """What a prefix read returns of ``found`` (the objects at its paths, in order): up to the
-    first None, and through the first NOT_A_FILE (the tier removes it); nothing after is read."""
+    first None, and through the first NOT_A_FILE (the tier removes it) or the first read error
+    (:func:`_raised` raises it); nothing after is read. So an error on a path past a miss is never
+    the caller's, whichever read path (one thread, a pool of them, zarr's async API) met it."""
     out = []
     for data in found:
         if data is None:
             break
         out.append(data)
-        if data is layout.NOT_A_FILE:
+        if data is layout.NOT_A_FILE or isinstance(data, Exception):
             break
     return out
+
+
+def _caught(read_one: Callable[[int], bytes | None], i: int) -> bytes | None | Exception:
+    try:
+        return read_one(i)
+    except Exception as exc:  # noqa: BLE001 - raised by _raised if it is in the prefix
+        return exc
+
+
+def _raised(prefix: list) -> list[bytes]:
+    """``prefix`` (from :func:`_prefix`), raising the read error that ends it, if one does."""
+    if prefix and isinstance(prefix[-1], Exception):
+        raise prefix[-1]
+    return prefix
 
 
 def _read_file(path: str) -> bytes | OSError:
