@@ -122,6 +122,8 @@ def test_one_watermark_study_on_a_small_mixed_run():
     # a TTL table that misses a class of the trace is one clear error, not a KeyError
     with pytest.raises(ValueError, match=r"ttl_s: no TTL for the trace's classes \['agent'\]"):
         G.one_watermark_study(trace, ttl_s={"chatbot": 86_400.0})
+    with pytest.raises(ValueError, match=r"ttl_s: no TTL for the trace's classes \['agent', 'chatbot'\]"):
+        G.one_watermark_study(trace, ttl_s={})
 
 
 def _brute_units(trace, wp, ttl):

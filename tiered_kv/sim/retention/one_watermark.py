@@ -106,7 +106,7 @@ def one_watermark_study(trace: CompiledTrace, *, bytes_per_token: float | None =
     from tiered_kv.sim.retention.ttl import TTLModel, evaluate
 
     names = trace.class_names
-    missing = sorted(set(names) - set(ttl_s or names))
+    missing = [] if ttl_s is None else sorted(set(names) - set(ttl_s))
     if missing:
         raise ValueError(f"ttl_s: no TTL for the trace's classes {missing} (its classes: {list(names)})")
     ttl = pair_ttls(names) if ttl_s is None else np.array([float(ttl_s[n]) for n in names])
