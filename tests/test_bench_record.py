@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tiered_kv.bench import _summary, cluster_model, record
-from tiered_kv.bench._pages import Paired
+from tiered_kv.bench._pages import NO_MACHINE_NOTE, Paired
 from tiered_kv.cli import main
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -204,8 +204,8 @@ def test_record_writes_the_json_the_page_and_benchmarks(root: Path, tmp_path: Pa
 
 
 def test_a_new_run_without_a_machine_note_claims_no_load(root: Path, tmp_path: Path):
-    """A new JSON recorded without ``--machine`` says only what is known (not, say, the training
-    job beside the December runs), unless its page has a note of its own."""
+    """A new JSON recorded without ``--machine`` says no note was given (it claims nothing about
+    a machine nobody described), unless its page has a note of its own."""
     results = root / "benchmarks" / "results"
     run = json.loads((RESULTS / "widgets.json").read_text())
     del run["recorded"]
@@ -213,7 +213,7 @@ def test_a_new_run_without_a_machine_note_claims_no_load(root: Path, tmp_path: P
     src.write_text(json.dumps(run))
     assert main(["bench", "record", "widgets", str(src), "--root", str(root)]) == 0
     page = (results / "widgets.md").read_text()
-    assert "training job" not in page and "no note on the machine or its load was given" in page
+    assert f"Machine: {NO_MACHINE_NOTE}" in page
     # a page with a note of its own (cluster: nothing on it is timed) keeps it
     run = json.loads((RESULTS / "cluster.json").read_text())
     run.pop("recorded", None)

@@ -70,8 +70,8 @@ class EconomicsAnalysis:
 
 def build_analysis(trace: CompiledTrace | pl.DataFrame, *, title: str = "",
                    precompute: bool = True) -> EconomicsAnalysis:
-    """Everything the dashboard shows, from a compiled trace or a trace frame (slow part, once): 48 TTLs
-    and up to 48 frontier points per class, chunks at the default bytes per token."""
+    """Everything the dashboard shows, from a compiled trace or a trace frame (slow part, once): up to 48
+    TTLs (zero left out) and up to 48 frontier points per class, chunks at the default bytes per token."""
     from tiered_kv.sim.retention.report import _frontier_points, pair_ttls, ttl_grid
     from tiered_kv.sim.trace_replay import compile_trace
 
