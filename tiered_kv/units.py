@@ -10,7 +10,9 @@ import math
 import re
 from collections.abc import Mapping, Sequence
 
-_DURATION_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+#: Seconds in a day: the one definition (traces, TTLs and retention all count days of 86,400 s).
+DAY_S = 86_400.0
+_DURATION_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": DAY_S}
 BYTE_UNITS = {
     "b": 1,
     "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12, "pb": 10**15,

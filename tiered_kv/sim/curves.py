@@ -389,7 +389,7 @@ def _replay_point(shared: _Points, spec: str, capacity_tokens: int | None, admis
 
 
 def _wear_fields(trace: CompiledTrace, caps: np.ndarray, hit_tokens, written_tokens, bpt: float) -> dict:
-    from tiered_kv.sim.policies.blockwise import DAY_S
+    from tiered_kv.units import DAY_S
 
     span = float(trace.timestamps[-1] - trace.timestamps[0]) if trace.n_requests else 0.0
     days = max(span, 1.0) / DAY_S

@@ -12,7 +12,7 @@ from functools import lru_cache
 import numpy as np
 import polars as pl
 
-DAY_S = 86_400.0
+from tiered_kv.units import DAY_S
 
 #: The collectors in words, in the order of :data:`tiered_kv.sim.retention.one_watermark.MECHANISMS`.
 COLLECTOR_NAMES = {"lru": "one LRU", "weighted": "class weight on recency (agent x7/3)",

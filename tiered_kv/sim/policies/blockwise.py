@@ -37,9 +37,7 @@ from numba import njit
 from tiered_kv.sim.policies.admission import get_admission
 from tiered_kv.sim.policies.registry import DEFAULT_BYTES_PER_TOKEN, PolicyRun, check_capacity
 from tiered_kv.sim.trace_replay import CompiledTrace
-
-DAY_S = 86400.0
-
+from tiered_kv.units import DAY_S
 
 # --------------------------------------------------------------------------------------------
 # intrusive doubly linked lists over dense block ids, one sentinel per list.

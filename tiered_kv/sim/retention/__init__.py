@@ -13,8 +13,9 @@ package may import :mod:`tiered_kv.sim.trace_replay` and the LRU kernel, ``leadi
 """
 
 from tiered_kv.sim.retention.frontier import Frontier, oracle_frontier
-from tiered_kv.sim.retention.gaps import DAY_S, StorageModel, default_bytes_per_token, reuse_gaps
+from tiered_kv.sim.retention.gaps import StorageModel, default_bytes_per_token, reuse_gaps
 from tiered_kv.sim.retention.ttl import TTLChoice, TTLModel, best_shared_ttl, evaluate, optimal_ttls
+from tiered_kv.units import DAY_S
 
 __all__ = [
     "DAY_S", "Frontier", "StorageModel", "TTLChoice", "TTLModel", "best_shared_ttl", "default_bytes_per_token",

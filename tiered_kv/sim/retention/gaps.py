@@ -28,9 +28,6 @@ from numba import njit
 
 from tiered_kv.sim.trace_replay import CompiledTrace
 
-DAY_S = 86_400.0
-
-
 #: DeepSeek-V3 MLA elements per token (61 layers x (512 latent + 64 rope); tiered_kv.arch.DEEPSEEK_V3)
 #: and FP4 bytes per element with the block scales (tiered_kv.kernels.fp4.bytes_per_element). Spelled
 #: out here because both modules import torch for one product; a test pins these to those modules.

@@ -26,9 +26,10 @@ import polars as pl
 
 from tiered_kv.sim.retention import occupancy as O
 from tiered_kv.sim.retention.frontier import Frontier, oracle_frontier
-from tiered_kv.sim.retention.gaps import DAY_S, Gaps, StorageModel, cross_class_tokens, reuse_gaps
+from tiered_kv.sim.retention.gaps import Gaps, StorageModel, cross_class_tokens, reuse_gaps
 from tiered_kv.sim.retention.ttl import TTLModel, best_shared_ttl, evaluate, optimal_ttls, ttl_choice
 from tiered_kv.sim.trace_replay import CompiledTrace
+from tiered_kv.units import DAY_S
 
 #: DeepSeek's published retention: agent traffic 3 days, chatbot (and anything else) 7 days.
 PAIR_DAYS = {"agent": 3.0}

@@ -26,8 +26,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from tiered_kv.sim.retention.gaps import DAY_S, Gaps, any_so_far
+from tiered_kv.sim.retention.gaps import Gaps, any_so_far
 from tiered_kv.sim.trace_replay import CompiledTrace
+from tiered_kv.units import DAY_S
 
 
 @dataclass(frozen=True, eq=False)

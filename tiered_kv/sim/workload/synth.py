@@ -55,7 +55,8 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import polars as pl
 
-DAY_S = 86_400.0
+from tiered_kv.units import DAY_S
+
 HOUR_S = 3_600.0
 
 
