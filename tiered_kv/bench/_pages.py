@@ -154,11 +154,9 @@ class Row:
 
 def recorded(r: dict, default_command: str, own_machine: str | None = None) -> tuple[str, str]:
     """(command, machine note) of a record: what its JSON names, else ``default_command`` and the
-    page's own note, else :data:`NO_MACHINE_NOTE`. The page writes ``Machine:`` before the note,
-    so a note recorded as ``--machine "Machine: ..."`` loses its own."""
+    page's own note, else :data:`NO_MACHINE_NOTE`."""
     rec = r.get("recorded") or {}
-    machine = rec.get("machine", own_machine or NO_MACHINE_NOTE)
-    return rec.get("command") or default_command, machine.removeprefix("Machine:").lstrip()
+    return rec.get("command") or default_command, rec.get("machine", own_machine or NO_MACHINE_NOTE)
 
 
 def head(title: str, name: str, command: str) -> str:

@@ -79,8 +79,8 @@ def prepared(name: str, src: Path | None, results: Path, command: str | None, ma
         raise ValueError(f"JSON: {path} holds no JSON object")
     rec = dict(r.get("recorded") or {})
     rec["command"] = command or rec.get("command") or owner(name).command
-    if machine is not None:
-        rec["machine"] = machine
+    if machine is not None:  # the page writes "Machine:" before the note: a note typed with it loses its own
+        rec["machine"] = machine.removeprefix("Machine:").strip()
     return {**r, "recorded": rec}
 
 
