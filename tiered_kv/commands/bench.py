@@ -49,8 +49,7 @@ def run(args: argparse.Namespace) -> int:
     result = args._bench(args)
     if args.json:
         # the command that ran, flags and all: `bench record` puts it on the page (a --command wins)
-        recorded = {"command": "tiered-kv " + shlex.join(getattr(args, "_argv", None) or ["bench", args.bench])}
-        result = {**result, "recorded": {**recorded, **result.get("recorded", {})}}
+        result = {**result, "recorded": {"command": "tiered-kv " + shlex.join(args._argv)}}
         print(json.dumps(result, indent=2, default=str))
     else:
         print_table(result)
