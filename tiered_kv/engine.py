@@ -344,9 +344,9 @@ class Engine:
             if self.reuse_decoder_windows and st.dec_at_boundary is None:
                 exact_kv = st.global_kv if catch_up == 0 else torch.cat(
                     [st.global_kv[:p], fp4_roundtrip(new_blocks, self.namespace)])
-                s0 = max(0, boundary - self.model.cfg.decoder_reach)  # a decoder replay long enough to be exact
-                _, st.dec_at_boundary = self.model.decode(st.tokens[s0:boundary], s0, exact_kv)
-                catch_up += boundary - s0
+                reach = self.model.cfg.decoder_reach  # a decoder replay long enough to be exact
+                _, st.dec_at_boundary = self.model.first_token_logits(st.tokens[:boundary], exact_kv, reach)
+                catch_up += min(boundary, reach)
             self.host.put(st.keys[boundary // bs - 1], HostEntry(st.boundary_state, st.dec_at_boundary))
         return stored, catch_up
 
