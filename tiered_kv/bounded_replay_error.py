@@ -65,6 +65,11 @@ SETTINGS = {
 }
 
 
+#: The format the replay grid stores its global KV in (the SSD tier's default): its exact runs at the
+#: model's W are that format's runs in :func:`fp4_error` too, so :func:`measure` hands them over.
+REPLAY_FMT = "mxfp4"
+
+
 def measure(model: EncoderDecoder, settings: ReplaySettings, *, flops_length=None):
     """Replay error (W x R) and FP4 error on held-out text under ``settings``: two polars frames."""
     seqs = sample_sequences(load_heldout(settings.heldout_bytes), settings.samples,
@@ -73,7 +78,7 @@ def measure(model: EncoderDecoder, settings: ReplaySettings, *, flops_length=Non
     rep = replay_error(model, seqs, windows=settings.windows, replays=settings.replays, steps=settings.steps,
                        prefix=settings.prefix, block_size=settings.block_size, flops_length=flops_length,
                        exact_runs=exact)
-    known = {"mxfp4": [logits for _, logits in exact[model.cfg.window]]} if model.cfg.window in exact else {}
+    known = {REPLAY_FMT: [logits for _, logits in exact[model.cfg.window]]} if model.cfg.window in exact else {}
     fp4 = fp4_error(model, seqs, steps=settings.steps, prefix=settings.prefix, block_size=settings.block_size,
                     known=known)
     return rep, fp4, seqs
@@ -171,7 +176,7 @@ def replay_error(model: EncoderDecoder, sequences: list[torch.Tensor], *, window
     """Polars frame: window W, replay R, exact_bound, kl_nats, agreement with 95% intervals.
 
     Means are over samples (each sample's value is its mean over ``steps`` decode steps); the
-    interval is over samples. The global KV goes through MXFP4, as the SSD tier stores it. R
+    interval is over samples. The global KV goes through :data:`REPLAY_FMT`, as the SSD tier stores it. R
     runs up to each W's exact bound L*(W-1)+1 (added to the grid as the row whose error must be
     zero; larger R are the same as the bound and dropped). With
     ``flops_length``, each row also carries the prefill-FLOPs ratio (bounded replay over the
@@ -181,7 +186,7 @@ def replay_error(model: EncoderDecoder, sequences: list[torch.Tensor], *, window
     """
     import polars as pl
 
-    rt = _roundtrip("mxfp4", block_size, model)
+    rt = _roundtrip(REPLAY_FMT, block_size, model)
     grid = []
     for w in windows:
         m = model.with_settings(window=w)
