@@ -147,23 +147,24 @@ class ZarrBackend:
         return self._fan_out_prefix(len(paths), lambda i: self._get(paths[i]))
 
     async def _aread_prefix(self, paths: Sequence[str]) -> list[bytes]:
-        """A sliding window of ``concurrency`` reads (:meth:`_aget`); once a read ends the prefix,
-        no read past it is started."""
+        """A sliding window of ``concurrency`` reads (:meth:`_aget`): that many workers take the next
+        path in order; once a read ends the prefix (:func:`_prefix`), no read past it is started.
+        (Workers, not a task per path: a miss on the first of thousands of paths costs nothing.)"""
         out: list = [None] * len(paths)
-        stop = [len(paths)]
-        sem = asyncio.Semaphore(self.concurrency)
+        stop, nxt = [len(paths)], [0]
 
-        async def one(i: int) -> None:
-            async with sem:
-                if i < stop[0]:
-                    try:
-                        out[i] = await self._aget(paths[i])
-                    except Exception as exc:  # noqa: BLE001 - raised by _raised if it is in the prefix
-                        out[i] = exc
-                    if out[i] is None or out[i] is layout.NOT_A_FILE or isinstance(out[i], Exception):
-                        stop[0] = min(stop[0], i + 1)
+        async def worker() -> None:
+            while nxt[0] < stop[0]:
+                i = nxt[0]
+                nxt[0] += 1
+                try:
+                    out[i] = await self._aget(paths[i])
+                except Exception as exc:  # noqa: BLE001 - raised by _raised if it is in the prefix
+                    out[i] = exc
+                if out[i] is None or _ends_prefix(out[i]):
+                    stop[0] = min(stop[0], i + 1)
 
-        await asyncio.gather(*(one(i) for i in range(len(paths))))
+        await asyncio.gather(*(worker() for _ in range(min(self.concurrency, len(paths)))))
         return _raised(_prefix(out))
 
     def exists(self, paths: Sequence[str]) -> list[bool]:
@@ -417,9 +418,14 @@ def _prefix(found: Iterable[bytes | None | Exception]) -> list:
         if data is None:
             break
         out.append(data)
-        if data is layout.NOT_A_FILE or isinstance(data, Exception):
+        if _ends_prefix(data):
             break
     return out
+
+
+def _ends_prefix(data) -> bool:
+    """A read that is the last of its prefix though it found something: a directory, an error."""
+    return data is layout.NOT_A_FILE or isinstance(data, Exception)
 
 
 def _caught(read_one: Callable[[int], bytes | None], i: int) -> bytes | None | Exception:
