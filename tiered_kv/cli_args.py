@@ -155,11 +155,11 @@ def synth_days() -> Callable[[str], float]:
     """Days of synthetic traffic: ``14`` (a bare number is days), ``14d``, ``36h``; in (0, 3650]."""
 
     def convert(text: str) -> float:
-        from tiered_kv.units import parse_duration
+        from tiered_kv.units import DAY_S, parse_duration
 
         t = text.strip()
         return float(t) if re.fullmatch(r"[0-9_]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?", t) \
-            else parse_duration(t) / 86_400.0
+            else parse_duration(t) / DAY_S
 
     return _checked(f"a duration in (0, {MAX_SYNTH_DAYS:g}] days (e.g. 14, 14d, 36h)", convert,
                     lambda days: 0 < days <= MAX_SYNTH_DAYS)

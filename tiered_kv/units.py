@@ -106,7 +106,7 @@ def parse_bytes(value: str | float | int, *, name: str = "size") -> int:
     return int(size)
 
 
-_DURATION_STEPS = (("d", 86400), ("h", 3600), ("m", 60), ("s", 1))
+_DURATION_STEPS = (("d", int(DAY_S)), ("h", 3600), ("m", 60), ("s", 1))
 
 
 def format_duration(seconds: float) -> str:

@@ -27,7 +27,7 @@ from typing import Any
 from tiered_kv import cli_args as _args
 from tiered_kv.bench._pages import Page, Paired, Row, brief, clocked, met, recorded, traced, yes
 from tiered_kv.rusage import cpu_seconds
-from tiered_kv.units import format_bytes
+from tiered_kv.units import DAY_S, format_bytes
 
 NAME = "policies"
 HELP = "replay time of every policy on the 14-day synthetic mixed workload (median of interleaved repeats)"
@@ -35,7 +35,7 @@ HELP = "replay time of every policy on the 14-day synthetic mixed workload (medi
 #: The policies timed, in the order of the first round.
 POLICIES = ("lru", "ttl", "watermark", "belady", "fifo", "lfu", "arc", "slru", "2q", "s3fifo", "sieve", "gdsf",
             "class-lru", "belady-nobypass")
-TTL_S = 3 * 86_400.0
+TTL_S = 3 * DAY_S
 
 
 def register(parser: argparse.ArgumentParser) -> None:
@@ -215,7 +215,7 @@ Workload: the synthetic `{w['preset']}` preset ({' + '.join(w['classes'])}), {w[
 at {scale}: {w['requests']:,} requests, {w['block_accesses']:,} block accesses of {w['block_size']}-token
 blocks, {w['distinct_blocks']:,} distinct blocks. One replay per policy at one capacity:
 {r['capacity_fraction']:g} of the footprint = {cap:,} tokens ({format_bytes(cap * r['bytes_per_token'])} at
-{r['bytes_per_token']:,.0f} B/token); `ttl` is a {r['ttl_seconds'] / 86400:g}-day idle TTL under that capacity,
+{r['bytes_per_token']:,.0f} B/token); `ttl` is a {r['ttl_seconds'] / DAY_S:g}-day idle TTL under that capacity,
 `watermark` the same capacity in bytes (high 0.95, low 0.85). Each time is the policy's own `run`
 (hits, SSD wear; `belady` includes its next-use pass): median of {r['repeat']} interleaved rounds (every
 policy once per round, the order rotated by one each round), the spread min-max and every run;

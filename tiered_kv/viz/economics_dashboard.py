@@ -19,11 +19,10 @@ import polars as pl
 
 from tiered_kv.sim import retention as R
 from tiered_kv.sim.trace_replay import CompiledTrace
-from tiered_kv.units import format_bytes, format_duration
+from tiered_kv.units import DAY_S, format_bytes, format_duration
 from tiered_kv.viz.style import binary_unit
 from tiered_kv.viz.widgets import Dashboard, log_slider, records
 
-DAY_S = R.DAY_S
 #: steps of the capacity slider; the optimum is precomputed at every one of them
 CAPACITY_STEPS = 120
 _KINDS = ["idle TTL", "oracle frontier", "chosen TTL", "optimal TTL at capacity"]

@@ -17,7 +17,7 @@ import numpy as np
 import polars as pl
 
 from tiered_kv.sim.retention import settings as R
-from tiered_kv.units import format_bytes, format_duration, format_tokens
+from tiered_kv.units import DAY_S, format_bytes, format_duration, format_tokens
 from tiered_kv.viz.widgets import Dashboard, html_table, log_slider, records, slider, table_css
 
 
@@ -198,5 +198,5 @@ def synthetic_dashboard(size: str | None = None) -> RetentionDashboard:
     """Dashboard over the synthetic chatbot + agent workload, TTLs starting at 3 days."""
     table = synthetic_table(size)
     return RetentionDashboard(table, title="synthetic multi-day workload (chatbot + agent)",
-                              ttl_s=dict.fromkeys(table.classes, 3 * 86_400.0),
+                              ttl_s=dict.fromkeys(table.classes, 3 * DAY_S),
                               bytes_per_token=_fp4_bytes_per_token())

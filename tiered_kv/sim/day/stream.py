@@ -39,6 +39,7 @@ from numba import njit
 
 from tiered_kv.rusage import peak_rss_bytes
 from tiered_kv.sim.day.shards import read_manifest
+from tiered_kv.units import DAY_S
 
 
 @njit(cache=True)
@@ -263,7 +264,7 @@ def replay_day(root: str | Path, *, capacities: dict[str, float] | None = None,
     caps = np.array([min(c, 2**62) for c in capacities.values()], dtype=np.int64)
     frontier, count = np.ones(len(caps), np.int64), np.zeros(len(caps), np.int64)
     ttl, names = _ttl_matrix(ttls, classes), list(capacities) + list(ttls)
-    warm_s = float(m["config"]["warmup_days"]) * 86_400.0
+    warm_s = float(m["config"]["warmup_days"]) * DAY_S
     parts = tuple(np.array([p[k] for p in m["parts"]], dtype=np.int64) for k in ("id_base", "n_ids"))
     part_numbers = [int(p["part"]) for p in m["parts"]]
     hit = np.zeros((len(names), len(classes), hours), np.int64)

@@ -31,6 +31,7 @@ from numba import njit
 
 from tiered_kv.sim.policies.blockwise import leading_runs
 from tiered_kv.sim.trace_replay import CompiledTrace, summarize
+from tiered_kv.units import DAY_S
 
 STRATEGIES = ("every-block", "turn-ends", "turn-ends+interval", "common-prefixes")
 
@@ -163,7 +164,7 @@ def compare_strategies(trace: CompiledTrace, *, every_tokens: int = 4096, ttl_by
         row = {"strategy": s if s != "turn-ends+interval" else f"turn-ends+{every_tokens}",
                "token_hit_rate": hit / max(inp, 1),
                "write_point_share": float(wp.mean()) if wp.size else 0.0,
-               "bytes_written_per_day": out["bytes_written"] / max(out["span_s"], 1.0) * 86_400,
+               "bytes_written_per_day": out["bytes_written"] / max(out["span_s"], 1.0) * DAY_S,
                "avg_stored_bytes": out["avg_stored_bytes"], "stored_bytes_end": out["stored_bytes_end"],
                "units": out["units"],
                **{f"token_hit_rate_{n}": c["hit_tokens"] / max(c["input_tokens"], 1) for n, c in by_class.items()}}

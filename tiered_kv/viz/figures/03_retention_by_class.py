@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
+from tiered_kv.units import DAY_S
 from tiered_kv.viz.report import Claim, FigureResult, claim_value
 
 NAME = "03_retention_by_class"
@@ -26,7 +27,7 @@ _LABELS = ("datum.value < 0.002 ? '1 min' : datum.value < 0.02 ? '10 min' : datu
 def curves(days: float, preset: str, seed: int) -> tuple[pl.DataFrame, dict]:
     """Hit rate at log-spaced TTLs (1 min to ``days``, plus 3 d and 7 d) for each class."""
     from tiered_kv.sim.workload.calibration import ttl_curves
-    from tiered_kv.sim.workload.synth import DAY_S, generate
+    from tiered_kv.sim.workload.synth import generate
 
     df = generate(preset, days, seed)
     ttls = np.unique(np.concatenate([np.geomspace(60.0, days * DAY_S, 48), np.array(_MARKS_DAYS) * DAY_S]))
@@ -50,7 +51,7 @@ def build(quick: bool) -> FigureResult:
     data, info = curves(days, preset, seed)
     chat_loss, agent_loss = loss_points(data, "chatbot"), loss_points(data, "agent")
     lines = alt.Chart(data).mark_line(point=alt.OverlayMarkDef(size=12)).encode(
-        x=alt.X("ttl_days:Q", scale=alt.Scale(type="log", domain=[60 / 86_400, days], nice=False),
+        x=alt.X("ttl_days:Q", scale=alt.Scale(type="log", domain=[60 / DAY_S, days], nice=False),
                 title="TTL (log scale)",
                 axis=alt.Axis(values=[1 / 1440, 1 / 144, 1 / 24, 0.25, 1, 3, 7, 14], labelExpr=_LABELS)),
         y=alt.Y("token_hit_rate:Q", title="token hit rate (fraction of input tokens)",
