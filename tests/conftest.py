@@ -29,3 +29,9 @@ try:
         _hyp_settings.load_profile("ci")
 except ImportError:  # hypothesis is in the dev extra
     pass
+
+
+def runs_engines(notebook) -> bool:
+    """A notebook that starts vLLM engines (it imports the connectors): test_notebooks runs it
+    first (it is the longest), test_browser leaves it out (it draws nothing)."""
+    return "tiered_kv.connectors" in notebook.read_text()

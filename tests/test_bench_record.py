@@ -229,7 +229,7 @@ def test_a_note_typed_with_its_own_label_is_shown_once(root: Path, tmp_path: Pat
     assert "Machine: quiet, 2 cores" in lines and not any("Machine: Machine" in ln for ln in lines)
     recorded = json.loads((root / "benchmarks" / "results" / "widgets.json").read_text())["recorded"]
     assert recorded["machine"] == "quiet, 2 cores"  # stored without the label the page adds
-    assert not any("Machine: Machine" in ln for ln in (ROOT / "BENCHMARKS.md").read_text().splitlines())
+    assert not any("Machine: Machine" in ln for ln in (root / "BENCHMARKS.md").read_text().splitlines())
 
 
 def test_a_feeding_json_rerenders_the_page_it_feeds(root: Path):

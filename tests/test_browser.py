@@ -30,6 +30,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from conftest import runs_engines
 
 ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM = Path("/usr/bin/chromium")
@@ -41,7 +42,7 @@ NOTEBOOKS = sorted(p.name for p in (ROOT / "notebooks").glob("*.ipynb"))
 CHART_CELL = re.compile(r"_chart\(|[Dd]ashboard\(|Gallery\(")
 #: Notebooks that run vLLM engines (08): they draw nothing (tables and dicts, checked executed by
 #: tests/test_notebooks.py), so here they would only start the same engines again, about a minute.
-ENGINE_NOTEBOOKS = [n for n in NOTEBOOKS if "tiered_kv.connectors" in (ROOT / "notebooks" / n).read_text()]
+ENGINE_NOTEBOOKS = [n for n in NOTEBOOKS if runs_engines(ROOT / "notebooks" / n)]
 #: Chart cells each notebook has at least (so the pattern above cannot silently match nothing).
 MIN_CHART_CELLS = {"00_tour.ipynb": 1, "01_window_and_replay.ipynb": 1, "02_fp4.ipynb": 3, "03_retention.ipynb": 3,
                    "04_ttft_and_cost.ipynb": 1, "05_reproduce.ipynb": 1, "06_workshop.ipynb": 4,

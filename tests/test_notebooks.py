@@ -11,6 +11,7 @@ import re
 from pathlib import Path
 
 import pytest
+from conftest import runs_engines
 
 nbformat = pytest.importorskip("nbformat")
 nbclient = pytest.importorskip("nbclient")
@@ -51,12 +52,6 @@ def _execute(path: Path):
     return book, None
 
 
-def _engine_first(path: Path) -> bool:
-    """False (sorts first) for a notebook that runs vLLM engines: it takes as long as several
-    others together, so the other kernel works through the rest meanwhile."""
-    return "tiered_kv.connectors" not in path.read_text()
-
-
 @pytest.fixture(scope="module")
 def executed():
     """Every notebook, executed two at a time (one kernel per core) at small size."""
@@ -68,7 +63,9 @@ def executed():
     os.environ.setdefault("XDG_CACHE_HOME", str(Path.home() / ".cache"))  # share the vega bundle cache
     try:
         with ThreadPoolExecutor(max_workers=2) as pool:
-            order = sorted(ALL, key=_engine_first)
+            # a notebook that runs vLLM engines first: it takes as long as several others together,
+            # so the other kernel works through the rest meanwhile
+            order = sorted(ALL, key=lambda p: not runs_engines(p))
             results = dict(zip(order, pool.map(_execute, order), strict=True))
     finally:
         for k, v in old.items():

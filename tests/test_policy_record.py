@@ -12,6 +12,10 @@ from tiered_kv.bench import policies as rec
 from tiered_kv.bench._pages import NO_MACHINE_NOTE
 from tiered_kv.cli import main
 
+#: A small run: 2 days of the `ci` preset, four policies, two rounds.
+ARGV = ["bench", "policies", "--preset", "ci", "--days", "2", "--repeat", "2", "--policies", "lru,belady,fifo,ttl",
+        "--json"]
+
 
 @pytest.fixture(scope="module")
 def bench(tmp_path_factory):
@@ -21,8 +25,7 @@ def bench(tmp_path_factory):
 
     buf = io.StringIO()
     with contextlib.redirect_stdout(buf):
-        assert main(["bench", "policies", "--preset", "ci", "--days", "2", "--repeat", "2",
-                     "--policies", "lru,belady,fifo,ttl", "--json"]) == 0
+        assert main(ARGV) == 0
     return json.loads(buf.getvalue())
 
 
@@ -109,7 +112,7 @@ def test_record_writes_the_page(tmp_path, bench):
     assert page.startswith("# Policy arena") and "No libcachesim section" in page
     assert f"Machine: {NO_MACHINE_NOTE}" in page  # no note given: the page says so
     # the command that ran (bench --json records it), not the benchmark's bare default
-    ran = "tiered-kv bench policies --preset ci --days 2 --repeat 2 --policies lru,belady,fifo,ttl --json"
+    ran = "tiered-kv " + " ".join(ARGV)
     assert rec.COMMAND != ran and json.loads((results / "policies.json").read_text())["recorded"]["command"] == ran
     assert ran in page
     assert main(["bench", "record", "policies", "--root", str(tmp_path), "--machine", "quiet, 2 cores"]) == 0
