@@ -78,19 +78,14 @@ def _checked(what: str, convert: Callable[[str], Any], ok: Callable[[Any], bool]
 def capacity() -> Callable[[str], str]:
     """A cache size: tokens (``2000000``) or bytes with a unit (``64GiB``), or ``unlimited``.
 
-    Returns the text unchanged (the commands turn it into tokens with their bytes per token).
+    Returns the text, stripped (the commands turn it into tokens with their bytes per token);
+    it is checked by the library's own parser, so the flag and the commands cannot disagree.
     """
     def convert(text: str) -> str:
-        from tiered_kv.units import parse_bytes
+        from tiered_kv.sim.policies import capacity_tokens_from
 
-        t = text.strip()
-        if t.lower() in ("inf", "none", "unlimited"):
-            return t
-        if not re.fullmatch(r"[0-9_]*\.?[0-9]+(?:[eE]\+?[0-9]+)?", t):
-            parse_bytes(t)  # bytes with a unit: refuses a sign, an infinite size
-        elif not math.isfinite(float(t.replace("_", ""))):  # tokens: an unsigned number
-            raise ValueError(t)
-        return t
+        capacity_tokens_from(text)
+        return text.strip()
 
     return _checked("a size >= 0: tokens (e.g. 2000000) or bytes with a unit (e.g. 64GiB, 1.5TB), or 'unlimited'",
                     convert)
