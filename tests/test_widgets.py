@@ -383,16 +383,31 @@ def test_replay_dashboard_reads_the_grid_and_the_compute_formula():
 
 
 def test_gallery_tables_come_from_the_claims():
-    from tiered_kv.viz.gallery import BuiltFigure, _markdown_table_html, claims_frame
-    from tiered_kv.viz.report import Claim, FigureResult, claims_table
+    from tiered_kv.viz.gallery import BuiltFigure, claims_frame, claims_html
+    from tiered_kv.viz.report import Claim, FigureResult
 
     c = Claim("ratio", "paper", published=437.0, reproduced=437.2, unit="x", inputs="arch table",
               kind="check")
     frame = claims_frame([BuiltFigure("01_x", "X", FigureResult(chart=None, claims=[c]), 0.1)])
     assert frame.row(0, named=True)["relative_difference"] == pytest.approx(0.2 / 437)
     assert frame.row(0, named=True)["kind"] == "check"  # the claim's own kind, not a guess from a flag
-    html_ = _markdown_table_html(claims_table([c]))
+    html_ = claims_html([c])
     assert "<td>ratio</td>" in html_ and "437" in html_
+
+
+def test_gallery_keeps_a_bar_in_a_claim_inside_its_cell():
+    """A ``|`` in a claim's text is text, not a column break: the table is not parsed back from markdown."""
+    import re
+
+    from tiered_kv.viz.gallery import claims_html
+    from tiered_kv.viz.report import CLAIM_COLUMNS, Claim
+
+    c = Claim("hit rate | bytes", "paper", published=0.5, reproduced=0.5, unit="fraction",
+              inputs="x | y", kind="check")
+    head = re.findall(r"<th>(.*?)</th>", claims_html([c]))
+    cells = dict(zip(head, re.findall(r"<td>(.*?)</td>", claims_html([c])), strict=True))
+    assert tuple(head) == CLAIM_COLUMNS
+    assert (cells["claim"], cells["inputs"], cells["kind"]) == ("hit rate | bytes", "x | y", "check")
 
 
 def test_replay_measurement_refuses_an_unknown_size_before_measuring():

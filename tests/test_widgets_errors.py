@@ -124,7 +124,7 @@ def _dashboard(kind: str):
 
     g = gallery.Gallery(quick=True, eager=False)
     g.figure = lambda name: (_ for _ in ()).throw(ValueError("gallery broke"))
-    return g, g.picker, gallery, "claims_table"
+    return g, g.picker, gallery, "claims_html"
 
 
 def _move(w) -> None:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import ipywidgets as widgets
 import polars as pl
 
-from tiered_kv.viz.report import FigureResult, claims_table
+from tiered_kv.viz.report import CLAIM_COLUMNS, Claim, FigureResult, claim_cells
 from tiered_kv.viz.widgets import Dashboard, guard, html_table
 
 
@@ -37,11 +37,10 @@ def claims_frame(figures: list[BuiltFigure]) -> pl.DataFrame:
     return pl.DataFrame(rows, schema=schema)
 
 
-def _markdown_table_html(md: str) -> str:
-    """The REPORT.md claims table as HTML (same columns, same formatting)."""
-    head, _rule, *rows = [[c.strip() for c in ln.strip("|").split("|")] for ln in md.splitlines()
-                          if ln.startswith("|")]
-    return (html_table([dict(zip(head, row, strict=False)) for row in rows], css_class="tkv-claims")
+def claims_html(claims: list[Claim]) -> str:
+    """The REPORT.md claims table as HTML (same columns, same formatting), cell by cell from the
+    claims, so a ``|`` in a claim's text stays in its cell."""
+    return (html_table([dict(zip(CLAIM_COLUMNS, claim_cells(c), strict=True)) for c in claims], css_class="tkv-claims")
             + "<style>.tkv-claims{border-collapse:collapse} .tkv-claims td,.tkv-claims th{padding:2px 8px;"
             "border-bottom:1px solid #ddd;text-align:left;vertical-align:top}</style>")
 
@@ -92,9 +91,9 @@ class Gallery(Dashboard):
 
         for name in tqdm(list(self.modules), desc="figures", unit="fig"):
             self.figure(name)
-        table = claims_table([c for f in self.built.values() for c in f.result.claims])
         missing = "".join(f"<li>{html.escape(n)}: {html.escape(r)}</li>" for n, r in self.failed.items())
-        self.all_claims.value = ("<h4>All claims</h4>" + _markdown_table_html(table)
+        self.all_claims.value = ("<h4>All claims</h4>"
+                                 + claims_html([c for f in self.built.values() for c in f.result.claims])
                                  + (f"<p>Not built:</p><ul>{missing}</ul>" if missing else ""))
         return self.claims_frame()
 
@@ -112,5 +111,5 @@ class Gallery(Dashboard):
         mode = "quick" if self.quick else "full"
         self.summary.value = f"<b>{html.escape(f.title)}</b> <i>({mode} size, built in {f.seconds:.1f} s)</i><br>{notes}"
         self.chart_view.show(f.result.chart)
-        self.claims.value = (_markdown_table_html(claims_table(f.result.claims)) if f.result.claims
+        self.claims.value = (claims_html(f.result.claims) if f.result.claims
                              else "<i>no published claim for this figure</i>")

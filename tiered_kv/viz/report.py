@@ -150,14 +150,18 @@ def _decimals(x: float) -> int:
     return min(max(1 - math.floor(math.log10(abs(x))), 1), 6)
 
 
+#: The columns of a claims table, in REPORT.md and in the gallery.
+CLAIM_COLUMNS = ("claim", "source (publication or expectation)", "published / expected", "reproduced", "difference",
+                 "inputs", "kind")
+
+
+def claim_cells(c: Claim) -> tuple[str, ...]:
+    """One claim's cells under :data:`CLAIM_COLUMNS`, formatted as :func:`format_claim` prints them."""
+    published, reproduced, diff = format_claim(c)
+    return c.claim, c.source, published, reproduced, diff, c.inputs, c.kind
+
+
 def claims_table(claims: list[Claim]) -> str:
-    """Markdown table: claim, source, published (or expected), reproduced, difference, inputs, kind."""
-    lines = [
-        "| claim | source (publication or expectation) | published / expected | reproduced | difference "
-        "| inputs | kind |",
-        "|---|---|---|---|---|---|---|",
-    ]
-    for c in claims:
-        published, reproduced, diff = format_claim(c)
-        lines.append(f"| {c.claim} | {c.source} | {published} | {reproduced} | {diff} | {c.inputs} | {c.kind} |")
-    return "\n".join(lines)
+    """Markdown table of :data:`CLAIM_COLUMNS`, one row per claim."""
+    rows = ["| " + " | ".join(cells) + " |" for cells in (CLAIM_COLUMNS, *map(claim_cells, claims))]
+    return "\n".join([rows[0], "|" + "---|" * len(CLAIM_COLUMNS), *rows[1:]])
