@@ -19,6 +19,7 @@ import ipywidgets as widgets
 import numpy as np
 import polars as pl
 
+from tiered_kv.sim.policies import DEFAULT_BYTES_PER_TOKEN
 from tiered_kv.viz.widgets import Dashboard, html_table, records, slider, table_css
 
 #: The policies the arena shows by default (``belady`` is drawn as the bound).
@@ -42,7 +43,6 @@ def arena_table(trace, caps: np.ndarray, policies=POLICIES, *, admissions=ADMISS
     same under every filter: it bypasses) and its own writes (misses it keeps; it never writes a
     block it bypasses or one never used again)."""
     from tiered_kv.sim import curves as C
-    from tiered_kv.sim.policies import DEFAULT_BYTES_PER_TOKEN
 
     bpt = float(DEFAULT_BYTES_PER_TOKEN)
     parts = []
@@ -112,7 +112,6 @@ class Arena:
     capacities: np.ndarray  # tokens, the grid every policy was replayed at
     policies: tuple[str, ...]
     admissions: tuple[str, ...]
-    bytes_per_token: float
     title: str
     info: dict
     frames: dict[str, pl.DataFrame] = field(default_factory=dict)
@@ -135,7 +134,6 @@ def build_arena(trace, policies=POLICIES, *, points: int = 24, admissions=ADMISS
     """The slow part, once: :func:`arena_table` of ``trace`` (compiled, or a trace frame) at ``points``
     capacities; ``policies`` may name plug-in files (``path/to/file.py:Class``, docs/policies.md)."""
     from tiered_kv.sim.curves import default_capacities
-    from tiered_kv.sim.policies import DEFAULT_BYTES_PER_TOKEN
     from tiered_kv.sim.trace_replay import CompiledTrace, compile_trace
 
     policies = tuple(dict.fromkeys(p for p in policies if p != "belady"))
@@ -153,7 +151,7 @@ def build_arena(trace, policies=POLICIES, *, points: int = 24, admissions=ADMISS
     info = {"requests": int(trace.n_requests), "accesses": int(trace.n_accesses),
             "block_size": int(trace.uniform_block_size), "span_s": span}
     return Arena(data=data, capacities=np.asarray(caps, dtype=np.int64), policies=policies, admissions=admissions,
-                 bytes_per_token=float(DEFAULT_BYTES_PER_TOKEN), title=title, info=info)
+                 title=title, info=info)
 
 
 def arena_view(arena: Arena, policies, admission: str, capacity_tokens: float) -> dict:
@@ -181,7 +179,7 @@ def arena_view(arena: Arena, policies, admission: str, capacity_tokens: float) -
                      "bytes_written_per_hit_byte": r["bytes_written_per_hit_byte"],
                      "drive_writes_per_day": r["drive_writes_per_day"]})
     return {"admission": admission, "policies": chosen, "capacity_tokens": cap,
-            "capacity_bytes": cap * arena.bytes_per_token, "curves": curves, "marks": marks, "rows": rows}
+            "capacity_bytes": float(cap * DEFAULT_BYTES_PER_TOKEN), "curves": curves, "marks": marks, "rows": rows}
 
 
 def _wear_points(frame: pl.DataFrame) -> pl.DataFrame:
@@ -263,13 +261,13 @@ def summary_rows(view: dict) -> list[dict]:
              "drive writes per day": num(r["drive_writes_per_day"])} for r in view["rows"]]
 
 
-def summary_line(arena: Arena, view: dict) -> str:
+def summary_line(view: dict) -> str:
     """One line: the capacity, the best chosen policy there and its distance from Belady."""
     from tiered_kv.units import format_bytes, format_tokens
 
     rows = [r for r in view["rows"] if r["policy"] != "belady"]
     text = (f"At {format_tokens(view['capacity_tokens'])} ({format_bytes(view['capacity_bytes'])} at "
-            f"{arena.bytes_per_token:,.0f} B/token), admission {view['admission']}: Belady "
+            f"{DEFAULT_BYTES_PER_TOKEN:,} B/token), admission {view['admission']}: Belady "
             f"{view['rows'][0]['token_hit_rate']:.2%}")
     if rows:
         top = max(r["token_hit_rate"] for r in rows)
@@ -293,7 +291,7 @@ class PolicyArenaDashboard(Dashboard):
         self.admission_buttons = widgets.ToggleButtons(
             options=list(a.admissions), value=a.admissions[0], description="admission",
             style={"description_width": "initial", "button_width": "130px"})
-        labels = [(f"{format_tokens(c)} ({format_bytes(c * a.bytes_per_token)})", int(c)) for c in a.capacities]
+        labels = [(f"{format_tokens(c)} ({format_bytes(c * DEFAULT_BYTES_PER_TOKEN)})", int(c)) for c in a.capacities]
         self.capacity_slider = slider(widgets.SelectionSlider, "SSD capacity", options=labels,
                                       value=int(a.capacities[len(a.capacities) // 2]),
                                       continuous_update=True, width="560px")
@@ -306,7 +304,7 @@ class PolicyArenaDashboard(Dashboard):
                                self.capacity_slider.value)
         table = html_table(summary_rows(self.view), css_class="tkv-arena",
                            cell_classes={"token hit rate": "tkv-arena-hit"})
-        line = html.escape(summary_line(self.arena, self.view))
+        line = html.escape(summary_line(self.view))
         self.summary.value = f'{table_css("tkv-arena")}<div class="tkv-arena-line">{line}</div>{table}'
         self.chart_view.show_data(self.template, arena_datasets(self.view))
 
