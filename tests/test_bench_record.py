@@ -220,6 +220,10 @@ def test_a_new_run_without_a_machine_note_claims_no_load(root: Path, tmp_path: P
     src.write_text(json.dumps(run))
     assert main(["bench", "record", "cluster", str(src), "--root", str(root)]) == 0
     assert f"Machine: {cluster_model.MACHINE}" in (results / "cluster.md").read_text()
+    # an empty note (--machine "") is none: the page says so instead of an empty "Machine:"
+    for name in ("widgets", "ttft"):
+        assert main(["bench", "record", name, "--machine", "", "--root", str(root)]) == 0
+        assert f"Machine: {NO_MACHINE_NOTE}" in (results / f"{name}.md").read_text()
 
 
 def test_a_note_typed_with_its_own_label_is_shown_once(root: Path, tmp_path: Path):

@@ -234,7 +234,9 @@ def render_record(r: dict) -> str:
     slow = sorted(p["compute_slowdown"] for p in r["points"])
     return head("Tail latency under contention: restores and misses sharing one store link and the cores",
                 "contention", command) + f"""
-{note + chr(10) + chr(10) if note else ""}Load average (1/5/15 min) {la0[0]:.1f}/{la0[1]:.1f}/{la0[2]:.1f} at the start and
+{note}
+
+Load average (1/5/15 min) {la0[0]:.1f}/{la0[1]:.1f}/{la0[2]:.1f} at the start and
 {la1[0]:.1f}/{la1[1]:.1f}/{la1[2]:.1f} at the end, {r['cpus']} CPU(s), {r['torch_threads']} torch thread(s);
 the whole run took {r['wall_s']:.0f} s. Every point ran {r['repeats']} times, in interleaved rounds (each round
 its own shuffled order, a pair's policies back to back). The points' compute ran at

@@ -206,10 +206,11 @@ def render_replays(r: dict | None) -> str:
     slowest = max(pols, key=lambda n: pols[n]["median_s"])
     worst = pols[slowest]["median_s"]
     command, note = recorded(r, COMMAND)
-    machine = f"\n\nMachine: {note}" if note else ""
     return f"""## 14-day replay time per policy
 
-Written from the JSON of `{command}`.{machine}
+Written from the JSON of `{command}`.
+
+Machine: {note}
 
 Workload: the synthetic `{w['preset']}` preset ({' + '.join(w['classes'])}), {w['days']:g} days, seed {w['seed']},
 at {scale}: {w['requests']:,} requests, {w['block_accesses']:,} block accesses of {w['block_size']}-token

@@ -190,12 +190,13 @@ def render_page(r: dict, stem: str) -> str:
     from tiered_kv.measure.crossover import crossover_from_record
 
     command, note = recorded(r, COMMANDS[stem])
-    machine = f"Machine: {note}.\n\n" if note else ""
     crossover = crossover_from_record(r, f"{stem}.json")[1]
     anomalies = "\n".join(f"- {a}" for a in r["anomalies"]) or "- none (every miss is slower than the shorter one's)"
     f = r["prefill_flops"]
     return head(TITLES[stem], stem, command) + f"""
-{machine}Model `{r['model']}` ({r['params']:,} parameters, W={r['window_tokens']}, R={r['replay_tokens']}),
+Machine: {note}.
+
+Model `{r['model']}` ({r['params']:,} parameters, W={r['window_tokens']}, R={r['replay_tokens']}),
 {r['fmt']} global KV in {r['block_size_tokens']}-token chunks, the cached previous turn is the prompt
 minus its last {r['suffix_tokens']} tokens, {r['threads']} torch thread(s), {r['repeats']} interleaved
 repeats per case. Cold reads: {r['cold_read_method']} (store file system: {r['store_filesystem']}).
