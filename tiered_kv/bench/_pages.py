@@ -154,8 +154,7 @@ class Row:
 
 def recorded(r: dict, default_command: str, own_machine: str | None = None) -> tuple[str, str]:
     """(command, machine note) of a record: what its JSON names, else ``default_command`` and the
-    page's own note, else :data:`NO_MACHINE_NOTE`; an empty note (``--machine ""``) is none, so a
-    page always has a note to show."""
+    page's own note, else :data:`NO_MACHINE_NOTE` (an empty note, ``--machine ""``, is none)."""
     rec = r.get("recorded") or {}
     return rec.get("command") or default_command, rec.get("machine") or own_machine or NO_MACHINE_NOTE
 
