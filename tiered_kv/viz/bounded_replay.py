@@ -16,8 +16,18 @@ import altair as alt
 import ipywidgets as widgets
 import polars as pl
 
+from tiered_kv import bounded_replay_error as rq
 from tiered_kv.viz.style import dashed_lines
 from tiered_kv.viz.widgets import Dashboard, html_table, log_slider, slider
+
+#: Notebook sizes: (replay grid, torch threads, context lengths of the loss curve in bytes, bytes scored
+#: after each, starts they are scored at). The full grid is figure 09's (``SETTINGS["full"]``: 64 held-out
+#: sequences), so the notebook and the figure print the same numbers.
+SIZES = {
+    "small": (rq.ReplaySettings(windows=(8, 16), replays=(2, 8, 32), samples=1, prefix=96, steps=8, block_size=32,
+                                heldout_bytes=400_000), 1, (16, 64, 256, 1024), 64, 2),
+    "full": (rq.SETTINGS["full"], 2, (64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384), 256, 16),
+}
 
 
 @dataclass(frozen=True)
@@ -44,7 +54,6 @@ class ReplayMeasurements:
 
 def measure(size: str | None = None) -> ReplayMeasurements:
     """Run the model over the grid of this size once (minutes at full size, seconds at small)."""
-    from tiered_kv import bounded_replay_error as rq
     from tiered_kv.evaluate import context_curve
     from tiered_kv.model import default_checkpoint
     from tiered_kv.viz import notebook_size
@@ -52,33 +61,27 @@ def measure(size: str | None = None) -> ReplayMeasurements:
     from tiered_kv.viz.widgets import torch_threads
 
     size = size or notebook_size()
-    if size not in ("small", "full"):
-        raise ValueError(f"size: must be 'small' or 'full', got {size!r}")
-    # The full size is figure 09's measurement (``SETTINGS["full"]``: 64 held-out sequences), so the
-    # notebook and the figure print the same numbers.
-    f = rq.SETTINGS["full"]
-    windows, replays, n_seq, prefix, steps = (((8, 16), (2, 8, 32), 1, 96, 8) if size == "small" else
-                                              (f.windows, f.replays, f.samples, f.prefix, f.steps))
-    with torch_threads(1 if size == "small" else 2):
+    if size not in SIZES:
+        raise ValueError(f"size: must be {' or '.join(map(repr, SIZES))}, got {size!r}")
+    s, threads, contexts, target, n = SIZES[size]
+    with torch_threads(threads):
         model, meta = notebook_model(size)
         desc = "tiny preset, random weights (untrained; CI size)" if meta is None else \
             f"trained {default_checkpoint('small').name}"
-        stream = rq.load_heldout(max_bytes=400_000 if size == "small" else None)
-        seqs = rq.sample_sequences(stream, n_seq, prefix + steps, seed=0)
-        errors = rq.replay_error(model, seqs, windows=windows, replays=replays, steps=steps, prefix=prefix,
-                                 block_size=32 if size == "small" else 64, progress=True).fill_nan(None)
+        stream = rq.load_heldout(max_bytes=s.heldout_bytes)
+        seqs = rq.sample_sequences(stream, s.samples, s.prefix + s.steps, seed=0)
+        errors = rq.replay_error(model, seqs, windows=s.windows, replays=s.replays, steps=s.steps, prefix=s.prefix,
+                                 block_size=s.block_size, progress=True).fill_nan(None)
         # (one sequence at small size has no interval: null, not NaN, so charts serialize as JSON)
         rows = []
-        probe = [seqs[0][:prefix]]  # attention mass: one held-out prefix, every layer and head
-        for w in windows:
+        probe = [seqs[0][:s.prefix]]  # attention mass: one held-out prefix, every layer and head
+        for w in s.windows:
             m = model.with_settings(window=w)
             for d in sorted({max(1, w // 8), max(1, w // 4), max(1, w // 2)}):
                 loc = rq.attention_locality(m, probe, recent=d)
                 rows.append({"window_tokens": w, "distance_tokens": d, "attention_share": loc["overall_share"],
                              "uniform_share": loc["uniform_share"]})
-        contexts = (16, 64, 256, 1024) if size == "small" else (64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
-        curve = pl.DataFrame(context_curve(model, stream, contexts, target=64 if size == "small" else 256,
-                                           n=2 if size == "small" else 16)).drop("ci95")
+        curve = pl.DataFrame(context_curve(model, stream, contexts, target=target, n=n)).drop("ci95")
         return ReplayMeasurements(desc, model.cfg.enc_layers, model.cfg.dec_layers, errors, pl.DataFrame(rows),
                                   curve, model.cfg.window)
 
