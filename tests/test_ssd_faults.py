@@ -60,12 +60,20 @@ def test_directory_where_a_chunk_should_be_is_a_reported_miss_and_removed(tmp_pa
     assert tier.verify()["problems"] == 0
 
 
-def test_a_backend_opened_directly_refuses_a_bad_io_threads_by_name(tmp_path):
-    from tiered_kv.tiers.ssd import open_backend
+def test_a_backend_opened_directly_refuses_bad_io_settings_by_name(tmp_path):
+    """The rule SSDConfig applies: ``True`` is no thread count, and no reads in flight would hang."""
+    from tiered_kv.tiers.ssd import SSDConfig, open_backend
 
-    for bad in (-1, 1.5):
+    for bad in (-1, 1.5, True):
         with pytest.raises(ValueError, match=r"io_threads: must be an integer >= 0"):
             open_backend(tmp_path, io_threads=bad)
+        with pytest.raises(ValueError, match=r"io_threads: must be an integer >= 0"):
+            SSDConfig(io_threads=bad)
+    for bad in (0, -2, 2.0, True):
+        with pytest.raises(ValueError, match=r"concurrency: must be an integer >= 1"):
+            open_backend(tmp_path, io_threads=0, concurrency=bad)
+        with pytest.raises(ValueError, match=r"io_concurrency: must be an integer >= 1"):
+            SSDConfig(io_concurrency=bad)
 
 
 def test_a_prefix_read_ends_at_a_directory_on_every_read_path(tmp_path):

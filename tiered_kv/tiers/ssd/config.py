@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tiered_kv.tiers.ssd.bandwidth import parse_rate
-from tiered_kv.tiers.ssd.layout import IO_CONCURRENCY
+from tiered_kv.tiers.ssd.layout import IO_CONCURRENCY, check_io
 from tiered_kv.units import parse_duration
 
 
@@ -46,10 +46,7 @@ class SSDConfig:
     link_bandwidth: float | str | None = None
 
     def __post_init__(self) -> None:
-        if not isinstance(self.io_threads, int) or isinstance(self.io_threads, bool) or self.io_threads < 0:
-            raise ValueError(f"io_threads: must be an integer >= 0 (0: zarr's async API), got {self.io_threads!r}")
-        if not isinstance(self.io_concurrency, int) or self.io_concurrency < 1:
-            raise ValueError(f"io_concurrency: must be an integer >= 1, got {self.io_concurrency!r}")
+        check_io(self.io_threads, self.io_concurrency, concurrency_name="io_concurrency")
         for name in ("orphan_grace", "partial_grace"):
             object.__setattr__(self, name, parse_duration(getattr(self, name), name=name))
         if self.gc_interval is not None:

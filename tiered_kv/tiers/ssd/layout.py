@@ -48,6 +48,15 @@ _CHUNK_RE = re.compile(r"chunks/([0-9a-f])/([0-9a-f]{32})")
 _ACCESS_RE = re.compile(r"access/([0-9a-f])/([0-9a-f]{32})\.([0-9a-f]{16}|any)")
 #: Concurrent store operations per batch (the store's own thread pool bounds real parallelism).
 IO_CONCURRENCY = 64
+
+
+def check_io(io_threads: int, concurrency: int, *, concurrency_name: str = "concurrency") -> None:
+    """One rule for a client's I/O settings, wherever they are given (SSDConfig, open_backend):
+    a bool is refused (``True`` is not a thread count), and no reads in flight would never finish."""
+    for name, value, low, note in (("io_threads", io_threads, 0, " (0: zarr's async API)"),
+                                   (concurrency_name, concurrency, 1, "")):
+        if not isinstance(value, int) or isinstance(value, bool) or value < low:
+            raise ValueError(f"{name}: must be an integer >= {low}{note}, got {value!r}")
 #: A write that found the object already there (put-if-absent) and a valid chunk in it.
 ALREADY_PRESENT = "already present"
 

@@ -45,8 +45,7 @@ class ZarrBackend:
 
     def __init__(self, store: Store, *, io_threads: int = 1, concurrency: int = layout.IO_CONCURRENCY,
                  on_repair: Callable[[str, str], None] | None = None) -> None:
-        if not isinstance(io_threads, int) or io_threads < 0:
-            raise ValueError(f"io_threads: must be an integer >= 0 (0: zarr's async API), got {io_threads!r}")
+        layout.check_io(io_threads, concurrency)
         self.store = store
         self.on_repair = on_repair or (lambda path, reason: None)
         self.concurrency = concurrency
