@@ -35,7 +35,7 @@ def fifo_trie_curve(t: TrieTrace, capacities) -> np.ndarray:
     caps, live = curve_capacities(t, capacities)
     out = np.zeros(caps.shape[0], dtype=np.int64)
     if live.any() and t.n_requests:
-        out[live] = _fifo_lanes(t.node, t.offsets, t.tokens, t.warmup, t.n_nodes, caps[live].astype(np.int64))
+        out[live] = _fifo_lanes(t.node, t.offsets, t.tokens, t.warmup, t.n_nodes, caps[live])
     return out
 
 

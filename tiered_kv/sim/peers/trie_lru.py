@@ -57,7 +57,7 @@ def lru_trie_curve(t: TrieTrace, capacities) -> np.ndarray:
     small = np.flatnonzero(live & ~big)
     if small.size:
         out[small] = _lru_small_capacities(dist, t.node, t.offsets, t.tokens, t.warmup,
-                                           caps[small].astype(np.int64))
+                                           caps[small])
     return out
 
 

@@ -135,7 +135,7 @@ class ZarrBackend:
             return None
         if isinstance(got, Exception):
             raise got
-        return got if isinstance(got, bytes) else layout.as_bytes(got)
+        return layout.as_bytes(got)  # a zarr Buffer
 
     # ------------------------------------------------------------------ the hot path
 
