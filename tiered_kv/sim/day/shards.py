@@ -81,6 +81,12 @@ def base_workload():
     return SynthConfig(classes=(CHATBOT, AGENT))
 
 
+def class_names() -> list[str]:
+    """The manifest's classes: a part's ``class_code`` is an index into this list, so the two must
+    be one list (sorted, so the codes do not depend on the order the classes are declared in)."""
+    return sorted(c.name for c in base_workload().classes)
+
+
 def tokens_per_day_at_unit_rate(seed: int = 0, pilot_scale: float = 1 / 32) -> float:
     """Input tokens of one day of :func:`base_workload` (measured on a small pilot draw)."""
     from tiered_kv.sim.workload.synth import generate
@@ -102,8 +108,7 @@ def write_part(root: str | Path, part: int, factor: float, days: float, seed: in
     t0, c0 = time.perf_counter(), time.process_time()
     root = Path(root)
     df = generate(base_workload().scaled(factor), days, _part_seed(seed, part))
-    names = sorted(c.name for c in base_workload().classes)
-    code = {n: i for i, n in enumerate(names)}
+    code = {n: i for i, n in enumerate(class_names())}
     n_ids = int(df["block_ids"].list.max().max()) + 1
     if n_ids >= 2**32:
         raise ValueError(f"part {part}: {n_ids:,} block ids do not fit UInt32; use more parts (tokens_per_part)")
@@ -176,7 +181,7 @@ def generate_day(root: str | Path, config: DayConfig = DayConfig(), *, workers: 
 
     manifest = {
         "schema_version": SCHEMA_VERSION, "tiered_kv_version": tiered_kv.__version__,
-        "config": asdict(config), "parts": parts, "classes": sorted(c.name for c in base_workload().classes),
+        "config": asdict(config), "parts": parts, "classes": class_names(),
         "block_size": base_workload().block_size, "tokens_per_day_at_unit_rate": unit,
         "factor_per_part": factor, "n_ids": int(id_base[-1]),
         "requests": sum(p["requests"] for p in parts), "accesses": sum(p["accesses"] for p in parts),
