@@ -8,14 +8,15 @@ import torch
 
 from tiered_kv.cli import main
 from tiered_kv.keys import block_keys
-from tiered_kv.testing.store_suite import DAY, make_kv, namespace
+from tiered_kv.testing.store_suite import make_kv, namespace
 from tiered_kv.tiers.ssd import SSDConfig, SSDTier, layout
+from tiered_kv.units import DAY_S
 
 
 @pytest.fixture
 def filled(tmp_path):
     now = time.time()
-    t = SSDTier(tmp_path, namespace=namespace(), clock=lambda: now - 4 * DAY, config=SSDConfig(background_touch=False))
+    t = SSDTier(tmp_path, namespace=namespace(), clock=lambda: now - 4 * DAY_S, config=SSDConfig(background_touch=False))
     t.put(torch.arange(32), make_kv(32), "agent")  # 4 chunks, last access 4 days ago
     t2 = SSDTier(tmp_path, namespace=namespace(), config=SSDConfig(background_touch=False))
     t2.put(torch.arange(500, 516), make_kv(16), "chatbot")  # 2 chunks, now

@@ -20,6 +20,7 @@ from zarr.storage import LocalStore
 from tiered_kv.keys import block_keys
 from tiered_kv.testing import store_suite as suite
 from tiered_kv.tiers.ssd import SSDConfig, SSDTier, layout
+from tiered_kv.units import DAY_S
 
 
 @pytest.mark.slow
@@ -125,10 +126,10 @@ def test_access_records_survive_gc_of_their_tail(tmp_path):
                    high_watermark=0.99, low_watermark=0.9, config=SSDConfig(background_touch=False, auto_gc=False))
     long, short = torch.arange(32), torch.arange(24)
     tier.put(long, suite.make_kv(32), "c")
-    clock.advance(0.5 * suite.DAY)
+    clock.advance(0.5 * DAY_S)
     tier.get_prefix(long)  # one access record, on the tail (block 3)
     report = tier.gc()  # over the high watermark: evicts the tail; its record moves to block 2
     assert report["evicted_chunks"] == 1 and report["access_records_moved"] == 1
-    clock.advance(0.6 * suite.DAY)  # put 1.1 d ago (> ttl), read 0.6 d ago (< ttl)
+    clock.advance(0.6 * DAY_S)  # put 1.1 d ago (> ttl), read 0.6 d ago (< ttl)
     assert tier.gc()["expired_chunks"] == 0
     assert tier.get_prefix(long).blocks == 3 and tier.get_prefix(short).blocks == 3

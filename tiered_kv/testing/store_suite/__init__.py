@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from tiered_kv.testing.store_suite.base import (
     BS,
-    DAY,
     Clock,
     SuiteBase,
     make_kv,
@@ -53,7 +52,7 @@ class SSDTierSuite(FaultTests, RetentionTests, ContractTests):
 
 
 __all__ = [
-    "BS", "CAPACITY_BLOCKS", "DAY", "STRESS_PROMPTS", "Clock", "ContractTests", "FaultTests", "FullDiskStore",
+    "BS", "CAPACITY_BLOCKS", "STRESS_PROMPTS", "Clock", "ContractTests", "FaultTests", "FullDiskStore",
     "RetentionTests", "SSDTierSuite", "SuiteBase", "SyncFullDiskStore", "SyncVanishingStore", "VanishingStore",
     "bandwidth_reader", "capacity_namespace", "capacity_writer", "kill_namespace", "kill_target", "make_kv", "make_tier",
     "namespace", "open_spec", "reference_kv", "stress_kv", "stress_references", "stress_tokens", "stress_worker",

@@ -17,7 +17,6 @@ from tiered_kv.keys import Namespace
 from tiered_kv.tiers.ssd import SSDConfig, SSDTier
 
 BS = 8
-DAY = 86400.0
 
 
 class Clock:

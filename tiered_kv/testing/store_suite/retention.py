@@ -14,8 +14,9 @@ import torch
 from zarr.core.sync import sync
 
 from tiered_kv.keys import block_keys
-from tiered_kv.testing.store_suite.base import DAY, Clock, SuiteBase, make_kv
+from tiered_kv.testing.store_suite.base import Clock, SuiteBase, make_kv
 from tiered_kv.tiers.ssd import layout
+from tiered_kv.units import DAY_S
 
 
 class RetentionTests(SuiteBase):
@@ -28,15 +29,15 @@ class RetentionTests(SuiteBase):
         t.put(agent, make_kv(16), "agent")
         t.put(chat, make_kv(16), "chatbot")
         t.put(both, make_kv(16), "agent")
-        clock.advance(2 * DAY)
+        clock.advance(2 * DAY_S)
         t.get_prefix(both, "chatbot")  # now also chatbot traffic: keeps the longer retention
         t.get_prefix(agent, "agent")  # refresh: 3 days from now
-        clock.advance(4 * DAY)  # agent read 4d ago -> expired; chat put 6d ago -> kept
+        clock.advance(4 * DAY_S)  # agent read 4d ago -> expired; chat put 6d ago -> kept
         report = t.gc()
         assert report["expired_chunks"] == 2 and report["expired_by_class"] == {"agent": 2}
         assert t.get_prefix(agent).blocks == 0 and t.get_prefix(chat).blocks == 2
         assert t.get_prefix(both).blocks == 2
-        clock.advance(7 * DAY + 1)
+        clock.advance(7 * DAY_S + 1)
         t.gc()
         assert t.stats()["chunks"] == 0
 
@@ -81,7 +82,7 @@ class RetentionTests(SuiteBase):
         clock = Clock()
         t = self.tier(make_store(), clock, ttl="1d")
         t.put(torch.arange(16), make_kv(16), "c")
-        clock.advance(2 * DAY)
+        clock.advance(2 * DAY_S)
         assert t.gc(dry_run=True)["expired_chunks"] == 2
         assert t.stats()["chunks"] == 2
         assert t.gc()["expired_chunks"] == 2 and t.stats()["chunks"] == 0
@@ -148,7 +149,7 @@ class RetentionTests(SuiteBase):
         clock = Clock()
         t = self.tier(make_store(), clock)
         t.put(torch.arange(16), make_kv(16), "agent")
-        clock.advance(2 * DAY)
+        clock.advance(2 * DAY_S)
         t.put(torch.arange(100, 108), make_kv(8), "chatbot")
         s = t.stats()
         assert s["chunks"] == 3 and s["tokens"] == 24
