@@ -389,23 +389,16 @@ def _replay_point(shared: _Points, spec: str, capacity_tokens: int | None, admis
 
 
 def _wear_fields(trace: CompiledTrace, caps: np.ndarray, hit_tokens, written_tokens, bpt: float) -> dict:
-    from tiered_kv.units import DAY_S
+    """Each point's :func:`~tiered_kv.sim.policies.blockwise.wear` as columns; None where a
+    policy's run does not count the tokens it writes."""
+    from tiered_kv.sim.policies.blockwise import capacity_slots, simulated_days, wear
 
-    span = float(trace.timestamps[-1] - trace.timestamps[0]) if trace.n_requests else 0.0
-    days = max(span, 1.0) / DAY_S
-    cap_blocks = np.where(np.isinf(caps), trace.n_unique, _capacity_blocks(trace, caps)[1])
     out = {"ssd_bytes_written": [], "bytes_written_per_hit_byte": [], "drive_writes_per_day": []}
-    for h, w, cb in zip(hit_tokens, written_tokens, cap_blocks, strict=True):
-        if w is None:
-            for k in out:
-                out[k].append(None)
-            continue
-        wb = float(w) * bpt
-        cap_b = cb * trace.uniform_block_size * bpt
-        out["ssd_bytes_written"].append(wb)
-        out["bytes_written_per_hit_byte"].append(wb / (h * bpt) if h else math.inf)
-        out["drive_writes_per_day"].append(wb / days / cap_b if cap_b else math.inf)
-    out["simulated_days"] = days
+    for h, w, c in zip(hit_tokens, written_tokens, caps, strict=True):
+        fields = {} if w is None else wear(trace, w, h, capacity_slots(trace, None if math.isinf(c) else c), bpt)
+        for k in out:
+            out[k].append(fields.get(k))
+    out["simulated_days"] = simulated_days(trace)
     return out
 
 

@@ -111,31 +111,38 @@ def check_bpt(name: str, value: Any) -> None:
         raise ValueError(f"{name} bytes_per_token: must be a number > 0, got {value!r}")
 
 
-def wear(trace: CompiledTrace, inserted: np.ndarray, hit_tokens: int, capacity_blocks: int,
-         bytes_per_token: float) -> dict[str, Any]:
-    """SSD bytes written, bytes written per hit byte, drive writes per day (see the module docstring)."""
-    written = float(trace.chunk_tokens[inserted.astype(bool)].sum()) * bytes_per_token
+def simulated_days(trace: CompiledTrace) -> float:
+    """The trace's span in days (at least one second), what drive writes per day divide by."""
     span = float(trace.timestamps[-1] - trace.timestamps[0]) if trace.n_requests else 0.0
-    days = max(span, 1.0) / DAY_S
-    cap_bytes = capacity_blocks * trace.uniform_block_size * bytes_per_token
+    return max(span, 1.0) / DAY_S
+
+
+def wear(trace: CompiledTrace, written_tokens: float, hit_tokens: int, capacity_blocks: float,
+         bytes_per_token: float) -> dict[str, Any]:
+    """SSD bytes written, bytes written per hit byte, drive writes per day (see the module docstring).
+
+    An unlimited capacity (``inf`` blocks) counts as the trace's footprint, every distinct block
+    (:func:`capacity_slots`), so one rule serves the zoo, the one-pass curves and the rest.
+    """
+    cap = capacity_slots(trace, None) if not math.isfinite(capacity_blocks) else capacity_blocks
+    written = float(written_tokens) * bytes_per_token
+    cap_bytes = cap * trace.uniform_block_size * bytes_per_token
     hit_bytes = hit_tokens * bytes_per_token
-    return {"ssd_bytes_written": written, "blocks_written": int(inserted.sum()),
+    return {"ssd_bytes_written": written,
             "bytes_written_per_hit_byte": written / hit_bytes if hit_bytes else math.inf,
-            "drive_writes_per_day": written / days / cap_bytes if cap_bytes else math.inf,
-            "simulated_days": days}
+            "drive_writes_per_day": written / simulated_days(trace) / cap_bytes if cap_bytes else math.inf,
+            "simulated_days": simulated_days(trace)}
 
 
 def wear_extra(trace: CompiledTrace, hit_blocks: np.ndarray, inserted: np.ndarray, capacity_blocks: float,
                bytes_per_token: float) -> dict:
-    """SSD wear of a run from its hit blocks per request (:func:`wear`) plus ``tokens_written``.
-
-    An unlimited capacity counts as the trace's footprint (every distinct block), as for the zoo.
-    """
-    cap = float(max(trace.n_unique, 1)) if not math.isfinite(capacity_blocks) else capacity_blocks
+    """SSD wear of a run from its hit blocks per request and inserted accesses (:func:`wear`),
+    with ``tokens_written`` and ``blocks_written``."""
+    inserted = np.asarray(inserted, dtype=bool)
     hit_tokens = int(trace.hit_tokens_from_blocks(np.asarray(hit_blocks, dtype=np.int64))[trace.counted].sum())
-    out = wear(trace, inserted, hit_tokens, cap, bytes_per_token)
-    out["tokens_written"] = int(trace.chunk_tokens[inserted].sum())
-    return out
+    tokens = int(trace.chunk_tokens[inserted].sum())
+    return {**wear(trace, tokens, hit_tokens, capacity_blocks, bytes_per_token),
+            "tokens_written": tokens, "blocks_written": int(inserted.sum())}
 
 
 @dataclass(frozen=True)
@@ -173,7 +180,6 @@ class BlockPolicy:
         cap = capacity_slots(trace, self.capacity_tokens)
         hit, ins, peak = self.block_run(trace, cap)
         p = leading_runs(trace.offsets, hit)
-        hit_tokens = int(trace.hit_tokens_from_blocks(p)[trace.counted].sum())
         extra = {"block_hits": int(hit.sum()), "block_accesses": trace.n_accesses, "peak_blocks": peak,
-                 "admission": self.admission.name, **wear(trace, ins, hit_tokens, cap, self.bytes_per_token)}
+                 "admission": self.admission.name, **wear_extra(trace, p, ins, cap, self.bytes_per_token)}
         return PolicyRun(p, extra)
