@@ -57,7 +57,7 @@ import argparse
 import math
 from collections import Counter
 
-from tiered_kv.bench._pages import Page, Row, head, recorded
+from tiered_kv.bench._pages import Page, Row
 from tiered_kv.measure import load_model
 from tiered_kv.measure.contention import measure_contention
 from tiered_kv.measure.contention.report import (
@@ -228,15 +228,10 @@ def summary_cells(c: dict) -> tuple[str, str]:
 
 
 def render_record(r: dict) -> str:
-    """The contention page from the JSON of one ``tiered-kv bench contention --json`` run."""
-    command, note = recorded(r, COMMAND)
+    """The body of the contention page from the JSON of one ``tiered-kv bench contention --json`` run."""
     la0, la1 = r["load_average_start"], r["load_average_end"]
     slow = sorted(p["compute_slowdown"] for p in r["points"])
-    return head("Tail latency under contention: restores and misses sharing one store link and the cores",
-                "contention", command) + f"""
-{note}
-
-Load average (1/5/15 min) {la0[0]:.1f}/{la0[1]:.1f}/{la0[2]:.1f} at the start and
+    return f"""Load average (1/5/15 min) {la0[0]:.1f}/{la0[1]:.1f}/{la0[2]:.1f} at the start and
 {la1[0]:.1f}/{la1[1]:.1f}/{la1[2]:.1f} at the end, {r['cpus']} CPU(s), {r['torch_threads']} torch thread(s);
 the whole run took {r['wall_s']:.0f} s. Every point ran {r['repeats']} times, in interleaved rounds (each round
 its own shuffled order, a pair's policies back to back). The points' compute ran at
@@ -276,11 +271,11 @@ What admission did to p99, against always loading at the same link and load, pai
 repeat (the policies of a pair ran back to back): median ratio (range, pairs), beside the models'
 ratios. "Nothing recomputed": the policy changed no decision there, so a ratio away from 1 is the
 noise between runs, not the policy.
-{chr(10).join(effect_lines(r)) or "- (no admission policy ran)"}
-"""
+{chr(10).join(effect_lines(r)) or "- (no admission policy ran)"}"""
 
 
-PAGES = (Page("contention", render_record, COMMAND),)
+PAGES = (Page("contention", render_record, COMMAND,
+              title="Tail latency under contention: restores and misses sharing one store link and the cores"),)
 SUMMARY = (Row("p50/p99 TTFT of restores and misses sharing one store link and the cores, measured (repeats) "
                "beside the queue model; admission both ways", ("contention",),
                lambda *_: "measured and modelled side by side; admission's increases and cuts listed", summary_cells),)

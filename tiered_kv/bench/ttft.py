@@ -18,10 +18,11 @@ R tokens); ``prefill_flops_ratio`` = bounded replay / baseline.
 from __future__ import annotations
 
 import argparse
+import functools
 import statistics
 import tempfile
 
-from tiered_kv.bench._pages import Page, Paired, Row, head, ratio, recorded, yes
+from tiered_kv.bench._pages import Page, Paired, Row, ratio, yes
 from tiered_kv.flops import prefill_flops
 from tiered_kv.measure.ttft import CASES, LENGTHS, aggregate, filesystem_of, load_model, measure_ttft
 
@@ -186,17 +187,13 @@ def _speedup_note(r: dict) -> str:
 
 
 def render_page(r: dict, stem: str) -> str:
-    """The page of a ``tiered-kv bench ttft --json`` run: ``stem`` is ttft or ttft_short."""
+    """The body of the page of a ``tiered-kv bench ttft --json`` run: ``stem`` is ttft or ttft_short."""
     from tiered_kv.measure.crossover import crossover_from_record
 
-    command, note = recorded(r, COMMANDS[stem])
     crossover = crossover_from_record(r, f"{stem}.json")[1]
     anomalies = "\n".join(f"- {a}" for a in r["anomalies"]) or "- none (every miss is slower than the shorter one's)"
     f = r["prefill_flops"]
-    return head(TITLES[stem], stem, command) + f"""
-Machine: {note}.
-
-Model `{r['model']}` ({r['params']:,} parameters, W={r['window_tokens']}, R={r['replay_tokens']}),
+    return f"""Model `{r['model']}` ({r['params']:,} parameters, W={r['window_tokens']}, R={r['replay_tokens']}),
 {r['fmt']} global KV in {r['block_size_tokens']}-token chunks, the cached previous turn is the prompt
 minus its last {r['suffix_tokens']} tokens, {r['threads']} torch thread(s), {r['repeats']} interleaved
 repeats per case. Cold reads: {r['cold_read_method']} (store file system: {r['store_filesystem']}).
@@ -216,8 +213,7 @@ Anomalies flagged by the benchmark:
 
 Prefill FLOPs at {f['tokens']:,} tokens (FlopCounterMode): bounded replay (R={f['replay_tokens']}) /
 decoder-only baseline = {f['prefill_flops_ratio']:.3f}; with the decoder over all tokens
-{f['full_decoder_ratio']:.3f}; layer-token model {f['layer_token_ratio']:.3f}.
-"""
+{f['full_decoder_ratio']:.3f}; layer-token model {f['layer_token_ratio']:.3f}."""
 
 
 def _summary(t: dict) -> tuple[str, str]:
@@ -236,8 +232,8 @@ def _flops(t: dict) -> tuple[str, str]:
     return f"{r:.3f}", yes(r <= FLOPS_RATIO_TARGET)
 
 
-PAGES = (Page("ttft", lambda r: render_page(r, "ttft"), COMMANDS["ttft"]),
-         Page("ttft_short", lambda r: render_page(r, "ttft_short"), COMMANDS["ttft_short"]))
+PAGES = tuple(Page(stem, functools.partial(render_page, stem=stem), COMMANDS[stem], title=TITLES[stem])
+              for stem in TITLES)
 SUMMARY = (
     Row("TTFT, SSD hit vs miss (medians of interleaved repeats)", ("ttft",),
         lambda *_: f">= {SPEEDUP_TARGET_32K:g}x at 32K (issue 4)", _summary),
