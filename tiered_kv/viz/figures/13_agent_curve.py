@@ -4,9 +4,10 @@ Why: a generator whose one-hour statistics match (average lengths, request rate,
 can still reuse KV at the wrong distances, and then every capacity and retention answer drawn
 from it is off. The agent class is set against Mooncake FAST'25 Fig. 9 (Tool&Agent, LRU,
 512-token blocks, values read off the plot); the chatbot class against the real Mooncake
-conversation trace, measured here. Both synthetic curves come from hour 12 of a steady-state
-run (seed 0, default replay semantics, cold cache at the hour's start). The agent defaults
-were tuned on the six published points, so those rows are calibrations, not reproductions.
+conversation trace, measured here. Both synthetic curves come from hour :data:`HOUR` of a
+steady-state run (seed :data:`SEED`, default replay semantics, cold cache at the hour's
+start). The agent defaults were tuned on the six published points, so those rows are
+calibrations, not reproductions.
 """
 
 from __future__ import annotations
@@ -19,13 +20,17 @@ from tiered_kv.viz.report import Claim, FigureResult, claim_value
 NAME = "13_agent_curve"
 TITLE = "LRU token hit rate vs capacity: synthetic classes against their targets"
 
+#: The hour of the steady-state run both synthetic curves come from, and the run's seed.
+HOUR, SEED = 12, 0
+
 _PUB = "Mooncake FAST'25 Fig. 9, Tool&Agent, LRU (read off the plot, +-0.02)"
 
 
 def curve_table(warmup_days: float | None) -> pl.DataFrame:
-    """Long frame: series, capacity_tokens, token_hit_rate for the agent class (synthetic: hour 12,
-    seed 0; and published) and the chatbot class (synthetic and the real conversation trace);
-    ``warmup_days`` shortens the preset's warm-up (then the large-capacity end runs a little low)."""
+    """Long frame: series, capacity_tokens, token_hit_rate for the agent class (synthetic: hour
+    :data:`HOUR`, seed :data:`SEED`; and published) and the chatbot class (synthetic and the real
+    conversation trace); ``warmup_days`` shortens the preset's warm-up (then the large-capacity end
+    runs a little low)."""
     from tiered_kv.sim.curves import lru_curve
     from tiered_kv.sim.trace_replay import compile_trace
     from tiered_kv.sim.traces import load_trace, shipped_trace
@@ -35,7 +40,7 @@ def curve_table(warmup_days: float | None) -> pl.DataFrame:
     caps = np.array(CURVE_CAPACITIES)
 
     def synth(name: str) -> np.ndarray:
-        return lru_curve(class_hour(name, warmup_days, 12, 0), caps).token_hit_rate
+        return lru_curve(class_hour(name, warmup_days, HOUR, SEED), caps).token_hit_rate
 
     real = lru_curve(compile_trace(load_trace(shipped_trace("conversation"), traffic_class="chatbot")),
                      caps).token_hit_rate
@@ -72,14 +77,14 @@ def build(quick: bool) -> FigureResult:
     claims = [Claim(
         claim=f"Agent LRU token hit rate at {c:,.0f} tokens (512-token blocks)", source=_PUB,
         published=float(p), reproduced=float(o), unit="fraction",
-        inputs=f"synth preset 'agent', hour 12 of a steady-state run, seed 0, {size}; "
+        inputs=f"synth preset 'agent', hour {HOUR} of a steady-state run, seed {SEED}, {size}; "
                "tiered_kv.sim.curves.lru_curve, default semantics", kind="calibration",
-        provenance=claim_value("agent_lru_hit_rate", capacity_tokens=float(c), warmup_days=warmup, hour=12,
-                               seed=0))
+        provenance=claim_value("agent_lru_hit_rate", capacity_tokens=float(c), warmup_days=warmup, hour=HOUR,
+                               seed=SEED))
         for c, p, o in zip(caps, pub, ours, strict=True)]
     chat, real = series("chatbot, synthetic"), series("chatbot, real trace")
     notes = (
-        f"Synthetic curves: hour 12 of a steady-state run of each class ({size}, seed 0), cold cache at "
+        f"Synthetic curves: hour {HOUR} of a steady-state run of each class ({size}, seed {SEED}), cold cache at "
         "the hour's start, LRU at six capacities. Agent vs Fig. 9: largest difference "
         f"{np.max(np.abs(ours - pub)):.3f} (tolerance 0.05, a calibration: the agent defaults were tuned on "
         "these points). The agent class is 40 % one-shot calls on six ~6.1K-token shared prefixes (system "
