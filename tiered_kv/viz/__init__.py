@@ -3,7 +3,8 @@
 Notebooks call these modules (one per notebook idea) and hold no logic of their own.
 :func:`notebook_size` is the one switch a notebook reads to pick small inputs: the notebook test
 sets ``TIERED_KV_QUICK=1`` so every notebook executes headless in seconds, while a researcher gets
-full-size runs by default. :mod:`.widgets` holds what the dashboards share, :mod:`.render` the
+full-size runs by default; :func:`torch_threads` sets how many CPU threads a notebook's or
+figure's model run takes. :mod:`.widgets` holds what the dashboards share, :mod:`.render` the
 offline renderer of plain charts (made altair's renderer when imported into IPython), and
 :mod:`.figures` the figures of ``tiered-kv reproduce``.
 """
@@ -12,6 +13,8 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 QUICK_ENV = "TIERED_KV_QUICK"
 
@@ -23,6 +26,26 @@ def is_quick() -> bool:
 def notebook_size() -> str:
     """``"small"`` under ``TIERED_KV_QUICK=1`` (CI, workshops on laptops), else ``"full"``."""
     return "small" if is_quick() else "full"
+
+
+@contextmanager
+def torch_threads(n: int | None) -> Iterator[None]:
+    """Run torch with ``n`` intra-op threads inside the block (None: leave as is), then restore.
+
+    Small models on a shared CPU run fastest on one thread; many threads fighting over two
+    cores make a 64-wide matmul take milliseconds.
+    """
+    if n is None:
+        yield
+        return
+    import torch
+
+    old = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(old)
 
 
 if "IPython" in sys.modules:  # a notebook or IPython: charts must render without the internet

@@ -56,9 +56,8 @@ def measure(size: str | None = None) -> ReplayMeasurements:
     """Run the model over the grid of this size once (minutes at full size, seconds at small)."""
     from tiered_kv.evaluate import context_curve
     from tiered_kv.model import default_checkpoint
-    from tiered_kv.viz import notebook_size
+    from tiered_kv.viz import notebook_size, torch_threads
     from tiered_kv.viz.tour import notebook_model
-    from tiered_kv.viz.widgets import torch_threads
 
     size = size or notebook_size()
     if size not in SIZES:

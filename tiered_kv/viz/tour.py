@@ -154,8 +154,7 @@ class Tour:
 
 def start_tour(size: str | None = None, root: str | Path | None = None) -> Tour:
     """A tour with its store in ``root`` (default: a new temporary folder), all requests run."""
-    from tiered_kv.viz import notebook_size
-    from tiered_kv.viz.widgets import torch_threads
+    from tiered_kv.viz import notebook_size, torch_threads
 
     size = size or notebook_size()
     folder = Path(root) if root is not None else Path(tempfile.mkdtemp(prefix="tiered-kv-tour-"))

@@ -18,7 +18,6 @@ import os
 import time
 import traceback
 from collections.abc import Callable
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -282,23 +281,3 @@ def watch(controls, callback: Callable[..., Any], errors: widgets.HTML) -> None:
     run = guard(callback, errors)
     for w in controls:
         w.observe(run, names="value")
-
-
-@contextmanager
-def torch_threads(n: int | None):
-    """Run torch with ``n`` intra-op threads inside the block (None: leave as is), then restore.
-
-    Small models on a shared CPU run fastest on one thread; many threads fighting over two
-    cores make a 64-wide matmul take milliseconds.
-    """
-    if n is None:
-        yield
-        return
-    import torch
-
-    old = torch.get_num_threads()
-    torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(old)

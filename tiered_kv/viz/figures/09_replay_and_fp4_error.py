@@ -82,7 +82,7 @@ def build(quick: bool) -> FigureResult:
     from tiered_kv.evaluate import context_curve
     from tiered_kv.kernels.fp4_error import error_stats
     from tiered_kv.model import default_checkpoint, load_checkpoint
-    from tiered_kv.viz.widgets import torch_threads
+    from tiered_kv.viz import torch_threads
 
     path = default_checkpoint("small")
     if not path.exists():

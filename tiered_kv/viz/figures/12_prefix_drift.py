@@ -25,7 +25,7 @@ def build(quick: bool) -> FigureResult:
     from tiered_kv.bounded_replay_error import load_heldout, sample_sequences
     from tiered_kv.drift import prefix_drift
     from tiered_kv.model import default_checkpoint, load_checkpoint
-    from tiered_kv.viz.widgets import torch_threads
+    from tiered_kv.viz import torch_threads
 
     path = default_checkpoint("small")
     if not path.exists():
