@@ -136,3 +136,17 @@ def test_fp4_rows_are_checks_reexecuted_from_error_stats():
     src = importlib.import_module("tiered_kv.viz.figures.09_replay_and_fp4_error").__file__
     text = open(src).read()
     assert 'kind="check"' in text and 'claim_value("fp4_error_stat"' in text
+
+
+def test_a_bar_or_line_break_in_a_claim_stays_in_its_markdown_cell():
+    """REPORT.md's table: a claim's ``|`` is escaped and a line break folded, so every row keeps
+    its seven cells in their columns (split on unescaped bars, as a markdown renderer does)."""
+    import re
+
+    c = Claim("hit rate | bytes", "paper\nsection 3", published=0.5, reproduced=0.5, unit="fraction",
+              inputs="x | y", kind="check")
+    lines = claims_table([c]).splitlines()
+    assert len(lines) == 3
+    cells = [x.strip().replace("\\|", "|") for x in re.split(r"(?<!\\)\|", lines[2].strip().strip("|"))]
+    assert len(cells) == 7
+    assert (cells[0], cells[1], cells[5], cells[6]) == ("hit rate | bytes", "paper section 3", "x | y", "check")
