@@ -40,7 +40,9 @@ def register(parser: argparse.ArgumentParser) -> None:
         if name == "verify":
             p.add_argument("--no-repair", action="store_true", help="report only; remove nothing")
         if name in ("gc", "stats"):
-            p.add_argument("--capacity", default=None, help="store capacity (e.g. 100GiB); default unlimited")
+            p.add_argument("--capacity", default=None,
+                           help="store capacity in bytes (e.g. 100GiB; a bare number is bytes, where simulate's "
+                                "--capacity counts tokens); default unlimited")
         if name == "gc":
             p.add_argument("--dry-run", action="store_true", help="report what would be removed; remove nothing")
             p.add_argument("--ttl", action="append", default=[], metavar="[CLASS=]DURATION",
