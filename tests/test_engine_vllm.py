@@ -386,7 +386,13 @@ from tiered_kv.connectors.cpu_layout import probe_layout
 torch.manual_seed(0)
 for isa in ("vec", "vec16", "amx"):
     for bs, dim in ((32, 64), (96, 128), (512, 64)):
-        layout = probe_layout(ops.cpu_attn_reshape_and_cache, isa, bs, dim)
+        try:
+            layout = probe_layout(ops.cpu_attn_reshape_and_cache, isa, bs, dim)
+        except RuntimeError as exc:  # vLLM refuses an ISA this CPU lacks (amx without AMX)
+            if "Unsupported CPU attention configuration" not in str(exc):
+                raise
+            print("LAYOUT", isa, bs, dim, "unsupported", flush=True)
+            continue
         n, heads = 3, 2
         k, v = torch.randn(n * bs, heads, dim).bfloat16(), torch.randn(n * bs, heads, dim).bfloat16()
         slots = torch.randperm(n * bs)  # token i goes to slot slots[i]
@@ -417,9 +423,15 @@ def engine_checks() -> subprocess.CompletedProcess:
 
 
 def test_tile_unpacking_matches_vllms_own_packing_op_for_every_cpu_isa(engine_checks):
+    """Every ISA this CPU runs: vec and vec16 run on any x86 CPU; vLLM refuses amx on a CPU
+    without AMX, and only there may its probes be left out."""
     assert engine_checks.returncode == 0, engine_checks.stderr[-2000:]
-    lines = [line for line in engine_checks.stdout.splitlines() if line.startswith("LAYOUT ")]
-    assert len(lines) == 9 and all(line.endswith(" True") for line in lines), engine_checks.stdout
+    lines = [line.split() for line in engine_checks.stdout.splitlines() if line.startswith("LAYOUT ")]
+    assert len(lines) == 9, engine_checks.stdout
+    flags = Path("/proc/cpuinfo").read_text().split() if Path("/proc/cpuinfo").exists() else []
+    for _, isa, *_shape, result in lines:
+        allowed = {"True", "unsupported"} if isa == "amx" and "amx_bf16" not in flags else {"True"}
+        assert result in allowed, engine_checks.stdout
 
 
 def test_an_unsupported_vllm_version_is_one_line_naming_make_engine(engine_checks):
