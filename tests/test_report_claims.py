@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from tiered_kv.viz.report import KINDS, Claim, claims_table, run_provenance
+from tiered_kv.viz.report import CLAIM_COLUMNS, KINDS, Claim, claims_table, run_provenance
 
 
 def _claim(**kw):
@@ -138,15 +138,27 @@ def test_fp4_rows_are_checks_reexecuted_from_error_stats():
     assert 'kind="check"' in text and 'claim_value("fp4_error_stat"' in text
 
 
-def test_a_bar_or_line_break_in_a_claim_stays_in_its_markdown_cell():
-    """REPORT.md's table: a claim's ``|`` is escaped and a line break folded, so every row keeps
-    its seven cells in their columns (split on unescaped bars, as a markdown renderer does)."""
-    import re
+def _markdown_cells(row: str) -> list[str]:
+    """A table row's cells as a markdown renderer reads them: a backslash escapes the next
+    character, an unescaped ``|`` ends a cell."""
+    cells, cur, chars = [], "", iter(row.strip()[1:-1])
+    for ch in chars:
+        if ch == "\\":
+            cur += next(chars)
+        elif ch == "|":
+            cells, cur = [*cells, cur], ""
+        else:
+            cur += ch
+    return [c.strip() for c in [*cells, cur]]
 
-    c = Claim("hit rate | bytes", "paper\nsection 3", published=0.5, reproduced=0.5, unit="fraction",
-              inputs="x | y", kind="check")
+
+def test_a_bar_backslash_or_line_break_in_a_claim_stays_in_its_markdown_cell():
+    """REPORT.md's table: every row keeps its seven cells in their columns, and each cell reads
+    back as the claim's text (line breaks folded to spaces)."""
+    c = Claim("hit rate | bytes", "paper\nsection 3\r\nfig 2", published=0.5, reproduced=0.5, unit="fraction",
+              inputs="a\\|b", kind="check")
     lines = claims_table([c]).splitlines()
     assert len(lines) == 3
-    cells = [x.strip().replace("\\|", "|") for x in re.split(r"(?<!\\)\|", lines[2].strip().strip("|"))]
-    assert len(cells) == 7
-    assert (cells[0], cells[1], cells[5], cells[6]) == ("hit rate | bytes", "paper section 3", "x | y", "check")
+    cells = _markdown_cells(lines[2])
+    assert len(cells) == 7 and _markdown_cells(lines[0]) == list(CLAIM_COLUMNS)
+    assert (cells[0], cells[1], cells[5], cells[6]) == ("hit rate | bytes", "paper section 3 fig 2", "a\\|b", "check")

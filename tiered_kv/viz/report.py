@@ -162,10 +162,10 @@ def claim_cells(c: Claim) -> tuple[str, ...]:
 
 
 def claims_table(claims: list[Claim]) -> str:
-    """Markdown table of :data:`CLAIM_COLUMNS`, one row per claim; a ``|`` in a cell is escaped
-    and a line break folded, so a claim's text cannot end its cell or its row."""
+    """Markdown table of :data:`CLAIM_COLUMNS`, one row per claim; a ``|`` or ``\\`` in a cell is
+    escaped and a line break folded, so a claim's text cannot end its cell or its row."""
     def cell(text: str) -> str:
-        return " ".join(text.split("\n")).replace("|", "\\|")
+        return " ".join(text.splitlines()).replace("\\", "\\\\").replace("|", "\\|")
 
     rows = ["| " + " | ".join(map(cell, cells)) + " |" for cells in (CLAIM_COLUMNS, *map(claim_cells, claims))]
     return "\n".join([rows[0], "|" + "---|" * len(CLAIM_COLUMNS), *rows[1:]])
