@@ -182,6 +182,23 @@ def test_policy_curves_reports_wear_for_lru_ttl_watermark_and_belady(conversatio
                                       strict=True))
 
 
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_a_zoo_policys_curve_wear_is_its_own_runs_at_every_capacity_unlimited_too(seed):
+    """One wear rule: the curve's point is the policy's own run (the same floats, not approximately),
+    and an unlimited capacity counts as the trace's footprint in both."""
+    t = compile_trace(random_trace(seed, 80, max_gap_s=4))
+    caps = [3 * t.uniform_block_size, 7 * t.uniform_block_size + 5, math.inf]
+    out = C.policy_curves(t, ["fifo", "s3fifo", "lfu"], caps, workers=1)
+    for spec, d in out.items():
+        for j, c in enumerate(caps):
+            pol = get_policy(spec, capacity_tokens=None if math.isinf(c) else int(c))
+            run, (_, ins, _) = pol.run(t), pol.block_run(t)
+            assert run.extra["tokens_written"] == _tokens(t, ins) and run.extra["blocks_written"] == int(ins.sum())
+            for key in ("ssd_bytes_written", "bytes_written_per_hit_byte", "drive_writes_per_day"):
+                assert d[key][j] == run.extra[key], (spec, c, key)
+        assert d["simulated_days"] == run.extra["simulated_days"]
+
+
 @pytest.mark.parametrize("argv", [["lru", "--capacity", "1000000"], ["belady", "--capacity", "64GiB"],
                                   ["ttl", "--ttl", "10m"], ["watermark", "--capacity", "1TiB"]])
 def test_simulate_json_reports_wear_at_the_bytes_per_token_given(capsys, argv):

@@ -20,9 +20,11 @@ whenever touching a present block evicts nothing, which holds for every policy h
 segment sizes let the first segment overfill, and a promotion then evicts; the difference is
 one block in rare requests, documented in docs/policies.md).
 
-SSD wear: each inserted access writes its chunk (``chunk_tokens`` x bytes per token). Per run
-:func:`wear` reports bytes written, bytes written per hit byte, and drive writes per day
-(bytes written per simulated day / capacity bytes: TiB written per day per TiB of capacity).
+SSD wear: each inserted access writes its chunk (``chunk_tokens`` x bytes per token). From the
+tokens a run wrote, :func:`wear` reports bytes written, bytes written per hit byte, and drive
+writes per day (bytes written per simulated day / capacity bytes: TiB written per day per TiB of
+capacity; an unlimited capacity counts as the trace's footprint). Every policy's run reports it
+through :func:`wear_extra`, and the one-pass curves call :func:`wear` per point.
 """
 
 from __future__ import annotations
