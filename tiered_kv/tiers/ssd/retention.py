@@ -98,11 +98,6 @@ class RetentionPolicy:
                 raise ValueError(f"{name}: must be a fraction of capacity_bytes, got {value!r}")
         return cls(cap, float(high_watermark), float(low_watermark), per_class, default, classes)
 
-    @classmethod
-    def deepseek(cls, capacity_bytes=math.inf) -> RetentionPolicy:
-        """DeepSeek's published retention: agent traffic 3 days, chatbot traffic 7 days."""
-        return cls.make(capacity_bytes, ttl={"agent": "3d", "chatbot": "7d"})
-
     def ttl_for(self, traffic_class: str) -> float:
         return self.ttl.get(traffic_class, self.default_ttl)
 
