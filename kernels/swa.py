@@ -101,6 +101,16 @@ def sliding_window_attention_torch(q: torch.Tensor, k: torch.Tensor, v: torch.Te
 if triton is not None:
 
     @triton.jit
+    def _dot(a, b, UPCAST: tl.constexpr):
+        """``a @ b``: in fp32 with exact (IEEE) products when UPCAST, else on the tensor cores in
+        b's dtype (a is cast to it: the probabilities of the second product are fp32)."""
+        if UPCAST:
+            out = tl.dot(a.to(tl.float32), b.to(tl.float32), input_precision="ieee")
+        else:
+            out = tl.dot(a.to(b.dtype), b)
+        return out
+
+    @triton.jit
     def _swa_kernel(
         q_ptr,  # *T [Tq, Hq, D] queries
         k_ptr,  # *T [Tk, Hkv, D] keys (key j at absolute position k_offset + j)
@@ -145,12 +155,7 @@ if triton is not None:
                          mask=n_mask[None, :] & d_mask[:, None], other=0.0)
             vv = tl.load(v_ptr + offs_n[:, None] * stride_vt + kvh * stride_vh + offs_d[None, :],
                          mask=n_mask[:, None] & d_mask[None, :], other=0.0)
-            if UPCAST:
-                kt = kt.to(tl.float32)
-                vv = vv.to(tl.float32)
-                s = tl.dot(q, kt, input_precision="ieee") * sm_scale
-            else:
-                s = tl.dot(q, kt) * sm_scale
+            s = _dot(q, kt, UPCAST) * sm_scale
             p_abs = k_offset + offs_n
             vis = (p_abs[None, :] <= t[:, None]) & (p_abs[None, :] > t[:, None] - window)
             s = tl.where(vis & n_mask[None, :], s, float("-inf"))
@@ -159,10 +164,7 @@ if triton is not None:
             p = tl.exp(s - m_safe[:, None])
             alpha = tl.exp(m_i - m_safe)
             l_i = l_i * alpha + tl.sum(p, axis=1)
-            if UPCAST:
-                acc = acc * alpha[:, None] + tl.dot(p, vv, input_precision="ieee")
-            else:
-                acc = acc * alpha[:, None] + tl.dot(p.to(vv.dtype), vv)
+            acc = acc * alpha[:, None] + _dot(p, vv, UPCAST)
             m_i = m_new
         out = tl.where(l_i[:, None] > 0, acc / tl.where(l_i > 0, l_i, 1.0)[:, None], 0.0)
         tl.store(o_ptr + offs_m[:, None] * stride_ot + h * stride_oh + offs_d[None, :],
