@@ -60,10 +60,9 @@ def machine_time_ratio(latency_preset: str, tokens: int) -> float:
 def ttl_loss_points(synth_preset: str, days: float, seed: int, traffic_class: str) -> float:
     """Hit-rate points a class loses when its TTL goes from 7 days to 3 days."""
     from tiered_kv.sim.workload.calibration import ttl_loss
-    from tiered_kv.units import DAY_S
 
     df = _synth(synth_preset, float(days), int(seed))
-    return 100.0 * ttl_loss(df, traffic_class, 7.0 * DAY_S, 3.0 * DAY_S)
+    return 100.0 * ttl_loss(df, traffic_class)
 
 
 @lru_cache(maxsize=4)

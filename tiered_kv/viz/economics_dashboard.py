@@ -19,7 +19,7 @@ import polars as pl
 
 from tiered_kv.sim import retention as R
 from tiered_kv.sim.trace_replay import CompiledTrace
-from tiered_kv.units import DAY_S, format_bytes, format_duration
+from tiered_kv.units import DAY_S, DEEPSEEK_TTL_DAYS, format_bytes, format_duration
 from tiered_kv.viz.style import binary_unit
 from tiered_kv.viz.widgets import Dashboard, log_slider, records
 
@@ -107,7 +107,8 @@ def build_analysis(trace: CompiledTrace | pl.DataFrame, *, title: str = "",
     ttl_hi = max(span, longest, 60.0) / DAY_S
     ttl_lo = min(10.0, span / 100) / DAY_S
     pair = pair_ttls(names)
-    default_ttl = {n: float(min(max(pair[c] / DAY_S, ttl_lo), ttl_hi)) if span >= 7 * DAY_S
+    default_ttl = {n: float(min(max(pair[c] / DAY_S, ttl_lo), ttl_hi))
+                   if span >= max(DEEPSEEK_TTL_DAYS.values()) * DAY_S
                    else float(span / 10 / DAY_S) for c, n in enumerate(names)}
     ana = EconomicsAnalysis(model=model, frontier=front, class_names=names, input_tokens=np.asarray(inp),
                             span_s=span, curves=curves, capacity_grid=capacity_grid,

@@ -29,11 +29,7 @@ from tiered_kv.sim.retention.frontier import Frontier, oracle_frontier
 from tiered_kv.sim.retention.gaps import Gaps, StorageModel, cross_class_tokens, reuse_gaps
 from tiered_kv.sim.retention.ttl import TTLModel, best_shared_ttl, evaluate, optimal_ttls, ttl_choice
 from tiered_kv.sim.trace_replay import CompiledTrace
-from tiered_kv.units import DAY_S
-
-#: DeepSeek's published retention: agent traffic 3 days, chatbot (and anything else) 7 days.
-PAIR_DAYS = {"agent": 3.0}
-PAIR_DEFAULT_DAYS = 7.0
+from tiered_kv.units import DAY_S, DEEPSEEK_TTL_DAYS
 
 
 @dataclass(frozen=True)
@@ -82,13 +78,13 @@ def _records(df: pl.DataFrame) -> list[dict]:
 
 def pair_ttls(class_names: tuple[str, ...]) -> np.ndarray:
     """DeepSeek's pair: 3 days for ``agent``, 7 days for every other class (seconds)."""
-    return np.array([PAIR_DAYS.get(c, PAIR_DEFAULT_DAYS) * DAY_S for c in class_names])
+    return np.array([DEEPSEEK_TTL_DAYS.get(c, DEEPSEEK_TTL_DAYS["chatbot"]) * DAY_S for c in class_names])
 
 
 def ttl_grid(span_s: float, points: int, min_ttl_s: float = 1.0) -> np.ndarray:
     """Log-spaced TTLs from ``min_ttl_s`` to the span, plus 3 d and 7 d when they fit."""
     hi = max(span_s, min_ttl_s * 10)
-    marks = [d * DAY_S for d in (3.0, 7.0) if d * DAY_S <= hi]
+    marks = [d * DAY_S for d in DEEPSEEK_TTL_DAYS.values() if d * DAY_S <= hi]
     return np.unique(np.concatenate([[0.0], np.geomspace(min_ttl_s, hi, points), marks]))
 
 
@@ -160,7 +156,7 @@ def _capacity(p: _Pass, given: float | None) -> tuple[float, str]:
     if given is not None:
         return float(given), "given"
     classes = range(len(p.trace.class_names))
-    if p.span >= PAIR_DEFAULT_DAYS * DAY_S:
+    if p.span >= max(DEEPSEEK_TTL_DAYS.values()) * DAY_S:
         return float(np.sum([p.model.cost(c, p.pair[c]) for c in classes])) / p.span, "3d/7d pair average"
     return float(np.sum([p.model.cost(c, p.span / 10) for c in classes])) / p.span, "shared TTL of span/10"
 

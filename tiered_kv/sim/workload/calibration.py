@@ -26,7 +26,8 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from tiered_kv.sim.workload.synth import CHATBOT, DAY_S, HOUR_S, PRESETS, SynthConfig, generate, get_config
+from tiered_kv.sim.workload.synth import CHATBOT, HOUR_S, PRESETS, SynthConfig, generate, get_config
+from tiered_kv.units import DAY_S, DEEPSEEK_TTL_DAYS
 
 _CAP_MS = (1 << 32) - 2  # reuse times are clipped here (about 49.7 days); never-seen = CAP + 1
 
@@ -209,9 +210,11 @@ def hour_slice(config: SynthConfig | str, name: str, hour: int = 12, seed: int =
     return df.filter(pl.col("timestamp_s") >= hour * HOUR_S)
 
 
-def ttl_loss(df: pl.DataFrame, traffic_class: str = "chatbot", long_s: float = 7 * DAY_S,
-             short_s: float = 3 * DAY_S) -> float:
-    """Token hit rate at TTL ``long_s`` minus at ``short_s`` (fraction, not points)."""
+def ttl_loss(df: pl.DataFrame, traffic_class: str = "chatbot",
+             long_s: float = DEEPSEEK_TTL_DAYS["chatbot"] * DAY_S,
+             short_s: float = DEEPSEEK_TTL_DAYS["agent"] * DAY_S) -> float:
+    """Token hit rate at TTL ``long_s`` minus at ``short_s`` (fraction, not points); by default
+    what a class loses when DeepSeek's chatbot TTL is cut to its agent TTL."""
     long_rate, short_rate = ttl_hit_rates(df, [long_s, short_s], traffic_class=traffic_class)
     return float(long_rate - short_rate)
 

@@ -12,13 +12,13 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from tiered_kv.units import DAY_S
+from tiered_kv.units import DAY_S, DEEPSEEK_TTL_DAYS
 from tiered_kv.viz.report import Claim, FigureResult, claim_value
 
 NAME = "03_retention_by_class"
 TITLE = "Token hit rate vs TTL per traffic class (14-day synthetic workload)"
 
-_MARKS_DAYS = (3.0, 7.0)
+_MARKS_DAYS = tuple(DEEPSEEK_TTL_DAYS.values())
 # tick labels of the log TTL axis (values in days)
 _LABELS = ("datum.value < 0.002 ? '1 min' : datum.value < 0.02 ? '10 min' : datum.value < 0.1 ? '1 h' "
            ": datum.value < 0.5 ? '6 h' : datum.value + ' d'")
@@ -41,7 +41,7 @@ def loss_points(data: pl.DataFrame, traffic_class: str) -> float:
     """Hit-rate points lost when the class's TTL goes from 7 days to 3 days."""
     sel = data.filter(pl.col("traffic_class") == traffic_class)
     at = {d: float(sel.filter((pl.col("ttl_days") - d).abs() < 1e-9)["token_hit_rate"][0]) for d in _MARKS_DAYS}
-    return 100.0 * (at[7.0] - at[3.0])
+    return 100.0 * (at[DEEPSEEK_TTL_DAYS["chatbot"]] - at[DEEPSEEK_TTL_DAYS["agent"]])
 
 
 def build(quick: bool) -> FigureResult:
@@ -60,7 +60,8 @@ def build(quick: bool) -> FigureResult:
         tooltip=["traffic_class", alt.Tooltip("ttl_days:Q", format=".3f"),
                  alt.Tooltip("token_hit_rate:Q", format=".2%")],
     )
-    marks = pl.DataFrame({"ttl_days": list(_MARKS_DAYS), "label": ["agent 3 d", "chatbot 7 d"],
+    marks = pl.DataFrame({"ttl_days": list(_MARKS_DAYS),
+                          "label": [f"{c} {d:g} d" for c, d in DEEPSEEK_TTL_DAYS.items()],
                           "y": [286, 272]})
     rules = alt.Chart(marks).mark_rule(strokeDash=[4, 3], color="gray").encode(x="ttl_days:Q")
     text = alt.Chart(marks).mark_text(align="right", dx=-3, color="gray").encode(

@@ -17,6 +17,7 @@ import math
 
 import polars as pl
 
+from tiered_kv.units import DEEPSEEK_TTL_DAYS
 from tiered_kv.viz.report import FigureResult
 from tiered_kv.viz.style import binary_unit
 
@@ -49,7 +50,7 @@ def build_data(preset: str, days: float, seed: int):
     wm = res.summary["watermark"]["effective_retention_s"]
     for c, name in enumerate(trace.class_names):
         inp = max(int(model.input_tokens[c]), 1)
-        points = [(f"{d:g} d", d * R.DAY_S) for d in (3.0, 7.0)]
+        points = [(f"{d:g} d", d * R.DAY_S) for d in DEEPSEEK_TTL_DAYS.values()]
         if wm[name]["p50_s"] is not None:
             points.append(("watermark", float(wm[name]["p50_s"])))
         for label, t in points:
