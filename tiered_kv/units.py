@@ -9,11 +9,12 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping, Sequence
+from types import MappingProxyType
 
 #: Seconds in a day: the one definition (traces, TTLs and retention all count days of 86,400 s).
 DAY_S = 86_400.0
 #: DeepSeek's published retention in days: agent traffic 3, chatbot traffic (and every other class) 7.
-DEEPSEEK_TTL_DAYS = {"agent": 3.0, "chatbot": 7.0}
+DEEPSEEK_TTL_DAYS: Mapping[str, float] = MappingProxyType({"agent": 3.0, "chatbot": 7.0})  # read-only
 _DURATION_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": DAY_S}
 BYTE_UNITS = {
     "b": 1,
