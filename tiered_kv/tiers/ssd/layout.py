@@ -48,6 +48,8 @@ _CHUNK_RE = re.compile(r"chunks/([0-9a-f])/([0-9a-f]{32})")
 _ACCESS_RE = re.compile(r"access/([0-9a-f])/([0-9a-f]{32})\.([0-9a-f]{16}|any)")
 #: Concurrent store operations per batch (the store's own thread pool bounds real parallelism).
 IO_CONCURRENCY = 64
+#: A write that found the object already there (put-if-absent) and a valid chunk in it.
+ALREADY_PRESENT = "already present"
 
 
 def check_io(io_threads: int, concurrency: int, *, concurrency_name: str = "concurrency") -> None:
@@ -57,8 +59,6 @@ def check_io(io_threads: int, concurrency: int, *, concurrency_name: str = "conc
                                    (concurrency_name, concurrency, 1, "")):
         if not isinstance(value, int) or isinstance(value, bool) or value < low:
             raise ValueError(f"{name}: must be an integer >= {low}{note}, got {value!r}")
-#: A write that found the object already there (put-if-absent) and a valid chunk in it.
-ALREADY_PRESENT = "already present"
 
 
 def default_store_path() -> Path:
