@@ -79,7 +79,7 @@ def build(quick: bool) -> FigureResult:
         measure,
         near_exact_replay,
     )
-    from tiered_kv.evaluate import context_curve
+    from tiered_kv.evaluate import CONTEXTS, context_curve
     from tiered_kv.kernels.fp4_error import error_stats
     from tiered_kv.model import default_checkpoint, load_checkpoint
     from tiered_kv.viz import torch_threads
@@ -89,7 +89,7 @@ def build(quick: bool) -> FigureResult:
         raise FileNotFoundError(f"{path}: run `tiered-kv train --preset small` first")
     s = SETTINGS["quick" if quick else "full"]
     flops_n = 1024 if quick else 32768
-    contexts = (64, 512, 2048) if quick else (64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
+    contexts = (64, 512, 2048) if quick else CONTEXTS
     with torch_threads(2):
         model, meta = load_checkpoint(path)
         rep, fp4, seqs = measure(model, s, flops_length=flops_n)
