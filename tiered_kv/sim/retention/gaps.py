@@ -26,6 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit
 
+from tiered_kv.sim.policies.blockwise import leading_runs
 from tiered_kv.sim.trace_replay import CompiledTrace
 
 #: DeepSeek-V3 MLA elements per token (61 layers x (512 latent + 64 rope); tiered_kv.arch.DEEPSEEK_V3)
@@ -135,14 +136,8 @@ def reuse_gaps(trace: CompiledTrace) -> Gaps:
                 toucher_class=toucher, weight=weight, span_s=max(span, 1.0))
 
 
-def any_so_far(trace: CompiledTrace, flags: np.ndarray) -> np.ndarray:
-    """bool [m]: whether ``flags`` holds at this access or at an earlier one of its request (the
-    prefix rule: a block's hit depends on every block before it in the request)."""
-    count = np.concatenate([[0], np.cumsum(flags, dtype=np.int64)])
-    return count[1:] - count[trace.offsets[:-1][trace.access_request]] > 0
-
-
 def cross_class_tokens(trace: CompiledTrace, gaps: Gaps) -> int:
     """Reusable tokens whose hit depends on a chunk last touched by another class."""
     foreign = (gaps.toucher_class >= 0) & (gaps.toucher_class != gaps.access_class)
-    return int(gaps.weight[any_so_far(trace, foreign) & np.isfinite(gaps.key)].sum())
+    after = trace.depth >= leading_runs(trace.offsets, ~foreign)[trace.access_request]  # prefix rule
+    return int(gaps.weight[after & np.isfinite(gaps.key)].sum())

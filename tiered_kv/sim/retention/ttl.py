@@ -26,7 +26,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from tiered_kv.sim.retention.gaps import Gaps, any_so_far
+from tiered_kv.sim.policies.blockwise import leading_runs
+from tiered_kv.sim.retention.gaps import Gaps
 from tiered_kv.sim.trace_replay import CompiledTrace
 from tiered_kv.units import DAY_S
 
@@ -104,7 +105,7 @@ def evaluate(trace: CompiledTrace, gaps: Gaps, chunk_bytes: float, ttl_by_class)
     t = np.asarray(ttl_by_class, dtype=np.float64)
     n_cls = len(trace.class_names)
     found = (gaps.toucher_class >= 0) & (gaps.gap_in <= t[np.maximum(gaps.toucher_class, 0)])
-    hit = ~any_so_far(trace, ~found)
+    hit = trace.depth < leading_runs(trace.offsets, found)[trace.access_request]  # its leading found blocks
     hits = np.bincount(gaps.access_class[hit], weights=gaps.weight[hit], minlength=n_cls)
     kept = np.minimum(gaps.gap_out, t[gaps.access_class])
     cost = chunk_bytes * np.bincount(gaps.access_class, weights=kept, minlength=n_cls)
