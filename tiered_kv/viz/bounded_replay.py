@@ -16,18 +16,18 @@ import altair as alt
 import ipywidgets as widgets
 import polars as pl
 
-from tiered_kv import bounded_replay_error as rq
-from tiered_kv.evaluate import CONTEXTS, TARGET_BYTES
 from tiered_kv.viz.style import dashed_lines
 from tiered_kv.viz.widgets import Dashboard, html_table, log_slider, slider
 
-#: Notebook sizes: (replay grid, torch threads, context lengths of the loss curve in bytes, bytes scored
-#: after each, starts they are scored at). The full size is figure 09's measurement (``SETTINGS["full"]``:
-#: 64 held-out sequences; the curve of :mod:`tiered_kv.evaluate`), so the notebook and the figure agree.
+#: Notebook sizes: (replay grid as ReplaySettings arguments, torch threads, context lengths of the loss
+#: curve in bytes, bytes scored after each, starts they are scored at). None is the full size's source,
+#: resolved in :func:`measure` so that importing the dashboard loads no torch: figure 09's grid
+#: (``SETTINGS["full"]``: 64 held-out sequences) and :mod:`tiered_kv.evaluate`'s curve, so the
+#: notebook and the figure agree.
 SIZES = {
-    "small": (rq.ReplaySettings(windows=(8, 16), replays=(2, 8, 32), samples=1, prefix=96, steps=8, block_size=32,
-                                heldout_bytes=400_000), 1, (16, 64, 256, 1024), 64, 2),
-    "full": (rq.SETTINGS["full"], 2, CONTEXTS, TARGET_BYTES, 16),
+    "small": (dict(windows=(8, 16), replays=(2, 8, 32), samples=1, prefix=96, steps=8, block_size=32,
+                   heldout_bytes=400_000), 1, (16, 64, 256, 1024), 64, 2),
+    "full": (None, 2, None, None, 16),
 }
 
 
@@ -55,7 +55,8 @@ class ReplayMeasurements:
 
 def measure(size: str | None = None) -> ReplayMeasurements:
     """Run the model over the grid of this size once (minutes at full size, seconds at small)."""
-    from tiered_kv.evaluate import context_curve
+    from tiered_kv import bounded_replay_error as rq
+    from tiered_kv.evaluate import CONTEXTS, TARGET_BYTES, context_curve
     from tiered_kv.model import default_checkpoint
     from tiered_kv.viz import notebook_size, torch_threads
     from tiered_kv.viz.tour import notebook_model
@@ -63,7 +64,9 @@ def measure(size: str | None = None) -> ReplayMeasurements:
     size = size or notebook_size()
     if size not in SIZES:
         raise ValueError(f"size: must be {' or '.join(map(repr, SIZES))}, got {size!r}")
-    s, threads, contexts, target, n = SIZES[size]
+    grid, threads, contexts, target, n = SIZES[size]
+    s = rq.SETTINGS["full"] if grid is None else rq.ReplaySettings(**grid)
+    contexts, target = contexts or CONTEXTS, target or TARGET_BYTES
     with torch_threads(threads):
         model, meta = notebook_model(size)
         desc = "tiny preset, random weights (untrained; CI size)" if meta is None else \
