@@ -13,9 +13,10 @@ from types import MappingProxyType
 
 #: Seconds in a day: the one definition (traces, TTLs and retention all count days of 86,400 s).
 DAY_S = 86_400.0
+HOUR_S = 3_600.0
 #: DeepSeek's published retention in days: agent traffic 3, chatbot traffic (and every other class) 7.
 DEEPSEEK_TTL_DAYS: Mapping[str, float] = MappingProxyType({"agent": 3.0, "chatbot": 7.0})  # read-only
-_DURATION_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": DAY_S}
+_DURATION_UNITS = {"s": 1.0, "m": 60.0, "h": HOUR_S, "d": DAY_S}
 BYTE_UNITS = {
     "b": 1,
     "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12, "pb": 10**15,
@@ -109,7 +110,7 @@ def parse_bytes(value: str | float | int, *, name: str = "size") -> int:
     return int(size)
 
 
-_DURATION_STEPS = (("d", int(DAY_S)), ("h", 3600), ("m", 60), ("s", 1))
+_DURATION_STEPS = (("d", int(DAY_S)), ("h", int(HOUR_S)), ("m", 60), ("s", 1))
 
 
 def format_duration(seconds: float) -> str:

@@ -85,7 +85,9 @@ def run_cluster(args: argparse.Namespace) -> dict[str, Any]:
     out.update({k: v for k, v in res.extra.items() if k not in out})
     out["workload"] = {"requests": trace.n_requests, "block_accesses": trace.n_accesses, "unique_blocks": trace.n_unique}
     span = float(trace.timestamps[-1] - trace.timestamps[0])
-    bin_s = 86_400.0 if span > 2 * 86_400.0 else 3_600.0  # days for multi-day runs, else hours
+    from tiered_kv.units import DAY_S, HOUR_S
+
+    bin_s = DAY_S if span > 2 * DAY_S else HOUR_S  # days for multi-day runs, else hours
     out["over_time_bin_s"] = bin_s
     out["over_time"] = res.over_time(bin_s).to_dicts()
     return out

@@ -188,13 +188,13 @@ def _parse_days(value) -> float:
             value = f"{float(value.strip())}d"
         except ValueError:
             pass
-    return u.parse_duration(value, name="TTL") / 86_400.0
+    return u.parse_duration(value, name="TTL") / u.DAY_S
 
 
 #: Units a slider readout can speak: name -> (format for people, parse what a person types).
 UNITS = {
     "seconds": (u.format_duration, lambda v: u.parse_duration(v, name="duration")),
-    "days": (lambda d: u.format_duration(d * 86_400.0), _parse_days),
+    "days": (lambda d: u.format_duration(d * u.DAY_S), _parse_days),
     "bytes": (u.format_bytes, lambda v: float(u.parse_bytes(v, name="size"))),
     "tokens": (u.format_tokens, lambda v: float(u.parse_tokens(v, name="tokens"))),
 }

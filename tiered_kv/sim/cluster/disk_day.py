@@ -14,6 +14,8 @@ from functools import lru_cache
 
 import polars as pl
 
+from tiered_kv.units import DAY_S
+
 #: DeepSeek's reported share of input tokens served from its disk cache over a day.
 PUBLISHED_DISK_FRACTION = 0.56
 
@@ -29,4 +31,4 @@ def disk_day(quick: bool):
     trace = compile_trace(generate(preset, 2.0, 0))
     cfg = ClusterConfig(nodes=10, routing="cache-aware", gpu_capacity_tokens=0, host_capacity_bytes=64 * 2**30)
     res = simulate_cluster(trace, cfg)
-    return preset, cfg, res, res.requests.filter(pl.col("timestamp_s") >= 86_400.0)
+    return preset, cfg, res, res.requests.filter(pl.col("timestamp_s") >= DAY_S)

@@ -46,6 +46,7 @@ from numba import njit
 
 from tiered_kv.sim.cluster.latency import check_fields, mla_kv_bytes_per_token
 from tiered_kv.sim.cluster.lru_tiers import new_tier, touch_arrays
+from tiered_kv.units import HOUR_S
 
 #: DeepSeek-V3 MLA KV in BF16 (70,272 B/token), the default chunk size per token.
 V3_KV_BYTES_PER_TOKEN = mla_kv_bytes_per_token()
@@ -111,7 +112,7 @@ class ClusterResult:
     def summary(self) -> dict[str, Any]:
         return summarize(self.requests, self)
 
-    def over_time(self, bin_s: float = 3600.0) -> pl.DataFrame:
+    def over_time(self, bin_s: float = HOUR_S) -> pl.DataFrame:
         return over_time(self.requests, bin_s)
 
 
@@ -389,7 +390,7 @@ def summarize(requests: pl.DataFrame, result: ClusterResult | None = None) -> di
     return out
 
 
-def over_time(requests: pl.DataFrame, bin_s: float = 3600.0) -> pl.DataFrame:
+def over_time(requests: pl.DataFrame, bin_s: float = HOUR_S) -> pl.DataFrame:
     """Per time bin and class: token hit rate per tier, disk token fraction, SSD bytes, evictions."""
     if bin_s <= 0:
         raise ValueError(f"over_time: bin_s must be > 0 seconds, got {bin_s}")

@@ -40,6 +40,7 @@ from typing import Any
 import numpy as np
 
 from tiered_kv.rusage import peak_rss_bytes
+from tiered_kv.units import HOUR_S
 
 DEEPSEEK_INPUT_TOKENS_PER_DAY = 608e9
 #: About one Mooncake-rate workload per part: 16 M block accesses a day, < 1 GiB to draw.
@@ -118,7 +119,7 @@ def write_part(root: str | Path, part: int, factor: float, days: float, seed: in
         pl.col("traffic_class").replace_strict(code, return_dtype=pl.UInt8).alias("class_code"),
         pl.lit(part, dtype=pl.UInt16).alias("part"),
         pl.col("block_ids").cast(pl.List(pl.UInt32)),
-        (pl.col("timestamp_s") // 3600).cast(pl.Int32).alias("_hour"),
+        (pl.col("timestamp_s") // HOUR_S).cast(pl.Int32).alias("_hour"),
     )
     files = 0
     for (hour,), chunk in frame.partition_by("_hour", as_dict=True, maintain_order=True).items():

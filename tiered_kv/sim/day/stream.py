@@ -39,7 +39,7 @@ from numba import njit
 
 from tiered_kv.rusage import peak_rss_bytes
 from tiered_kv.sim.day.shards import read_manifest
-from tiered_kv.units import DAY_S
+from tiered_kv.units import DAY_S, HOUR_S
 
 
 @njit(cache=True)
@@ -168,7 +168,7 @@ def _bad_rows(df, hour: int, n_ids_by_part: np.ndarray, bs: int, n_classes: int)
     t, L, part = df["timestamp_s"].to_numpy(), df["input_length"].to_numpy(), df["part"].to_numpy()
     max_id = df["block_ids"].list.max().fill_null(0).to_numpy()
     return [
-        ("timestamp_s outside the file's hour", ~((t >= hour * 3600.0) & (t < (hour + 1) * 3600.0))),
+        ("timestamp_s outside the file's hour", ~((t >= hour * HOUR_S) & (t < (hour + 1) * HOUR_S))),
         ("input_length < 1", L < 1),
         (f"block count != ceil(input_length / {bs})", lens != -(-L // bs)),
         ("class_code unknown", df["class_code"].to_numpy() >= n_classes),

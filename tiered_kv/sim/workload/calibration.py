@@ -26,8 +26,8 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from tiered_kv.sim.workload.synth import CHATBOT, HOUR_S, PRESETS, SynthConfig, generate, get_config
-from tiered_kv.units import DAY_S, DEEPSEEK_TTL_DAYS
+from tiered_kv.sim.workload.synth import CHATBOT, PRESETS, SynthConfig, generate, get_config
+from tiered_kv.units import DAY_S, DEEPSEEK_TTL_DAYS, HOUR_S
 
 _CAP_MS = (1 << 32) - 2  # reuse times are clipped here (about 49.7 days); never-seen = CAP + 1
 

@@ -55,9 +55,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import polars as pl
 
-from tiered_kv.units import DAY_S
-
-HOUR_S = 3_600.0
+from tiered_kv.units import DAY_S, HOUR_S
 
 
 def _check(name: str, value: float, lo: float, hi: float = math.inf, *, lo_open: bool = False,

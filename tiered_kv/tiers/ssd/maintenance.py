@@ -36,9 +36,9 @@ from tiered_kv.tiers.ssd.retention import (
     reachable,
     rehome_records,
 )
-from tiered_kv.units import DAY_S
+from tiered_kv.units import DAY_S, HOUR_S
 
-AGE_BUCKETS = ((3600.0, "<1h"), (DAY_S, "1h-1d"), (3 * DAY_S, "1d-3d"), (7 * DAY_S, "3d-7d"),
+AGE_BUCKETS = ((HOUR_S, "<1h"), (DAY_S, "1h-1d"), (3 * DAY_S, "1d-3d"), (7 * DAY_S, "3d-7d"),
                (math.inf, ">=7d"))
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import polars as pl
 
 from tiered_kv.sim.cluster.disk_day import PUBLISHED_DISK_FRACTION, disk_day
+from tiered_kv.units import DAY_S, HOUR_S
 from tiered_kv.viz.report import Claim, FigureResult, claim_value
 from tiered_kv.viz.style import hourly_disk_share
 
@@ -24,7 +25,7 @@ def build(quick: bool) -> FigureResult:
     from tiered_kv.sim.cluster import over_time, summarize
 
     preset, cfg, res, day2 = disk_day(quick)
-    hourly = over_time(day2, 3600.0).with_columns(((pl.col("bin_start_s") - 86_400.0) / 3600.0).alias("hour"))
+    hourly = over_time(day2, HOUR_S).with_columns(((pl.col("bin_start_s") - DAY_S) / HOUR_S).alias("hour"))
     total = summarize(day2)
     chart = hourly_disk_share(
         hourly, x_title="hour of the simulated day (hours)", y_title="input tokens served from SSD (fraction)",

@@ -17,7 +17,7 @@ import math
 
 import polars as pl
 
-from tiered_kv.units import DEEPSEEK_TTL_DAYS
+from tiered_kv.units import DAY_S, DEEPSEEK_TTL_DAYS
 from tiered_kv.viz.report import FigureResult
 from tiered_kv.viz.style import binary_unit
 
@@ -27,7 +27,6 @@ TITLE = "Hit rate vs storage per class: TTL curves against the oracle frontier (
 
 def build_data(preset: str, days: float, seed: int):
     """(curves+frontier frame, markers frame, analysis, name of the storage column) for one synthetic run."""
-    from tiered_kv.sim import retention as R
     from tiered_kv.sim.retention.report import RetentionConfig, analyze
     from tiered_kv.sim.trace_replay import compile_trace
     from tiered_kv.sim.workload.synth import generate
@@ -40,7 +39,7 @@ def build_data(preset: str, days: float, seed: int):
     col = f"storage_{unit}_days"
     lines = pl.concat([
         cur.select("class", pl.lit("idle TTL").alias("policy"), (pl.col("byte_days") / scale).alias(col),
-                   "token_hit_rate", (pl.col("ttl_s") / R.DAY_S).alias("ttl_days")),
+                   "token_hit_rate", (pl.col("ttl_s") / DAY_S).alias("ttl_days")),
         fr.select("class", pl.lit("oracle frontier").alias("policy"), (pl.col("byte_days") / scale).alias(col),
                   "token_hit_rate", pl.lit(None, dtype=pl.Float64).alias("ttl_days")),
     ])
@@ -50,12 +49,12 @@ def build_data(preset: str, days: float, seed: int):
     wm = res.summary["watermark"]["effective_retention_s"]
     for c, name in enumerate(trace.class_names):
         inp = max(int(model.input_tokens[c]), 1)
-        points = [(f"{d:g} d", d * R.DAY_S) for d in DEEPSEEK_TTL_DAYS.values()]
+        points = [(f"{d:g} d", d * DAY_S) for d in DEEPSEEK_TTL_DAYS.values()]
         if wm[name]["p50_s"] is not None:
             points.append(("watermark", float(wm[name]["p50_s"])))
         for label, t in points:
-            marks.append({"class": name, "label": label, "ttl_days": t / R.DAY_S,
-                          col: float(model.cost(c, t)) / R.DAY_S / scale,
+            marks.append({"class": name, "label": label, "ttl_days": t / DAY_S,
+                          col: float(model.cost(c, t)) / DAY_S / scale,
                           "token_hit_rate": float(model.hits(c, t)) / inp})
     return lines, pl.DataFrame(marks), res, col
 
@@ -92,12 +91,12 @@ def build(quick: bool) -> FigureResult:
                     x=x, y=y, text="label:N"))
         charts.append(alt.layer(*layers).properties(width=300, height=260, title=name))
     chart = alt.hconcat(*charts).resolve_scale(x="independent", y="independent").properties(title=TITLE)
-    opt = ", ".join(f"{c} {t / 86400:.2f} d" for c, t in s["optimal_ttl_s"].items())
+    opt = ", ".join(f"{c} {t / DAY_S:.2f} d" for c, t in s["optimal_ttl_s"].items())
     notes = (f"Synthetic workload '{preset}', {days:g} days, seed {seed}: {s['requests']:,} requests, "
              f"{s['block_accesses']:,} block accesses; chunk {s['chunk_bytes'] / 2**20:.2f} MiB "
              f"({s['bytes_per_token']:,.0f} B/token, DeepSeek-V3 MLA in MXFP4, x {s['block_size']} tokens). "
              f"At the 3d/7d pair's average storage ({s['capacity_bytes'] / 2**40:.2f} TiB): pair "
-             f"{s['pair_token_hit_rate']:.2%}, best shared TTL ({s['shared_ttl_s'] / 86400:.2f} d) "
+             f"{s['pair_token_hit_rate']:.2%}, best shared TTL ({s['shared_ttl_s'] / DAY_S:.2f} d) "
              f"{s['shared_token_hit_rate']:.2%}, optimal per-class TTLs ({opt}) {s['optimal_token_hit_rate']:.2%}, "
              f"oracle frontier {s['frontier_token_hit_rate']:.2%}, watermark LRU {s['watermark']['token_hit_rate']:.2%}. "
              "Storage counts each chunk for min(gap, T) after every access and T after its last one "
