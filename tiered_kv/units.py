@@ -16,6 +16,8 @@ DAY_S = 86_400.0
 HOUR_S = 3_600.0
 #: DeepSeek's published retention in days: agent traffic 3, chatbot traffic (and every other class) 7.
 DEEPSEEK_TTL_DAYS: Mapping[str, float] = MappingProxyType({"agent": 3.0, "chatbot": 7.0})  # read-only
+#: The same as ``--ttl`` text (``agent=3d,chatbot=7d``), as the commands and sweeps read it.
+DEEPSEEK_TTL_SPEC = ",".join(f"{c}={d:g}d" for c, d in DEEPSEEK_TTL_DAYS.items())
 _DURATION_UNITS = {"s": 1.0, "m": 60.0, "h": HOUR_S, "d": DAY_S}
 BYTE_UNITS = {
     "b": 1,

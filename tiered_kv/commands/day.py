@@ -20,10 +20,12 @@ import argparse
 import json
 import math
 
+from tiered_kv.units import DEEPSEEK_TTL_SPEC
+
 NAME = "day"
 HELP = "a DeepSeek-scale day (608 B tokens): generate sharded Parquet, replay LRU + per-class TTLs, report"
 DEFAULT_CAPACITIES = ("1PiB", "4PiB", "16PiB", "100PiB")
-DEFAULT_TTLS = ("agent=3d,chatbot=7d",)
+DEFAULT_TTLS = (DEEPSEEK_TTL_SPEC,)
 GIB = 2**30
 
 
@@ -46,7 +48,7 @@ def register(parser: argparse.ArgumentParser) -> None:
     r.add_argument("--capacity", action="append", default=None, metavar="BYTES|inf",
                    help=f"LRU capacity (repeatable; default {', '.join(DEFAULT_CAPACITIES)} and unlimited)")
     r.add_argument("--ttl", action="append", default=None, metavar="CLASS=DUR,...|DUR",
-                   help="per-class TTL without a capacity (repeatable; default agent=3d,chatbot=7d)")
+                   help=f"per-class TTL without a capacity (repeatable; default {DEEPSEEK_TTL_SPEC})")
     r.add_argument("--bytes-per-token", type=float, default=70_272.0,
                    help="KV bytes per token that turn capacities into blocks (default DeepSeek-V3 MLA bf16, 70,272)")
     r.add_argument("--record", default=None, metavar="PATH", help="also write the result JSON here")

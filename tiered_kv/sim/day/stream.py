@@ -239,8 +239,13 @@ def day_policies(capacities, ttls, bytes_per_token: float, block_size: int = 512
     for text in ttls:
         per_class, default = parse_ttl(text, name="--ttl")
         every = {} if default is None else {"agent": default, "chatbot": default}
-        out_ttls["ttl " + text.replace(",", " ")] = every | per_class
+        out_ttls[ttl_policy_name(text)] = every | per_class
     return caps, out_ttls
+
+
+def ttl_policy_name(text: str) -> str:
+    """The name a ``--ttl`` text's policy has in a day replay's results (``ttl agent=3d chatbot=7d``)."""
+    return "ttl " + text.replace(",", " ")
 
 
 def replay_day(root: str | Path, *, capacities: dict[str, float] | None = None,

@@ -21,6 +21,8 @@ import polars as pl
 
 from tiered_kv import REPO_ROOT
 from tiered_kv.sim.cluster.disk_day import PUBLISHED_DISK_FRACTION
+from tiered_kv.sim.day.stream import ttl_policy_name
+from tiered_kv.units import DEEPSEEK_TTL_SPEC
 from tiered_kv.viz.report import Claim, FigureResult, claim_value
 from tiered_kv.viz.style import hourly_disk_share
 
@@ -28,7 +30,7 @@ NAME = "15_deepseek_day"
 TITLE = "Disk-served share of a DeepSeek-like day: per-class TTLs (3 d / 7 d) and LRU"
 SOURCE = "DeepSeek (608 B input tokens in 24 h, 56% from the disk cache)"
 RECORDED = REPO_ROOT / "benchmarks" / "results" / "deepseek_day.json"
-TTL_NAME = "ttl agent=3d chatbot=7d"
+TTL_NAME = ttl_policy_name(DEEPSEEK_TTL_SPEC)
 QUICK_SCALE, FULL_SCALE = 1 / 5000, 1 / 200  # of DeepSeek's daily volume
 
 
@@ -41,7 +43,7 @@ def run(quick: bool) -> dict:
     cfg = DayConfig(input_tokens_per_day=tokens, days=8.0, warmup_days=7.0, tokens_per_part=min(tokens, 8e9))
     # capacities scale with the volume: DeepSeek-scale 1/4/16 PiB become these
     caps, ttls = day_policies([f"{c * scale:.6g}PiB" for c in (1, 4, 16)] + ["inf"],
-                          ["agent=3d,chatbot=7d", "agent=1d,chatbot=1d"], 70_272.0)
+                          [DEEPSEEK_TTL_SPEC, "agent=1d,chatbot=1d"], 70_272.0)
     with tempfile.TemporaryDirectory(prefix="tiered-kv-day-") as root:
         generate_day(root, cfg, workers=1, progress=False)
         res = replay_day(root, capacities=caps, ttls=ttls, progress=False)
