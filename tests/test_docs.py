@@ -80,3 +80,19 @@ def test_semantics_doc_exists_where_the_help_points():
     text = (ROOT / "docs" / "semantics.md").read_text()
     for rule in ("timestamp order", "min(p * block_size, L)", "floor(C / block_size)"):
         assert rule in text
+
+
+def test_readme_make_run_times_are_the_committed_reports():
+    """The README's `make run` line quotes figure build times; they must be the ones REPORT.md and
+    figures/sections carry (rounded to the second), and the total at least their sum."""
+    import json
+
+    readme = (ROOT / "README.md").read_text()
+    m = re.search(r"`make run` took (\d+) s for all (\d+) figures.*?build time \(((?:\d+: \d+ s, )*\d+: \d+ s)\)",
+                  readme, re.S)
+    assert m, "the README's `make run` line no longer says its time and figure build times"
+    sections = {p.stem[:2]: json.loads(p.read_text())["built_s"] for p in (ROOT / "figures" / "sections").glob("*.json")}
+    assert int(m[2]) == len(sections)
+    for fig, seconds in re.findall(r"(\d+): (\d+) s", m[3]):
+        assert int(seconds) == round(sections[fig]), (fig, seconds, sections[fig])
+    assert int(m[1]) >= int(sum(sections.values()))
