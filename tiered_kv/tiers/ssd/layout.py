@@ -54,7 +54,8 @@ ALREADY_PRESENT = "already present"
 
 def check_io(io_threads: int, concurrency: int, *, concurrency_name: str = "concurrency") -> None:
     """One rule for a client's I/O settings, wherever they are given (SSDConfig, open_backend):
-    a bool is refused (``True`` is not a thread count), and no reads in flight would never finish."""
+    a bool is refused (``True`` is not a thread count), and so is a concurrency below 1: with no
+    request in flight an async write waits forever and a prefix read finds nothing."""
     for name, value, low, note in (("io_threads", io_threads, 0, " (0: zarr's async API)"),
                                    (concurrency_name, concurrency, 1, "")):
         if not isinstance(value, int) or isinstance(value, bool) or value < low:
