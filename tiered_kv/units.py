@@ -14,8 +14,11 @@ from types import MappingProxyType
 #: Seconds in a day: the one definition (traces, TTLs and retention all count days of 86,400 s).
 DAY_S = 86_400.0
 HOUR_S = 3_600.0
+#: The TTL in days DeepSeek gives every class other than agent (chatbot's included).
+DEEPSEEK_DEFAULT_TTL_DAYS = 7.0
 #: DeepSeek's published retention in days: agent traffic 3, chatbot traffic (and every other class) 7.
-DEEPSEEK_TTL_DAYS: Mapping[str, float] = MappingProxyType({"agent": 3.0, "chatbot": 7.0})  # read-only
+DEEPSEEK_TTL_DAYS: Mapping[str, float] = MappingProxyType(
+    {"agent": 3.0, "chatbot": DEEPSEEK_DEFAULT_TTL_DAYS})  # read-only
 #: The same as ``--ttl`` text (``agent=3d,chatbot=7d``), as the commands and sweeps read it.
 DEEPSEEK_TTL_SPEC = ",".join(f"{c}={d:g}d" for c, d in DEEPSEEK_TTL_DAYS.items())
 _DURATION_UNITS = {"s": 1.0, "m": 60.0, "h": HOUR_S, "d": DAY_S}

@@ -34,7 +34,7 @@ from tiered_kv.sim.policies.blockwise import check_bpt, per_class, wear_extra
 from tiered_kv.sim.policies.lru import CacheRun, retention_quantiles, run_cache_kernel
 from tiered_kv.sim.policies.registry import DEFAULT_BYTES_PER_TOKEN, PolicyRun, check_range, register_policy
 from tiered_kv.sim.trace_replay import CompiledTrace
-from tiered_kv.units import DAY_S, DEEPSEEK_TTL_DAYS
+from tiered_kv.units import DAY_S, DEEPSEEK_DEFAULT_TTL_DAYS
 
 #: The registered ``gc-*`` names, in the order the module docstring explains them.
 COLLECTORS = ("gc-lru", "gc-weighted", "gc-ttl-priority", "gc-quotas")
@@ -139,7 +139,7 @@ class GCTTLPriority(Collector):
     name: ClassVar[str] = "gc-ttl-priority"
     rule: ClassVar[str] = "ttl-priority"
     ttl_seconds: dict[str, float] = field(default_factory=dict, hash=False)
-    default_ttl_seconds: float = DEEPSEEK_TTL_DAYS["chatbot"] * DAY_S
+    default_ttl_seconds: float = DEEPSEEK_DEFAULT_TTL_DAYS * DAY_S
 
     def __post_init__(self) -> None:
         super().__post_init__()

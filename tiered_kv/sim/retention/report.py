@@ -29,7 +29,7 @@ from tiered_kv.sim.retention.frontier import Frontier, oracle_frontier
 from tiered_kv.sim.retention.gaps import Gaps, StorageModel, cross_class_tokens, reuse_gaps
 from tiered_kv.sim.retention.ttl import TTLModel, best_shared_ttl, evaluate, optimal_ttls, ttl_choice
 from tiered_kv.sim.trace_replay import CompiledTrace
-from tiered_kv.units import DAY_S, DEEPSEEK_TTL_DAYS
+from tiered_kv.units import DAY_S, DEEPSEEK_DEFAULT_TTL_DAYS, DEEPSEEK_TTL_DAYS
 
 
 @dataclass(frozen=True)
@@ -78,7 +78,7 @@ def _records(df: pl.DataFrame) -> list[dict]:
 
 def pair_ttls(class_names: tuple[str, ...]) -> np.ndarray:
     """DeepSeek's pair: 3 days for ``agent``, 7 days for every other class (seconds)."""
-    return np.array([DEEPSEEK_TTL_DAYS.get(c, DEEPSEEK_TTL_DAYS["chatbot"]) * DAY_S for c in class_names])
+    return np.array([DEEPSEEK_TTL_DAYS.get(c, DEEPSEEK_DEFAULT_TTL_DAYS) * DAY_S for c in class_names])
 
 
 def ttl_grid(span_s: float, points: int, min_ttl_s: float = 1.0) -> np.ndarray:
