@@ -366,26 +366,24 @@ def _make_point_policy(spec: str, capacity_tokens: int | None, admission: str, b
 
 def _replay_point(shared: _Points, spec: str, capacity_tokens: int | None, admission: str
                   ) -> tuple[int, int | None, int]:
-    """(counted hit tokens, tokens written or None, block hits) of one policy at one capacity."""
+    """(counted hit tokens, tokens written or None, block hits or None) of one policy at one capacity.
+
+    The policy's own run counts what it wrote (the zoo's through ``blockwise.wear_extra``) and,
+    for the zoo, its block hits; kvcache.ai's trie policies count neither.
+    """
     trace, bpt = shared.trace, shared.bpt
     pol = _make_point_policy(spec, capacity_tokens, admission, bpt,
                              footprint_tokens=trace.n_unique * trace.uniform_block_size)
-    if hasattr(pol, "block_run"):
-        from tiered_kv.sim.policies import WritePoints, leading_runs
+    if hasattr(pol, "block_run") and admission != "all":  # one mask per process, not per replay
+        from tiered_kv.sim.policies import WritePoints
 
-        if admission != "all":  # one mask per process, not per replay
-            if admission not in shared.masks:
-                shared.masks[admission] = pol.admission.mask(trace)
-            pol = replace(pol, admission=WritePoints(is_write_point=shared.masks[admission]))
-        hit, ins, _ = pol.block_run(trace)
-        p = leading_runs(trace.offsets, hit)
-        written, block_hits = int(trace.chunk_tokens[ins].sum()), int(hit.sum())
-    else:  # lru, ttl, watermark, belady and others: their run counts the tokens it writes
-        run = pol.run(trace)
-        p = np.asarray(run.hit_blocks)
-        written = run.extra.get("tokens_written")
-        written, block_hits = (None if written is None else int(written)), None
-    return int(trace.hit_tokens_from_blocks(p)[trace.counted].sum()), written, block_hits
+        if admission not in shared.masks:
+            shared.masks[admission] = pol.admission.mask(trace)
+        pol = replace(pol, admission=WritePoints(is_write_point=shared.masks[admission]))
+    run = pol.run(trace)
+    written, block_hits = run.extra.get("tokens_written"), run.extra.get("block_hits")
+    return (int(trace.hit_tokens_from_blocks(np.asarray(run.hit_blocks))[trace.counted].sum()),
+            None if written is None else int(written), None if block_hits is None else int(block_hits))
 
 
 def _wear_fields(trace: CompiledTrace, caps: np.ndarray, hit_tokens, written_tokens, bpt: float) -> dict:
