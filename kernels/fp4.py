@@ -47,8 +47,8 @@ from dataclasses import dataclass
 import torch
 from tiered_kv.kernels import interpreting, resolve_backend, triton
 
-FORMATS = ("mxfp4", "nvfp4")
-BLOCK = {"mxfp4": 32, "nvfp4": 16}
+from tiered_kv.keys import BLOCK, DEFAULT_FORMAT, FORMATS
+
 SCALE_RULES = ("floor", "ceil")
 BACKENDS = ("auto", "torch", "triton", "numba")
 
@@ -413,7 +413,7 @@ _DEQUANTIZE = {"torch": _dequantize_torch, "triton": _dequantize_triton, "numba"
 # ----------------------------------------------------------------------------- public API
 
 
-def quantize(x: torch.Tensor, fmt: str = "mxfp4", *, scale_rule: str = "floor",
+def quantize(x: torch.Tensor, fmt: str = DEFAULT_FORMAT, *, scale_rule: str = "floor",
              backend: str = "auto") -> FP4Tensor:
     """Quantize ``x [..., D]`` to MXFP4 or NVFP4 (see the module docstring for the formats).
 

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tiered_kv.keys import FORMATS
 from tiered_kv.model import PRESETS, ModelConfig, need
 
 BF16_BITS = 16.0
@@ -102,7 +103,7 @@ def project_arch(cfg: ModelConfig) -> Arch:
 
 def kv_table() -> list[dict]:
     """One row per (architecture, precision): elements and bytes per token."""
-    fp4 = [(fmt, fp4_bits(fmt)) for fmt in ("mxfp4", "nvfp4")]
+    fp4 = [(fmt, fp4_bits(fmt)) for fmt in FORMATS]
     mla = [("~6-bit", DEEPSEEK_MLA_BITS), *fp4]
     rows = [{"arch": arch.name, "kind": arch.kind, "precision": precision, "bits_per_element": bits,
              "elements_per_token": arch.elements_per_token, "bytes_per_token": arch.bytes_per_token(bits),

@@ -28,6 +28,7 @@ import torch.nn.functional as F
 from tqdm.auto import tqdm
 
 from tiered_kv.attention import band_mask
+from tiered_kv.keys import DEFAULT_FORMAT, FORMATS
 from tiered_kv.model import EncoderDecoder, need_ints
 
 WINDOWS = (128, 256, 512)
@@ -67,7 +68,7 @@ SETTINGS = {
 
 #: The format the replay grid stores its global KV in (the SSD tier's default): its exact runs at the
 #: model's W are that format's runs in :func:`fp4_error` too, so :func:`measure` hands them over.
-REPLAY_FMT = "mxfp4"
+REPLAY_FMT = DEFAULT_FORMAT
 
 
 def measure(model: EncoderDecoder, settings: ReplaySettings, *, flops_length=None):
@@ -226,7 +227,7 @@ def near_exact_replay(frame, window: int, threshold: float = NEAR_EXACT_KL) -> d
     return sub.row(0, named=True) if sub.height else None
 
 
-def fp4_error(model: EncoderDecoder, sequences: list[torch.Tensor], *, formats=("mxfp4", "nvfp4"),
+def fp4_error(model: EncoderDecoder, sequences: list[torch.Tensor], *, formats=FORMATS,
               steps: int = 32, prefix: int = 1024, block_size: int = 64, known: dict[str, list] | None = None):
     """Polars frame: format, kl_nats, agreement (with 95% intervals) of FP4 global KV vs fp32.
 

@@ -65,7 +65,7 @@ from typing import Protocol
 import torch
 
 from tiered_kv import codec
-from tiered_kv.keys import Namespace, block_keys
+from tiered_kv.keys import DEFAULT_FORMAT, Namespace, block_keys
 from tiered_kv.model import EncoderDecoder, WindowState, check_tokens
 from tiered_kv.tiers.gpu import GPUTier, InFlight
 from tiered_kv.tiers.host import HostEntry, HostTier
@@ -128,7 +128,7 @@ def fp4_roundtrip(kv: torch.Tensor, namespace: Namespace) -> torch.Tensor:
     return torch.cat(parts) if len(parts) > 1 else parts[0]
 
 
-def namespace_for(model: EncoderDecoder, fmt: str = "mxfp4", block_size: int = 64, tag: str = "") -> Namespace:
+def namespace_for(model: EncoderDecoder, fmt: str = DEFAULT_FORMAT, block_size: int = 64, tag: str = "") -> Namespace:
     """The SSD namespace of a model: its config (and an optional weights tag) fingerprint it."""
     c = model.cfg
     name = f"tiered-kv/{c.name}/d{c.d_model}-e{c.enc_layers}-d{c.dec_layers}-h{c.kv_heads}x{c.head_dim}{tag}"

@@ -34,6 +34,7 @@ import torch.nn.functional as F
 from tqdm.auto import tqdm
 
 from tiered_kv.bounded_replay_error import mean_ci95
+from tiered_kv.keys import FORMATS
 from tiered_kv.model import EncoderDecoder
 from tiered_kv.train import document_tokens, loss_on
 
@@ -131,7 +132,7 @@ def _gain_row(variant: str, lf: torch.Tensor, ls: torch.Tensor) -> dict:
 
 
 def gain_decomposition(model: EncoderDecoder, stream: torch.Tensor, *, window: int = 4096, short: int = 512,
-                       target: int = TARGET_BYTES, n: int = 64, seed: int = 2, formats=("mxfp4", "nvfp4")) -> dict:
+                       target: int = TARGET_BYTES, n: int = 64, seed: int = 2, formats=FORMATS) -> dict:
     """Where the long-context gain lives: the gain as served, with the far global KV swapped
     for another window's, and with the global KV round-tripped through FP4 as the SSD tier
     stores it.

@@ -27,6 +27,13 @@ _ROOT = bytes(KEY_BYTES)
 _MASK63 = (1 << 63) - 1
 
 
+#: The FP4 chunk formats, each with its scale block: elements of the last axis that share one
+#: scale (MXFP4 32, as OCP MX v1.0; NVFP4 16). Defined here, torch-free, because a namespace's
+#: format sets its head_dim rule; :mod:`tiered_kv.kernels.fp4` quantizes them and reads these.
+BLOCK = {"mxfp4": 32, "nvfp4": 16}
+FORMATS = tuple(BLOCK)
+#: The FP4 format wherever none is named (the SSD tier's, the replay grid's, the sizes' default).
+DEFAULT_FORMAT = "mxfp4"
 #: Unquantized chunk formats, for ablations (the global KV stored as it was computed).
 RAW_FORMATS = ("bf16", "fp32")
 
@@ -47,11 +54,9 @@ class Namespace:
     head_dim: int
 
     def __post_init__(self) -> None:
-        from tiered_kv.kernels.fp4 import BLOCK, FORMATS  # (here: keys stay torch-free until asked)
-
         if not isinstance(self.model, str) or not self.model:
             raise ValueError(f"Namespace.model: must be a non-empty string, got {self.model!r}")
-        formats = tuple(FORMATS) + RAW_FORMATS
+        formats = FORMATS + RAW_FORMATS
         if self.fmt not in formats:
             raise ValueError(f"Namespace.fmt: must be one of {list(formats)}, got {self.fmt!r}")
         for name in ("block_size", "kv_heads", "head_dim"):

@@ -17,9 +17,9 @@ import ipywidgets as widgets
 import polars as pl
 import torch
 
+from tiered_kv.keys import BLOCK, FORMATS
 from tiered_kv.viz.widgets import Dashboard, html_table, slider
 
-FORMATS = ("mxfp4", "nvfp4")
 #: Elements per error sample at each notebook size (multiples of 8 heads x 128 dims).
 SAMPLE_ELEMENTS = {"small": 1 << 14, "full": 1 << 18}
 
@@ -27,7 +27,7 @@ SAMPLE_ELEMENTS = {"small": 1 << 14, "full": 1 << 18}
 def staircase(fmt: str, points: int = 241) -> pl.DataFrame:
     """Input against decoded value over [-6, 6]: each input sits in its own block beside an anchor
     of 6.0 (the block's amax), so the block scale is exactly 1 and the curve is the E2M1 grid itself."""
-    from tiered_kv.kernels.fp4 import BLOCK, dequantize, quantize
+    from tiered_kv.kernels.fp4 import dequantize, quantize
 
     x = torch.linspace(-6.0, 6.0, points)
     blocks = torch.zeros(points, BLOCK[fmt])
