@@ -133,6 +133,30 @@ def test_drift_exact_writes_stay_exact_approximate_ones_do_not(model):
         prefix_drift(model, [convs[0][:50]], turns=4, first=48, step=40)
 
 
+
+def test_drift_references_equal_a_fresh_uncached_run_per_prompt(model, tmp_path):
+    """prefix_drift computes the references once over the longest prompt; that is only right if
+    every prompt's uncached global KV and stored blocks are the longest prompt's first n positions."""
+    from tiered_kv.drift import _exact_references
+    from tiered_kv.engine import Engine, fp4_roundtrip, namespace_for
+    from tiered_kv.tiers.host import HostTier
+    from tiered_kv.tiers.ssd import SSDConfig, SSDTier
+
+    conv = torch.randint(0, 256, (700,), generator=torch.Generator().manual_seed(3))
+    ns = namespace_for(model, block_size=16)
+    lengths = [40, 88, 300, 700]  # 88 and 700 end inside a block
+    refs = _exact_references(model, conv, lengths, ns, str(tmp_path / "longest"))
+    for n, (logits, stored) in zip(lengths, refs, strict=True):
+        with torch.no_grad():
+            kv = model.encode(conv[:n], 0)[0]
+            fresh = model.decode(conv[:n], 0, fp4_roundtrip(kv, ns))[0][-1]
+        ssd = SSDTier(tmp_path / str(n), namespace=ns, config=SSDConfig(background_touch=False))
+        Engine(model, ssd, HostTier("1GiB"), name="uncached").prefill(conv[:n])
+        own = ssd.get_prefix(conv[:n]).kv(torch.float32)
+        assert own.shape[0] == n - n % 16 and torch.equal(stored[:own.shape[0]], own)
+        torch.testing.assert_close(logits, fresh, rtol=0, atol=1e-4)
+
+
 class _NGramCopier(torch.nn.Module):
     """Predicts the byte that followed the last earlier occurrence of the current 8-gram."""
 
