@@ -31,6 +31,13 @@ def test_headline_ratios():
     assert DEEPSEEK_V3.bytes_per_token(16) == 61 * 576 * 2
 
 
+def test_the_torch_free_deepseek_v3_constants_are_the_architectures():
+    from tiered_kv.units import DEEPSEEK_V3_KV_ELEMENTS, DEFAULT_BYTES_PER_TOKEN
+
+    assert DEEPSEEK_V3.bytes_per_token(8) == DEEPSEEK_V3_KV_ELEMENTS
+    assert DEEPSEEK_V3.bytes_per_token(16) == DEFAULT_BYTES_PER_TOKEN
+
+
 def test_fp4_formats_use_kernel_accounting():
     assert fp4_bits("mxfp4") == 4.25 and fp4_bits("nvfp4") == 4.5
     small = project_arch(preset("small"))

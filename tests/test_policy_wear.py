@@ -18,10 +18,11 @@ from hypothesis import strategies as st
 
 from tiered_kv.cli import main
 from tiered_kv.sim import curves as C
-from tiered_kv.sim.policies import DEFAULT_BYTES_PER_TOKEN, get_policy, next_use
+from tiered_kv.sim.policies import get_policy, next_use
 from tiered_kv.sim.policies.belady import belady_stack
 from tiered_kv.sim.trace_replay import compile_trace, replay
 from tiered_kv.sim.traces import load_trace, random_trace, shipped_trace
+from tiered_kv.units import DEFAULT_BYTES_PER_TOKEN
 
 WEAR = ("ssd_bytes_written", "bytes_written_per_hit_byte", "drive_writes_per_day", "tokens_written",
         "blocks_written", "simulated_days")

@@ -21,6 +21,12 @@ DEEPSEEK_TTL_DAYS: Mapping[str, float] = MappingProxyType(
     {"agent": 3.0, "chatbot": DEEPSEEK_DEFAULT_TTL_DAYS})  # read-only
 #: The same as ``--ttl`` text (``agent=3d,chatbot=7d``), as the commands and sweeps read it.
 DEEPSEEK_TTL_SPEC = ",".join(f"{c}={d:g}d" for c, d in DEEPSEEK_TTL_DAYS.items())
+#: DeepSeek-V3 MLA KV elements per token: 61 layers x (512 latent + 64 rope) (tiered_kv.arch.DEEPSEEK_V3,
+#: which imports torch; a test pins the two together).
+DEEPSEEK_V3_KV_ELEMENTS = 61 * (512 + 64)
+#: Default KV size for byte capacities: DeepSeek-V3 MLA in bf16, 70,272 bytes per token. Pass
+#: another value for other models or FP4.
+DEFAULT_BYTES_PER_TOKEN = DEEPSEEK_V3_KV_ELEMENTS * 2
 _DURATION_UNITS = {"s": 1.0, "m": 60.0, "h": HOUR_S, "d": DAY_S}
 BYTE_UNITS = {
     "b": 1,

@@ -118,10 +118,11 @@ def _replays(trace, names: list[str], cap: int, bpt: float, repeat: int) -> dict
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    from tiered_kv.sim.policies import DEFAULT_BYTES_PER_TOKEN, policy_names
+    from tiered_kv.sim.policies import policy_names
     from tiered_kv.sim.trace_replay import compile_trace
     from tiered_kv.sim.traces import random_trace
     from tiered_kv.sim.workload import synth
+    from tiered_kv.units import DEFAULT_BYTES_PER_TOKEN
 
     names = [p.strip() for p in args.policies.split(",") if p.strip()]
     unknown = sorted(set(names) - set(policy_names()))

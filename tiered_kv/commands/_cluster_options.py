@@ -44,8 +44,8 @@ def is_cluster(args: argparse.Namespace) -> bool:
 def run_cluster(args: argparse.Namespace) -> dict[str, Any]:
     from tiered_kv.commands._common import build_policy, load_trace_or_synth
     from tiered_kv.sim.cluster import ClusterConfig, cluster_run
-    from tiered_kv.sim.policies import DEFAULT_BYTES_PER_TOKEN, capacity_tokens_from
-    from tiered_kv.units import parse_bytes
+    from tiered_kv.sim.policies import capacity_tokens_from
+    from tiered_kv.units import DEFAULT_BYTES_PER_TOKEN, parse_bytes
 
     bpt = args.bytes_per_token or DEFAULT_BYTES_PER_TOKEN
     trace, sem, days = load_trace_or_synth(args, default_days=1.0)

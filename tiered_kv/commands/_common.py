@@ -77,8 +77,9 @@ def load_trace_or_synth(args: argparse.Namespace, default_days: float = 14.0) ->
 
 def build_policy(args: argparse.Namespace, sem) -> Any:
     """The policy object for --policy/--capacity/--ttl/--high/--low under semantics ``sem``."""
-    from tiered_kv.sim.policies import DEFAULT_BYTES_PER_TOKEN, capacity_tokens_from, get_policy, policy_names
+    from tiered_kv.sim.policies import capacity_tokens_from, get_policy, policy_names
     from tiered_kv.sim.policies.collectors import COLLECTORS
+    from tiered_kv.units import DEFAULT_BYTES_PER_TOKEN
 
     bpt = args.bytes_per_token or DEFAULT_BYTES_PER_TOKEN
     cap = capacity_tokens_from(args.capacity, bytes_per_token=bpt, name="--capacity")

@@ -137,8 +137,8 @@ def run(args: argparse.Namespace) -> int:
 
     from tiered_kv.commands._common import load_compiled, to_json
     from tiered_kv.sim import curves as C
-    from tiered_kv.sim.policies import DEFAULT_BYTES_PER_TOKEN, capacity_tokens_from
-    from tiered_kv.units import format_bytes, format_duration
+    from tiered_kv.sim.policies import capacity_tokens_from
+    from tiered_kv.units import DEFAULT_BYTES_PER_TOKEN, format_bytes, format_duration
 
     trace, sem = load_compiled(args)
     if args.policy and sem.lru_policy == "lru-trie":

@@ -60,8 +60,8 @@ def _policy_help() -> str:
 def simulate_single(args: argparse.Namespace) -> dict[str, Any]:
     """The single-cache replay: trace + policy -> the JSON fields of docs/semantics.md."""
     from tiered_kv.commands._common import build_policy, load_compiled
-    from tiered_kv.sim.policies import DEFAULT_BYTES_PER_TOKEN
     from tiered_kv.sim.trace_replay import replay
+    from tiered_kv.units import DEFAULT_BYTES_PER_TOKEN
 
     trace, sem = load_compiled(args)
     policy = build_policy(args, sem)

@@ -411,7 +411,8 @@ def policy_curves(trace: CompiledTrace, specs, capacities_tokens, *, admission: 
     The wear fields are None only for a policy whose run does not report ``tokens_written``
     (kvcache.ai's trie policies).
     """
-    from tiered_kv.sim.policies import DEFAULT_BYTES_PER_TOKEN, get_admission, parse_policy_spec
+    from tiered_kv.sim.policies import get_admission, parse_policy_spec
+    from tiered_kv.units import DEFAULT_BYTES_PER_TOKEN
 
     if admission not in ("all", "second-sighting"):
         get_admission(admission)  # raises, naming the filters

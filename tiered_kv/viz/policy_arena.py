@@ -19,7 +19,7 @@ import ipywidgets as widgets
 import numpy as np
 import polars as pl
 
-from tiered_kv.sim.policies import DEFAULT_BYTES_PER_TOKEN
+from tiered_kv.units import DEFAULT_BYTES_PER_TOKEN, format_bytes, format_tokens
 from tiered_kv.viz.widgets import Dashboard, html_table, records, slider, table_css
 
 #: The policies the arena shows by default (``belady`` is drawn as the bound).
@@ -38,7 +38,7 @@ def load(trace_name: str):
 def arena_table(trace, caps: np.ndarray, policies=POLICIES, *, admissions=ADMISSIONS,
                 workers: int = 1) -> pl.DataFrame:
     """Long frame at the capacities ``caps`` (tokens): policy, admission, capacity_tokens, capacity_bytes
-    (at :data:`~tiered_kv.sim.policies.DEFAULT_BYTES_PER_TOKEN`), token_hit_rate, ssd_bytes_written,
+    (at :data:`~tiered_kv.units.DEFAULT_BYTES_PER_TOKEN`), token_hit_rate, ssd_bytes_written,
     bytes_written_per_hit_byte, drive_writes_per_day; Belady's rows have admission ``"bound"`` (the
     same under every filter: it bypasses) and its own writes (misses it keeps; it never writes a
     block it bypasses or one never used again)."""
@@ -246,8 +246,6 @@ def _finite(v: float | None) -> bool:
 
 def summary_rows(view: dict) -> list[dict]:
     """The table under the controls: per policy at the capacity, Belady first."""
-    from tiered_kv.units import format_bytes
-
     def pct(v):
         return f"{v:.2%}" if _finite(v) else ""
 
@@ -263,8 +261,6 @@ def summary_rows(view: dict) -> list[dict]:
 
 def summary_line(view: dict) -> str:
     """One line: the capacity, the best chosen policy there and its distance from Belady."""
-    from tiered_kv.units import format_bytes, format_tokens
-
     rows = [r for r in view["rows"] if r["policy"] != "belady"]
     text = (f"At {format_tokens(view['capacity_tokens'])} ({format_bytes(view['capacity_bytes'])} at "
             f"{DEFAULT_BYTES_PER_TOKEN:,} B/token), admission {view['admission']}: Belady "
@@ -282,8 +278,6 @@ class PolicyArenaDashboard(Dashboard):
     (:func:`conversation_arena` in notebook 07); ``view`` is the dict of the last redraw (:func:`arena_view`)."""
 
     def __init__(self, arena: Arena, *, policies=None) -> None:
-        from tiered_kv.units import format_bytes, format_tokens
-
         self.arena = a = arena
         self.policy_select = widgets.SelectMultiple(
             options=list(a.policies), value=tuple(policies if policies is not None else a.policies),

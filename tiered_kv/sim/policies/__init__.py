@@ -30,7 +30,6 @@ from tiered_kv.sim.policies.plugin import (
     plugin_parameters,
 )
 from tiered_kv.sim.policies.registry import (
-    DEFAULT_BYTES_PER_TOKEN,
     Policy,
     PolicyRun,
     capacity_blocks,
@@ -48,7 +47,7 @@ ZOO = ("fifo", "lfu", "arc", "slru", "2q", "s3fifo", "sieve", "gdsf", "class-lru
 
 __all__ = [
     "ARC", "AdmitAll", "AllOf", "Belady", "BeladyNoBypass", "BlockPolicy", "ClassLRU", "Collector",
-    "DEFAULT_BYTES_PER_TOKEN", "FIFO", "GCLRU", "GCQuotas", "GCTTLPriority", "GCWeighted", "GDSF", "LFU",
+    "FIFO", "GCLRU", "GCQuotas", "GCTTLPriority", "GCWeighted", "GDSF", "LFU",
     "LRU", "PluginPolicy", "Policy", "PolicyRun", "S3FIFO", "SLRU", "SecondSighting", "Sieve", "TTL",
     "TwoQ", "Watermark", "WritePoints", "ZOO", "capacity_blocks", "capacity_tokens_from",
     "check_capacity", "get_admission", "get_policy", "leading_runs", "load_policy_file", "make_policy",

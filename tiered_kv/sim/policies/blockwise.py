@@ -37,9 +37,9 @@ import numpy as np
 from numba import njit
 
 from tiered_kv.sim.policies.admission import get_admission
-from tiered_kv.sim.policies.registry import DEFAULT_BYTES_PER_TOKEN, PolicyRun, check_capacity
+from tiered_kv.sim.policies.registry import PolicyRun, check_capacity
 from tiered_kv.sim.trace_replay import CompiledTrace
-from tiered_kv.units import DAY_S
+from tiered_kv.units import DAY_S, DEFAULT_BYTES_PER_TOKEN
 
 # --------------------------------------------------------------------------------------------
 # intrusive doubly linked lists over dense block ids, one sentinel per list.

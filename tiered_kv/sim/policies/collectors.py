@@ -32,9 +32,9 @@ import numpy as np
 
 from tiered_kv.sim.policies.blockwise import check_bpt, per_class, wear_extra
 from tiered_kv.sim.policies.lru import CacheRun, retention_quantiles, run_cache_kernel
-from tiered_kv.sim.policies.registry import DEFAULT_BYTES_PER_TOKEN, PolicyRun, check_range, register_policy
+from tiered_kv.sim.policies.registry import PolicyRun, check_range, register_policy
 from tiered_kv.sim.trace_replay import CompiledTrace
-from tiered_kv.units import DAY_S, DEEPSEEK_DEFAULT_TTL_DAYS
+from tiered_kv.units import DAY_S, DEEPSEEK_DEFAULT_TTL_DAYS, DEFAULT_BYTES_PER_TOKEN
 
 #: The registered ``gc-*`` names, in the order the module docstring explains them.
 COLLECTORS = ("gc-lru", "gc-weighted", "gc-ttl-priority", "gc-quotas")

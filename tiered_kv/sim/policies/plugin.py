@@ -32,7 +32,8 @@ from typing import Any, ClassVar
 import numpy as np
 
 from tiered_kv.sim.policies.blockwise import BlockPolicy
-from tiered_kv.sim.policies.registry import _REGISTRY, DEFAULT_BYTES_PER_TOKEN, register_policy
+from tiered_kv.sim.policies.registry import _REGISTRY, register_policy
+from tiered_kv.units import DEFAULT_BYTES_PER_TOKEN
 
 METHODS = ("reset", "lookup", "touch", "insert", "evict")
 

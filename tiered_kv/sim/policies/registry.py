@@ -25,10 +25,7 @@ from typing import Any, ClassVar, Protocol
 import numpy as np
 
 from tiered_kv.sim.trace_replay import CompiledTrace
-
-#: Default KV format for byte capacities: DeepSeek-V3 MLA in bf16, 61 layers x (512 + 64)
-#: x 2 bytes = 70,272 bytes per token. Pass another value for other models or FP4.
-DEFAULT_BYTES_PER_TOKEN = 61 * (512 + 64) * 2
+from tiered_kv.units import DEFAULT_BYTES_PER_TOKEN
 
 
 @dataclass(frozen=True)

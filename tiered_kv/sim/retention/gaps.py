@@ -29,12 +29,11 @@ from numba import njit
 from tiered_kv.keys import BLOCK, DEFAULT_FORMAT, FORMATS
 from tiered_kv.sim.policies.blockwise import leading_runs
 from tiered_kv.sim.trace_replay import CompiledTrace
+from tiered_kv.units import DEEPSEEK_V3_KV_ELEMENTS
 
-#: DeepSeek-V3 MLA elements per token (61 layers x (512 latent + 64 rope); tiered_kv.arch.DEEPSEEK_V3)
-#: and FP4 bytes per element with the block scales: half a byte plus one scale byte per block
-#: (tiered_kv.kernels.fp4.bytes_per_element). Spelled out here because both modules import torch
-#: for one product; a test pins these to those modules.
-_V3_ELEMENTS_PER_TOKEN = 61 * (512 + 64)
+#: FP4 bytes per element with the block scales: half a byte plus one scale byte per block
+#: (tiered_kv.kernels.fp4.bytes_per_element, spelled out here because that module imports torch;
+#: a test pins the two together).
 _FP4_BYTES_PER_ELEMENT = {fmt: 0.5 + 1.0 / BLOCK[fmt] for fmt in FORMATS}
 
 
@@ -42,7 +41,7 @@ def default_bytes_per_token(fmt: str = DEFAULT_FORMAT) -> float:
     """DeepSeek-V3 MLA KV per token in an FP4 format, scales included (18,666 B in MXFP4)."""
     if fmt not in _FP4_BYTES_PER_ELEMENT:
         raise ValueError(f"fmt: must be one of {sorted(_FP4_BYTES_PER_ELEMENT)}, got {fmt!r}")
-    return _V3_ELEMENTS_PER_TOKEN * _FP4_BYTES_PER_ELEMENT[fmt]
+    return DEEPSEEK_V3_KV_ELEMENTS * _FP4_BYTES_PER_ELEMENT[fmt]
 
 
 @dataclass(frozen=True)

@@ -23,9 +23,9 @@ TITLE = "Token hit rate vs cache capacity (Mooncake conversation trace)"
 def curve_frame(trace_name: str, belady_points: int) -> tuple[pl.DataFrame, dict]:
     """Long frame (policy, capacity_tokens, capacity_bytes, token_hit_rate) for one shipped trace."""
     from tiered_kv.sim import curves as C
-    from tiered_kv.sim.policies import DEFAULT_BYTES_PER_TOKEN
     from tiered_kv.sim.trace_replay import compile_trace
     from tiered_kv.sim.traces import load_trace, shipped_trace
+    from tiered_kv.units import DEFAULT_BYTES_PER_TOKEN
 
     trace = compile_trace(load_trace(shipped_trace(trace_name)))
     caps = C.default_capacities(trace, 100)
@@ -50,7 +50,7 @@ def curve_frame(trace_name: str, belady_points: int) -> tuple[pl.DataFrame, dict
 def build(quick: bool) -> FigureResult:
     import altair as alt
 
-    from tiered_kv.sim.policies import DEFAULT_BYTES_PER_TOKEN
+    from tiered_kv.units import DEFAULT_BYTES_PER_TOKEN
 
     data, info = curve_frame("conversation", belady_points=8 if quick else 40)
     _, synth = curve_frame("synthetic", belady_points=2)
