@@ -72,16 +72,21 @@ REPLAY_FMT = DEFAULT_FORMAT
 
 
 def measure(model: EncoderDecoder, settings: ReplaySettings, *, flops_length=None):
-    """Replay error (W x R) and FP4 error on held-out text under ``settings``: two polars frames."""
+    """Replay error (W x R) and FP4 error on held-out text under ``settings``: two polars frames.
+
+    The sequences are encoded once at the model's own W: that global KV feeds both the replay
+    grid's exact runs there and :func:`fp4_error`'s, and the grid's MXFP4 runs at that W are
+    fp4_error's MXFP4 row (the same bits either way; here they are computed once).
+    """
     seqs = sample_sequences(load_heldout(settings.heldout_bytes), settings.samples,
                             settings.prefix + settings.steps, seed=0)
-    exact: dict[int, list] = {}  # the replay grid's exact runs, per W: MXFP4 at the model's W is fp4_error's too
+    w, bs = model.cfg.window, settings.block_size
+    kvs = _global_kvs(model, seqs)
+    exact = {w: _exact_runs(model, seqs, settings.prefix, _roundtrip(REPLAY_FMT, bs, model), kvs)}
     rep = replay_error(model, seqs, windows=settings.windows, replays=settings.replays, steps=settings.steps,
-                       prefix=settings.prefix, block_size=settings.block_size, flops_length=flops_length,
-                       exact_runs=exact)
-    known = {REPLAY_FMT: [logits for _, logits in exact[model.cfg.window]]} if model.cfg.window in exact else {}
-    fp4 = fp4_error(model, seqs, steps=settings.steps, prefix=settings.prefix, block_size=settings.block_size,
-                    known=known)
+                       prefix=settings.prefix, block_size=bs, flops_length=flops_length, exact_runs=exact)
+    fp4 = fp4_error(model, seqs, steps=settings.steps, prefix=settings.prefix, block_size=bs,
+                    known={REPLAY_FMT: [logits for _, logits in exact[w]]}, kvs=kvs)
     return rep, fp4, seqs
 
 
@@ -125,6 +130,12 @@ BATCH = 16
 def _batches(sequences: list[torch.Tensor]):
     for i in range(0, len(sequences), BATCH):
         yield i, torch.stack(sequences[i:i + BATCH])
+
+
+@torch.no_grad()
+def _global_kvs(model: EncoderDecoder, sequences: list[torch.Tensor]) -> list[torch.Tensor]:
+    """Each sequence's global KV from position 0, encoded a batch at a time."""
+    return [kv for _, toks in _batches(sequences) for kv in model.global_kv_batched(toks).unbind()]
 
 
 @torch.no_grad()
@@ -182,8 +193,9 @@ def replay_error(model: EncoderDecoder, sequences: list[torch.Tensor], *, window
     zero; larger R are the same as the bound and dropped). With
     ``flops_length``, each row also carries the prefill-FLOPs ratio (bounded replay over the
     decoder-only baseline, :func:`tiered_kv.flops.prefill_flops`) at that prompt length:
-    what that R costs beside the error it leaves. ``exact_runs``, when given, receives the exact
-    runs per W (``[(kv, logits), ...]`` over ``sequences``), so a caller can reuse them.
+    what that R costs beside the error it leaves. ``exact_runs``: the exact runs per W
+    (``[(kv, logits), ...]`` over ``sequences``), read where a W is present and filled in where
+    not, so a caller can share them.
     """
     import polars as pl
 
@@ -228,18 +240,18 @@ def near_exact_replay(frame, window: int, threshold: float = NEAR_EXACT_KL) -> d
 
 
 def fp4_error(model: EncoderDecoder, sequences: list[torch.Tensor], *, formats=FORMATS,
-              steps: int = 32, prefix: int = 1024, block_size: int = 64, known: dict[str, list] | None = None):
+              steps: int = 32, prefix: int = 1024, block_size: int = 64, known: dict[str, list] | None = None,
+              kvs: list[torch.Tensor] | None = None):
     """Polars frame: format, kl_nats, agreement (with 95% intervals) of FP4 global KV vs fp32.
 
-    Each sequence is encoded once; only the decode runs per format. ``known``: a format's exact
-    logits per sequence already computed (the replay grid's at the model's own window), not
-    computed again.
+    Each sequence is encoded once (``kvs``: their global KV, when the caller has it); only the
+    decode runs per format. ``known``: a format's exact logits per sequence already computed
+    (the replay grid's at the model's own window), not computed again.
     """
     import polars as pl
 
     seqs = [s[:prefix + steps] for s in sequences]
-    with torch.no_grad():
-        kvs = [kv for _, toks in _batches(seqs) for kv in model.global_kv_batched(toks).unbind()]
+    kvs = _global_kvs(model, seqs) if kvs is None else kvs
     ref = [logits for _, logits in _exact_runs(model, seqs, prefix, _roundtrip(None, block_size, model), kvs)]
     rows = []
     for fmt in formats:
