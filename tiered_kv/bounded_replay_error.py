@@ -1,7 +1,8 @@
 """How much does bounded replay (and FP4) change what the model says? Measured, on held-out text.
 
 Replay error: for a held-out prefix of P tokens, "exact" decoding has the true window caches at
-P (both stacks run from position 0); "replayed" decoding rebuilds them by running the encoder
+P (the encoder runs from position 0, the decoder from as far back as its windows can reach);
+"replayed" decoding rebuilds them by running the encoder
 and the decoder over only the last R prefix tokens from empty windows, as the engine does on a
 host-tier miss. Both use the same global KV of the prefix (the SSD tier's, FP4 round-tripped).
 Then both decode the same 32 held-out continuation tokens (teacher forcing, so the two runs
@@ -142,16 +143,22 @@ def _global_kvs(model: EncoderDecoder, sequences: list[torch.Tensor]) -> list[to
 def _exact_runs(model: EncoderDecoder, sequences: list[torch.Tensor], prefix: int, rt,
                 kvs: list[torch.Tensor] | None = None) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """Per sequence: its global KV (through ``rt``) and the exact decoder logits for steps
-    [prefix-1, end-1), both stacks run from position 0.
+    [prefix-1, end-1).
 
-    ``kvs``: the sequences' global KV before the round trip, when the caller has it (the encoder
-    is deterministic, so the logits are the same bits as when it is computed here).
+    The encoder runs from position 0 (the cross-attention reads every position's KV); the
+    decoder from where its windows first reach step prefix-1
+    (:attr:`~tiered_kv.model.ModelConfig.decoder_reach` before it): the same logits as from
+    position 0 (:meth:`~tiered_kv.model.EncoderDecoder.decode_batched`), without decoding a
+    prefix whose windows never reach the scored steps. ``kvs``: the sequences' global KV before
+    the round trip, when the caller has it (the encoder is deterministic, so the logits are the
+    same bits as when it is computed here).
     """
+    start = max(0, prefix - 1 - model.cfg.decoder_reach)
     out = []
     for i, toks in _batches(sequences):
         raw = model.global_kv_batched(toks) if kvs is None else torch.stack(kvs[i:i + BATCH])
         kv = torch.stack([rt(k) for k in raw])
-        logits = model.decode_batched(toks[:, :-1], 0, kv)[:, prefix - 1:].clone()
+        logits = model.decode_batched(toks[:, start:-1], start, kv)[:, prefix - 1 - start:].clone()
         out += zip(kv.unbind(), logits.unbind(), strict=True)
     return out
 
