@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from tiered_kv.keys import FORMATS
 from tiered_kv.viz.report import Claim, FigureResult, claim_value
 
 NAME = "09_replay_and_fp4_error"
@@ -27,7 +28,7 @@ _EXPECTED_RMSE = {"mxfp4": 0.115, "nvfp4": 0.095}
 _N = 1 << 16  # N(0,1) elements of the FP4 claims (tiered_kv.kernels.fp4_error.error_stats)
 
 
-def kv_rmse(model, sequences, formats=("mxfp4", "nvfp4"), block_size: int = 64) -> pl.DataFrame:
+def kv_rmse(model, sequences, formats=FORMATS, block_size: int = 64) -> pl.DataFrame:
     """Relative RMSE of the model's own global KV through each FP4 format."""
     import torch
 
@@ -185,7 +186,7 @@ def _claims(stats: dict) -> list[Claim]:
                   kind="check",
                   provenance=claim_value("fp4_error_stat", fmt=fmt, statistic="rel_rmse_gaussian", n=_N, seed=0,
                                          scale_rule="floor"))
-            for fmt in ("mxfp4", "nvfp4")]
+            for fmt in _EXPECTED_RMSE]
 
 
 def _checkpoint_note(path, meta: dict) -> str:
