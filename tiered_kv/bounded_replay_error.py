@@ -2,13 +2,13 @@
 
 Replay error: for a held-out prefix of P tokens, "exact" decoding has the true window caches at
 P (the encoder runs from position 0, the decoder from as far back as its windows can reach);
-"replayed" decoding rebuilds them by running the encoder
-and the decoder over only the last R prefix tokens from empty windows, as the engine does on a
-host-tier miss. Both use the same global KV of the prefix (the SSD tier's, FP4 round-tripped).
-Then both decode the same 32 held-out continuation tokens (teacher forcing, so the two runs
-see identical inputs) and we compare their next-token distributions at each step: argmax
-agreement and KL(exact || replayed) in nats. Replay through L layers of window W is exact
-once R >= L*(W-1)+1; below it the gap is what this module measures.
+"replayed" decoding rebuilds them by running the encoder and the decoder over only the last R
+prefix tokens from empty windows, as the engine does on a host-tier miss. Both use the same
+global KV of the prefix (the SSD tier's, FP4 round-tripped). Then both decode the same 32
+held-out continuation tokens (teacher forcing, so the two runs see identical inputs) and we
+compare their next-token distributions at each step: argmax agreement and KL(exact || replayed)
+in nats. Replay through L layers of window W is exact once R >= L*(W-1)+1; below it the gap is
+what this module measures.
 
 FP4 error: same exact windows, global KV in fp32 vs through each FP4 format.
 
