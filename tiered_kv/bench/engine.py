@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from tiered_kv.bench._pages import Page, Paired, Row, yes
+from tiered_kv.connectors.settings import FORMATS
 
 NAME = "engine"
 HELP = "vLLM (CPU build) on the SSD tier: TTFT miss / vLLM prefix hit / SSD hit, and a Mooncake slice vs the simulator"
@@ -48,7 +49,7 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--lengths", type=int, nargs="+", default=list(LENGTHS), help="prompt lengths (tokens)")
     parser.add_argument("--repeats", type=int, default=5, help="interleaved repeats per case (>= 1)")
     parser.add_argument("--block-size", type=int, default=128, help="vLLM block size (a multiple of 32)")
-    parser.add_argument("--fmt", default="bf16", choices=("bf16", "mxfp4", "nvfp4"), help="KV format on the tier")
+    parser.add_argument("--fmt", default="bf16", choices=FORMATS, help="KV format on the tier")
     parser.add_argument("--mooncake-requests", type=int, default=400,
                         help="first requests of the Mooncake conversation trace to replay (0: skip)")
     parser.add_argument("--mooncake-block-size", type=int, default=32,

@@ -12,8 +12,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
-#: KV formats of the engine's blocks on the tier: bf16 is byte-exact, the FP4 two are lossy.
-FORMATS = ("bf16", "mxfp4", "nvfp4")
+from tiered_kv import keys
+
+#: KV formats of the engine's blocks on the tier: bf16 is byte-exact, the FP4 ones are lossy.
+FORMATS = ("bf16", *keys.FORMATS)
 #: The vLLM builds whose connector API and CPU tile layout this connector was written against.
 SUPPORTED_VLLM = ("0.32.0",)
 
