@@ -30,6 +30,7 @@ from pathlib import Path
 
 from tiered_kv.bench._pages import Page, Paired, Row, head, recorded, sec, spread, yes
 from tiered_kv.bench._store_payload import Payload, check_read, in_turn, latency_ms, payload, timed, worst
+from tiered_kv.keys import DEFAULT_FORMAT, FORMATS
 
 NAME = "store"
 HELP = "SSD tier put/get_prefix throughput vs raw file I/O (128K-token prefix), p50/p99 latency"
@@ -38,7 +39,7 @@ HELP = "SSD tier put/get_prefix throughput vs raw file I/O (128K-token prefix), 
 def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tokens", type=int, default=131072, help="prefix length in tokens (default 128K)")
     parser.add_argument("--block-size", type=int, default=256, help="tokens per chunk")
-    parser.add_argument("--fmt", default="mxfp4", choices=("mxfp4", "nvfp4"), help="FP4 format")
+    parser.add_argument("--fmt", default=DEFAULT_FORMAT, choices=FORMATS, help="FP4 format")
     parser.add_argument("--kv-heads", type=int, default=2, help="this model's KV heads (global KV)")
     parser.add_argument("--head-dim", type=int, default=64, help="this model's head dim")
     parser.add_argument("--repeat", type=int, default=5, help="runs per measurement (median)")

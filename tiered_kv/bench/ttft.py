@@ -24,6 +24,7 @@ import tempfile
 
 from tiered_kv.bench._pages import Page, Paired, Row, ratio, yes
 from tiered_kv.flops import prefill_flops
+from tiered_kv.keys import DEFAULT_FORMAT, FORMATS, RAW_FORMATS
 from tiered_kv.measure.ttft import CASES, LENGTHS, aggregate, filesystem_of, load_model, measure_ttft
 
 NAME = "ttft"
@@ -41,8 +42,9 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--repeats", type=int, default=5, help="timed, interleaved repeats per case (>= 1; median + IQR)")
     parser.add_argument("--suffix", type=int, default=64, help="new tokens after the cached previous turn")
     parser.add_argument("--block-size", type=int, default=256, help="SSD chunk size in tokens")
-    parser.add_argument("--fmt", default="mxfp4",
-                        help="format of the global KV: mxfp4 or nvfp4, or bf16 / fp32 (unquantized ablation)")
+    parser.add_argument("--fmt", default=DEFAULT_FORMAT,
+                        help=f"format of the global KV: {' or '.join(FORMATS)}, "
+                             f"or {' / '.join(RAW_FORMATS)} (unquantized ablation)")
     parser.add_argument("--threads", type=int, default=1,
                         help="torch CPU threads (1: on shared, oversubscribed cores 2 threads is slower)")
     parser.add_argument("--store-dir", default=None,

@@ -28,6 +28,7 @@ import os
 import tempfile
 from dataclasses import dataclass
 
+from tiered_kv.keys import DEFAULT_FORMAT
 from tiered_kv.measure import load_model
 
 LENGTHS = (1024, 4096, 16384, 32768)
@@ -133,7 +134,7 @@ def _prompt_tokens(tokens, need: int):
 
 
 def measure_ttft(lengths=LENGTHS, *, model=None, repeats: int = 5, suffix: int = 64,
-                 block_size: int = 256, fmt: str = "mxfp4", tokens=None, progress: bool = True,
+                 block_size: int = 256, fmt: str = DEFAULT_FORMAT, tokens=None, progress: bool = True,
                  store_dir: str | None = None, raw: bool = False):
     """Measured TTFT per (length, case): a polars frame of medians with ``ttft_ms_q1``/``_q3``.
 
