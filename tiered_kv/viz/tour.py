@@ -72,7 +72,7 @@ class Tour:
 
         self.model, self.model_description = tour_model(self.size)
         cfg = self.model.cfg
-        self.namespace = namespace_for(self.model, fmt="mxfp4", block_size=min(256, cfg.window * 4))
+        self.namespace = namespace_for(self.model, block_size=min(256, cfg.window * 4))
         self.ssd = SSDTier(self.root / "ssd.zarr", namespace=self.namespace, ttl={"chatbot": "7d"},
                            config=SSDConfig(background_touch=False))
         self.engine = Engine(self.model, self.ssd, name="machine0")
