@@ -13,7 +13,7 @@ import dataclasses
 import pytest
 import torch
 
-from tiered_kv.keys import Namespace
+from tiered_kv.keys import DEFAULT_FORMAT, Namespace
 from tiered_kv.tiers.ssd import SSDConfig, SSDTier
 
 BS = 8
@@ -32,7 +32,7 @@ class Clock:
         self.t += seconds
 
 
-def namespace(fmt: str = "mxfp4") -> Namespace:
+def namespace(fmt: str = DEFAULT_FORMAT) -> Namespace:
     return Namespace(model="suite-model", fmt=fmt, block_size=BS, kv_heads=2, head_dim=32)
 
 
@@ -58,7 +58,7 @@ class SuiteBase:
     def make_store(self):  # pragma: no cover - overridden
         raise NotImplementedError
 
-    def tier(self, store, clock=None, fmt="mxfp4", **kw) -> SSDTier:
+    def tier(self, store, clock=None, fmt=DEFAULT_FORMAT, **kw) -> SSDTier:
         return make_tier(store, namespace(fmt), clock or Clock(), **kw)
 
 

@@ -12,7 +12,7 @@ import re
 import pytest
 import torch
 
-from tiered_kv.keys import Namespace, block_keys
+from tiered_kv.keys import DEFAULT_FORMAT, FORMATS, Namespace, block_keys
 from tiered_kv.testing.store_suite.base import BS, Clock, SuiteBase, make_kv, reference_kv
 from tiered_kv.tiers.ssd import SSDConfig, SSDTier, layout
 
@@ -20,7 +20,7 @@ from tiered_kv.tiers.ssd import SSDConfig, SSDTier, layout
 class ContractTests(SuiteBase):
     """Round trip, prefixes, namespaces, layout and input checks."""
 
-    @pytest.mark.parametrize("fmt", ["mxfp4", "nvfp4"])
+    @pytest.mark.parametrize("fmt", FORMATS)
     @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
     def test_round_trip_is_the_fp4_reference(self, make_store, fmt, dtype):
         t = self.tier(make_store(), fmt=fmt)
@@ -40,7 +40,7 @@ class ContractTests(SuiteBase):
         toks = torch.arange(80)
         kv = make_kv(80)
         assert t.put(toks, kv, "c") == 10
-        assert torch.equal(t.get_prefix(toks).kv(), reference_kv(kv, "mxfp4"))
+        assert torch.equal(t.get_prefix(toks).kv(), reference_kv(kv, DEFAULT_FORMAT))
         t.delete(block_keys(toks, t.namespace)[6])
         assert t.get_prefix(toks).blocks == 6 and not t.contains(toks)
         assert t.put(toks, kv, "c") == 1
@@ -64,7 +64,7 @@ class ContractTests(SuiteBase):
         kv = make_kv(32)
         assert t.put(toks[:16], kv[:16], "chat") == 2
         assert t.put(toks, kv[16:], "chat", kv_offset=16) == 2
-        assert torch.equal(t.get_prefix(toks).kv(), reference_kv(kv, "mxfp4"))
+        assert torch.equal(t.get_prefix(toks).kv(), reference_kv(kv, DEFAULT_FORMAT))
 
     def test_contains_touch_delete(self, make_store):
         t = self.tier(make_store())
@@ -100,7 +100,7 @@ class ContractTests(SuiteBase):
 
     def test_paths_are_hashes_only(self, make_store):
         store = make_store()
-        ns = Namespace(model="../../etc/passwd", fmt="mxfp4", block_size=BS, kv_heads=2, head_dim=32)
+        ns = Namespace(model="../../etc/passwd", fmt=DEFAULT_FORMAT, block_size=BS, kv_heads=2, head_dim=32)
         t = SSDTier(store, namespace=ns, clock=Clock(), config=SSDConfig(background_touch=False))
         t.put(torch.arange(16), make_kv(16), "../evil class/..")
         t.get_prefix(torch.arange(16), "../evil class/..")

@@ -20,7 +20,7 @@ import torch
 from zarr.core.sync import sync
 from zarr.storage import WrapperStore
 
-from tiered_kv.keys import block_keys
+from tiered_kv.keys import DEFAULT_FORMAT, block_keys
 from tiered_kv.testing.store_suite.base import SuiteBase, make_kv, namespace, reference_kv
 from tiered_kv.tiers.ssd import StoreFullWarning, layout
 
@@ -137,7 +137,7 @@ class FaultTests(SuiteBase):
         keys = block_keys(toks, namespace())
         t = self.tier(wrapper(store, {layout.chunk_path(keys[2])}))
         hit = t.get_prefix(toks)
-        assert hit.blocks == 2 and torch.equal(hit.kv(), reference_kv(make_kv(32)[:16], "mxfp4"))
+        assert hit.blocks == 2 and torch.equal(hit.kv(), reference_kv(make_kv(32)[:16], DEFAULT_FORMAT))
 
     @pytest.mark.parametrize("wrapper", [FullDiskStore, SyncFullDiskStore])
     def test_enospc_warns_and_keeps_what_was_stored(self, make_store, wrapper):
@@ -152,7 +152,7 @@ class FaultTests(SuiteBase):
             written = t.put(toks, make_kv(64), "c")
         assert written <= 2 and t.get_prefix(toks).blocks == written
         assert t.stats()["chunks"] == 2 + written  # nothing unreachable left behind
-        assert torch.equal(t.get_prefix(torch.arange(16)).kv(), reference_kv(make_kv(16), "mxfp4"))
+        assert torch.equal(t.get_prefix(torch.arange(16)).kv(), reference_kv(make_kv(16), DEFAULT_FORMAT))
 
     @pytest.mark.parametrize("wrapper", [FullDiskStore, SyncFullDiskStore])
     def test_full_disk_never_fails_a_read(self, make_store, wrapper):
@@ -161,7 +161,7 @@ class FaultTests(SuiteBase):
         t = self.tier(wrapper(base, budget=0))  # background_touch=False: the record is written inline
         with pytest.warns(StoreFullWarning, match="access record"):
             hit = t.get_prefix(torch.arange(24), "c")
-        assert hit.blocks == 3 and torch.equal(hit.kv(), reference_kv(make_kv(24), "mxfp4"))
+        assert hit.blocks == 3 and torch.equal(hit.kv(), reference_kv(make_kv(24), DEFAULT_FORMAT))
         assert t.counters["touch_errors"] == 1
         with warnings.catch_warnings():
             warnings.simplefilter("error")

@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 
 from tiered_kv import codec
-from tiered_kv.keys import Namespace
+from tiered_kv.keys import DEFAULT_FORMAT, Namespace
 from tiered_kv.testing.store_suite.base import BS, Clock, namespace
 from tiered_kv.tiers.ssd import SSDConfig, SSDTier
 
@@ -89,7 +89,7 @@ def stress_worker(role: str, root, seconds: float, seed: int, barrier, results, 
 
 
 def kill_namespace(kv_heads: int = 8, head_dim: int = 256) -> Namespace:
-    return Namespace(model="kill", fmt="mxfp4", block_size=64, kv_heads=kv_heads, head_dim=head_dim)
+    return Namespace(model="kill", fmt=DEFAULT_FORMAT, block_size=64, kv_heads=kv_heads, head_dim=head_dim)
 
 
 def kill_target(root, ready_path: str, kv_heads: int = 8, head_dim: int = 256) -> None:
@@ -109,8 +109,8 @@ def kill_target(root, ready_path: str, kv_heads: int = 8, head_dim: int = 256) -
 # ---------------------------------------------------------------------- capacity bound under writers
 
 def capacity_namespace() -> Namespace:
-    """Mid-size chunks (32 tokens x 2 x 4 x 64, MXFP4: about 8.9 KB) for the capacity test."""
-    return Namespace(model="capacity", fmt="mxfp4", block_size=32, kv_heads=4, head_dim=64)
+    """Mid-size chunks (32 tokens x 2 x 4 x 64: about 8.9 KB in MXFP4) for the capacity test."""
+    return Namespace(model="capacity", fmt=DEFAULT_FORMAT, block_size=32, kv_heads=4, head_dim=64)
 
 
 CAPACITY_BLOCKS = 8  # blocks per put: one writer's batch
