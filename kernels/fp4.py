@@ -61,16 +61,6 @@ _TINY = 2.0 ** -149  # smallest fp32 subnormal: floor for a global scale that wo
 _INPUT_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
 
 
-def bytes_per_element(fmt: str) -> float:
-    """Nominal storage per element: 0.5 byte of E2M1 plus one scale byte per block.
-
-    Excludes NVFP4's per-head FP32 global scale (4 bytes per head per chunk), which
-    ``FP4Tensor.nbytes`` does count.
-    """
-    _check_fmt(fmt)
-    return 0.5 + 1.0 / BLOCK[fmt]
-
-
 @dataclass(frozen=True)
 class FP4Tensor:
     """A quantized tensor: packed E2M1 codes, per-block scale codes, and for NVFP4 the

@@ -10,6 +10,7 @@ import pytest
 from tiered_kv.kernels import fp4
 
 from tiered_kv.bench import kernels as bench
+from tiered_kv.keys import bytes_per_element
 
 
 @pytest.fixture(scope="module")
@@ -30,7 +31,7 @@ def test_bench_reports_every_path_with_consistent_units(result):
             paths = result["fp4"][fmt][op]
             assert "torch" in paths
             for entry in paths.values():
-                assert entry["bytes_per_element"] == pytest.approx(4 + fp4.bytes_per_element(fmt))
+                assert entry["bytes_per_element"] == pytest.approx(4 + bytes_per_element(fmt))
                 assert entry["gbps"] == pytest.approx(
                     entry["bytes_per_element"] * entry["elements_per_s"] / 1e9)
                 assert entry["ratio_vs_clone"] == pytest.approx(entry["gbps"] / entry["clone_gbps"])

@@ -11,6 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tiered_kv.kernels import fp4
 
+from tiered_kv.keys import bytes_per_element
+
 E2M1 = torch.tensor(fp4.E2M1_VALUES)
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
@@ -264,11 +266,11 @@ def test_fp4tensor_metadata_and_sizes():
     nv = fp4.quantize(x.bfloat16(), "nvfp4")
     assert (mx.fmt, mx.block, mx.shape, mx.dtype) == ("mxfp4", 32, x.shape, torch.float32)
     assert mx.global_scale is None and mx.nbytes == x.numel() // 2 + x.numel() // 32
-    assert mx.bits_per_element == 4.25 and fp4.bytes_per_element("mxfp4") == 0.53125
+    assert mx.bits_per_element == 4.25 and bytes_per_element("mxfp4") == 0.53125
     assert nv.dtype == torch.bfloat16 and nv.global_scale.shape == (4,)
     assert nv.global_scale.dtype == torch.float32
     assert nv.nbytes == x.numel() // 2 + x.numel() // 16 + 4 * 4
-    assert fp4.bytes_per_element("nvfp4") == 0.5625
+    assert bytes_per_element("nvfp4") == 0.5625
     assert fp4.quantize(torch.randn(16), "nvfp4").global_scale.ndim == 0
 
 

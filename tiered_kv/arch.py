@@ -13,7 +13,7 @@ Formulas (per token, one sequence):
 - YOCO-style (this project and YOCO): one global K/V shared by every cross-decoder layer:
   ``2 * kv_heads * head_dim * bits / 8``; the sliding-window caches are a constant per
   sequence, not per token, and live in the host tier.
-- FP4 formats use :func:`tiered_kv.kernels.fp4.bytes_per_element` (MXFP4 4.25 bits, NVFP4 4.5).
+- FP4 formats use :func:`tiered_kv.keys.bytes_per_element` (MXFP4 4.25 bits, NVFP4 4.5).
 
 Published parameters (sources):
 
@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tiered_kv.keys import FORMATS
+from tiered_kv.keys import FORMATS, bytes_per_element
 from tiered_kv.model import PRESETS, ModelConfig, need
 
 BF16_BITS = 16.0
@@ -44,8 +44,6 @@ REFERENCE_CACHE_BYTES_PER_TOKEN = 890.0  #: DeepSeek's published tiered-cache si
 
 def fp4_bits(fmt: str) -> float:
     """Bits per element of an FP4 format, from the kernels' own accounting."""
-    from tiered_kv.kernels.fp4 import bytes_per_element
-
     return 8.0 * bytes_per_element(fmt)
 
 

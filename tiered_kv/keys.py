@@ -38,6 +38,17 @@ DEFAULT_FORMAT = "mxfp4"
 RAW_FORMATS = ("bf16", "fp32")
 
 
+def bytes_per_element(fmt: str) -> float:
+    """Nominal FP4 storage per element: 0.5 byte of E2M1 plus one scale byte per block.
+
+    Excludes NVFP4's per-head FP32 global scale (4 bytes per head per chunk), which
+    ``FP4Tensor.nbytes`` does count.
+    """
+    if fmt not in FORMATS:
+        raise ValueError(f"unknown FP4 format {fmt!r}; allowed: {', '.join(FORMATS)}")
+    return 0.5 + 1.0 / BLOCK[fmt]
+
+
 @dataclass(frozen=True, kw_only=True)
 class Namespace:
     """What must agree for two chunks of KV bytes to be interchangeable.

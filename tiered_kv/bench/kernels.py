@@ -213,6 +213,7 @@ def _fp4(args: argparse.Namespace, x, backends: tuple[str, ...], timed: Timer, c
     from tqdm import tqdm
 
     from tiered_kv.kernels import fp4
+    from tiered_kv.keys import bytes_per_element
 
     n, in_bytes = x.numel(), x.element_size()
     clone_bytes = 2 * in_bytes * n
@@ -226,7 +227,7 @@ def _fp4(args: argparse.Namespace, x, backends: tuple[str, ...], timed: Timer, c
         reps = args.repeat if (cuda or backend != "torch") else max(1, args.repeat // 2)
         tq = timed(lambda f=fmt, b=backend: fp4.quantize(x, f, backend=b), lambda: x.clone(), reps)
         td = timed(lambda q=q, b=backend: fp4.dequantize(q, x.dtype, backend=b), lambda: x.clone(), reps)
-        side = fp4.bytes_per_element(fmt)
+        side = bytes_per_element(fmt)
         for op, t in (("quantize", tq), ("dequantize", td)):  # each moves the input and the FP4 side
             out[fmt][op][backend] = _entry(t, n, in_bytes + side, _paired_gbps(t, clone_gbps, clone_bytes), peak)
         out[fmt]["quantize"][backend]["first_call_seconds"] = jit_s

@@ -26,22 +26,17 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit
 
-from tiered_kv.keys import BLOCK, DEFAULT_FORMAT, FORMATS
+from tiered_kv.keys import DEFAULT_FORMAT, FORMATS, bytes_per_element
 from tiered_kv.sim.policies.blockwise import leading_runs
 from tiered_kv.sim.trace_replay import CompiledTrace
 from tiered_kv.units import DEEPSEEK_V3_KV_ELEMENTS
 
-#: FP4 bytes per element with the block scales: half a byte plus one scale byte per block
-#: (tiered_kv.kernels.fp4.bytes_per_element, spelled out here because that module imports torch;
-#: a test pins the two together).
-_FP4_BYTES_PER_ELEMENT = {fmt: 0.5 + 1.0 / BLOCK[fmt] for fmt in FORMATS}
-
 
 def default_bytes_per_token(fmt: str = DEFAULT_FORMAT) -> float:
     """DeepSeek-V3 MLA KV per token in an FP4 format, scales included (18,666 B in MXFP4)."""
-    if fmt not in _FP4_BYTES_PER_ELEMENT:
-        raise ValueError(f"fmt: must be one of {sorted(_FP4_BYTES_PER_ELEMENT)}, got {fmt!r}")
-    return DEEPSEEK_V3_KV_ELEMENTS * _FP4_BYTES_PER_ELEMENT[fmt]
+    if fmt not in FORMATS:
+        raise ValueError(f"fmt: must be one of {sorted(FORMATS)}, got {fmt!r}")
+    return DEEPSEEK_V3_KV_ELEMENTS * bytes_per_element(fmt)
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ def build(quick: bool) -> FigureResult:
         (pl.col("arch") + " · " + pl.col("precision")).alias("label"))
     notes = ("Bytes/token = 2·layers·kv_heads·head_dim·bits/8 (GQA), layers·(512+64)·bits/8 (MLA), "
              "2·kv_heads·head_dim·bits/8 for one shared global K/V (YOCO-style; window caches are a "
-             "per-sequence constant, not per token). FP4 bits from tiered_kv.kernels.fp4.bytes_per_element "
+             "per-sequence constant, not per token). FP4 bits from tiered_kv.keys.bytes_per_element "
              "(MXFP4 4.25, NVFP4 4.5). YOCO-3B's 8 global KV heads are an assumption (not in its paper's "
              "table). The 890 B/token bar is DeepSeek's published number, not derived here.")
     return FigureResult(chart=_chart(data), claims=_claims(), data=data, notes=notes)
