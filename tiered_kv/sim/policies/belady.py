@@ -16,13 +16,13 @@ from numba import njit
 from tiered_kv.sim.heap import heap_pop, heap_push
 from tiered_kv.sim.policies.blockwise import BlockPolicy, check_bpt, wear_extra
 from tiered_kv.sim.policies.registry import (
-    DEFAULT_BYTES_PER_TOKEN,
     PolicyRun,
     capacity_blocks,
     check_capacity,
     register_policy,
 )
 from tiered_kv.sim.trace_replay import CompiledTrace
+from tiered_kv.units import DEFAULT_BYTES_PER_TOKEN
 
 
 def next_use(trace: CompiledTrace) -> np.ndarray:

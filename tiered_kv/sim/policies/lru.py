@@ -23,13 +23,13 @@ from numba import njit
 
 from tiered_kv.sim.policies.blockwise import check_bpt, per_class, wear_extra
 from tiered_kv.sim.policies.registry import (
-    DEFAULT_BYTES_PER_TOKEN,
     PolicyRun,
     capacity_blocks,
     check_capacity,
     register_policy,
 )
 from tiered_kv.sim.trace_replay import CompiledTrace
+from tiered_kv.units import DEFAULT_BYTES_PER_TOKEN
 
 #: Victim rules of the kernel, by code: which class list's least recent block goes when the used
 #: weight passes the high watermark (each class keeps its own LRU list; a rule only chooses
