@@ -133,7 +133,6 @@ def test_drift_exact_writes_stay_exact_approximate_ones_do_not(model):
         prefix_drift(model, [convs[0][:50]], turns=4, first=48, step=40)
 
 
-
 def test_drift_references_equal_a_fresh_uncached_run_per_prompt(model, tmp_path):
     """prefix_drift computes the references once over the longest prompt; that is only right if
     every prompt's uncached global KV and stored blocks are the longest prompt's first n positions."""
@@ -144,7 +143,7 @@ def test_drift_references_equal_a_fresh_uncached_run_per_prompt(model, tmp_path)
 
     conv = torch.randint(0, 256, (700,), generator=torch.Generator().manual_seed(3))
     ns = namespace_for(model, block_size=16)
-    lengths = [40, 88, 300, 700]  # 88 and 700 end inside a block
+    lengths = [40, 50, 88, 95, 300, 700]  # gaps under the decoder's reach (30) test the carried windows
     refs = _exact_references(model, conv, lengths, ns, str(tmp_path / "longest"))
     for n, (logits, stored) in zip(lengths, refs, strict=True):
         with torch.no_grad():
@@ -155,6 +154,10 @@ def test_drift_references_equal_a_fresh_uncached_run_per_prompt(model, tmp_path)
         own = ssd.get_prefix(conv[:n]).kv(torch.float32)
         assert own.shape[0] == n - n % 16 and torch.equal(stored[:own.shape[0]], own)
         torch.testing.assert_close(logits, fresh, rtol=0, atol=1e-4)
+    nvfp4 = namespace_for(model, fmt="nvfp4", block_size=16)  # per-block scales: a prompt inside a block differs
+    with pytest.raises(ValueError, match="ends inside a 16-token block"):
+        _exact_references(model, conv, lengths, nvfp4, str(tmp_path / "nv"))
+    _exact_references(model, conv, [48, 96, 700], nvfp4, str(tmp_path / "nv-ok"))  # the longest may end anywhere
 
 
 class _NGramCopier(torch.nn.Module):

@@ -76,8 +76,9 @@ def measure(model: EncoderDecoder, settings: ReplaySettings, *, flops_length=Non
     """Replay error (W x R) and FP4 error on held-out text under ``settings``: two polars frames.
 
     The sequences are encoded once at the model's own W: that global KV feeds both the replay
-    grid's exact runs there and :func:`fp4_error`'s, and the grid's MXFP4 runs at that W are
-    fp4_error's MXFP4 row (the same bits either way; here they are computed once).
+    grid's exact runs there and :func:`fp4_error`'s, and the grid's runs at that W (in
+    :data:`REPLAY_FMT`) are fp4_error's row for that format (the same bits either way; here they
+    are computed once).
     """
     seqs = sample_sequences(load_heldout(settings.heldout_bytes), settings.samples,
                             settings.prefix + settings.steps, seed=0)

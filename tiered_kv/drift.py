@@ -16,7 +16,6 @@ stores (the largest absolute error, and how many stored values differ at all).
 
 from __future__ import annotations
 
-import itertools
 import shutil
 import tempfile
 
@@ -49,26 +48,31 @@ def prefix_drift(model: EncoderDecoder, conversations: list[torch.Tensor], *, tu
     lengths = [first + k * step for k in range(turns)]
     rows = []
     with tempfile.TemporaryDirectory(prefix="tkv-drift-") as root:
-        for c, mode in itertools.product(range(len(conversations)), ("exact", "approximate")):
-            conv = conversations[c].long()
-            if mode == "exact":  # the first of the conversation's two modes
-                refs = _exact_references(model, conv[:lengths[-1]], lengths, ns, f"{root}/uncached-{c}")
-            ssd = SSDTier(f"{root}/{c}-{mode}", namespace=ns, config=SSDConfig(background_touch=False))
-            for k, (n, (ref_logits, ref_kv)) in enumerate(zip(lengths, refs, strict=True)):
-                prompt = conv[:n]
-                engine = Engine(model, ssd, HostTier("1GiB"), ssd_writes=mode, name=f"turn{k}")
-                res = engine.prefill(prompt)
-                stored = ssd.get_prefix(prompt)
-                err, differing = 0.0, 0
-                if stored.hit_tokens:
-                    diff = stored.kv(torch.float32) - ref_kv[: stored.hit_tokens]
-                    err, differing = float(diff.abs().max()), int((diff != 0).sum())
-                rows.append({"conversation": c, "mode": mode, "turn": k + 1, "prompt_tokens": n,
-                             "ssd_hit_tokens": res.hit_tokens["ssd"], "stored_tokens": stored.hit_tokens,
-                             "kl_nats": compare_logits([ref_logits], [res.logits])["kl_nats"], "kv_max_abs_error": err,
-                             "kv_values_differing": differing, "kv_values": stored.hit_tokens * ref_kv[0].numel(),
-                             "store_catch_up_tokens": res.computed_tokens["store_catch_up"]})
+        for c, conv in enumerate(conversations):
+            conv = conv[:lengths[-1]].long()
+            refs = _exact_references(model, conv, lengths, ns, f"{root}/uncached-{c}")
+            for mode in ("exact", "approximate"):
+                ssd = SSDTier(f"{root}/{c}-{mode}", namespace=ns, config=SSDConfig(background_touch=False))
+                for k, (n, ref) in enumerate(zip(lengths, refs, strict=True)):
+                    engine = Engine(model, ssd, HostTier("1GiB"), ssd_writes=mode, name=f"turn{k}")
+                    rows.append({"conversation": c, "mode": mode, "turn": k + 1, "prompt_tokens": n,
+                                 **_turn(engine, conv[:n], *ref)})
     return pl.DataFrame(rows)
+
+
+def _turn(engine: Engine, prompt: torch.Tensor, ref_logits: torch.Tensor, ref_kv: torch.Tensor) -> dict:
+    """One turn's prefill through ``engine`` against the exact references: first-token KL and
+    how the KV its SSD tier now holds for the prompt differs from an uncached prefill's."""
+    res = engine.prefill(prompt)
+    stored = engine.ssd.get_prefix(prompt)
+    err, differing = 0.0, 0
+    if stored.hit_tokens:
+        diff = stored.kv(torch.float32) - ref_kv[: stored.hit_tokens]
+        err, differing = float(diff.abs().max()), int((diff != 0).sum())
+    return {"ssd_hit_tokens": res.hit_tokens["ssd"], "stored_tokens": stored.hit_tokens,
+            "kl_nats": compare_logits([ref_logits], [res.logits])["kl_nats"], "kv_max_abs_error": err,
+            "kv_values_differing": differing, "kv_values": stored.hit_tokens * ref_kv[0].numel(),
+            "store_catch_up_tokens": res.computed_tokens["store_catch_up"]}
 
 
 def _exact_references(model: EncoderDecoder, conv: torch.Tensor, lengths: list[int], ns,
@@ -79,10 +83,19 @@ def _exact_references(model: EncoderDecoder, conv: torch.Tensor, lengths: list[i
     Why one pass over the longest prompt: the prompts extend each other, and the encoder is
     causal with its chunks counted from position 0, so a prompt's global KV and the blocks an
     uncached prefill stores for it are the first n positions of the longest prompt's, bit for
-    bit (a test checks both). The decoder carries its exact windows from one length to the
-    next, where starting again at 0 for every turn did the same work 20 times over.
+    bit (a test checks both). So is its FP4 round trip where the format's scales are per row
+    (MXFP4) or the prompt ends on a block boundary; a prompt that ends inside a block in a
+    format with per-block scales (NVFP4) is refused rather than compared with the wrong KV. The
+    decoder carries its exact windows from one length to the next instead of starting again at
+    0 once per turn.
     """
-    kv = fp4_roundtrip(model.encode(conv, 0)[0], ns)
+    raw = model.encode(conv, 0)[0]
+    kv = fp4_roundtrip(raw, ns)
+    for n in lengths:
+        if n % ns.block_size and not torch.equal(fp4_roundtrip(raw[:n], ns), kv[:n]):
+            raise ValueError(f"prefix_drift: a {n}-token prompt ends inside a {ns.block_size}-token block, where "
+                             f"{ns.fmt}'s round trip differs from the longest prompt's; use first and step that "
+                             "are multiples of block_size")
     ssd = SSDTier(root, namespace=ns, config=SSDConfig(background_touch=False))
     Engine(model, ssd, HostTier("1GiB"), name="uncached").prefill(conv)
     stored = ssd.get_prefix(conv).kv(torch.float32)
