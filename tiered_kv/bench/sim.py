@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from tiered_kv.bench._pages import Page, Row, brief, clocked, head, met, ms, recorded, traced, yes
+from tiered_kv.bench._pages import Page, Row, brief, clocked, met, ms, recorded, traced, yes
 from tiered_kv.rusage import peak_rss_bytes
 
 NAME = "sim"
@@ -299,23 +299,20 @@ def _cli_cell(d: dict, key: str) -> str:
 
 
 def render_cli(r: dict) -> str:
-    """The CLI start-up page from the JSON of ``tiered-kv bench sim --json --cli-repeat N``."""
+    """The CLI start-up page's body from the JSON of ``tiered-kv bench sim --json --cli-repeat N``."""
     cli, conv = r["cli"], r["conversation"]
     targets, meets = cli["targets"], cli["meets_targets"]
-    command, note = recorded(r, CLI_COMMAND)
     rows = "\n".join(f"| `{cli['commands'][n]}` | {_cli_cell(cli[n], 'warm')} | {_cli_cell(cli[n], 'cold')} |"
                      for n in ("curves", "simulate"))
     load = cli.get("load_average_1m")
     numpy_row = (f"| baseline: a process that only imports numpy (`numpy_imports_s`) | {_s2(cli['numpy_imports_s'])} "
                  f"({_cli_runs(cli['numpy_imports_runs_s'])}) | | |\n" if "numpy_imports_s" in cli else "")
-    return head("CLI start-up of the simulator commands (`tiered-kv bench sim`: `cli_warm_s`, `cli_cold_s`)",
-                "sim_cli", command) + f"""
-Whole processes, output discarded, median of {cli['repeat']} interleaved runs (every run in
+    return f"""Whole processes, output discarded, median of {cli['repeat']} interleaved runs (every run in
 brackets). *Warm*: numba's cache holds every kernel and the compiled-trace cache holds the trace
 (both filled by one unmeasured run). *Cold*: a fresh empty `NUMBA_CACHE_DIR` and trace cache for
 every run, so the trace is read from its file and every kernel the command needs is compiled by
 numba. Machine load (1-minute load average) when the
-run ended: {f"{load:.1f}" if load is not None else "not available"}. {note}
+run ended: {f"{load:.1f}" if load is not None else "not available"}.
 
 | command | warm | cold |
 |---|---:|---:|
@@ -331,8 +328,7 @@ The work itself, in the same run (median of {r['repeat']} after a warm-up call, 
 LRU + TTL curves at {conv['lru_capacities']} + {conv['ttl_points']} points {ms(conv['curves_s'])}; the Belady curve at
 the same {conv['lru_capacities']} capacities in one stack pass {ms(conv['belady_curve_s'])} (one Belady replay at one
 capacity: {ms(conv['belady_one_capacity_s'])}); one LRU replay {ms(conv['lru_replay_s'])}. Trace load
-{ms(r['load_trace_s'])}, compile {ms(r['compile_trace_s'])}; first kernel calls (warm-up) in that process {ms(r['jit_warmup_s'])}.
-"""
+{ms(r['load_trace_s'])}, compile {ms(r['compile_trace_s'])}; first kernel calls (warm-up) in that process {ms(r['jit_warmup_s'])}."""
 
 
 def _s2(x: float) -> str:
@@ -356,7 +352,9 @@ def _summary_cli(d: dict) -> tuple[str, str]:
             f"warm {yes(d['meets_targets']['cli_warm_s'])}; cold {yes(d['meets_targets']['cli_cold_s'])}")
 
 
-PAGES = (Page("sim", render_record, COMMAND), Page("sim_cli", render_cli, CLI_COMMAND))
+PAGES = (Page("sim", render_record, COMMAND), Page("sim_cli", render_cli, CLI_COMMAND,
+                                                    title="CLI start-up of the simulator commands "
+                                                          "(`tiered-kv bench sim`: `cli_warm_s`, `cli_cold_s`)"))
 SUMMARY = (
     Row("LRU + TTL curves, Belady at one capacity, replay throughput (conversation trace); 14-day cluster run",
         ("sim",), lambda d: (f"<= {d['targets']['curves_s']:g} s; <= {d['targets']['belady_one_capacity_s']:g} s; "

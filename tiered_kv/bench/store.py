@@ -28,7 +28,7 @@ from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
 
-from tiered_kv.bench._pages import Page, Paired, Row, head, recorded, sec, spread, yes
+from tiered_kv.bench._pages import Page, Paired, Row, sec, spread, yes
 from tiered_kv.bench._store_payload import Payload, check_read, in_turn, latency_ms, payload, timed, worst
 from tiered_kv.keys import DEFAULT_FORMAT, FORMATS
 
@@ -327,15 +327,13 @@ def _s3_row(label: str, s: dict) -> str:
 
 
 def render_s3(r: dict) -> str:
-    """The object-store page from the JSON of ``tiered-kv bench store --local-s3 --json``."""
-    command, machine = recorded(r, S3_COMMAND)
+    """The object-store page's body from the JSON of ``tiered-kv bench store --local-s3 --json``."""
     worst = {k: min(store_ratio(s, f"raw_{k}", k, "all_seconds").median for s in r["sizes"].values())
              for k in ("put", "get")}
     rates = "; ".join(f"{s['chunk_bytes'] / 1e3:.0f} KB objects: {s['chunks'] / s['seconds']['raw_put']:.0f} PUTs/s "
                       f"and {s['chunks'] / s['seconds']['raw_get']:.0f} GETs/s" for s in r["sizes"].values())
     rows = "\n".join(_s3_row(label, s) for label, s in r["sizes"].items())
-    return head("SSD tier on object storage (`tiered-kv bench store --local-s3`)", "store_s3", command) + f"""
-Machine: {machine}. Store: {r['store']}; {r['prefix_tokens']:,}-token prefix = \
+    return f"""Store: {r['store']}; {r['prefix_tokens']:,}-token prefix = \
 {next(iter(r['sizes'].values()))['chunks']} chunks of {r['block_size']} tokens; {r['concurrency']} requests in flight \
 for the tier and for raw obstore alike; {r['repeat']} repeats whose order of tier and raw alternates.
 
@@ -352,8 +350,7 @@ Worst case over the sizes, median of paired ratios: put {worst['put']:.2f} (goal
 Raw obstore against this server ({rates}): when the rate hardly changes with the object
 size, the server's cost per request is the limit, not bandwidth.
 
-{S3_CAVEAT}
-"""
+{S3_CAVEAT}"""
 
 
 def _summary(s: dict) -> tuple[str, str]:
@@ -370,6 +367,6 @@ def _summary(s: dict) -> tuple[str, str]:
 PAGES = (
     Page("store", render_record, "tiered-kv bench store --json",
          title="SSD tier put / get_prefix vs raw files (`tiered-kv bench store`)"),
-    Page("store_s3", render_s3, S3_COMMAND),
+    Page("store_s3", render_s3, S3_COMMAND, title="SSD tier on object storage (`tiered-kv bench store --local-s3`)"),
 )
 SUMMARY = (Row("SSD tier put / get vs raw files", ("store",), lambda *_: f">= {RATIO_TARGET}x raw (issue 3)", _summary),)
