@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from tiered_kv.bench._pages import Page, Row, brief, clocked, met, ms, recorded, traced, yes
+from tiered_kv.bench._pages import Page, Row, brief, clocked, met, ms, traced, yes
 from tiered_kv.rusage import peak_rss_bytes
 
 NAME = "sim"
@@ -262,14 +262,11 @@ def _cluster_lines(cl: dict) -> list[str]:
 
 
 def render_record(r: dict) -> str:
-    """The simulator page from the JSON of one ``tiered-kv bench sim --json`` run."""
+    """The simulator page's body from the JSON of one ``tiered-kv bench sim --json`` run."""
     c = r["conversation"]
-    command, note = recorded(r, COMMAND)
     lines = [
-        "# Simulator benchmark (`tiered-kv bench sim`)", "",
-        f"Written by `tiered-kv bench record sim` from `benchmarks/results/sim.json`, the JSON of one run of "
-        f"`{command}` (trace `{r['trace']}`, Belady and replay at {r['capacity_tokens']:,} tokens, "
-        f"median of {r['repeat']} timed runs after a warm-up call; every run in brackets, seconds). {note}", "",
+        f"Trace `{r['trace']}`, Belady and replay at {r['capacity_tokens']:,} tokens, median of {r['repeat']} "
+        "timed runs after a warm-up call; every run in brackets, seconds.", "",
         f"## Conversation trace ({c['requests']:,} requests, {c['block_accesses']:,} block accesses, "
         f"{c['unique_blocks']:,} distinct blocks)", "",
         "| measurement | result | target | met? |", "|---|---|---|---|", *_conversation_rows(r), "",
@@ -287,7 +284,7 @@ def render_record(r: dict) -> str:
                   f"{_s(cli['curves']['warm_s'])} warm / {_s(cli['curves']['cold_s'])} cold, `simulate` "
                   f"{_s(cli['simulate']['warm_s'])} / {_s(cli['simulate']['cold_s'])} (the quiet record with every "
                   "run is the CLI start-up section, `tiered-kv bench record sim_cli`)."]
-    return "\n".join(lines) + "\n\n" + RATIONALE
+    return "\n".join(lines) + "\n\n" + RATIONALE.rstrip("\n")
 
 
 def _cli_runs(xs: list[float]) -> str:
@@ -352,7 +349,7 @@ def _summary_cli(d: dict) -> tuple[str, str]:
             f"warm {yes(d['meets_targets']['cli_warm_s'])}; cold {yes(d['meets_targets']['cli_cold_s'])}")
 
 
-PAGES = (Page("sim", render_record, COMMAND), Page("sim_cli", render_cli, CLI_COMMAND,
+PAGES = (Page("sim", render_record, COMMAND, title="Simulator benchmark (`tiered-kv bench sim`)"), Page("sim_cli", render_cli, CLI_COMMAND,
                                                     title="CLI start-up of the simulator commands "
                                                           "(`tiered-kv bench sim`: `cli_warm_s`, `cli_cold_s`)"))
 SUMMARY = (
