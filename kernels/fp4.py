@@ -47,7 +47,7 @@ from dataclasses import dataclass
 import torch
 from tiered_kv.kernels import interpreting, resolve_backend, triton
 
-from tiered_kv.keys import BLOCK, DEFAULT_FORMAT, FORMATS
+from tiered_kv.keys import BLOCK, DEFAULT_FORMAT, check_fp4_format
 
 SCALE_RULES = ("floor", "ceil")
 BACKENDS = ("auto", "torch", "triton", "numba")
@@ -100,11 +100,6 @@ class FP4Tensor:
 # ----------------------------------------------------------------------------- validation
 
 
-def _check_fmt(fmt: str) -> None:
-    if fmt not in FORMATS:
-        raise ValueError(f"unknown FP4 format {fmt!r}; allowed: {', '.join(FORMATS)}")
-
-
 def _has_numba() -> bool:
     """Whether the numba CPU path (fp4_cpu, numba is a dependency) applies: it packs pairs as uint16."""
     return sys.byteorder == "little"
@@ -128,7 +123,7 @@ def _resolve_backend(backend: str, device: torch.device, numel: int = NUMBA_MIN_
 
 
 def _check_input(x: torch.Tensor, fmt: str, scale_rule: str) -> None:
-    _check_fmt(fmt)
+    check_fp4_format(fmt)
     if scale_rule not in SCALE_RULES:
         raise ValueError(f"unknown scale_rule {scale_rule!r}; allowed: {', '.join(SCALE_RULES)}")
     if not isinstance(x, torch.Tensor):
@@ -436,7 +431,7 @@ def dequantize(q: FP4Tensor, dtype: torch.dtype = torch.float32, *,
     """Decode an :class:`FP4Tensor` back to a dense tensor of ``q.shape`` in ``dtype``."""
     if not isinstance(q, FP4Tensor):
         raise ValueError(f"dequantize expects an FP4Tensor, got {type(q).__name__}")
-    _check_fmt(q.fmt)
+    check_fp4_format(q.fmt)
     if not dtype.is_floating_point:
         raise ValueError(f"dequantize needs a float output dtype, got {dtype}")
     out = _DEQUANTIZE[_resolve_backend(backend, q.device, q.numel)](q, dtype)

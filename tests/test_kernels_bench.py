@@ -7,10 +7,9 @@ import argparse
 import math
 
 import pytest
-from tiered_kv.kernels import fp4
 
 from tiered_kv.bench import kernels as bench
-from tiered_kv.keys import bytes_per_element
+from tiered_kv.keys import FORMATS, bytes_per_element
 
 
 @pytest.fixture(scope="module")
@@ -26,7 +25,7 @@ def result() -> dict:
 def test_bench_reports_every_path_with_consistent_units(result):
     assert result["device"] == "cpu" and result["elements"] == 64 * 1024 // 4
     assert result["clone"]["bytes_per_element"] == 8.0
-    for fmt in fp4.FORMATS:
+    for fmt in FORMATS:
         for op in ("quantize", "dequantize"):
             paths = result["fp4"][fmt][op]
             assert "torch" in paths

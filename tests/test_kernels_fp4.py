@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tiered_kv.kernels import fp4
 
-from tiered_kv.keys import bytes_per_element
+from tiered_kv.keys import BLOCK, FORMATS, bytes_per_element
 
 E2M1 = torch.tensor(fp4.E2M1_VALUES)
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
@@ -54,7 +54,7 @@ def test_fast_paths_bit_exact_against_reference(shape, fmt, rule, backend):
     ref = fp4.quantize(x, fmt, scale_rule=rule, backend="torch")
     tri = fp4.quantize(x, fmt, scale_rule=rule, backend=backend)
     assert tri.data.dtype == torch.uint8 and tri.data.shape == (*shape[:-1], shape[-1] // 2)
-    assert tri.scales.shape == (*shape[:-1], shape[-1] // fp4.BLOCK[fmt])
+    assert tri.scales.shape == (*shape[:-1], shape[-1] // BLOCK[fmt])
     assert torch.equal(tri.data, ref.data)
     assert torch.equal(tri.scales, ref.scales)
     if fmt == "nvfp4":
@@ -67,7 +67,7 @@ def test_fast_paths_bit_exact_against_reference(shape, fmt, rule, backend):
 
 @pytest.mark.parametrize("backend", FAST)
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-@pytest.mark.parametrize("fmt", fp4.FORMATS)
+@pytest.mark.parametrize("fmt", FORMATS)
 def test_half_inputs_and_outputs(dtype, fmt, backend):
     x = (torch.randn(9, 2, 64) * 3).to(dtype).to(DEVICE)
     ref = fp4.quantize(x, fmt, backend="torch")
@@ -156,10 +156,10 @@ def test_e8m0_scale_rule(rule):
 # ----------------------------------------------------------------------------- accuracy
 
 
-@pytest.mark.parametrize("fmt", fp4.FORMATS)
+@pytest.mark.parametrize("fmt", FORMATS)
 def test_exact_round_trip_of_representable_values(fmt):
     g = torch.Generator().manual_seed(5)
-    block = fp4.BLOCK[fmt]
+    block = BLOCK[fmt]
     T, H, D = 6, 3, 64
     codes = torch.randint(0, 16, (T, H, D), generator=g)
     codes[..., ::block] = 7  # every block holds +6 times its scale
@@ -187,7 +187,7 @@ def test_relative_rmse_on_gaussian(fmt, bound):
     assert 0.05 < err <= bound  # ~0.115 / ~0.095 expected; 0 would mean no quantization
 
 
-@pytest.mark.parametrize("fmt", fp4.FORMATS)
+@pytest.mark.parametrize("fmt", FORMATS)
 def test_all_zero_blocks(fmt):
     x = torch.zeros(3, 2, 64, device=DEVICE)
     x[1, 1, 5] = 3.0  # one non-zero block among zeros
@@ -236,14 +236,14 @@ _floats = st.floats(min_value=-(2.0 ** 100), max_value=2.0 ** 100, allow_nan=Fal
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.lists(_floats, min_size=32, max_size=32), st.sampled_from(fp4.FORMATS))
+@given(st.lists(_floats, min_size=32, max_size=32), st.sampled_from(FORMATS))
 def test_dequantized_value_is_nearest_grid_point(values, fmt):
     """Each element decodes to the nearest point of its block's grid {+-c * scale} (the
     grid's end when it saturates), with the input's sign."""
     x = torch.tensor(values, dtype=torch.float32)
     q = fp4.quantize(x, fmt, backend="torch")
     y = fp4.dequantize(q).double()
-    block = fp4.BLOCK[fmt]
+    block = BLOCK[fmt]
     if fmt == "mxfp4":
         scale = fp4._e8m0_value_torch(q.scales.int()).double()
     else:
@@ -291,7 +291,7 @@ def test_bad_input_raises_clear_error(make, match):
         make()
 
 
-@pytest.mark.parametrize("fmt", fp4.FORMATS)
+@pytest.mark.parametrize("fmt", FORMATS)
 @pytest.mark.parametrize("backend", ["torch"] + FAST)
 @pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf")])
 def test_nan_and_inf_rejected(fmt, backend, bad):
@@ -306,7 +306,7 @@ def test_auto_backend_dispatch():
     assert fp4._resolve_backend("auto", cpu, 1024) == "torch"
     assert fp4._resolve_backend("auto", cpu, fp4.NUMBA_MIN_ELEMENTS) == "numba"
     x = torch.randn(fp4.NUMBA_MIN_ELEMENTS // 64, 2, 32)  # the auto path equals the reference
-    for fmt in fp4.FORMATS:
+    for fmt in FORMATS:
         a, r = fp4.quantize(x, fmt), fp4.quantize(x, fmt, backend="torch")
         assert torch.equal(a.data, r.data) and torch.equal(a.scales, r.scales)
 

@@ -44,9 +44,14 @@ def bytes_per_element(fmt: str) -> float:
     Excludes NVFP4's per-head FP32 global scale (4 bytes per head per chunk), which
     ``FP4Tensor.nbytes`` does count.
     """
+    check_fp4_format(fmt)
+    return 0.5 + 1.0 / BLOCK[fmt]
+
+
+def check_fp4_format(fmt: str) -> None:
+    """Refuse a name that is not one of :data:`FORMATS`, listing them."""
     if fmt not in FORMATS:
         raise ValueError(f"unknown FP4 format {fmt!r}; allowed: {', '.join(FORMATS)}")
-    return 0.5 + 1.0 / BLOCK[fmt]
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -213,12 +213,12 @@ def _fp4(args: argparse.Namespace, x, backends: tuple[str, ...], timed: Timer, c
     from tqdm import tqdm
 
     from tiered_kv.kernels import fp4
-    from tiered_kv.keys import bytes_per_element
+    from tiered_kv.keys import FORMATS, bytes_per_element
 
     n, in_bytes = x.numel(), x.element_size()
     clone_bytes = 2 * in_bytes * n
-    out: dict[str, Any] = {f: {"quantize": {}, "dequantize": {}} for f in fp4.FORMATS}
-    jobs = [(f, b) for f in fp4.FORMATS for b in backends]
+    out: dict[str, Any] = {f: {"quantize": {}, "dequantize": {}} for f in FORMATS}
+    jobs = [(f, b) for f in FORMATS for b in backends]
     for fmt, backend in tqdm(jobs, desc="fp4 kernels", leave=False):
         t_jit = time.perf_counter()
         q = fp4.quantize(x, fmt, backend=backend)
