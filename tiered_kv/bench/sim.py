@@ -349,9 +349,11 @@ def _summary_cli(d: dict) -> tuple[str, str]:
             f"warm {yes(d['meets_targets']['cli_warm_s'])}; cold {yes(d['meets_targets']['cli_cold_s'])}")
 
 
-PAGES = (Page("sim", render_record, COMMAND, title="Simulator benchmark (`tiered-kv bench sim`)"), Page("sim_cli", render_cli, CLI_COMMAND,
-                                                    title="CLI start-up of the simulator commands "
-                                                          "(`tiered-kv bench sim`: `cli_warm_s`, `cli_cold_s`)"))
+PAGES = (
+    Page("sim", render_record, COMMAND, title="Simulator benchmark (`tiered-kv bench sim`)"),
+    Page("sim_cli", render_cli, CLI_COMMAND,
+         title="CLI start-up of the simulator commands (`tiered-kv bench sim`: `cli_warm_s`, `cli_cold_s`)"),
+)
 SUMMARY = (
     Row("LRU + TTL curves, Belady at one capacity, replay throughput (conversation trace); 14-day cluster run",
         ("sim",), lambda d: (f"<= {d['targets']['curves_s']:g} s; <= {d['targets']['belady_one_capacity_s']:g} s; "
