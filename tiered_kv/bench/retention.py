@@ -187,13 +187,10 @@ def render_record(r: dict) -> str:
 
 
 def _summary(r: dict) -> tuple[str, str]:
-    parts, met = [], []
-    for key, name in (("conversation", "conversation"), ("synthetic_14d", "14-day synthetic")):
-        if key in r:
-            m = r[key]
-            parts.append(f"{name} ({m['block_accesses'] / 1e6:.2f} M accesses) {brief(m['curves_frontier_s'])}")
-            met.append(f"{name} {retention_met(r, key)}")
-    return "; ".join(parts) + " (median)", "; ".join(met)
+    runs = [(k, name) for k, name in (("conversation", "conversation"), ("synthetic_14d", "14-day synthetic"))
+            if k in r]
+    return ("; ".join(f"{name} ({r[k]['block_accesses'] / 1e6:.2f} M accesses) {brief(r[k]['curves_frontier_s'])}"
+                      for k, name in runs) + " (median)", "; ".join(f"{name} {retention_met(r, k)}" for k, name in runs))
 
 
 PAGES = (Page("retention", render_record, "tiered-kv bench retention --json",

@@ -1,12 +1,8 @@
-"""The measured side of the contention measurement: the store, the calibration, one point.
+"""The measured side of the contention measurement: the seeded store, the calibration, one point.
 
-:func:`seed_store` writes every restore's prefix (as another machine would have);
-:func:`calibrate` times isolated prefills at unlimited bandwidth for the compute fit and the raw
-read speed; :func:`run_point` runs every request of the scenario at one (bandwidth, load,
-admission policy): a Poisson dispatcher on this thread, a reader thread per lookup through the
-link's token bucket, one engine thread per stream (each engine sees the shared tier through a
-:class:`_StreamView`) and one write-behind thread. The latency model's view of the same point
-is in :mod:`.report`.
+A point runs a Poisson dispatcher on this thread, a reader thread per lookup through the link's
+token bucket, one engine thread per stream and one write-behind thread; the latency model's view
+of the same point is in :mod:`.report`.
 """
 
 from __future__ import annotations
@@ -30,10 +26,7 @@ class _StreamView:
     (``hit``), and writes handed to the writer thread (behind the first token)."""
 
     def __init__(self, tier, writer) -> None:
-        self.tier = tier
-        self.namespace = tier.namespace
-        self.writer = writer
-        self.hit = None
+        self.namespace, self.writer, self.hit = tier.namespace, writer, None
 
     def get_prefix_keys(self, keys, traffic_class=None):
         hit, self.hit = self.hit, None
