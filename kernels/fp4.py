@@ -233,13 +233,8 @@ def _nv_global_scale(x: torch.Tensor, amax: torch.Tensor | None = None) -> torch
     """Per-head (ndim >= 3) or per-tensor FP32 global scale: amax / (448 * 6).
 
     ``amax`` may be passed in when a faster path has already reduced it."""
-    if amax is None:
-        a = x.abs()
-        if x.ndim >= 3:
-            dims = tuple(d for d in range(x.ndim) if d != x.ndim - 2)
-            amax = a.amax(dim=dims)
-        else:
-            amax = a.amax()
+    if amax is None:  # over every axis but the head axis (-2), or over all of a 1-D/2-D input
+        amax = x.abs().amax(dim=[d for d in range(x.ndim) if d != x.ndim - 2] if x.ndim >= 3 else [])
     amax = amax.to(torch.float32)
     if not bool(torch.isfinite(amax).all()):
         raise _nonfinite_error("nvfp4")

@@ -190,12 +190,10 @@ def sliding_window_attention_triton(q: torch.Tensor, k: torch.Tensor, v: torch.T
     # The interpreter's fp32 -> bf16/fp16 casts truncate: write fp32 there, round in torch.
     out = torch.empty((Tq, Hq, D), dtype=torch.float32 if interp else q.dtype, device=q.device)
     lo, hi = _visible_keys(Tq, Tk, window, q_offset, k_offset)
-    if Tq == 0:
-        return out.to(q.dtype)
-    if hi <= lo:
+    if Tq == 0 or hi <= lo:
         return out.zero_().to(q.dtype)
     block_d = max(16, triton.next_power_of_2(D))
-    block_m = 64 if interp else (64 if block_d <= 64 else 32)
+    block_m = 64 if interp or block_d <= 64 else 32
     block_n = 64 if interp else 32
     grid = (triton.cdiv(Tq, block_m), Hq)
     _swa_kernel[grid](q, k, v, out,
@@ -203,8 +201,7 @@ def sliding_window_attention_triton(q: torch.Tensor, k: torch.Tensor, v: torch.T
                       v.stride(0), v.stride(1), out.stride(0), out.stride(1),
                       Tq, Tk, D, q_offset, k_offset, window, Hq // Hkv, scale,
                       BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d,
-                      UPCAST=(interp or q.dtype == torch.float32) if upcast is None
-                      else (upcast or q.dtype == torch.float32))
+                      UPCAST=(interp if upcast is None else upcast) or q.dtype == torch.float32)
     return out if out.dtype == q.dtype else out.to(q.dtype)
 
 
@@ -232,7 +229,3 @@ def visible_pairs(Tq: int, Tk: int, window: int, q_offset: int, k_offset: int = 
     lo = torch.clamp(t - window + 1, min=k_offset)
     hi = torch.clamp(t, max=k_offset + Tk - 1)
     return int(torch.clamp(hi - lo + 1, min=0).sum())
-
-
-__all__ = ["sliding_window_attention", "sliding_window_attention_torch",
-           "sliding_window_attention_triton", "visible_pairs", "BACKENDS"]

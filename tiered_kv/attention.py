@@ -62,10 +62,7 @@ def windowed_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window
         chunk = min(tq, max(16, _MAX_SCORES // max(1, hq * (k_offset + k.shape[0]))))
     # Cross-attention (window=None) is a window wide enough to reach position 0.
     win = window if window is not None else q_offset + tq + 1
-    if window is None or q.device.type == "meta":
-        fn = _swa_reference
-    else:
-        fn = sliding_window_attention
+    fn = _swa_reference if window is None or q.device.type == "meta" else sliding_window_attention
     outs = []
     for a in range(0, tq, chunk):
         b = min(tq, a + chunk)
@@ -153,9 +150,9 @@ def _banded_attention(q, k, v, window: int) -> torch.Tensor:
     pad = n * c - t
     if pad:
         q, k, v = (F.pad(x, (0, 0, 0, 0, 0, pad)) for x in (q, k, v))
-    kc, vc = k.view(b, n, c, hk, d), v.view(b, n, c, hk, d)
-    kk = torch.cat([torch.cat([torch.zeros_like(kc[:, :1]), kc[:, :-1]], 1), kc], 2)
-    vv = torch.cat([torch.cat([torch.zeros_like(vc[:, :1]), vc[:, :-1]], 1), vc], 2)
+    # each block's keys: the previous block's (zeros before the first) followed by its own
+    kk, vv = (torch.cat([torch.cat([torch.zeros_like(x[:, :1]), x[:, :-1]], 1), x], 2)
+              for x in (k.view(b, n, c, hk, d), v.view(b, n, c, hk, d)))
     mask = band_mask(torch.arange(c, device=q.device) + c, torch.arange(2 * c, device=q.device), window)
     mask = mask.expand(n, c, 2 * c).clone()
     mask[0, :, :c] = False
