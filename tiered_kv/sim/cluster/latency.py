@@ -87,31 +87,23 @@ def check_fields(obj: object, checks: list[tuple[str, bool, str]]) -> None:
             raise ValueError(f"{type(obj).__name__}.{name}: must be {allowed}, got {value!r}")
 
 
-def mla_kv_bytes_per_token(layers: int = V3_LAYERS, kv_lora_rank: int = V3_KV_LORA_RANK,
-                           rope_dim: int = V3_ROPE_DIM, bytes_per_element: float = 2.0) -> float:
-    """MLA caches one compressed latent plus a RoPE key per layer: layers*(rank+rope)*bytes
-    (defaults: DeepSeek-V3 in BF16).
-
-    The same formula as ``tiered_kv.arch.DEEPSEEK_V3.bytes_per_token`` (a test pins them
-    together); not imported from there because :mod:`tiered_kv.arch` loads torch.
-    """
-    return float(layers * (kv_lora_rank + rope_dim) * bytes_per_element)
+def mla_kv_bytes_per_token() -> float:
+    """DeepSeek-V3's MLA KV per token in BF16: one compressed latent plus a RoPE key per layer,
+    layers*(rank+rope)*2 bytes. The formula of ``tiered_kv.arch.DEEPSEEK_V3.bytes_per_token`` (a
+    test pins them together), not imported from there because :mod:`tiered_kv.arch` loads torch."""
+    return float(V3_LAYERS * (V3_KV_LORA_RANK + V3_ROPE_DIM) * 2.0)
 
 
-def prefill_flops(linear_flops_per_token: float = 2 * V3_ACTIVE_PARAMS,
-                  pair_flops: float = 2 * V3_HEADS * (V3_QK_DIM + V3_V_DIM) * V3_LAYERS,
-                  ) -> tuple[float, float]:
-    """(FLOP per token, FLOP per token^2) of a causal prefill (defaults: DeepSeek-V3):
-    cost(n) = a*n + b*n^2, half of the ``pair_flops`` query-key pairs under a causal mask."""
-    return linear_flops_per_token, pair_flops / 2.0
+#: (FLOP per token, FLOP per token^2) of a causal DeepSeek-V3 prefill, cost(n) = a*n + b*n^2: two
+#: FLOP per active parameter, and half of the n^2 query-key pairs under a causal mask.
+V3_PREFILL_FLOPS = (2 * V3_ACTIVE_PARAMS, 2 * V3_HEADS * (V3_QK_DIM + V3_V_DIM) * V3_LAYERS / 2.0)
 
 
-def calibrate_machine_flops(miss_tokens: int = CALIBRATION_TOKENS,
-                            miss_seconds: float = CALIBRATION_MISS_S) -> float:
-    """Effective FLOP/s of one machine so that a ``miss_tokens`` miss takes ``miss_seconds``
-    (defaults: DeepSeek's 13 s for 128K tokens)."""
-    fa, fb = prefill_flops()
-    return (fa * miss_tokens + fb * miss_tokens**2) / miss_seconds
+def calibrate_machine_flops() -> float:
+    """Effective FLOP/s of one machine so that a miss of :data:`CALIBRATION_TOKENS` takes
+    :data:`CALIBRATION_MISS_S` (DeepSeek's 13 s for 128K tokens)."""
+    fa, fb = V3_PREFILL_FLOPS
+    return (fa * CALIBRATION_TOKENS + fb * CALIBRATION_TOKENS**2) / CALIBRATION_MISS_S
 
 
 @dataclass(frozen=True)
@@ -149,24 +141,18 @@ class LatencyConfig:
         return replace(self, **changes)
 
 
+PRESETS = ("deepseek-v3", "deepseek-v3-fp4")
+
+
 def preset(name: str = "deepseek-v3") -> LatencyConfig:
     """Named configurations: ``deepseek-v3`` (BF16 MLA KV) and ``deepseek-v3-fp4`` (890 B/token)."""
+    if name not in PRESETS:
+        raise ValueError(f"latency preset: unknown {name!r}; choose deepseek-v3 or deepseek-v3-fp4")
     flops = calibrate_machine_flops()
-    fa, fb = prefill_flops()
-    base = LatencyConfig(
-        kv_bytes_per_token=mla_kv_bytes_per_token(),
-        read_bandwidth_bytes_per_s=float(THREEFS_READ_BANDWIDTH),
-        prefill_a_s_per_token=fa / flops,
-        prefill_b_s_per_token2=fb / flops,
-    )
-    if name == "deepseek-v3":
-        return base
-    if name == "deepseek-v3-fp4":
-        return base.with_(kv_bytes_per_token=float(FP4_KV_BYTES_PER_TOKEN))
-    raise ValueError(f"latency preset: unknown {name!r}; choose deepseek-v3 or deepseek-v3-fp4")
-
-
-PRESETS = ("deepseek-v3", "deepseek-v3-fp4")
+    fa, fb = V3_PREFILL_FLOPS
+    kv = mla_kv_bytes_per_token() if name == "deepseek-v3" else float(FP4_KV_BYTES_PER_TOKEN)
+    return LatencyConfig(kv_bytes_per_token=kv, read_bandwidth_bytes_per_s=float(THREEFS_READ_BANDWIDTH),
+                         prefill_a_s_per_token=fa / flops, prefill_b_s_per_token2=fb / flops)
 
 
 # --- one request, no contention -------------------------------------------------------------

@@ -122,12 +122,12 @@ def _push_front(prv, nxt, head, s):
 
 @njit(cache=True, _nrt=False)
 def touch_arrays(tk, tv, bits, sk, prv, nxt, base, cap, used, mask, ev, parts, total, last, k, ident, now):
-    """Touch block ``ident`` in cache ``k`` (insert at MRU, evicting the LRU entry when full).
+    """Touch block ``ident`` in cache ``k`` (insert at MRU, evicting the LRU entry when full);
+    return the evicted block id, or -1.
 
-    Takes the tier's arrays one by one (callers unpack the tier tuple once, outside their loop:
-    unpacking it on every call costs numba a reference-count update per array). Returns the
-    evicted block id, or -1. The evicted entry's last-touch time
-    stays readable in ``last`` (idle age at eviction = now - last) until it is touched again.
+    Takes the tier's arrays one by one: callers unpack the tier tuple once, outside their loop
+    (numba pays a reference-count update per array on every unpack). The evicted entry's
+    last-touch time stays readable in ``last`` (idle age at eviction) until it is touched again.
     """
     bit = np.uint64(1) << np.uint64(k)
     head = total + 2 * k
@@ -167,9 +167,3 @@ def touch_arrays(tk, tv, bits, sk, prv, nxt, base, cap, used, mask, ev, parts, t
         last[ident] = now
     return victim
 
-
-@njit(cache=True)
-def touch(tier, k, ident, now):
-    """:func:`touch_arrays` on a tier tuple (convenient; slower inside hot loops)."""
-    tk, tv, bits, sk, prv, nxt, base, cap, used, mask, ev, parts, total, last = tier
-    return touch_arrays(tk, tv, bits, sk, prv, nxt, base, cap, used, mask, ev, parts, total, last, k, ident, now)

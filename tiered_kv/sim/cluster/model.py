@@ -245,7 +245,7 @@ def _run(offsets, blocks, ts, n_input, cls, window_idx, nodes, routing, rand_mac
 # --- driver -----------------------------------------------------------------------------------
 
 def simulate_cluster(trace, config: ClusterConfig, ssd_policy: Any = None,
-                     options: Any = None, progress: bool | None = None) -> ClusterResult:
+                     progress: bool | None = None) -> ClusterResult:
     """Replay ``trace`` (a frame or a :class:`~tiered_kv.sim.trace_replay.CompiledTrace`) on a cluster.
 
     ``ssd_policy``: ``None`` for a capacity-LRU SSD tier (``config.ssd_capacity_tokens``), or a
@@ -254,7 +254,7 @@ def simulate_cluster(trace, config: ClusterConfig, ssd_policy: Any = None,
     """
     from tiered_kv.sim.trace_replay import CompiledTrace, compile_trace
 
-    t = trace if isinstance(trace, CompiledTrace) else compile_trace(trace, options)
+    t = trace if isinstance(trace, CompiledTrace) else compile_trace(trace)
     if t.n_requests == 0:
         raise ValueError("simulate_cluster: the trace has no requests")
     c = config
@@ -405,12 +405,12 @@ def over_time(requests: pl.DataFrame, bin_s: float = HOUR_S) -> pl.DataFrame:
     ).sort(["bin_start_s", "traffic_class"])
 
 
-def latency_of(result: ClusterResult, cfg=None, admission: bool = False) -> dict[str, Any]:
+def latency_of(result: ClusterResult, admission: bool = False) -> dict[str, Any]:
     """TTFT percentiles (per class) and cost of a cluster run through :mod:`tiered_kv.sim.cluster.latency`."""
     from tiered_kv.sim.cluster import latency as lat
 
-    cfg = cfg or lat.preset().with_(kv_bytes_per_token=result.config.kv_bytes_per_token,
-                                    replay_tokens=result.config.replay_tokens)
+    cfg = lat.preset().with_(kv_bytes_per_token=result.config.kv_bytes_per_token,
+                             replay_tokens=result.config.replay_tokens)
     df = result.requests
     q = lat.simulate_queue(cfg, df["timestamp_s"].to_numpy(), df["machine"].to_numpy(),
                            df["input_tokens"].to_numpy(), df["ssd_tokens"].to_numpy(),
