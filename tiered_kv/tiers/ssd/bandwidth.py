@@ -1,33 +1,26 @@
 """Read and write bandwidth limits of the SSD tier: token buckets shared per store and process group.
 
-An experiment knob, not a production throttle, and so a wrapper (:class:`PacedBackend`) around
-whichever backend the store has, rather than code inside each backend:
-``SSDTier(..., config=SSDConfig(read_bandwidth="2GiB/s"))``
-emulates a client whose link to the store carries 2 GiB/s, so a benchmark on a laptop can ask
-what a DeepSeek-like 40 GiB/s client, or a congested one, would see. Every ``SSDTier`` of one
-*process group* (``os.getpgrp()``: a command and the worker processes it forks or spawns) that
-opens the same store (same path or URL) with a limit shares one bucket per direction, as the
-engines of one machine share its NIC; opening the same store with a different limit is an error
-rather than a silent second link. ``link_bandwidth=`` is one bucket for reads and writes
-together (a half-duplex link: misses writing their blocks slow the restores reading theirs, the
-assumption of :func:`tiered_kv.sim.cluster.latency.simulate_queue`'s one queue).
+An experiment knob, not a production throttle, so a wrapper (:class:`PacedBackend`) around any
+backend: ``SSDConfig(read_bandwidth="2GiB/s")`` emulates a client whose link to the store
+carries 2 GiB/s, so a benchmark on a laptop can ask what a 40 GiB/s client, or a congested
+one, would see. Every tier of one *process group* (``os.getpgrp()``: a command and the workers
+it starts) on the same store (same path or URL) shares one bucket per direction, as the
+engines of one machine share its NIC; another limit on that store is an error, not a silent
+second link. ``link_bandwidth=`` is one bucket for reads and writes together (a half-duplex
+link, the assumption of :func:`tiered_kv.sim.cluster.latency.simulate_queue`'s one queue).
 
 The bucket is debt-based: a transfer of ``n`` bytes takes its tokens at once, even into debt,
-and the caller then sleeps until the debt is paid back at ``rate`` bytes per second. So a
-single transfer larger than the burst still passes (after its time on the link), throughput
-over any window longer than ``burst / rate`` is at most ``rate``, and concurrent callers queue
-fairly by arrival. Waits use the monotonic wall clock (``CLOCK_MONOTONIC``, one clock for every
-process of the machine): it is a link, not a simulated one.
+and the caller sleeps until the debt is repaid at ``rate`` bytes per second. So a transfer
+larger than the burst still passes, throughput over any window longer than ``burst / rate`` is
+at most ``rate``, and callers queue fairly by arrival. Waits use the monotonic wall clock: it
+is a link, not a simulated one.
 
-Sharing between processes: the bucket's state (rate, burst, tokens, time) is 32 bytes in a
-file under ``/dev/shm`` (else the temp dir) named by the process group and a digest of the
-store and direction, updated under an exclusive ``flock``. Each process using it holds a shared
-``flock`` on a companion ``.users`` file, so a file nobody holds is stale (its processes are
-gone) and the next opener starts it afresh, at its own rate; the last user to close its tiers
-(or exit normally) removes both files. A process killed outright leaves them behind: 32 bytes
-and an empty file, harmless, reset by the next opener of that store in a group of that id.
-Where ``fcntl`` is missing (not POSIX) the bucket is per process. Within a process every tier
-gets the same bucket object.
+Between processes, the state (rate, burst, tokens, time: 32 bytes) is a file under ``/dev/shm``
+(else the temp dir) named by the process group, store and direction, updated under an
+exclusive ``flock``. Each user holds a shared ``flock`` on a companion ``.users`` file, so a
+file nobody holds is stale and the next opener starts it afresh at its own rate; the last user
+to close removes both (a process killed outright leaves them, harmless, reset by the next
+opener). Without ``fcntl`` (not POSIX) the bucket is per process.
 """
 
 from __future__ import annotations

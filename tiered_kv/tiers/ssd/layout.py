@@ -172,12 +172,17 @@ def group_problem(data: bytes | None) -> str | None:
     return None
 
 
+def raise_first(results: list) -> list:
+    """``results`` (per item, a value or the exception that stopped it), raising the first exception."""
+    for r in results:
+        if isinstance(r, Exception):
+            raise r
+    return results
+
+
 def read_object(backend, path: str) -> bytes | None:
     """The object at ``path`` (None: there is none); a failed read raises."""
-    data = backend.get_many([path])[0]
-    if isinstance(data, Exception):
-        raise data
-    return data
+    return raise_first(backend.get_many([path]))[0]
 
 
 def _fix_group(backend, path: str, doc: bytes) -> str | None:
@@ -191,9 +196,7 @@ def _fix_group(backend, path: str, doc: bytes) -> str | None:
 
 def write_all(backend, items: list[tuple[str, bytes]], *, create: bool = False) -> None:
     """Write ``items`` (put-if-absent with ``create``); raise the first failure."""
-    for err in backend.write(items, create=create):
-        if isinstance(err, Exception):
-            raise err
+    raise_first(backend.write(items, create=create))
 
 
 def ensure_layout(backend, namespace=None) -> list[tuple[str, str]]:

@@ -11,13 +11,11 @@ success only if it passes the checks a reader applies, else overwrites it (it wa
 service that ignores ``If-None-Match`` makes this last writer wins, still safe: both wrote the
 KV of the same prefix.
 
-Recency without a central index. Rejected: object metadata (immutable on S3, so a touch is a
-server-side copy racing GC, and LIST does not return it: a HEAD per chunk) and per-writer access
-logs (S3 has no append: segment objects GC must fold and compact; a dead writer's unflushed
-segment is lost). Chosen: what the local layout does, one tiny record per ``get_prefix`` on the
-prefix's *tail* key, overwritten in place off the read path; GC propagates each tail's time to
-its ancestors. Two readers of one tail racing can leave the earlier time: the prefix then looks
-older by at most the gap between them.
+Recency as on a local directory (:mod:`.layout`): one tiny record per prefix tail, overwritten
+in place off the read path. Rejected: object metadata (immutable on S3, so a touch is a
+server-side copy racing GC, and LIST does not return it) and per-writer access logs (S3 has no
+append). Two readers of one tail racing can leave the earlier time: the prefix then looks older
+by at most the gap between them.
 
 Errors: an unreachable endpoint, a missing bucket or rejected credentials raise
 :class:`StoreAccessError` (a ValueError: the CLI prints one line) within ``ACCESS_TIMEOUT_S``;
@@ -165,21 +163,14 @@ class ObjectBackend(ZarrBackend):
         except Exception as exc:  # noqa: BLE001 - classified into one line
             raise access_error(self.store, exc, ACCESS_TIMEOUT_S) from None
 
-    def _list(self, prefix: str) -> list[dict]:
-        """Metadata of every object under ``prefix`` (one LIST, pages of 1000)."""
+    def versions(self, prefix: str) -> dict[str, str]:
+        """``{path: version}`` (ETag, else size and mtime) of the objects under ``prefix``, one listing."""
         import obstore as obs
 
         async def listing() -> list[dict]:
             return [m async for batch in obs.list(self.obs_store, prefix=prefix) for m in batch]
 
-        return sync(listing())
-
-    def size_of_prefix(self, prefix: str) -> int:
-        return sum(m["size"] for m in self._list(prefix))
-
-    def versions(self, prefix: str) -> dict[str, str]:
-        """``{path: version}`` (ETag, else size and mtime) of the objects under ``prefix``, one listing."""
-        return {m["path"]: m.get("e_tag") or f"{m['size']}@{m['last_modified']}" for m in self._list(prefix)}
+        return {m["path"]: m.get("e_tag") or f"{m['size']}@{m['last_modified']}" for m in sync(listing())}
 
     # ------------------------------------------------------------------ reads
 
@@ -191,22 +182,6 @@ class ObjectBackend(ZarrBackend):
             return bytes(await (await obs.get_async(self.obs_store, path)).bytes_async())
         except FileNotFoundError:
             return None
-
-    def exists(self, paths: Sequence[str]) -> list[bool]:
-        import obstore as obs
-
-        async def head(p: str) -> bool:
-            try:
-                await obs.head_async(self.obs_store, p)
-                return True
-            except FileNotFoundError:
-                return False
-
-        res = sync(layout.bounded((head(p) for p in paths), self.concurrency))
-        for r in res:
-            if isinstance(r, Exception):
-                raise r
-        return res
 
     def present_for_put(self, paths: Sequence[str]) -> list[bool]:
         """Which chunks a put can skip. One HEAD of the last chunk first: if it is missing, the

@@ -115,14 +115,12 @@ class RetentionArgs(TypedDict, total=False):
 class SSDTier:
     """Global KV chunks in a Zarr v3 store (see the module docstring).
 
-    ``store``: a path, a URL (``s3://bucket/prefix``: obstore, configured from the environment;
-    ``memory://``: fsspec), a zarr v3 Store, an obstore store, a backend, or None for
-    ``~/.cache/tiered-kv/ssd``. ``clock`` (seconds; injected so tests and simulations drive days
-    in milliseconds). What to keep is a :class:`RetentionPolicy`, given whole as ``retention`` or
-    by its settings: ``capacity_bytes`` (int or "100GiB"), ``high_watermark``/``low_watermark``
-    (fractions), ``ttl`` (a duration for all classes or ``{"agent": "3d", "chatbot": "7d"}``),
-    ``traffic_classes`` (if given, ``put`` rejects others). How to drive the store is an
-    :class:`~tiered_kv.tiers.ssd.config.SSDConfig`.
+    ``store``: anything :mod:`.backend` opens (a path, a URL such as ``s3://bucket/prefix`` or
+    ``memory://``, a zarr v3 Store, an obstore store, a backend; None: ``~/.cache/tiered-kv/ssd``).
+    ``clock`` (seconds) is injected so tests and simulations drive days in milliseconds. What to
+    keep is a :class:`RetentionPolicy`, given whole as ``retention`` or by its settings
+    (:class:`RetentionArgs`, e.g. ``capacity_bytes="100GiB", ttl={"agent": "3d"}``); how to
+    drive the store is an :class:`~tiered_kv.tiers.ssd.config.SSDConfig`.
     """
 
     def __init__(self, store=None, *, namespace: Namespace, clock: Callable[[], float] = time.time,
@@ -190,10 +188,6 @@ class SSDTier:
         """Add each value to its counter (``_count(puts=1, blocks_written=n)``), under one lock."""
         with self._counters_lock:
             self.counters.update(counts)
-
-    def _counts(self) -> dict:
-        with self._counters_lock:
-            return dict(self.counters)
 
     def _full(self, exc: BaseException, what: str, *, stacklevel: int) -> bool:
         """Count and warn when ``exc`` says the store is full (ENOSPC and the like); else False."""
@@ -447,7 +441,6 @@ class SSDTier:
         """Delete the chunks of every full block of ``tokens`` (or one key); return how many existed."""
         keys = self._keys(tokens_or_key)
         paths = [layout.chunk_path(k) for k in keys]
-
         present = self.backend.exists(paths)
         self.backend.delete(paths)
         return sum(present)
@@ -457,8 +450,10 @@ class SSDTier:
     def stats(self, *, progress: bool = False) -> dict:
         """Chunks, bytes, by class, by namespace, age histogram, and this process's counters."""
         self.flush()
+        with self._counters_lock:
+            counters = dict(self.counters)
         return store_stats(self.backend, now=float(self.clock()), policy=self.policy, progress=progress,
-                           counters=self._counts())
+                           counters=counters)
 
     def verify(self, *, repair: bool = True, progress: bool = False) -> dict:
         """Read every chunk and check it; with ``repair`` remove corrupt chunks and stale partials."""

@@ -82,7 +82,7 @@ class ZarrBackend:
             part = _prefix(_caught(read_one, i) for i in idx)
             return part + [None] * (len(idx) - len(part))
 
-        return _raised(_prefix(self._fan_out(n, work)))
+        return layout.raise_first(_prefix(self._fan_out(n, work)))
 
     def _each(self, op: str, args: list[tuple]) -> list:
         """``store.<op>(*a)`` for each ``a``: zarr's sync API over the I/O threads, else its async
@@ -90,17 +90,7 @@ class ZarrBackend:
         if not self.sync_path:
             return sync(layout.bounded((getattr(self.store, op)(*a) for a in args), self.concurrency))
         call = getattr(self.store, f"{op}_sync")
-
-        def work(idx: range) -> list:
-            out = []
-            for i in idx:
-                try:
-                    out.append(call(*args[i]))
-                except Exception as exc:  # noqa: BLE001 - the caller decides (ENOSPC: warn)
-                    out.append(exc)
-            return out
-
-        return self._fan_out(len(args), work)
+        return self._fan_out(len(args), lambda idx: [_caught(lambda i: call(*args[i]), i) for i in idx])
 
     def _get(self, path: str, byte_range=None) -> bytes | None:
         """One object through zarr's sync API, as :meth:`_found` reads it."""
@@ -119,14 +109,9 @@ class ZarrBackend:
         return self._found(path, got)
 
     def _found(self, path: str, got) -> bytes | None:
-        """What one read of ``path`` found, as every read path returns it: the object's bytes,
-        None where nothing is there, or NOT_A_FILE where a directory is (an obstacle, which must
-        not read as a plain miss: see the module docstring).
-
-        ``got`` is the read's result (a zarr Buffer, bytes or None) or the OSError it raised; any
-        other error is raised. A directory shows as IsADirectoryError, or as None (zarr's
-        LocalStore reads a directory as missing), hence the ``is_dir`` look at a None.
-        """
+        """What one read of ``path`` found (``got``: a Buffer, bytes, None or the OSError raised):
+        the bytes, None where nothing is, or NOT_A_FILE where a directory is (an obstacle, not a
+        plain miss). zarr's LocalStore reads a directory as None, hence the ``is_dir`` look."""
         if type(got) is bytes:  # the common case first: this runs once per chunk read
             return got
         if isinstance(got, IsADirectoryError) or (got is None and self.is_dir(path)):
@@ -158,17 +143,17 @@ class ZarrBackend:
                 nxt[0] += 1
                 try:
                     out[i] = await self._aget(paths[i])
-                except Exception as exc:  # noqa: BLE001 - raised by _raised if it is in the prefix
+                except Exception as exc:  # noqa: BLE001 - raised if it is in the prefix
                     out[i] = exc
                 if out[i] is None or _ends_prefix(out[i]):
                     stop[0] = min(stop[0], i + 1)
 
         await asyncio.gather(*(worker() for _ in range(min(self.concurrency, len(paths)))))
-        return _raised(_prefix(out))
+        return layout.raise_first(_prefix(out))
 
     def exists(self, paths: Sequence[str]) -> list[bool]:
         if not self.sync_path:
-            return [r is True for r in sync(layout.bounded((self.store.exists(p) for p in paths), self.concurrency))]
+            return layout.raise_first(sync(layout.bounded((self.store.exists(p) for p in paths), self.concurrency)))
         one = RangeByteRequest(0, 1)
         return [self.store.get_sync(p, prototype=self._proto, byte_range=one) is not None for p in paths]
 
@@ -178,11 +163,8 @@ class ZarrBackend:
 
     def write(self, items: Sequence[tuple[str, bytes]], *, create: bool = False, verify=None) -> list:
         """Publish every object (atomically per object); per item, None or the exception.
-
-        ``create``/``verify`` (put-if-absent, checking what is there) matter to object stores;
-        here a chunk is written whole under a temporary name and renamed over whatever was there,
-        which is just as safe: two writers of one key write the same KV.
-        """
+        ``create``/``verify`` (put-if-absent) are for object stores: renaming over an existing
+        chunk is just as safe, two writers of one key write the same KV."""
         res = self._each("set", [(p, layout.buffer(b)) for p, b in items])
         return [r if isinstance(r, Exception) else None for r in res]
 
@@ -222,11 +204,8 @@ class ZarrBackend:
                                        for p in paths), on_done=done))
             return [r if r is None or isinstance(r, Exception) else layout.as_bytes(r) for r in res]
         out: list[bytes | None | Exception] = []
-        for p in paths:
-            try:
-                out.append(self._get(p, byte_range))
-            except Exception as exc:  # noqa: BLE001 - returned like the async path does
-                out.append(exc)
+        for i in range(len(paths)):
+            out.append(_caught(lambda i: self._get(paths[i], byte_range), i))
             if on_done is not None:
                 on_done(1)
         return out
@@ -366,12 +345,8 @@ class LocalBackend(ZarrBackend):
         return any((self.root / layout.CHUNKS / h).is_dir() for h in layout.SHARDS)
 
     def precreate_shards(self) -> None:
-        """Create the 16 ``chunks/<h>`` and ``access/<h>`` directories now.
-
-        LocalStore creates a shard directory on the first write into it, and a mkdir costs about as
-        much as writing a chunk, so a long-lived store (or a benchmark of its steady state) creates
-        them once up front.
-        """
+        """Create the 16 ``chunks/<h>`` and ``access/<h>`` directories now (LocalStore makes one
+        on the first write into it, a mkdir that costs about as much as writing a chunk)."""
         for prefix in (layout.CHUNKS, layout.ACCESS):
             for h in layout.SHARDS:
                 os.makedirs(self.root / prefix / h, exist_ok=True)
@@ -410,7 +385,7 @@ def _sharded_listing(root: Path, prefix: str) -> tuple[list[str], dict[str, str]
 def _prefix(found: Iterable[bytes | None | Exception]) -> list:
     """What a prefix read returns of ``found`` (the objects at its paths, in order): up to the
     first None, and through the first NOT_A_FILE (the tier removes it) or the first read error
-    (:func:`_raised` raises it); nothing after is read. So an error on a path past a miss is never
+    (the caller raises it); nothing after is read. So an error on a path past a miss is never
     the caller's, whichever read path (one thread, a pool of them, zarr's async API) met it."""
     out = []
     for data in found:
@@ -427,18 +402,13 @@ def _ends_prefix(data) -> bool:
     return data is layout.NOT_A_FILE or isinstance(data, Exception)
 
 
-def _caught(read_one: Callable[[int], bytes | None], i: int) -> bytes | None | Exception:
+def _caught(call: Callable[[int], object], i: int):
+    """``call(i)``, or the exception it raised (the caller decides: ENOSPC warns, a prefix read
+    raises one that is in its prefix)."""
     try:
-        return read_one(i)
-    except Exception as exc:  # noqa: BLE001 - raised by _raised if it is in the prefix
+        return call(i)
+    except Exception as exc:  # noqa: BLE001 - returned to the caller, which decides
         return exc
-
-
-def _raised(prefix: list) -> list[bytes]:
-    """``prefix`` (from :func:`_prefix`), raising the read error that ends it, if one does."""
-    if prefix and isinstance(prefix[-1], Exception):
-        raise prefix[-1]
-    return prefix
 
 
 def _read_file(path: str) -> bytes | OSError:
