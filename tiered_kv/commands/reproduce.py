@@ -6,8 +6,8 @@ inputs used and the difference. ``--quick`` uses small sizes (for CI).
 
 Each figure gets its own progress bar, sized by that figure's last build time at the same size
 (kept in its saved section), so a long figure shows how far along it is rather than a frozen
-line. ``--jobs N`` builds N figures at once in separate processes, the longest first: figures
-are independent, and most of them use one core.
+line. Figures are built in separate processes, ``--jobs N`` of them at once, the longest first:
+figures are independent, and most of them use one core.
 """
 
 from __future__ import annotations
@@ -56,12 +56,7 @@ def run(args: argparse.Namespace) -> int:
     mode = "quick" if args.quick else "full"
     expected = {m.NAME: last_build_s(out, m.NAME, mode) for m in mods}
     t0 = time.perf_counter()
-    if args.jobs > 1 and len(mods) > 1:
-        _build_parallel(mods, out, args.quick, expected, args.jobs)
-    else:
-        for m in mods:
-            with FigureBar(m.NAME, expected[m.NAME]):
-                build_figure(m.__name__, out, args.quick)
+    _build(mods, out, args.quick, expected, args.jobs)
     write_report(out, every, mode)
     print(f"wrote {len(mods)} figures and {out / 'REPORT.md'} in {time.perf_counter() - t0:.0f} s")
     return 0
@@ -89,17 +84,15 @@ def last_build_s(out: Path, name: str, mode: str) -> float | None:
 
 
 class FigureBar:
-    """One figure's progress bar: seconds elapsed against its last build time (ticked by a thread).
+    """One figure's progress bar: seconds elapsed against its last build time, ticked while the
+    build runs in another process.
 
     Why time: a figure's build is one call into the package, which reports no steps of its own;
     its last build at the same size is the best estimate there is of how long it takes. A bar
-    without an estimate (first build) counts seconds. Used as a context manager around a build,
-    or driven by :meth:`tick` when the build runs in another process.
+    without an estimate (first build) counts seconds.
     """
 
-    def __init__(self, name: str, expected_s: float | None, thread: bool = True) -> None:
-        import threading
-
+    def __init__(self, name: str, expected_s: float | None) -> None:
         from tqdm.auto import tqdm
 
         self.t0 = time.perf_counter()
@@ -108,30 +101,13 @@ class FigureBar:
         self.bar = tqdm(total=total, desc=name, unit="s", leave=True, disable=None,  # off when not a terminal
                         bar_format="{desc:<28} {percentage:3.0f}%|{bar}| {n:.0f}/{total:.0f} s (last build)"
                         if total else "{desc:<28} {n:.0f} s (first build)")
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True) if thread else None
-        if self._thread is not None:
-            self._thread.start()
 
     def tick(self) -> None:
         elapsed = time.perf_counter() - self.t0
         self.bar.n = min(elapsed, self.bar.total * 0.99) if self.bar.total else elapsed
         self.bar.refresh()
 
-    def _run(self) -> None:
-        while not self._stop.wait(0.5):
-            self.tick()
-
-    def __enter__(self) -> FigureBar:
-        return self
-
-    def __exit__(self, exc_type, *exc) -> None:
-        self.finish(failed=exc_type is not None)
-
     def finish(self, failed: bool = False) -> None:
-        self._stop.set()
-        if self._thread is not None and self._thread.is_alive():
-            self._thread.join()
         elapsed = time.perf_counter() - self.t0
         if self.bar.total:
             self.bar.total = max(self.bar.total, round(elapsed, 1))
@@ -142,7 +118,7 @@ class FigureBar:
             print(f"{self.name:<28} {'failed after' if failed else 'built in'} {elapsed:.1f} s", flush=True)
 
 
-def _build_parallel(mods, out: Path, quick: bool, expected: dict, jobs: int) -> None:
+def _build(mods, out: Path, quick: bool, expected: dict, jobs: int) -> None:
     """Build ``mods`` in ``jobs`` processes, the longest (by last build) first, one bar each."""
     import multiprocessing as mp
     from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
@@ -154,13 +130,13 @@ def _build_parallel(mods, out: Path, quick: bool, expected: dict, jobs: int) -> 
         try:
             while pending:
                 for f in [f for f in pending if f.running() and f not in bars]:  # a bar when it starts
-                    bars[f] = FigureBar(pending[f].NAME, expected[pending[f].NAME], thread=False)
+                    bars[f] = FigureBar(pending[f].NAME, expected[pending[f].NAME])
                 done, _ = wait(list(pending), timeout=0.5, return_when=FIRST_COMPLETED)
                 for bar in bars.values():
                     bar.tick()
                 for f in done:
                     m = pending.pop(f)
-                    bar = bars.pop(f, None) or FigureBar(m.NAME, expected[m.NAME], thread=False)
+                    bar = bars.pop(f, None) or FigureBar(m.NAME, expected[m.NAME])
                     bar.finish(failed=f.exception() is not None)
                     f.result()  # a figure that failed stops the build with its own error
         except BaseException:
