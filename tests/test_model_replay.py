@@ -3,8 +3,7 @@
 import pytest
 import torch
 
-from tiered_kv.decoder_only import DecoderOnly
-from tiered_kv.model import EncoderDecoder, ModelConfig, preset
+from tiered_kv.model import DecoderOnly, EncoderDecoder, ModelConfig, preset
 from tiered_kv.tiers.host import HostEntry, HostTier
 
 

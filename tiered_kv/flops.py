@@ -21,8 +21,7 @@ def prefill_flops(n: int, cfg=None, replays=None) -> dict:
     import torch
     from torch.utils.flop_counter import FlopCounterMode
 
-    from tiered_kv.decoder_only import DecoderOnly
-    from tiered_kv.model import EncoderDecoder, preset
+    from tiered_kv.model import DecoderOnly, EncoderDecoder, preset
 
     cfg = cfg or preset("small")
     r = cfg.replay

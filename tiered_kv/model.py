@@ -23,8 +23,8 @@ Design choices worth knowing:
   The model reads its context only through the KV the tiers hold: there is no path from
   earlier token ids to the output except the global KV and the window caches, so what FP4 or
   bounded replay does to that KV is what the model's answers feel.
-- :class:`tiered_kv.decoder_only.DecoderOnly` is a plain decoder-only transformer of the same
-  depth (L_e+L_d sliding-window layers, each with its own KV), the baseline for prefill FLOP counts.
+- :class:`DecoderOnly` is a plain decoder-only transformer of the same depth (L_e+L_d
+  sliding-window layers, each with its own KV), the baseline for prefill FLOP counts.
 """
 
 from __future__ import annotations
@@ -472,6 +472,25 @@ class EncoderDecoder(nn.Module):
 def _check_state(state: WindowState | None, start: int, what: str) -> None:
     if state is not None and state.end != start:
         raise ValueError(f"{what}: windows end at position {state.end}, cannot continue at {start}")
+
+
+class DecoderOnly(nn.Module):
+    """The baseline of :mod:`tiered_kv.flops`: a plain decoder-only stack of the same depth
+    (L_e+L_d sliding-window layers built from the same blocks, each with its own KV)."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        self.layers = nn.ModuleList(SWALayer(cfg, cross=False) for _ in range(cfg.enc_layers + cfg.dec_layers))
+        self.norm = nn.RMSNorm(cfg.d_model, eps=cfg.norm_eps)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        """Prefill of all N tokens; returns the last position's logits."""
+        x = self.embed(tokens)
+        for layer in self.layers:
+            x, _ = layer(x, 0, None, self.cfg.window, 0)
+        return F.linear(self.norm(x[-1:]), self.embed.weight)
 
 
 # --------------------------------------------------------------------------- checkpoints
