@@ -86,10 +86,6 @@ class TrainConfig:
              and all(isinstance(n, int) and n >= 2 for _, n in self.curriculum), "curriculum",
              "(start fraction, sequence length) phases, fractions increasing within [0, 1), lengths integers >= 2")
 
-    @property
-    def tokens_per_step(self) -> int:
-        return self.batch * self.seq_len
-
     def tokens_seen(self, steps: int) -> int:
         """Tokens in the first ``steps`` steps' batches, under the curriculum."""
         return sum(b * s for b, s in map(self.shape_at, range(steps)))
@@ -100,7 +96,7 @@ class TrainConfig:
         for frac, phase_len in self.curriculum:
             if step >= frac * self.steps:
                 length = phase_len
-        return max(1, self.tokens_per_step // length), length
+        return max(1, self.batch * self.seq_len // length), length
 
 
 TRAIN_PRESETS: dict[str, TrainConfig] = {
