@@ -17,29 +17,26 @@ workload of :mod:`tiered_kv.sim.workload.synth`) and ``seed``; settings that do 
     policy = "lru"
     capacity = "inf"
 
-Why one file per point: a point is the unit of work and of failure. Each result is one row
-(its axes, the metrics of :func:`tiered_kv.sim.cluster.simulate_cluster` and the latency model,
-the exact point as JSON and the package version) written to ``<out>/point-<id>.parquet`` by the
-driver, under a name that is a hash of the point, so a re-run skips what is there (resume) and a
-changed point never reuses an old answer. Workers only compute; nothing needs a shared disk.
+Why one file per point: a point is the unit of work and of failure. The driver writes each
+result row (axes, cluster and latency metrics, the point as JSON, the package version) to
+``<out>/point-<id>.parquet``, named by a hash of the point, so a re-run skips what is there and
+a changed point never reuses an old answer. Workers only compute; nothing needs a shared disk.
 
-Where points run: on Ray when it is installed (``pip install tiered-kv[cluster]``): ``ray.init()``
-starts a local one, ``address=`` joins a cluster, one remote task per point. Without Ray (or
-``backend="pool"``) a local process pool runs the same function and the driver writes the same
-rows; only ``elapsed_s`` differs. Each worker process keeps the last generated workloads
-(points are submitted grouped by workload, so a worker rarely generates one twice).
+Where points run: one Ray task per point when Ray is installed (``pip install
+tiered-kv[cluster]``; ``address=`` joins a cluster), else (or ``backend="pool"``) a local
+process pool running the same function; only ``elapsed_s`` differs. Points are submitted
+grouped by workload and each worker keeps its last workloads, so it rarely generates one twice.
 
-Determinism. A row depends only on its point and on the simulator's source, never on which
-worker ran it or what that worker ran before. Two things keep it so:
+Determinism: a row depends only on its point and the simulator's source, never on which worker
+ran it or what it ran before.
 
-* the workload a worker keeps is shared by its points, so its arrays are read-only
-  (:func:`_read_only`): a replay that wrote into one would raise instead of changing the
-  points after it (numba refuses to compile a store into a read-only array);
-* every row records ``code_digest``, a hash of the simulator source the worker imported
-  (:func:`code_digest`). Workers import the package when they start, so a checkout edited
-  while a sweep runs (several people, one working tree) gives rows of two codes; the sweep
-  then stops with an error naming the points instead of returning them mixed, and a resumed
-  sweep recomputes every row whose digest is not the checkout's.
+* A kept workload is shared by its points, so its arrays are read-only (:func:`_read_only`): a
+  replay that wrote into one raises (numba refuses to compile the store) instead of changing
+  the points after it.
+* Every row records ``code_digest``, a hash of the simulator source its worker imported
+  (:func:`code_digest`). A checkout edited while a sweep runs gives rows of two codes; the
+  sweep then stops naming the points instead of returning them mixed, and a resumed sweep
+  recomputes every row whose digest is not the checkout's.
 """
 
 from __future__ import annotations
@@ -154,7 +151,7 @@ class SweepPoint:
         """The point as plain JSON values (what the Parquet file's ``config`` column holds)."""
         d = asdict(self)
         d["ttl_seconds"] = None if self.ttl_seconds is None else dict(self.ttl_seconds)
-        d["ttl"] = None if self.ttl is None else (dict(self.ttl) if isinstance(self.ttl, Mapping) else self.ttl)
+        d["ttl"] = dict(self.ttl) if isinstance(self.ttl, Mapping) else self.ttl
         d["capacity_tokens"] = None if math.isinf(self.capacity_tokens) else self.capacity_tokens
         return d
 
@@ -253,8 +250,8 @@ CODE_PATHS = ("sim/sweep.py", "sim/trace_replay.py", "sim/cluster", "sim/policie
 
 
 def code_digest(root: str | Path | None = None) -> str:
-    """Hash of the simulator source under ``root`` (default: the installed package) that a row depends on
-    (why: the module docstring): the ``.py`` files of :data:`CODE_PATHS`, by relative path and bytes."""
+    """Hash of the ``.py`` files of :data:`CODE_PATHS` under ``root`` (default: the installed
+    package), by relative path and bytes."""
     root = Path(root) if root is not None else Path(__file__).resolve().parent.parent
     files: list[Path] = []
     for rel in CODE_PATHS:
@@ -270,14 +267,13 @@ def code_digest(root: str | Path | None = None) -> str:
 
 @lru_cache(maxsize=1)
 def _running_code() -> str:
-    """The digest of the code this process runs: read once, at its first point (a process keeps
-    the modules it imported, whatever happens to the files afterwards)."""
+    """The digest of the code this process runs, read at its first point (a process keeps the
+    modules it imported, whatever happens to the files afterwards)."""
     return code_digest()
 
 
 def _read_only(trace):
-    """Mark every array of ``trace`` (fields and cached properties computed so far) read-only
-    (why: the module docstring)."""
+    """Mark every array of ``trace`` (fields and cached properties computed so far) read-only."""
     import numpy as np
 
     for value in vars(trace).values():
@@ -288,7 +284,7 @@ def _read_only(trace):
 
 @lru_cache(maxsize=2)
 def _workload(preset: str, days: float, seed: int):
-    """The compiled workload, shared by the points of one worker and read-only (see the module notes)."""
+    """The compiled workload, shared by the points of one worker and read-only."""
     from tiered_kv.sim.trace_replay import compile_trace
     from tiered_kv.sim.workload.synth import generate
 
@@ -403,8 +399,7 @@ def run_sweep(config: SweepConfig | str | Path, *, out: str | Path | None = None
     out = Path(out) if out is not None else config.out
     if out is None:
         raise ValueError("out: give the results directory (out = ... in the config, or --out)")
-    if backend not in ("auto", "ray", "pool"):
-        _fail("backend", backend, "'auto', 'ray' or 'pool'")
+    _fail("backend", backend, "'auto', 'ray' or 'pool'", ok=backend in ("auto", "ray", "pool"))
     if workers is not None:
         _int_in("workers", workers, 1, 1024)
     if backend == "auto":
@@ -456,13 +451,8 @@ def _run_ray(points: list[SweepPoint], workers: int | None, address: str | None)
 
     started = False
     if not ray.is_initialized():
-        kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False,
-                                  "configure_logging": False}
-        if address:
-            kwargs["address"] = address
-        else:
-            kwargs["num_cpus"] = workers or os.cpu_count() or 1
-        ray.init(**kwargs)
+        where = {"address": address} if address else {"num_cpus": workers or os.cpu_count() or 1}
+        ray.init(include_dashboard=False, log_to_driver=False, configure_logging=False, **where)
         started = True
     try:
         task = ray.remote(num_cpus=1)(run_point)
