@@ -1,25 +1,24 @@
 """Streams that share compute: the admission rule that counts it, and the queue model that has it.
 
-Why this module: :func:`~tiered_kv.sim.cluster.latency.simulate_queue` gives every stream a
-machine of its own, so a restore that is recomputed instead of loaded costs nobody else
-anything. When the streams share cores (engine threads on one CPU, or requests batched on one
-GPU) that is wrong: a recompute adds ``recompute - restore`` seconds of work to cores the other
-streams are using, and under load every prefill in flight slows down. ``tiered-kv bench
-contention`` measured exactly that: where the own-latency rule recomputed a fifth to a third of
-the restores, their p99 went up while the per-machine model predicted a cut.
+Why: :func:`~tiered_kv.sim.cluster.latency.simulate_queue` gives every stream a machine of its
+own, so recomputing a restore instead of loading it costs nobody else anything. When streams
+share cores (engine threads on one CPU, requests batched on one GPU) a recompute adds
+``recompute - restore`` seconds to cores the others use, and under load every prefill in flight
+slows down. ``tiered-kv bench contention`` measured exactly that: where the own-latency rule
+recomputed a fifth to a third of the restores, their p99 rose while the per-machine model
+predicted a cut.
 
-The model (:func:`simulate_shared`): one FIFO link for reads and write-backs (as
-``simulate_queue``), one FIFO compute queue per stream (a stream runs one prefill at a time, as
-an engine does), and ``cores`` units of compute shared by every running prefill by processor
-sharing: with ``m`` prefills running each progresses at ``min(1, cores / m)`` of its isolated
-speed. That is how an operating system time-slices engine threads over cores, and it is the
-first-order picture of concurrent prefills on one accelerator.
+The model (:func:`simulate_shared`): one FIFO link for reads and write-backs, one FIFO compute
+queue per stream (an engine runs one prefill at a time), and ``cores`` units shared by the
+running prefills by processor sharing (each of ``m`` at ``min(1, cores / m)`` of its isolated
+speed): how an OS time-slices engine threads, and the first-order picture of concurrent
+prefills on one accelerator.
 
 The rule (:func:`recompute_pays`) reads a :class:`QueueState`, which the measurement
 (:mod:`tiered_kv.measure.contention`) reads at a restore's arrival and the model simulates: a
-recompute must finish before loading would and also pay for the delay its extra work puts on the
-other busy streams. :func:`decide` names the policies the benchmark compares: ``load`` (never
-recompute), ``own`` (:func:`recompute_is_sooner`, cores ignored) and ``shared`` (this rule).
+recompute must finish first and also pay for the delay its extra work puts on the other busy
+streams. :func:`decide` names the benchmark's policies: ``load`` (never recompute), ``own``
+(:func:`recompute_is_sooner`, cores ignored) and ``shared`` (this rule).
 """
 
 from __future__ import annotations
@@ -62,13 +61,11 @@ def recompute_is_sooner(*, queued_read_s: float, restore_compute_s: float, recom
                         compute_wait_s: float = 0.0) -> bool:
     """The own-latency rule: True when recomputing this restore alone finishes sooner.
 
-    ``queued_read_s``: from now until its prefix would be read (the link's queue ahead of it
-    plus its own transfer); ``restore_compute_s``: compute after loading (suffix and replay);
-    ``recompute_s``: computing the whole prompt; ``compute_wait_s``: until its stream is free.
-    Loading finishes at ``max(wait, queued_read) + restore_compute``, recomputing at
-    ``wait + recompute``. Ties load. It is the inequality of
+    Loading finishes at ``max(compute_wait, queued_read) + restore_compute`` (``queued_read_s``:
+    the link's queue ahead plus its own transfer; ``restore_compute_s``: suffix and replay),
+    recomputing at ``compute_wait + recompute``; ties load. It is the inequality of
     :func:`~tiered_kv.sim.cluster.latency.simulate_queue`'s admission (a test checks the two
-    agree), and it ignores that the recompute's extra work slows every stream on shared cores.
+    agree), and ignores that the extra work slows every stream on shared cores.
     """
     wait = max(compute_wait_s, 0.0)
     return wait + recompute_s < max(wait, queued_read_s) + restore_compute_s
@@ -168,10 +165,9 @@ def simulate_shared(arrival_s, stream, restore, *, restore_s, recompute_s, read_
     shared compute units (processor sharing), deciding restores by ``policy``.
 
     ``restore_s`` / ``recompute_s``: isolated compute of each request loaded / computed whole;
-    ``read_s``: its prefix's time on the link; ``write_s``: its write-back's time on the link,
-    entering the link when its prefill is done (0: nothing written). Events at one instant are
-    handled compute completions first, then reads done, write-backs, arrivals (then by stream or
-    request), so a run is deterministic.
+    ``read_s`` / ``write_s``: its prefix's / write-back's time on the link (a write-back enters
+    it when the prefill is done; 0: nothing written). Events at one instant run compute
+    completions, reads done, write-backs, arrivals (then by stream or request): deterministic.
     """
     arrival = np.asarray(arrival_s, dtype=np.float64)
     stream = np.asarray(stream, dtype=np.int64)
