@@ -74,13 +74,21 @@ def _ttl_ms(ttls_s) -> np.ndarray:
     return np.where(np.isinf(ttls), _CAP_MS, np.minimum(_CAP_MS, np.floor(ttls * 1000.0))).astype(np.int64)
 
 
-def _rates(lead_ms, weight, sel, total, ttl_ms) -> np.ndarray:
-    if total == 0:
-        raise ValueError("traffic_class: no request of this class in the trace")
-    sel = sel & (lead_ms <= _CAP_MS)
-    order = np.argsort(lead_ms[sel], kind="stable")
-    cum = np.concatenate([[0], np.cumsum(weight[sel][order])])
-    return cum[np.searchsorted(lead_ms[sel][order], ttl_ms, side="right")] / total
+def _hit_rates(df: pl.DataFrame, ttls_s, classes: list[str | None]) -> list[np.ndarray]:
+    """Token hit rate at every TTL for the requests of each class in ``classes`` (None: all),
+    reuse times computed once."""
+    lead_ms, weight, req = _lead_ms(df)
+    length, names, ttl_ms = df["input_length"].to_numpy(), df["traffic_class"].to_numpy(), _ttl_ms(ttls_s)
+    out = []
+    for name in classes:
+        keep = np.ones(df.height, dtype=bool) if name is None else names == name
+        if not keep.any():
+            raise ValueError("traffic_class: no request of this class in the trace")
+        sel = keep[req] & (lead_ms <= _CAP_MS)
+        order = np.argsort(lead_ms[sel], kind="stable")
+        cum = np.concatenate([[0], np.cumsum(weight[sel][order])])
+        out.append(cum[np.searchsorted(lead_ms[sel][order], ttl_ms, side="right")] / length[keep].sum())
+    return out
 
 
 def ttl_hit_rates(df: pl.DataFrame, ttls_s, *, traffic_class: str | None = None) -> np.ndarray:
@@ -89,26 +97,15 @@ def ttl_hit_rates(df: pl.DataFrame, ttls_s, *, traffic_class: str | None = None)
     ``traffic_class`` restricts the requests counted (ids of different classes never coincide
     in synthetic traces, so the reuse times are the class's own).
     """
-    lead, weight, req = _lead_ms(df)
-    length = df["input_length"].to_numpy()
-    keep = np.ones(df.height, dtype=bool) if traffic_class is None else \
-        (df["traffic_class"] == traffic_class).to_numpy()
-    return _rates(lead, weight, keep[req], length[keep].sum(), _ttl_ms(ttls_s))
+    return _hit_rates(df, ttls_s, [traffic_class])[0]
 
 
 def ttl_curves(df: pl.DataFrame, ttls_s) -> pl.DataFrame:
-    """Hit rate per class at every TTL, reuse times computed once: traffic_class, ttl_s,
-    token_hit_rate."""
-    lead, weight, req = _lead_ms(df)
-    length = df["input_length"].to_numpy()
-    cls = df["traffic_class"].to_numpy()
+    """Hit rate per class at every TTL: traffic_class, ttl_s, token_hit_rate."""
     ttls = np.atleast_1d(np.asarray(ttls_s, dtype=float))
-    parts = []
-    for name in sorted(set(cls.tolist())):
-        keep = cls == name
-        rates = _rates(lead, weight, keep[req], length[keep].sum(), _ttl_ms(ttls))
-        parts.append(pl.DataFrame({"traffic_class": name, "ttl_s": ttls, "token_hit_rate": rates}))
-    return pl.concat(parts)
+    names = sorted(set(df["traffic_class"].to_list()))
+    return pl.concat([pl.DataFrame({"traffic_class": name, "ttl_s": ttls, "token_hit_rate": rates})
+                      for name, rates in zip(names, _hit_rates(df, ttls, names), strict=True)])
 
 
 def infinite_hit_rate(df: pl.DataFrame, *, traffic_class: str | None = None) -> float:
