@@ -14,7 +14,6 @@ cache is on, as in a normal install (``PYTHONDONTWRITEBYTECODE`` is dropped from
 
 from __future__ import annotations
 
-import argparse
 import os
 import statistics
 import subprocess
@@ -33,11 +32,6 @@ COMMANDS = {
 TARGETS = {"cli_warm_s": 0.8, "cli_cold_s": 2.0}
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--cli-repeat", type=int, default=3,
-                        help="whole-process runs per CLI start-up figure, median kept (0: skip them)")
-
-
 def _cli() -> list[str]:
     """The ``tiered-kv`` console script beside this interpreter, else ``python -m tiered_kv.cli``."""
     script = Path(sys.executable).with_name("tiered-kv")
@@ -51,11 +45,6 @@ def _wall(argv: list[str], cache_dir: str) -> float:
     t0 = time.perf_counter()
     subprocess.run(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True, timeout=600)
     return time.perf_counter() - t0
-
-
-def _cold(argv: list[str]) -> float:
-    with tempfile.TemporaryDirectory(prefix="tiered-kv-numba-cold-", ignore_cleanup_errors=True) as cold_dir:
-        return _wall(argv, cold_dir)
 
 
 def _rounds(argv: dict[str, list[str]], repeat: int) -> dict[str, list[float]]:
@@ -72,7 +61,8 @@ def _rounds(argv: dict[str, list[str]], repeat: int) -> dict[str, list[float]]:
                 times[key].append(_wall(a, warm_dir))
             for name, a in argv.items():
                 times[f"{name}_warm"].append(_wall(a, warm_dir))
-                times[f"{name}_cold"].append(_cold(a))
+                with tempfile.TemporaryDirectory(prefix="tiered-kv-numba-cold-", ignore_cleanup_errors=True) as cold:
+                    times[f"{name}_cold"].append(_wall(a, cold))
     return times
 
 

@@ -46,9 +46,8 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cluster-days", type=float, default=14.0, help="synthetic days for the cluster run")
     parser.add_argument("--cluster-preset", default="mixed", help="synth preset for the cluster run")
     parser.add_argument("--no-cluster", action="store_true", help="skip the cluster-model run (about a minute)")
-    from tiered_kv.bench._cli_startup import add_arguments as add_cli_arguments  # whole-process start-up
-
-    add_cli_arguments(parser)
+    parser.add_argument("--cli-repeat", type=int, default=3,
+                        help="whole-process runs per CLI start-up figure, median kept (0: skip them)")
 
 
 def median_of(fn, repeat: int, runs: dict[str, list[float]], name: str) -> float:

@@ -71,16 +71,13 @@ def _drop_cache(paths: list[Path]) -> None:
             os.close(fd)
 
 
-def _raw_write(dirpath: Path, objs: list[bytes], pool: ThreadPoolExecutor | None) -> list[Path]:
+def _raw_write(dirpath: Path, objs: list[bytes], pool: ThreadPoolExecutor | None) -> None:
     """One plain file per chunk: open, write, close (no temp file, no rename, no fsync)."""
-    paths = [dirpath / f"{i:06d}" for i in range(len(objs))]
-
     def one(i: int) -> None:
-        with open(paths[i], "wb") as f:
+        with open(dirpath / f"{i:06d}", "wb") as f:
             f.write(objs[i])
 
     list((pool.map if pool else map)(one, range(len(objs))))
-    return paths
 
 
 def _raw_read(paths: list[Path], pool: ThreadPoolExecutor | None) -> int:
