@@ -1,11 +1,8 @@
 """The test suite every SSD-tier backend must pass, plus fault-injecting store wrappers.
 
 Use it like zarr's ``StoreTests``: subclass :class:`SSDTierSuite` and give it a ``make_store``
-fixture returning a fresh, empty zarr v3 Store (``tests/test_ssd_store.py``: MemoryStore,
-LocalStore, fsspec; ``tests/test_ssd_s3.py``: S3). Every test drives time through an injected
-clock. The parts: :mod:`.base` (clock, namespace, KV, FP4 reference), :mod:`.contract`,
-:mod:`.retention`, :mod:`.faults` (with fault-injecting store wrappers), and :mod:`.workers` (what the
-multi-process tests run in children); every public name is re-exported here.
+fixture returning a fresh, empty zarr v3 Store (``tests/test_ssd_store.py``, ``tests/test_ssd_s3.py``).
+Every test drives time through an injected clock; every public name of the parts is re-exported here.
 """
 
 from __future__ import annotations

@@ -1,9 +1,6 @@
-"""What every part of the SSD-tier suite shares: the clock, the namespace, the KV and its FP4
-reference, and :class:`SuiteBase`, which declares the ``make_store`` fixture a backend's test
-class provides and builds the tier under test.
-
-Kept apart from the tests so that the contract, retention and fault parts (and the
-multi-process workers) all build stores, tiers and expected values the same way.
+"""What every part of the SSD-tier suite (and the multi-process workers) shares: the clock, the
+namespace, the KV and its FP4 reference, and :class:`SuiteBase`, which declares the
+``make_store`` fixture a backend's test class provides and builds the tier under test.
 """
 
 from __future__ import annotations

@@ -1,8 +1,6 @@
-"""The basic contract of an SSD-tier store: what goes in comes back, by longest exact prefix.
-
-FP4 round trips bit for bit against the reference, prefixes, offsets, contains/delete, namespace
-isolation, the zarr group the root describes, hash-only paths, and bad settings and inputs named
-in the error. Every backend passes these before anything about retention or faults matters.
+"""The basic contract of an SSD-tier store: what goes in comes back, by longest exact prefix,
+bit for bit against the FP4 reference; every backend passes these before anything about
+retention or faults matters.
 """
 
 from __future__ import annotations

@@ -1,13 +1,9 @@
 """Faults an SSD-tier store must survive: corruption, a full disk, chunks vanishing mid-read.
 
-Corrupt or truncated chunks (and a valid chunk under the wrong key) are counted misses that get
-removed and healed by the next put; ``verify`` finds them; a garbage root ``zarr.json`` is
-detected and rewritten; ENOSPC warns and keeps what was stored and never fails a read; a chunk
-a concurrent GC deletes before the read is a miss. The faults come from store wrappers that wrap
-any zarr v3 Store, so they run on every backend: they keep keys (``keeps_keys``), so a faulted
-LocalStore still opens as the local-directory backend (the ``Sync*`` variants add zarr's sync
-API, so the tier's sync path is faulted too). Processes killed mid-write and several processes at once
-are in the tests that spawn :mod:`.workers`.
+The faults come from wrappers around any zarr v3 Store, so they run on every backend. They keep
+keys (``keeps_keys``), so a faulted LocalStore still opens as the local-directory backend, and
+the ``Sync*`` variants add zarr's sync API, so the tier's sync path is faulted too. Processes
+killed mid-write and several processes at once are in the tests that spawn :mod:`.workers`.
 """
 
 from __future__ import annotations

@@ -1,9 +1,5 @@
-"""Retention and accounting of an SSD-tier store: per-class TTLs, watermark LRU eviction, GC.
-
-TTL from last access (inclusive boundary), auto-GC under the high watermark, dry runs, orphan
-collection after the grace period, GC instances splitting the key space, a read between GC's
-scan and its delete sparing the chunk, the background GC thread, and the usage estimate and
-stats that eviction decides by. All time comes from the injected :class:`~.base.Clock`.
+"""Retention and accounting of an SSD-tier store: per-class TTLs, watermark LRU eviction, GC, and
+the usage estimate and stats that eviction decides by. All time comes from the injected clock.
 """
 
 from __future__ import annotations

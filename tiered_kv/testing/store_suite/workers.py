@@ -1,12 +1,8 @@
 """Functions the multi-process SSD tests run in child processes, and the data they share.
 
-Module-level so that ``multiprocessing`` (spawn or forkserver) can import them by name; the
-tests preload ``tiered_kv.testing.store_suite``, which imports this module. Several processes
-share one store (a LocalStore directory, or S3 through :func:`open_spec`): writers, readers and
-GC instances checking every read bit for bit (``stress_*``, tests/test_ssd_reliability.py and
-tests/test_ssd_s3.py), a writer killed mid-put (``kill_*``), writers racing a capacity bound
-(``capacity_*``) and readers sharing a bandwidth limit (:func:`bandwidth_reader`,
-tests/test_ssd_faults.py).
+Module-level so that ``multiprocessing`` (spawn or forkserver) can import them by name (the
+tests preload ``tiered_kv.testing.store_suite``, which imports this module). Several processes
+share one store, a LocalStore directory or S3 (:func:`open_spec`).
 """
 
 from __future__ import annotations

@@ -1,16 +1,11 @@
 """The SSD tier: global KV as prefix-keyed FP4 chunks on a local directory, a zarr store or a bucket.
 
-One idea per module, read bottom up:
-
-- :mod:`.layout`: what is stored where (object names, access records, group documents);
-- :mod:`.backend`: the one interface every store implements, and :func:`open_backend`, the one
-  place a store's kind is decided; :mod:`.zarr_backend` (a local directory, any zarr store) and
-  :mod:`.object_backend` (S3 and the like through obstore) implement it;
-- :mod:`.bandwidth`: emulated link bandwidth, a wrapper around any backend;
-- :mod:`.usage`: the multi-writer usage ledger that bounds capacity without a central index;
-- :mod:`.retention` (what GC keeps, a pure plan), :mod:`.scan` (one pass over a store) and
-  :mod:`.maintenance` (stats, verify, gc of a whole store);
-- :mod:`.config` (:class:`SSDConfig`, the client's settings) and :mod:`.tier` (:class:`SSDTier`).
+One idea per module, read bottom up: :mod:`.layout` (what is stored where); :mod:`.backend` (the
+one interface every store implements, and the one place a store's kind is decided), implemented
+by :mod:`.zarr_backend` and :mod:`.object_backend`; :mod:`.bandwidth` (emulated link bandwidth,
+a wrapper around any backend); :mod:`.usage` (the multi-writer ledger that bounds capacity);
+:mod:`.retention` (what GC keeps, a pure plan), :mod:`.scan` and :mod:`.maintenance` (stats,
+verify, gc of a whole store); :mod:`.config` and :mod:`.tier` (:class:`SSDTier`).
 """
 
 from __future__ import annotations

@@ -76,31 +76,21 @@ def open_backend(store: Store | str | os.PathLike | Backend | None, *, io_thread
     return ZarrBackend(zstore, io_threads=io_threads, concurrency=concurrency, on_repair=on_repair)
 
 
-def _keeps_keys(store: Store) -> bool:
-    """A wrapper that promises to pass every key on unchanged: zarr's own ``LoggingStore`` or
-    ``LatencyStore`` (exactly: a subclass may map keys), or a class that says so with
-    ``keeps_keys = True`` (the store suite's fault wrappers do)."""
-    from zarr.storage import LoggingStore
-
-    testing = sys.modules.get("zarr.testing.store")  # LatencyStore's module imports pytest: only if loaded
-    return (type(store) is LoggingStore or (testing is not None and type(store) is testing.LatencyStore)
-            or getattr(type(store), "keeps_keys", False) is True)
-
-
 def _local_root(store: Store) -> Path | None:
-    """The directory behind a zarr ``LocalStore``, also seen through wrappers that keep keys
-    (:func:`_keeps_keys`); None for any other store.
+    """The directory behind a zarr ``LocalStore``, also seen through wrappers that pass every key
+    on unchanged: zarr's ``LoggingStore`` and ``LatencyStore`` (exactly: a subclass may map keys)
+    and any class that says ``keeps_keys = True`` (the store suite's fault wrappers); else None.
 
     :class:`~.zarr_backend.LocalBackend` lists and repairs that directory itself, which is right
-    only while each key is the file of that name. A LocalStore keeps that promise, and so do those
-    wrappers (they log, delay or fault each call and pass its key on as it is). Any other store,
-    another ``WrapperStore`` included, may map keys its own way, so it opens as the generic
-    :class:`~.zarr_backend.ZarrBackend`: correct through the store's own API, only slower and
-    blind to obstacles (which only the directory shows).
+    only while each key is the file of that name. Any other store, another ``WrapperStore``
+    included, opens as the generic :class:`~.zarr_backend.ZarrBackend`: correct through the
+    store's own API, only slower and blind to obstacles (which only the directory shows).
     """
-    from zarr.storage import LocalStore
+    from zarr.storage import LocalStore, LoggingStore
 
-    while _keeps_keys(store):
+    testing = sys.modules.get("zarr.testing.store")  # LatencyStore's module imports pytest: only if loaded
+    keeping = (LoggingStore, *((testing.LatencyStore,) if testing is not None else ()))
+    while type(store) in keeping or getattr(type(store), "keeps_keys", False) is True:
         store = store._store
     return store.root if type(store) is LocalStore else None
 

@@ -101,15 +101,10 @@ def chunk_path(key: bytes) -> str:
     return f"{CHUNKS}{h[0]}/{h}"
 
 
-def class_hash(traffic_class: str | None) -> str:
-    if traffic_class is None:
-        return "any"
-    return hashlib.blake2b(traffic_class.encode(), digest_size=8).hexdigest()
-
-
 def access_path(key: bytes, traffic_class: str | None) -> str:
     h = key.hex()
-    return f"{ACCESS}{h[0]}/{h}.{class_hash(traffic_class)}"
+    cls = "any" if traffic_class is None else hashlib.blake2b(traffic_class.encode(), digest_size=8).hexdigest()
+    return f"{ACCESS}{h[0]}/{h}.{cls}"
 
 
 @dataclass(frozen=True)
@@ -216,17 +211,11 @@ def ensure_layout(backend, namespace=None) -> list[tuple[str, str]]:
 def check_metadata(backend, *, repair: bool) -> list[tuple[str, str]]:
     """Problems of the root and namespace ``zarr.json`` documents (``verify``); with ``repair``
     the root is rewritten and a garbage namespace document removed (its tier rewrites it)."""
-    problems: list[tuple[str, str]] = []
-    why = group_problem(read_object(backend, "zarr.json"))
-    if why is not None:
-        problems.append(("zarr.json", why))
-        if repair:
-            _fix_group(backend, "zarr.json", _group_json(ROOT_ATTRIBUTES))
-    for path in backend.listing("namespaces/")[0]:
-        if path.endswith("/zarr.json") and (why := group_problem(read_object(backend, path))) is not None:
-            problems.append((path, why))
-            if repair:
-                backend.delete([path])
+    paths = ["zarr.json", *(p for p in backend.listing("namespaces/")[0] if p.endswith("/zarr.json"))]
+    problems = [(p, why) for p in paths if (why := group_problem(read_object(backend, p))) is not None]
+    if repair:
+        ensure_layout(backend)
+        backend.delete([p for p, _ in problems if p != "zarr.json"])
     return problems
 
 

@@ -224,12 +224,7 @@ class SSDTier:
         loaded a prefix from this tier passes only the KV it computed).
         """
         arr = as_token_array(tokens)
-        keys = block_keys(arr, self.namespace)
-        cls = self._check_put(kv, kv_offset, traffic_class)
-        if kv.shape[0] + kv_offset not in (len(arr), len(keys) * self.namespace.block_size):
-            raise ValueError(f"kv: covers tokens [{kv_offset}, {kv_offset + kv.shape[0]}) but tokens has "
-                             f"{len(arr)} (kv must cover every token from kv_offset, or every full block)")
-        return self._put_blocks(keys, kv, cls, kv_offset)
+        return self._put_blocks(block_keys(arr, self.namespace), kv, traffic_class, kv_offset, len(arr))
 
     def put_keys(self, keys: list[bytes], kv, traffic_class: str = "default", *, kv_offset: int = 0) -> int:
         """:meth:`put` for a caller that already holds the prompt's block keys (``block_keys``).
@@ -238,25 +233,24 @@ class SSDTier:
         hashes a prompt once and looks it up, writes it and files its host-tier entry under the
         same keys, instead of hashing it again in every call.
         """
-        keys = _check_keys(keys)
-        cls = self._check_put(kv, kv_offset, traffic_class)
-        if kv.shape[0] + kv_offset != len(keys) * self.namespace.block_size:
-            raise ValueError(f"kv: covers tokens [{kv_offset}, {kv_offset + kv.shape[0]}) but the {len(keys)} keys "
-                             f"cover {len(keys) * self.namespace.block_size} (kv must cover every block from kv_offset)")
-        return self._put_blocks(keys, kv, cls, kv_offset)
+        return self._put_blocks(_check_keys(keys), kv, traffic_class, kv_offset, None)
 
-    def _check_put(self, kv, kv_offset: int, traffic_class: str) -> str:
-        """The put's traffic class, once it, ``kv`` and ``kv_offset`` are checked."""
+    def _put_blocks(self, keys: list[bytes], kv, traffic_class: str, kv_offset: int, n_tokens: int | None) -> int:
+        """Check a put's class, ``kv`` and ``kv_offset`` (``n_tokens``: the prompt's length, which
+        ``kv`` may cover instead of the full blocks; None: keys given, full blocks only), then put."""
         cls = check_class(traffic_class, self.policy.traffic_classes)
         bs = self.namespace.block_size
         if not isinstance(kv_offset, int) or kv_offset < 0 or kv_offset % bs:
             raise ValueError(f"kv_offset: must be a multiple of block_size={bs} and >= 0, got {kv_offset!r}")
         codec.check_kv(kv, self.namespace)
         _check_tensor_data(kv, "kv")
-        return cls
-
-    def _put_blocks(self, keys: list[bytes], kv, cls: str, kv_offset: int) -> int:
-        bs = self.namespace.block_size
+        covers = f"kv: covers tokens [{kv_offset}, {kv_offset + kv.shape[0]}) but "
+        if n_tokens is not None and kv.shape[0] + kv_offset not in (n_tokens, len(keys) * bs):
+            raise ValueError(f"{covers}tokens has {n_tokens} (kv must cover every token from kv_offset, "
+                             "or every full block)")
+        if n_tokens is None and kv.shape[0] + kv_offset != len(keys) * bs:
+            raise ValueError(f"{covers}the {len(keys)} keys cover {len(keys) * bs} (kv must cover every "
+                             "block from kv_offset)")
         first = kv_offset // bs
         if first >= len(keys):
             return 0

@@ -172,17 +172,14 @@ class ZarrBackend:
                      verify=None) -> tuple[list, list[int]]:
         """Write items ``make(0) .. make(n-1)``, built ``batch`` at a time; stop after a batch
         with a failure (the rest: "not attempted"). Returns (per-item results, sizes)."""
-        res: list = []
-        sizes: list[int] = []
+        res: list = [OSError(_NOT_ATTEMPTED)] * n
+        sizes = [0] * n
         for lo in range(0, n, self.batch):
             items = [make(j) for j in range(lo, min(n, lo + self.batch))]
-            sizes += [len(b) for _, b in items]
-            part = self.write(items, create=create, verify=verify)
-            res += part
+            sizes[lo:lo + len(items)] = [len(b) for _, b in items]
+            res[lo:lo + len(items)] = self.write(items, create=create, verify=verify)
             del items
-            if any(isinstance(r, Exception) for r in part):
-                res += [OSError(_NOT_ATTEMPTED)] * (n - len(res))
-                sizes += [0] * (n - len(sizes))
+            if any(isinstance(r, Exception) for r in res[lo:lo + self.batch]):
                 break
         return res, sizes
 
