@@ -232,20 +232,18 @@ def read_header(buf: bytes | memoryview) -> ChunkHeader:
         raise CorruptChunk("truncated header")
     try:
         h = json.loads(bytes(mv[PREFIX.size:PREFIX.size + hlen]))
-        secs = tuple((s[0], s[1], tuple(int(x) for x in s[2]), int(s[3])) for s in h["sections"])
-        if sum(s[3] for s in secs) != plen:
-            raise CorruptChunk("section sizes do not add up to the payload length")
-        return ChunkHeader(
+        header = ChunkHeader(
             key=bytes(key), parent=bytes(parent), index=int(h["index"]),
             ns_digest=bytes(ns), fmt=str(h["fmt"]), tokens=int(h["tokens"]),
             kv_heads=int(h["kv_heads"]), head_dim=int(h["head_dim"]), traffic_class=str(h["class"]),
-            created=float(h["created"]), sections=secs, header_len=hlen, payload_len=plen,
-            extra={"fp4": h.get("fp4", {})},
+            created=float(h["created"]), header_len=hlen, payload_len=plen, extra={"fp4": h.get("fp4", {})},
+            sections=tuple((s[0], s[1], tuple(int(x) for x in s[2]), int(s[3])) for s in h["sections"]),
         )
-    except CorruptChunk:
-        raise
     except (ValueError, KeyError, TypeError, IndexError) as exc:
         raise CorruptChunk(f"unreadable header: {exc}") from exc
+    if sum(s[3] for s in header.sections) != plen:
+        raise CorruptChunk("section sizes do not add up to the payload length")
+    return header
 
 
 def check_chunk(buf: bytes, *, key: bytes | None = None, ns_digest: bytes | None = None) -> None:
