@@ -67,13 +67,13 @@ SETTINGS = {
 }
 
 
-#: The format the replay grid stores its global KV in (the SSD tier's default): its exact runs at the
-#: model's W are that format's runs in :func:`fp4_error` too, so :func:`measure` hands them over.
+#: The format the replay grid stores its global KV in (the SSD tier's default).
 REPLAY_FMT = DEFAULT_FORMAT
 
 
 def measure(model: EncoderDecoder, settings: ReplaySettings, *, flops_length=None):
-    """Replay error (W x R) and FP4 error on held-out text under ``settings``: two polars frames.
+    """Replay error (W x R) and FP4 error on held-out text under ``settings``: two polars frames
+    and the sequences.
 
     The sequences are encoded once at the model's own W: that global KV feeds both the replay
     grid's exact runs there and :func:`fp4_error`'s, and the grid's runs at that W (in
