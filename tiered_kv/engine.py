@@ -1,25 +1,24 @@
 """Prefill across the three tiers: key -> look up -> load -> compute the suffix -> replay -> first token.
 
-One prefill of N tokens, with P = the tokens whose global KV the SSD tier holds (whole blocks):
+One prefill of N tokens, with P = the tokens whose global KV the SSD tier holds (whole blocks),
+in stages that are methods over one small state object (:class:`_Prefill`):
 
 1. key: chained block keys of the prompt (:func:`tiered_kv.keys.block_keys`), computed once:
    the SSD lookup and write and the host-tier entry all take them (:class:`PrefixTier`).
-2. lookup: this machine's host tier, for window caches at a block boundary Q <= P.
-3. load: the SSD tier's longest stored prefix (reads and verifies the chunks).
-4. dequantize: FP4 chunks -> global KV [P, 2, Hkv, D].
-5. replay: the encoder windows at P. From the host tier when Q = P (or when running the
-   encoder over [Q, P) costs no more than R tokens); otherwise rebuilt by *bounded replay* of
-   the last R prefix tokens from empty windows (exact when R >= L_e*(W-1)).
-6. encoder: over the suffix [P, N), producing the global KV of the new tokens.
-7. decode: the decoder over the last R tokens [N-R, N) from empty windows (bounded replay),
-   cross-attending to the global KV of all N tokens; yields the first token's logits.
+2. lookup (``_lookup``): this machine's host tier, for window caches at a block boundary Q <= P.
+3. load (``_lookup``): the SSD tier's longest stored prefix (reads and verifies the chunks).
+4. dequantize (``_restore``): FP4 chunks -> global KV [P, 2, Hkv, D].
+5. replay (``_restore``): the encoder windows at P. From the host tier when Q = P (or when
+   running the encoder over [Q, P) costs no more than R tokens); otherwise rebuilt by *bounded
+   replay* of the last R prefix tokens from empty windows (exact when R >= L_e*(W-1)).
+6. encoder (``_encode``): over the suffix [P, N), producing the global KV of the new tokens.
+7. decode (``_decode``): the decoder over the last R tokens [N-R, N) from empty windows
+   (bounded replay), cross-attending to the global KV of all N tokens: the first token's logits.
 
-TTFT is the sum of these stages. After the first token, new full blocks go to the SSD tier
-with the request's traffic class and the encoder (and, with ``reuse_decoder_windows``, decoder)
-windows at the last block boundary go to this machine's host tier ("store", reported
-separately: a server does it off the critical path). In the code the stages are five methods
-over one small state object (:class:`_Prefill`): ``_lookup`` (2-3), ``_restore`` (4-5),
-``_encode`` (6), ``_decode`` (7) and ``_store``, each filling in its part for the next.
+TTFT is the sum of these stages. Then ``_store`` (reported separately: a server does it off the
+critical path) writes new full blocks to the SSD tier with the request's traffic class and the
+encoder (and, with ``reuse_decoder_windows``, decoder) windows at the last block boundary to
+this machine's host tier.
 
 The SSD tier is keyed by exact token prefix, so what it holds must be what an uncached
 prefill of that prefix computes. When the encoder windows at P came from a bounded replay
