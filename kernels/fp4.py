@@ -30,11 +30,9 @@ element is encoded as ``e2m1(x / (e4m3_value * gs))``; dequantization multiplies
 4.5 bits/element plus 4 bytes per head.
 
 Layout: this file holds the plain-torch references (with their memory traffic) and the
-wrappers that check inputs and build the grid; the Triton kernels are in ``fp4_triton``.
-``backend="auto"`` runs Triton on CUDA tensors and, on the CPU, the fused numba loops of
-``fp4_cpu`` for tensors of at least ``NUMBA_MIN_ELEMENTS`` (byte-identical to the torch
-reference, several times faster; the reference itself is ``backend="torch"``).
-``backend="triton"`` on CPU tensors works under ``TRITON_INTERPRET=1`` (the tests use it).
+wrappers that check inputs and build the grid; the Triton kernels are in ``fp4_triton``, the
+fused CPU loops (byte-identical to the reference, several times faster) in ``fp4_cpu``, which
+``backend="auto"`` runs for CPU tensors of at least ``NUMBA_MIN_ELEMENTS`` elements.
 """
 
 from __future__ import annotations
