@@ -109,6 +109,8 @@ def build_table(trace: pl.DataFrame | CompiledTrace) -> RetentionTable:
     gap_max = segmented_prefix_max(gap_by_cls, trace.offsets)
     sd_max = lru_keys(trace)
     reachable = np.isfinite(gap_max).all(axis=1) & (sd_max < COLD)
+    next_touch = np.full(trace.n_accesses, np.inf)  # of each access's block (inf after its last access)
+    next_touch[gaps.prev[gaps.prev >= 0]] = trace.access_time[gaps.prev >= 0]
     times = trace.timestamps
     start = float(times.min()) if trace.n_requests else 0.0
     end = float(times.max()) if trace.n_requests else 0.0
@@ -125,17 +127,9 @@ def build_table(trace: pl.DataFrame | CompiledTrace) -> RetentionTable:
         gap_max=gap_max[reachable],
         sd_max=sd_max[reachable].astype(np.int64),
         touch_start=trace.access_time,
-        touch_len=np.minimum(_next_touch_time(trace, gaps.prev), end) - trace.access_time,
+        touch_len=np.minimum(next_touch, end) - trace.access_time,
         touch_class=reader.astype(np.int8),
     )
-
-
-def _next_touch_time(trace: CompiledTrace, prev: np.ndarray) -> np.ndarray:
-    """Time of the next access of each access's block (inf after its last access)."""
-    out = np.full(trace.n_accesses, np.inf)
-    again = prev >= 0
-    out[prev[again]] = trace.access_time[again]
-    return out
 
 
 def _ttls(table: RetentionTable, setting: Setting) -> np.ndarray:

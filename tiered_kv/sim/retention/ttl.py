@@ -86,8 +86,24 @@ class TTLModel:
 
     def max_ttl(self, c: int, budget_byte_s):
         """The largest TTL(s) of class ``c`` whose cost fits ``budget_byte_s`` (inverse of :meth:`cost`;
-        -1 for a negative budget, ``inf`` when even keeping everything forever fits)."""
-        return _inverse_cost(self.gaps[c], self.gap_cum[c], np.asarray(budget_byte_s, np.float64) / self.chunk_bytes)
+        -1 for a negative budget, ``inf`` when even keeping everything forever fits).
+
+        ``sum min(g, T)`` is piecewise linear in ``T``, so it is inverted exactly. The budget gets
+        a 1e-12 relative allowance so that a TTL whose cost equals it up to float rounding counts
+        as fitting (otherwise a key exactly at the budget could be missed).
+        """
+        g, gap_cum = self.gaps[c], self.gap_cum[c]
+        units = np.asarray(budget_byte_s, np.float64) / self.chunk_bytes * (1 + 1e-12)
+        n = len(g)
+        if n == 0:
+            return np.where(units < 0, -1.0, np.inf)
+        k = np.arange(1, n + 1)
+        fin = np.isfinite(g)
+        at = np.where(fin, gap_cum[k] + np.where(fin, g, 0.0) * (n - k), np.inf)  # cost at T = g[k-1]
+        j = np.searchsorted(at, units, side="right")  # T lies in [g[j-1], g[j])
+        with np.errstate(divide="ignore", invalid="ignore"):
+            t = np.where(j < n, (units - gap_cum[np.minimum(j, n)]) / np.maximum(n - j, 1), np.inf)
+        return np.where(units < 0, -1.0, t)
 
     def evaluate_separable(self, ttl_by_class) -> tuple[np.ndarray, np.ndarray]:
         """(hit tokens, byte-seconds) per class under per-class TTLs, from the curves."""
@@ -229,22 +245,3 @@ def optimal_ttls(model: TTLModel, capacity_bytes: float) -> TTLChoice:
         if not improved:
             break
     return ttl_choice(model, _trim(model, ttl))
-
-
-def _inverse_cost(g: np.ndarray, gap_cum: np.ndarray, units: np.ndarray) -> np.ndarray:
-    """Largest T with ``sum min(g, T) <= units`` (g sorted; piecewise linear, solved exactly).
-
-    ``units`` gets a 1e-12 relative allowance so that a TTL whose cost equals the budget up to
-    float rounding counts as fitting (otherwise a key exactly at the budget could be missed).
-    """
-    units = np.asarray(units, dtype=np.float64) * (1 + 1e-12)
-    n = len(g)
-    if n == 0:
-        return np.where(units < 0, -1.0, np.inf)
-    k = np.arange(1, n + 1)
-    fin = np.isfinite(g)
-    at = np.where(fin, gap_cum[k] + np.where(fin, g, 0.0) * (n - k), np.inf)  # cost at T = g[k-1]
-    j = np.searchsorted(at, units, side="right")  # T lies in [g[j-1], g[j])
-    with np.errstate(divide="ignore", invalid="ignore"):
-        t = np.where(j < n, (units - gap_cum[np.minimum(j, n)]) / np.maximum(n - j, 1), np.inf)
-    return np.where(units < 0, -1.0, t)
