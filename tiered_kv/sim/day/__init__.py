@@ -8,12 +8,7 @@ This package may import :mod:`tiered_kv.sim.workload`, :mod:`tiered_kv.units` an
 :mod:`tiered_kv.rusage` only.
 """
 
-from tiered_kv.sim.day.shards import (
-    DEEPSEEK_INPUT_TOKENS_PER_DAY,
-    DayConfig,
-    generate_day,
-    read_manifest,
-)
+from tiered_kv.sim.day.shards import DEEPSEEK_INPUT_TOKENS_PER_DAY, DayConfig, generate_day, read_manifest
 from tiered_kv.sim.day.stream import replay_day
 
 __all__ = ["DEEPSEEK_INPUT_TOKENS_PER_DAY", "DayConfig", "generate_day", "read_manifest", "replay_day"]
