@@ -1,14 +1,9 @@
 """`tiered-kv bench store --local-s3 | --url s3://bucket/prefix`: the SSD tier on object storage.
 
-The payload of :mod:`.store` (the same prefix at the same two sizes per token): the tier's put and
-get_prefix against raw obstore puts and gets of the same bytes at the same request concurrency
-(what each side does: :data:`.store.S3_TIMED`, which the page prints), and get_prefix latency
-p50/p99 (one reader, ``--latency-runs`` runs).
-
-``--local-s3`` starts moto's S3 server as a child process on 127.0.0.1 (its own interpreter, so
-client and server do not share a GIL; why the ratios and not the GB/s are what to read:
-:data:`.store.S3_CAVEAT`). ``--url`` uses a real bucket, configured from the environment
-(AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, ...); everything is written under a fresh
+What each side does is :data:`.store.S3_TIMED` (the page prints it); get_prefix latency is one
+reader's, ``--latency-runs`` runs. moto's server runs as a child process on 127.0.0.1, in its own
+interpreter so that client and server do not share a GIL (why the ratios and not the GB/s are what
+to read: :data:`.store.S3_CAVEAT`). On a real bucket everything is written under a fresh
 ``tkv-bench-<id>/`` below the URL's prefix and deleted afterwards.
 """
 

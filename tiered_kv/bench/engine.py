@@ -251,9 +251,7 @@ def render_record(r: dict[str, Any]) -> str:
 
 
 def _load(r: dict[str, Any]) -> str:
-    load = r.get("load_average_1min")
-    if not load:
-        return "The machine's load was not recorded."
+    load = r["load_average_1min"]
     return (f"1-minute load average {load['before']:.1f} before and {load['after']:.1f} after the run "
             f"on {load['cpus']} CPUs.")
 

@@ -151,11 +151,6 @@ def retention_met(r: dict, key: str) -> str:
     return "yes" if r["meets_targets"][key] else "no"
 
 
-def _speedup(m: dict) -> str:
-    runs = m.get("speedup_vs_replays_all")
-    return Paired.of(runs).text() if runs else f"{m['speedup_vs_replays']:.2f}x (1 round)"
-
-
 def _row(r: dict, key: str) -> str:
     m = r[key]
     base_note = (f"{m['baseline_replays_timed']} timed, x {m['ttl_points_per_class']}"
@@ -165,7 +160,7 @@ def _row(r: dict, key: str) -> str:
             f"{spread(every_run(m, 'curves_frontier_s'), sec)} | "
             f"{r['targets_s'][key]:g} s | {retention_met(r, key)} | {sec(m['analysis_s'])} | "
             f"{spread(every_run(m, 'baseline_replay_per_ttl_s'), sec)} | "
-            f"{sec(m['baseline_all_ttls_s'])} ({base_note}) | {_speedup(m)} |")
+            f"{sec(m['baseline_all_ttls_s'])} ({base_note}) | {Paired.of(m['speedup_vs_replays_all']).text()} |")
 
 
 def render_record(r: dict) -> str:

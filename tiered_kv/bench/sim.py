@@ -301,8 +301,6 @@ def render_cli(r: dict) -> str:
     rows = "\n".join(f"| `{cli['commands'][n]}` | {_cli_cell(cli[n], 'warm')} | {_cli_cell(cli[n], 'cold')} |"
                      for n in ("curves", "simulate"))
     load = cli.get("load_average_1m")
-    numpy_row = (f"| baseline: a process that only imports numpy (`numpy_imports_s`) | {_s2(cli['numpy_imports_s'])} "
-                 f"({_cli_runs(cli['numpy_imports_runs_s'])}) | | |\n" if "numpy_imports_s" in cli else "")
     return f"""Whole processes, output discarded, median of {cli['repeat']} interleaved runs (every run in
 brackets). *Warm*: numba's cache holds every kernel and the compiled-trace cache holds the trace
 (both filled by one unmeasured run). *Cold*: a fresh empty `NUMBA_CACHE_DIR` and trace cache for
@@ -318,7 +316,9 @@ run ended: {f"{load:.1f}" if load is not None else "not available"}.
 |---|---:|---:|---|
 | `cli_warm_s` (slower command, warm) | {_s2(r['cli_warm_s'])} | <= {_s2(targets['cli_warm_s'])} | {met(meets['cli_warm_s'])} |
 | `cli_cold_s` (slower command, cold) | {_s2(r['cli_cold_s'])} | <= {_s2(targets['cli_cold_s'])} | {met(meets['cli_cold_s'])} |
-{numpy_row}| baseline: a process that only imports numpy and numba (`imports_s`) | {_s2(cli['imports_s'])} ({_cli_runs(cli['imports_runs_s'])}) | | |
+| baseline: a process that only imports numpy (`numpy_imports_s`) | {_s2(cli['numpy_imports_s'])} \
+({_cli_runs(cli['numpy_imports_runs_s'])}) | | |
+| baseline: a process that only imports numpy and numba (`imports_s`) | {_s2(cli['imports_s'])} ({_cli_runs(cli['imports_runs_s'])}) | | |
 
 The work itself, in the same run (median of {r['repeat']} after a warm-up call, conversation trace):
 LRU + TTL curves at {conv['lru_capacities']} + {conv['ttl_points']} points {ms(conv['curves_s'])}; the Belady curve at

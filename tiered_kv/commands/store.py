@@ -95,15 +95,12 @@ def _open(path_arg: str):
     SSD-tier store."""
     from tiered_kv.tiers.ssd import layout, open_backend
 
-    if "://" in path_arg and not path_arg.startswith("file://"):
-        backend = open_backend(path_arg)
-        where = path_arg
-    else:
-        path = Path(path_arg.removeprefix("file://")).expanduser()
-        if not path.is_dir():
-            raise FileNotFoundError(f"PATH: no store directory at {path}")
-        backend = open_backend(path)
-        where = str(path)
+    where = path_arg
+    if "://" not in path_arg or path_arg.startswith("file://"):
+        where = str(Path(path_arg.removeprefix("file://")).expanduser())
+        if not Path(where).is_dir():
+            raise FileNotFoundError(f"PATH: no store directory at {where}")
+    backend = open_backend(where)
     if not layout.is_store(backend):
         raise ValueError(f"PATH: {where} is not an SSD-tier store (no zarr.json with tiered_kv layout "
                          "attributes and no chunks/); nothing to do")

@@ -28,9 +28,7 @@ def parse_bandwidth(value) -> float:
     """Bytes/s from '256KiB/s', a number or 'inf' (no limit: math.inf)."""
     from tiered_kv.tiers.ssd.bandwidth import parse_rate
 
-    if isinstance(value, str) and value.strip().lower() in ("inf", "none", "unlimited"):
-        return math.inf
-    if isinstance(value, float) and math.isinf(value):
+    if isinstance(value, str) and value.strip().lower() in ("inf", "none", "unlimited") or value == math.inf:
         return math.inf
     try:
         return parse_rate(value, name="--bandwidths")
