@@ -240,13 +240,11 @@ class ObjectBackend(ZarrBackend):
         from obstore.exceptions import AlreadyExistsError, PreconditionError
 
         try:
-            if not create:
-                await obs.put_async(self.obs_store, path, data, use_multipart=False)
-                return None
             try:
-                await obs.put_async(self.obs_store, path, data, mode="create", use_multipart=False)
+                await obs.put_async(self.obs_store, path, data, mode="create" if create else "overwrite",
+                                    use_multipart=False)
                 return None
-            except (AlreadyExistsError, PreconditionError):
+            except (AlreadyExistsError, PreconditionError):  # (only put-if-absent: the key is taken)
                 pass
             existing = await self._aget(path)  # (None: deleted by GC since; try once more)
             if existing is not None and (verify is None or verify(path, existing)):

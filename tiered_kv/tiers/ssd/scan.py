@@ -42,12 +42,10 @@ def _parse_header(data: bytes, path: str, backend, *, full: bool) -> ChunkHeader
 
 
 def fetched(backend, paths: list[str], byte_range=None, progress=None):
-    """``(path, data)`` of the objects at ``paths`` that are still there (a failed read raises)."""
-    for path, data in zip(paths, backend.get_many(paths, byte_range, progress), strict=True):
-        if isinstance(data, Exception):
-            raise data
-        if data is not None:  # (None: deleted under our feet)
-            yield path, data
+    """``(path, data)`` of the objects at ``paths`` that are still there (None: deleted under our
+    feet); a failed read raises."""
+    got = layout.raise_first(backend.get_many(paths, byte_range, progress))
+    return [(path, data) for path, data in zip(paths, got, strict=True) if data is not None]
 
 
 def scan(backend, *, full: bool = False, progress: Callable[[int], None] | None = None,

@@ -303,14 +303,35 @@ class LocalBackend(ZarrBackend):
     def listing(self, prefix: str) -> tuple[list[str], dict[str, str]]:
         """Keys of the files under ``root/prefix`` and the obstacles found there (path -> reason;
         a file at ``chunks`` itself is one). One ``os.scandir`` per directory (faster than zarr's
-        ``rglob`` listing, which also cannot see an empty directory). ``usage/`` is flat.
+        ``rglob`` listing, which also cannot see an empty directory).
         """
-        if prefix == "usage/":
-            try:
-                return [prefix + n for n in os.listdir(self.root / prefix) if not n.endswith(".partial")], {}
-            except (FileNotFoundError, NotADirectoryError):
-                return [], {}
-        return _sharded_listing(self.root, prefix)
+        name = prefix.rstrip("/")
+        files: list[str] = []
+        obstacles: dict[str, str] = {}
+        try:
+            entries = list(os.scandir(self.root / name))
+        except FileNotFoundError:
+            return files, obstacles
+        except NotADirectoryError:
+            return files, {name: f"a file where directory {name}/ should be"}
+        for e in entries:
+            key = f"{prefix}{e.name}"
+            is_shard = len(e.name) == 1 and e.name in layout.SHARDS
+            if not e.is_dir(follow_symlinks=False):
+                if is_shard:
+                    obstacles[key] = f"a file where shard directory {key}/ should be"
+                else:
+                    files.append(key)
+                continue
+            if not is_shard:  # a foreign directory: its files are strays
+                files += [p.relative_to(self.root).as_posix() for p in Path(e.path).rglob("*") if p.is_file()]
+                continue
+            for f in os.scandir(e.path):
+                if f.is_dir(follow_symlinks=False):
+                    obstacles[f"{key}/{f.name}"] = "a directory where an object file should be"
+                else:
+                    files.append(f"{key}/{f.name}")
+        return files, obstacles
 
     def size_of_prefix(self, prefix: str) -> int:
         try:
@@ -347,36 +368,6 @@ class LocalBackend(ZarrBackend):
         for prefix in (layout.CHUNKS, layout.ACCESS):
             for h in layout.SHARDS:
                 os.makedirs(self.root / prefix / h, exist_ok=True)
-
-
-def _sharded_listing(root: Path, prefix: str) -> tuple[list[str], dict[str, str]]:
-    name = prefix.rstrip("/")
-    files: list[str] = []
-    obstacles: dict[str, str] = {}
-    try:
-        entries = list(os.scandir(root / name))
-    except FileNotFoundError:
-        return files, obstacles
-    except NotADirectoryError:
-        return files, {name: f"a file where directory {name}/ should be"}
-    for e in entries:
-        key = f"{prefix}{e.name}"
-        is_shard = len(e.name) == 1 and e.name in layout.SHARDS
-        if not e.is_dir(follow_symlinks=False):
-            if is_shard:
-                obstacles[key] = f"a file where shard directory {key}/ should be"
-            else:
-                files.append(key)
-            continue
-        if not is_shard:  # a foreign directory: its files are strays
-            files += [p.relative_to(root).as_posix() for p in Path(e.path).rglob("*") if p.is_file()]
-            continue
-        for f in os.scandir(e.path):
-            if f.is_dir(follow_symlinks=False):
-                obstacles[f"{key}/{f.name}"] = "a directory where an object file should be"
-            else:
-                files.append(f"{key}/{f.name}")
-    return files, obstacles
 
 
 def _prefix(found: Iterable[bytes | None | Exception]) -> list:
