@@ -35,13 +35,12 @@ class GCRun:
 _PARAM = {"weighted": "weights", "ttl-priority": "ttl_seconds", "quotas": "shares"}
 
 
-def run_gc(trace: CompiledTrace, mechanism: str, capacity_bytes: float, *, bytes_per_token: float, param=None,
-           high: float | None = None, low: float | None = None) -> GCRun:
-    """Replay ``trace`` under the registered collector ``gc-<mechanism>``, every chunk weighing
-    ``bytes_per_token`` x the block size. ``param``, one value per class of the trace: weights for
-    ``weighted`` (default 1), TTLs in seconds for ``ttl-priority`` and quota shares of
-    ``capacity_bytes`` for ``quotas`` (both required). ``high``/``low``: the watermarks, as
-    fractions of the capacity (None: the collector's own defaults)."""
+def run_gc(trace: CompiledTrace, mechanism: str, capacity_bytes: float, *, bytes_per_token: float,
+           param=None) -> GCRun:
+    """Replay ``trace`` under the registered collector ``gc-<mechanism>`` (at its own watermarks),
+    every chunk weighing ``bytes_per_token`` x the block size. ``param``, one value per class of the
+    trace: weights for ``weighted`` (default 1), TTLs in seconds for ``ttl-priority`` and quota
+    shares of ``capacity_bytes`` for ``quotas`` (both required)."""
     from tiered_kv.sim.policies import get_policy
 
     names = trace.class_names
@@ -57,7 +56,6 @@ def run_gc(trace: CompiledTrace, mechanism: str, capacity_bytes: float, *, bytes
         if values.shape != (len(names),):
             raise ValueError(f"param: need {len(names)} values (one per class {list(names)}), got {values}")
         extra[_PARAM[mechanism]] = dict(zip(names, values.tolist(), strict=True))
-    extra.update({k: v for k, v in (("high", high), ("low", low)) if v is not None})
     res = get_policy(f"gc-{mechanism}", capacity_bytes=capacity_bytes, bytes_per_token=bytes_per_token,
                      **extra).collect(trace)
     return GCRun(mechanism, np.asarray(res.hit_blocks, dtype=np.int64), res.evicted_class, res.idle_s, res.age_s)
@@ -87,18 +85,16 @@ def summarize_run(trace: CompiledTrace, run: GCRun) -> list[dict]:
     return rows
 
 
-def one_watermark_study(trace: CompiledTrace, *, bytes_per_token: float | None = None,
-                        ttl_s: dict[str, float] | None = None, high: float | None = None,
-                        low: float | None = None,
-                        agent_weight: float | None = None) -> dict:
+def one_watermark_study(trace: CompiledTrace, *, ttl_s: dict[str, float] | None = None) -> dict:
     """A single watermark sized to the TTL pair's storage, under each collector, per class.
 
     The capacity is the average stored bytes of the per-class TTLs ``ttl_s`` (default DeepSeek's
     pair: 3 d agent, 7 d everything else). Returns ``summary`` (per mechanism and class: hit rate,
     evictions, idle/age quantiles), ``evictions`` (one row per eviction), the capacity, the TTL
     pair's own hit rate and the oracle frontier's at the same average bytes.
-    ``weighted`` uses ``agent_weight`` on the agent class (default: the TTL ratio, 7/3);
-    ``quotas`` gives each class the share of the pair's bytes its own TTL stores.
+    ``weighted`` weighs the agent class by the longest other TTL over its own (7/3 for the pair);
+    ``quotas`` gives each class the share of the pair's bytes its own TTL stores. Chunks are
+    DeepSeek-V3 KV in MXFP4.
     """
     from tiered_kv.sim.retention.frontier import oracle_frontier
     from tiered_kv.sim.retention.gaps import StorageModel, reuse_gaps
@@ -110,7 +106,7 @@ def one_watermark_study(trace: CompiledTrace, *, bytes_per_token: float | None =
     if missing:
         raise ValueError(f"ttl_s: no TTL for the trace's classes {missing} (its classes: {list(names)})")
     ttl = pair_ttls(names) if ttl_s is None else np.array([float(ttl_s[n]) for n in names])
-    storage = StorageModel.for_trace(trace, bytes_per_token)
+    storage = StorageModel.for_trace(trace)
     cb = storage.chunk_bytes
     gaps = reuse_gaps(trace)
     model = TTLModel.build(trace, gaps, cb)
@@ -124,11 +120,11 @@ def one_watermark_study(trace: CompiledTrace, *, bytes_per_token: float | None =
     agent = [i for i, n in enumerate(names) if n == "agent"]
     if agent:
         others = [t for i, t in enumerate(ttl) if i not in agent]
-        weights[agent] = agent_weight if agent_weight is not None else (max(others) / ttl[agent[0]] if others else 1.0)
+        weights[agent] = max(others) / ttl[agent[0]] if others else 1.0
     params = {"lru": None, "weighted": weights, "ttl-priority": ttl, "quotas": cost / cost.sum()}
     rows, frames = [], []
     for mech, param in params.items():
-        run = run_gc(trace, mech, capacity, bytes_per_token=storage.bytes_per_token, param=param, high=high, low=low)
+        run = run_gc(trace, mech, capacity, bytes_per_token=storage.bytes_per_token, param=param)
         rows += summarize_run(trace, run)
         frames.append(eviction_frame(run, names))
     summary = pl.DataFrame(rows).with_columns(
