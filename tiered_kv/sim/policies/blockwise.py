@@ -57,13 +57,13 @@ def ll_init(size, n_lists):  # pragma: no cover - compiled
     return nx, pv
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def ll_unlink(nx, pv, b):  # pragma: no cover - compiled
     nx[pv[b]] = nx[b]
     pv[nx[b]] = pv[b]
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def ll_push_head(nx, pv, s, b):  # pragma: no cover - compiled
     h = nx[s]
     nx[s] = b

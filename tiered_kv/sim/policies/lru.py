@@ -21,7 +21,7 @@ from typing import ClassVar, NamedTuple
 import numpy as np
 from numba import njit
 
-from tiered_kv.sim.policies.blockwise import check_bpt, per_class, wear_extra
+from tiered_kv.sim.policies.blockwise import check_bpt, ll_push_head, ll_unlink, per_class, wear_extra
 from tiered_kv.sim.policies.registry import (
     PolicyRun,
     capacity_blocks,
@@ -50,22 +50,6 @@ class CacheRun(NamedTuple):
     evictions: int
     expirations: int
     age_s: np.ndarray  # per eviction: now - the write that began the block's residency
-
-
-@njit(cache=True, inline="always")
-def _unlink(nxt, prv, b):  # pragma: no cover - compiled
-    nxt[prv[b]] = nxt[b]
-    prv[nxt[b]] = prv[b]
-
-
-@njit(cache=True, inline="always")
-def _append(nxt, prv, tail, b):  # pragma: no cover - compiled
-    """Link ``b`` at the MRU end (just before the sentinel ``tail``) of a class's list."""
-    pv = prv[tail]
-    nxt[pv] = b
-    prv[b] = pv
-    nxt[b] = tail
-    prv[tail] = b
 
 
 @njit(cache=True, inline="always")
@@ -102,7 +86,7 @@ def _victim(rule, now, n_unique, n_classes, nxt, last, param):  # pragma: no cov
 def _evict(b, now, nxt, prv, present, last, born, bclass, bweight, cused, ev_idle, ev_age, ev_class, n_ev,
            record):  # pragma: no cover - compiled
     """Evict ``b`` (rules 1-3, which count bytes per class); the evictions so far."""
-    _unlink(nxt, prv, b)
+    ll_unlink(nxt, prv, b)
     present[b] = False
     cused[bclass[b]] -= bweight[b]
     if record:
@@ -121,7 +105,7 @@ def _expire(now, n_unique, n_classes, ttl_by_class, nxt, prv, present, last, bcl
         while nxt[s] != s:
             h = nxt[s]
             if now - last[h] > ttl_by_class[k]:
-                _unlink(nxt, prv, h)
+                ll_unlink(nxt, prv, h)
                 present[h] = False
                 used -= bweight[h]
                 cused[bclass[h]] -= bweight[h]
@@ -197,7 +181,7 @@ def _cache_kernel(offsets, blocks, weights, times, req_class, n_unique, n_classe
         for i in range(offsets[r], offsets[r + 1]):
             b = blocks[i]
             if present[b]:
-                _unlink(nxt, prv, b)
+                ll_unlink(nxt, prv, b)
                 if rule != 0:  # rule 0 needs only the total
                     cused[bclass[b]] -= bweight[b]
             else:
@@ -208,7 +192,7 @@ def _cache_kernel(offsets, blocks, weights, times, req_class, n_unique, n_classe
                 inserted[i] = True
             if rule != 0:
                 cused[c] += bweight[b]
-            _append(nxt, prv, n_unique + c, b)
+            ll_push_head(prv, nxt, n_unique + c, b)  # prv/nxt swapped: at the MRU end, before the sentinel
             last[b] = now
             seq[b] = i  # touch order
             bclass[b] = c
@@ -219,7 +203,7 @@ def _cache_kernel(offsets, blocks, weights, times, req_class, n_unique, n_classe
                         if v < 0:
                             break
                         used -= bweight[v]
-                        _unlink(nxt, prv, v)
+                        ll_unlink(nxt, prv, v)
                         present[v] = False
                         if record:
                             ev_idle[n_ev] = now - last[v]
