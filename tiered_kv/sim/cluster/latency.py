@@ -4,44 +4,39 @@ A request of ``n`` input tokens whose first ``h`` tokens are cached pays
 
     TTFT = queueing + load(h) + prefill(h -> n) + replay(R)
 
-* **load**: the cached prefix's KV bytes over the read bandwidth of the SSD tier
-  (``h * kv_bytes_per_token / read_bandwidth``). All restores in a simulation go through one
-  FIFO read queue, so concurrent restores contend; misses that write their new chunks back go
-  through the same queue (``write_back``).
-* **prefill**: computing tokens ``[h, n)`` costs ``a*(n-h) + b*(n^2-h^2)`` machine-seconds, the
-  increment of a whole-prompt cost ``a*n + b*n^2`` (linear: weights; quadratic: causal attention).
+* **load**: the prefix's KV bytes over the SSD tier's read bandwidth. All restores of a
+  simulation share one FIFO read queue, and so do the write-backs of misses (``write_back``).
+* **prefill**: tokens ``[h, n)`` cost ``a*(n-h) + b*(n^2-h^2)`` machine-seconds, the increment of
+  a whole-prompt cost ``a*n + b*n^2`` (linear: weights; quadratic: causal attention), plus an
+  optional fixed ``prefill_fixed_s`` (0 in the presets; ``tiered-kv bench contention`` fits a
+  measured engine's).
 * **replay**: when the request's window state is on no machine, the last ``R`` prefix tokens are
-  run again to rebuild it; priced as prefilling ``[h-R, h)`` at that depth.
-* optionally a fixed ``prefill_fixed_s`` per prefill (0 in the presets below; a measured engine
-  has one: ``tiered-kv bench contention`` fits it).
+  run again to rebuild it, priced as prefilling ``[h-R, h)``.
 
 Defaults (preset ``deepseek-v3``) and where each number comes from:
 
-* ``a`` and ``b`` come from DeepSeek-V3's FLOPs (37B active parameters: 2*37e9 FLOP/token;
-  MLA attention with 128 heads, q/k dim 192, v dim 128, 61 layers: 2*128*(192+128)*61 FLOP per
-  query-key pair, half of the n^2 pairs under a causal mask) divided by one machine's effective
-  FLOP/s. That one number is **calibrated** so a 128K-token miss takes 13 s (DeepSeek's figure);
-  it lands at about 4.0 PFLOP/s, i.e. an 8-GPU H800 node at about half its dense BF16 peak.
-* ``kv_bytes_per_token`` is DeepSeek-V3's MLA cache in BF16: 61 layers * (512 + 64) * 2 bytes
-  = 70,272 B (the formula of :mod:`tiered_kv.arch`, pinned to it by a test).
-  Preset ``deepseek-v3-fp4`` uses the 890 B/token FP4 cache instead.
-* ``read_bandwidth`` is 40 GiB/s: the peak KVCache read throughput 3FS reports for its clients
+* ``a`` and ``b``: DeepSeek-V3's FLOPs (37B active parameters; MLA attention with 128 heads, q/k
+  dim 192, v dim 128, 61 layers) over one machine's effective FLOP/s, **calibrated** so that a
+  128K-token miss takes 13 s (DeepSeek's figure): about 4.0 PFLOP/s, an 8-GPU H800 node at
+  about half its dense BF16 peak.
+* ``kv_bytes_per_token``: DeepSeek-V3's MLA cache in BF16, 61 layers * (512 + 64) * 2 bytes =
+  70,272 B; preset ``deepseek-v3-fp4`` uses the 890 B/token FP4 cache instead.
+* ``read_bandwidth``: 40 GiB/s, the peak KVCache read throughput 3FS reports for its clients
   (deepseek-ai/3FS README, "KVCache" section).
-* ``R`` = 128 tokens of bounded replay (DeepSeek's figure: only the last 128 tokens are
-  recomputed), priced conservatively as prefilling those tokens through the whole model.
+* ``R`` = 128 tokens (DeepSeek: only the last 128 tokens are recomputed), priced conservatively
+  as prefilling them through the whole model.
 
 With these, a 128K prompt whose last 512-token block is new and whose window state must be
 replayed lands at about 0.33 s (not tuned: it follows from the numbers above), against the
-published 0.5 s; figures/REPORT.md states the difference. The published figure includes serving
-overheads this model leaves out (scheduling, decode step, network), so ours is a lower bound.
+published 0.5 s, which includes serving overheads this model leaves out (scheduling, decode
+step, network): ours is a lower bound, and figures/REPORT.md states the difference.
 
 Admission control (``admission=True`` in :func:`simulate_queue`): at arrival, a request with a
-cached prefix compares the predicted TTFT of loading it (read-queue wait + transfer, then the
-machine's compute queue, then suffix and replay) with that of recomputing the whole prompt on the
-same machine, and recomputes when that is sooner. The prediction only uses the queue state at
-arrival; it never looks ahead.
+cached prefix recomputes the whole prompt on its machine when that is predicted sooner than
+loading (read-queue wait + transfer, then the compute queue, then suffix and replay). The
+prediction uses only the queue state at arrival; it never looks ahead.
 
-Cost: a hit token is priced ``hit_price_ratio`` (1/50) of a miss token; :func:`cost_per_mtok`.
+Cost: a hit token is priced ``hit_price_ratio`` (1/50) of a miss token (:func:`cost_per_mtok`).
 Everything is deterministic: simulated clock, seeded workloads, events ordered by
 (time, kind, request index).
 """
@@ -94,8 +89,8 @@ def mla_kv_bytes_per_token() -> float:
     return float(V3_LAYERS * (V3_KV_LORA_RANK + V3_ROPE_DIM) * 2.0)
 
 
-#: (FLOP per token, FLOP per token^2) of a causal DeepSeek-V3 prefill, cost(n) = a*n + b*n^2: two
-#: FLOP per active parameter, and half of the n^2 query-key pairs under a causal mask.
+#: (FLOP per token, FLOP per token^2) of a DeepSeek-V3 prefill, cost(n) = a*n + b*n^2: half of the
+#: n^2 query-key pairs count under a causal mask.
 V3_PREFILL_FLOPS = (2 * V3_ACTIVE_PARAMS, 2 * V3_HEADS * (V3_QK_DIM + V3_V_DIM) * V3_LAYERS / 2.0)
 
 
