@@ -4,18 +4,10 @@ argparse calls a flag's ``type`` with the text the user typed; the functions her
 types. A value out of range fails there, as ``tiered-kv simulate: error: argument --nodes:
 must be an integer >= 1 (machines), got '0'`` with exit status 2, instead of surfacing later
 under an internal name (``high_watermark``), being replaced by a default, or switching models
-silently (``--nodes 0`` would mean the single-cache model).
-
-Two argparse habits are handled here as well:
-
-* a value that starts with ``-`` and is not a plain number (``--capacity -5GiB``) is taken for an
-  option (``expected one argument``): :func:`join_negative_values` glues such a value to its
-  flag (``--capacity=-5GiB``) before parsing, so the type sees it and names the range;
-* :class:`Parser` prints an error as one line plus where to look, not the whole usage.
-
-:func:`discover` finds the modules that are commands (``tiered-kv NAME``, and ``tiered-kv bench
-NAME`` in :mod:`tiered_kv.bench`). This module sits below the commands and the benchmarks, so
-both use it without importing each other or :mod:`tiered_kv.cli`.
+silently (``--nodes 0`` would mean the single-cache model). Two argparse habits are mended here
+too (:func:`join_negative_values`, :class:`Parser`), and :func:`discover` finds the command
+modules: this module sits below the commands and the benchmarks, so both use it without
+importing each other or :mod:`tiered_kv.cli`.
 """
 
 from __future__ import annotations
@@ -43,7 +35,9 @@ class Parser(argparse.ArgumentParser):
 
 
 def join_negative_values(argv: Sequence[str]) -> list[str]:
-    """``["--capacity", "-5GiB"]`` -> ``["--capacity=-5GiB"]`` (a long flag followed by a negative value)."""
+    """``["--capacity", "-5GiB"]`` -> ``["--capacity=-5GiB"]``: argparse takes a value that starts
+    with ``-`` and is not a plain number for an option (``expected one argument``); glued to its
+    flag, it reaches the flag's type, which names the range."""
     out: list[str] = []
     for tok in argv:
         flag = out[-1] if out else ""
