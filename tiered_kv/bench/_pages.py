@@ -125,7 +125,8 @@ class Page:
     each name in ``extra``, that JSON or None when it is missing; ``command`` is what ``tiered-kv
     bench record`` stores when it is given none; ``machine`` is the page's own note for a JSON
     that names none (None: it has none; :func:`recorded`). With a ``title``, the body is set in
-    the standard frame: the :func:`head`, the machine note, the body; without, it is the whole page."""
+    the standard frame: the title, the JSON and the command it comes from, the machine note, the
+    body; without, it is the whole page."""
 
     name: str
     body: Callable[..., str]
@@ -138,7 +139,18 @@ class Page:
         if not self.title:
             return self.body(*data)
         command, machine = recorded(data[0], self.command, self.machine)
-        return f"{head(self.title, self.name, command)}\nMachine: {machine}\n\n{self.body(*data)}\n"
+        return f"""# {self.title}
+
+Written by `tiered-kv bench record {self.name}` from `benchmarks/results/{self.name}.json`, the JSON of one run of:
+
+```bash
+{command}
+```
+
+Machine: {machine}
+
+{self.body(*data)}
+"""
 
 
 @dataclass(frozen=True)
@@ -157,15 +169,3 @@ def recorded(r: dict, default_command: str, own_machine: str | None = None) -> t
     page's own note, else :data:`NO_MACHINE_NOTE` (an empty note, ``--machine ""``, is none)."""
     rec = r.get("recorded") or {}
     return rec.get("command") or default_command, rec.get("machine") or own_machine or NO_MACHINE_NOTE
-
-
-def head(title: str, name: str, command: str) -> str:
-    """Every page's head: its title, the JSON it is rendered from and the command that wrote it."""
-    return f"""# {title}
-
-Written by `tiered-kv bench record {name}` from `benchmarks/results/{name}.json`, the JSON of one run of:
-
-```bash
-{command}
-```
-"""
