@@ -63,9 +63,7 @@ class StorageModel:
         return cls(bpt, trace.uniform_block_size)
 
 
-# --------------------------------------------------------------------------------------------
-# reuse gaps: the one pass everything else reads
-
+# --- reuse gaps: the one pass everything else reads -----------------------------------------------
 
 @dataclass(frozen=True, eq=False)
 class Gaps:

@@ -30,9 +30,7 @@ from tiered_kv.sim.retention.frontier import Frontier
 from tiered_kv.sim.retention.gaps import Gaps
 from tiered_kv.sim.trace_replay import CompiledTrace, summarize
 
-# --------------------------------------------------------------------------------------------
-# peak stored bytes: occupancy at evenly spaced instants
-
+# --- peak stored bytes: occupancy at evenly spaced instants ---------------------------------------
 
 @njit(cache=True)
 def _ttl_occupancy(access_time, blocks, access_class, n_unique, n_classes, samples, ttls):  # pragma: no cover
@@ -176,9 +174,7 @@ def frontier_occupancy(trace: CompiledTrace, gaps: Gaps, frontier: Frontier, poi
     return np.cumsum(occ, axis=1)[:, : len(pts)] * chunk_bytes
 
 
-# --------------------------------------------------------------------------------------------
-# the watermark view
-
+# --- the watermark view ---------------------------------------------------------------------------
 
 @dataclass(frozen=True)
 class FullChunkWatermark(Collector):

@@ -32,15 +32,9 @@ from tiered_kv.units import DAY_S, DEEPSEEK_TTL_DAYS, HOUR_S
 _CAP_MS = (1 << 32) - 2  # reuse times are clipped here (about 49.7 days); never-seen = CAP + 1
 
 
-@dataclass(frozen=True)
-class _Accesses:
-    ids: np.ndarray  # flat block ids, requests in frame order
-    req: np.ndarray  # request row of each access
-    pos: np.ndarray  # block index within its request
-    reuse_s: np.ndarray  # seconds since the previous access of the id; inf for a first access
-
-
-def _accesses(df: pl.DataFrame) -> _Accesses:
+def _accesses(df: pl.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per block access, requests in frame order: its request row, its block index within the
+    request, and seconds since the previous access of the same id (inf for a first access)."""
     nb = df["block_ids"].list.len().to_numpy().astype(np.int64)
     ids = df["block_ids"].explode().to_numpy().astype(np.uint64)
     req = np.repeat(np.arange(df.height, dtype=np.int64), nb)
@@ -50,7 +44,7 @@ def _accesses(df: pl.DataFrame) -> _Accesses:
     same = ids[order][1:] == ids[order][:-1]
     reuse = np.full(len(ids), np.inf)
     reuse[order[1:][same]] = t[order[1:]][same] - t[order[:-1]][same]
-    return _Accesses(ids, req, pos, reuse)
+    return req, pos, reuse
 
 
 def _lead_ms(df: pl.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -59,12 +53,12 @@ def _lead_ms(df: pl.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     sizes = df["block_size"].unique()
     if len(sizes) != 1:
         raise ValueError(f"block_size: calibration needs one block size per frame, got {sizes.to_list()}")
-    bs, a = int(sizes[0]), _accesses(df)
-    ms = np.where(np.isfinite(a.reuse_s), np.minimum(np.ceil(a.reuse_s * 1000.0), _CAP_MS), _CAP_MS + 1)
-    key = np.maximum.accumulate(a.req * (1 << 32) + ms.astype(np.int64))
+    bs, (req, pos, reuse_s) = int(sizes[0]), _accesses(df)
+    ms = np.where(np.isfinite(reuse_s), np.minimum(np.ceil(reuse_s * 1000.0), _CAP_MS), _CAP_MS + 1)
+    key = np.maximum.accumulate(req * (1 << 32) + ms.astype(np.int64))
     length = df["input_length"].to_numpy()
-    weight = np.clip(length[a.req] - a.pos * bs, 0, bs)  # min(p*bs, input_length) block by block
-    return key - a.req * (1 << 32), weight, a.req
+    weight = np.clip(length[req] - pos * bs, 0, bs)  # min(p*bs, input_length) block by block
+    return key - req * (1 << 32), weight, req
 
 
 def _ttl_ms(ttls_s) -> np.ndarray:
@@ -119,9 +113,7 @@ def requests_per_hour(df: pl.DataFrame) -> float:
     return df.height / max(1.0, float(t.max() - t.min())) * HOUR_S
 
 
-# --------------------------------------------------------------------------------------------
-# targets
-
+# --- targets --------------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
 class Target:
@@ -167,7 +159,7 @@ def slice_stats(df: pl.DataFrame) -> dict[str, float]:
     percents = (10, 25, 50, 75, 90)
     lengths = np.quantile(df["input_length"].to_numpy(), [p / 100 for p in percents]).tolist()
     stats = {f"input_length_p{p}": v for p, v in zip(percents, lengths, strict=True)}
-    reuse = _accesses(df).reuse_s
+    reuse = _accesses(df)[2]
     reuse = reuse[np.isfinite(reuse)]
     if reuse.size == 0:
         raise ValueError("trace: no block is accessed twice, reuse times are undefined")

@@ -237,9 +237,7 @@ def get_config(config: SynthConfig | ClassConfig | str) -> SynthConfig:
     raise ValueError(f"preset: must be one of {sorted(PRESETS)} (or a SynthConfig), got {config!r}")
 
 
-# --------------------------------------------------------------------------------------------
-# drawing one class
-
+# --- drawing one class ----------------------------------------------------------------------------
 
 def _lognormal(rng: np.random.Generator, median: float, sigma: float, n: int) -> np.ndarray:
     return median * np.exp(sigma * rng.standard_normal(n))
@@ -360,9 +358,7 @@ def _add_calls(rng: np.random.Generator, c: ClassConfig, d: _ClassDraw, populari
                       **{k: np.concatenate([getattr(d, k), v[keep]]) for k, v in calls.items()})
 
 
-# --------------------------------------------------------------------------------------------
-# block ids
-
+# --- block ids ------------------------------------------------------------------------------------
 
 @dataclass
 class _Layout:
@@ -431,9 +427,7 @@ def _list_column(lay: _Layout, block_size: int, chunk_blocks: int = 1_000_000) -
     return pl.concat(parts).alias("block_ids")
 
 
-# --------------------------------------------------------------------------------------------
-# public entry point
-
+# --- public entry point ---------------------------------------------------------------------------
 
 def generate(config: SynthConfig | ClassConfig | str, days: float, seed: int) -> pl.DataFrame:
     """Draw ``days`` of traffic into the trace frame schema (:data:`tiered_kv.sim.traces.SCHEMA`).
