@@ -286,19 +286,14 @@ def attention_locality(model: EncoderDecoder, sequences: list[torch.Tensor], rec
         for stack, layers, x in (("encoder", model.encoder, model.embed(seq)),
                                  ("decoder", model.decoder, model.embed(seq))):
             for layer in layers:
-                h = layer.norm1(x)
-                q, k, _ = layer.attn._qkv(h, 0)
-                qq = q[w - 1:]  # queries with a full window
-                rep = cfg.n_heads // cfg.kv_heads
-                kk = k.repeat_interleave(rep, dim=1)
-                scores = torch.einsum("qhd,khd->hqk", qq, kk) / cfg.head_dim ** 0.5
+                q, k, _ = layer.attn._qkv(layer.norm1(x), 0)
+                kk = k.repeat_interleave(cfg.n_heads // cfg.kv_heads, dim=1)
+                # queries with a full window
+                scores = torch.einsum("qhd,khd->hqk", q[w - 1:], kk) / cfg.head_dim ** 0.5
                 qp, kp = torch.arange(w - 1, n), torch.arange(n)
                 probs = scores.masked_fill(~band_mask(qp, kp, w), float("-inf")).softmax(-1)
                 out[stack].append(float((probs * band_mask(qp, kp, recent)).sum(-1).mean()))
-                if stack == "encoder":
-                    x, _ = layer(x, 0, None, w, 0)
-                else:
-                    x, _ = layer(x, 0, None, w, 0, kv[:, 0], kv[:, 1])
+                x, _ = layer(x, 0, None, w, 0, kv[:, 0], kv[:, 1])  # (an encoder layer has no cross-attention)
     enc, dec = out["encoder"], out["decoder"]
     return {"window_tokens": w, "recent_tokens": recent,
             "encoder_share": sum(enc) / len(enc), "decoder_share": sum(dec) / len(dec),
