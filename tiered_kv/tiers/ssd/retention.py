@@ -205,13 +205,12 @@ def rehome_records(chunks, records, gone: set[bytes]) -> tuple[list[str], list[A
             key = chunks[key].parent
         if key not in chunks:
             continue
-        new = AccessRecord(key, rec.traffic_class, rec.time)
         p = access_path(key, rec.traffic_class)
         existing = records.get(p)
         if existing is not None and existing.time >= rec.time:
             continue
         if p not in best or best[p].time < rec.time:
-            best[p] = new
+            best[p] = AccessRecord(key, rec.traffic_class, rec.time)
             source[p] = path
     return drop, list(best.values()), source
 
