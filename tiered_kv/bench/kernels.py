@@ -81,19 +81,19 @@ def _cpu_pair(fn: Callable[[], Any], baseline: Callable[[], Any], repeat: int,
     return statistics.median(fn_all), statistics.median(base_all), fn_all, base_all
 
 
-def _entry(timing: Timing, elements: int, bytes_per_element: float, clone_bpe: float,
+def _entry(timing: Timing, elements: int, bytes_per_element: float, clone_gbps: float | None,
            peak_gbps: float | None) -> dict:
-    """One path's figures from its :data:`Timing`, against the clone timed beside it on the CPU
-    (which moves ``clone_bpe`` bytes per element); ``ratio_vs_clone_all`` pairs each call with the
+    """One path's figures from its :data:`Timing`; ``ratio_vs_clone_all`` pairs each call with the
     clone timed just before it."""
     seconds, base_seconds, runs, base_runs = timing
     gbps = bytes_per_element * elements / seconds / 1e9
     out = {"seconds": seconds, "elements_per_s": elements / seconds,
            "bytes_per_element": bytes_per_element, "gbps": gbps, "seconds_all": list(runs)}
     if base_seconds is not None:
-        out["clone_gbps"] = clone_bpe * elements / base_seconds / 1e9
-        out["ratio_vs_clone"] = gbps / out["clone_gbps"]
+        out["clone_gbps"] = clone_gbps
+        out["ratio_vs_clone"] = gbps / clone_gbps
         out["clone_seconds_all"] = list(base_runs)
+        clone_bpe = clone_gbps * base_seconds * 1e9 / elements  # bytes the clone moves per element
         out["ratio_vs_clone_all"] = [b / f * bytes_per_element / clone_bpe
                                      for f, b in zip(runs, base_runs, strict=True)]
     if peak_gbps:
@@ -153,6 +153,11 @@ def _timer(args: argparse.Namespace, cuda: bool) -> Timer:
     return lambda fn, baseline, reps: _cpu_pair(fn, baseline, reps, clock)
 
 
+def _paired_gbps(t: Timing, clone_gbps: float, clone_bytes: float) -> float:
+    """The clone's GB/s timed beside this path when there is one, else the run's clone."""
+    return clone_gbps if t[1] is None else clone_bytes / t[1] / 1e9
+
+
 def _header(args: argparse.Namespace, torch, device, dtype, tokens: int, cuda: bool) -> dict[str, Any]:
     """What the figures were measured on: device, versions, dtype, shape, clock and peak bandwidth."""
     name = torch.cuda.get_device_name(device) if cuda else "cpu"
@@ -191,8 +196,8 @@ def _run(args: argparse.Namespace, torch, device, dtype, size: int, cuda: bool) 
     if peak:
         result["clone"]["fraction_of_peak"] = clone_gbps / peak
     backends = ("triton", "torch") if cuda else ("numba", "torch") if fp4._has_numba() else ("torch",)
-    result["fp4"] = _fp4(args, x, backends, timed, peak, cuda)
-    result["attention"] = _attention(args, torch, g, x.dtype, timed, peak, cuda)
+    result["fp4"] = _fp4(args, x, backends, timed, clone_gbps, peak, cuda)
+    result["attention"] = _attention(args, torch, g, x.dtype, timed, clone_gbps, peak, cuda)
     result["bytes_per_element_formulas"] = {
         "clone": "2 * in_bytes",
         "quantize": "in_bytes + 0.5 + 1/block (block 32 mxfp4, 16 nvfp4)",
@@ -202,8 +207,8 @@ def _run(args: argparse.Namespace, torch, device, dtype, size: int, cuda: bool) 
     return result
 
 
-def _fp4(args: argparse.Namespace, x, backends: tuple[str, ...], timed: Timer, peak: float | None,
-         cuda: bool) -> dict[str, Any]:
+def _fp4(args: argparse.Namespace, x, backends: tuple[str, ...], timed: Timer, clone_gbps: float,
+         peak: float | None, cuda: bool) -> dict[str, Any]:
     """Quantize and dequantize in every format and backend, each timed beside a clone of ``x``."""
     from tqdm import tqdm
 
@@ -211,6 +216,7 @@ def _fp4(args: argparse.Namespace, x, backends: tuple[str, ...], timed: Timer, p
     from tiered_kv.keys import FORMATS, bytes_per_element
 
     n, in_bytes = x.numel(), x.element_size()
+    clone_bytes = 2 * in_bytes * n
     out: dict[str, Any] = {f: {"quantize": {}, "dequantize": {}} for f in FORMATS}
     jobs = [(f, b) for f in FORMATS for b in backends]
     for fmt, backend in tqdm(jobs, desc="fp4 kernels", leave=False):
@@ -223,13 +229,13 @@ def _fp4(args: argparse.Namespace, x, backends: tuple[str, ...], timed: Timer, p
         td = timed(lambda q=q, b=backend: fp4.dequantize(q, x.dtype, backend=b), lambda: x.clone(), reps)
         side = bytes_per_element(fmt)
         for op, t in (("quantize", tq), ("dequantize", td)):  # each moves the input and the FP4 side
-            out[fmt][op][backend] = _entry(t, n, in_bytes + side, 2 * in_bytes, peak)
+            out[fmt][op][backend] = _entry(t, n, in_bytes + side, _paired_gbps(t, clone_gbps, clone_bytes), peak)
         out[fmt]["quantize"][backend]["first_call_seconds"] = jit_s
     return out
 
 
-def _attention(args: argparse.Namespace, torch, g, dtype, timed: Timer, peak: float | None,
-               cuda: bool) -> dict[str, Any]:
+def _attention(args: argparse.Namespace, torch, g, dtype, timed: Timer, clone_gbps: float,
+               peak: float | None, cuda: bool) -> dict[str, Any]:
     """A replay segment of Tq queries at the end of Tq + window keys (GQA 4:1), per backend."""
     from tiered_kv.kernels import swa
 
@@ -247,7 +253,7 @@ def _attention(args: argparse.Namespace, torch, g, dtype, timed: Timer, peak: fl
     for backend in ("triton", "torch") if cuda else ("torch",):
         t = timed(lambda b=backend: swa.sliding_window_attention(q, k, v, W, W, backend=b),
                   lambda: q.clone(), args.repeat if cuda else max(2, args.repeat // 2))
-        e = _entry(t, q.numel(), attn_bytes, 2 * in_bytes, peak)
+        e = _entry(t, q.numel(), attn_bytes, _paired_gbps(t, clone_gbps, 2 * q.numel() * in_bytes), peak)
         e["tflops"] = 4.0 * pairs * Hq * D / t[0] / 1e12
         attn[backend] = e
     return attn
