@@ -50,16 +50,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             calls.append({"round": r, "seed": seed, "seconds": s, "requests": int(df.height),
                           "block_accesses": n, "accesses_per_s": n / s})
             del df
-    rss = peak_rss_bytes() / 2**20
     secs = [c["seconds"] for c in calls]
-    rates = [c["accesses_per_s"] for c in calls]
     out: dict[str, Any] = {
         "preset": "mixed", "days": args.days, "seeds": list(args.seeds), "repeat": args.repeat,
         "generate": {"seconds": statistics.median(secs), "seconds_all": secs,
-                     "accesses_per_s": statistics.median(rates),
-                     "block_accesses": statistics.median(c["block_accesses"] for c in calls),
-                     "requests": statistics.median(c["requests"] for c in calls),
-                     "calls": calls, "peak_rss_mib": rss},
+                     **{k: statistics.median(c[k] for c in calls) for k in ("accesses_per_s", "block_accesses",
+                                                                             "requests")},
+                     "calls": calls, "peak_rss_mib": peak_rss_bytes() / 2**20},
     }
     reports = []
     for seed in args.calibration_seeds:
