@@ -89,15 +89,16 @@ def mla_kv_bytes_per_token() -> float:
     return float(V3_LAYERS * (V3_KV_LORA_RANK + V3_ROPE_DIM) * 2.0)
 
 
-#: (FLOP per token, FLOP per token^2) of a DeepSeek-V3 prefill, cost(n) = a*n + b*n^2: half of the
-#: n^2 query-key pairs count under a causal mask.
-V3_PREFILL_FLOPS = (2 * V3_ACTIVE_PARAMS, 2 * V3_HEADS * (V3_QK_DIM + V3_V_DIM) * V3_LAYERS / 2.0)
+def prefill_flops() -> tuple[float, float]:
+    """(FLOP per token, FLOP per token^2) of a DeepSeek-V3 prefill, cost(n) = a*n + b*n^2: half of
+    the n^2 query-key pairs count under a causal mask."""
+    return 2 * V3_ACTIVE_PARAMS, 2 * V3_HEADS * (V3_QK_DIM + V3_V_DIM) * V3_LAYERS / 2.0
 
 
 def calibrate_machine_flops() -> float:
     """Effective FLOP/s of one machine so that a miss of :data:`CALIBRATION_TOKENS` takes
     :data:`CALIBRATION_MISS_S` (DeepSeek's 13 s for 128K tokens)."""
-    fa, fb = V3_PREFILL_FLOPS
+    fa, fb = prefill_flops()
     return (fa * CALIBRATION_TOKENS + fb * CALIBRATION_TOKENS**2) / CALIBRATION_MISS_S
 
 
@@ -144,7 +145,7 @@ def preset(name: str = "deepseek-v3") -> LatencyConfig:
     if name not in PRESETS:
         raise ValueError(f"latency preset: unknown {name!r}; choose deepseek-v3 or deepseek-v3-fp4")
     flops = calibrate_machine_flops()
-    fa, fb = V3_PREFILL_FLOPS
+    fa, fb = prefill_flops()
     kv = mla_kv_bytes_per_token() if name == "deepseek-v3" else float(FP4_KV_BYTES_PER_TOKEN)
     return LatencyConfig(kv_bytes_per_token=kv, read_bandwidth_bytes_per_s=float(THREEFS_READ_BANDWIDTH),
                          prefill_a_s_per_token=fa / flops, prefill_b_s_per_token2=fb / flops)
