@@ -265,12 +265,6 @@ def _crossover(r: dict[str, Any]) -> str:
     return f"{x:,.0f} tokens"
 
 
-def _prefix_cache(s: dict[str, Any]) -> str:
-    if s.get("vllm_prefix_caching", True):
-        return "vLLM's own prefix cache on (it serves the hits its cache still holds; the tier is looked up for each)"
-    return "vLLM's own prefix cache off (every hit is the tier's)"
-
-
 def _render_workbench(w: dict[str, Any]) -> list[str]:
     if not w.get("ttft_ms"):
         return ["The workbench's own engine has no recorded TTFT at these lengths (`tiered-kv bench ttft`).", ""]
@@ -288,7 +282,7 @@ def _render_mooncake(s: dict[str, Any] | None) -> list[str]:
     return ["## A slice of the Mooncake conversation trace against the engine", "",
             f"The first {s['requests']} requests in timestamp order, prompts synthesized from `hash_ids` "
             f"({s['block_size']} tokens per id, drawn from the id), {s['input_tokens']:,} prompt tokens, sent one at "
-            f"a time to an engine with {_prefix_cache(s)}; the tier's measured hits beside the simulator's `lru` "
+            f"a time to an engine with vLLM's own prefix cache off (every hit is the tier's); the tier's measured hits beside the simulator's `lru` "
             "replay at unlimited capacity.", "",
             "| | hit tokens | token hit rate |", "|---|---:|---:|",
             *(f"| {label} | {s[k + '_hit_tokens']:,} | {s[k + '_token_hit_rate']:.4f} |" for label, k in (

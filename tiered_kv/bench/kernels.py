@@ -278,12 +278,6 @@ def _ratio_cell(e: dict) -> str:
     return "-" if p is None else p.text(bold=True)
 
 
-def _clone_line(r: dict) -> str:
-    c = r["clone"]
-    gbps = [c["bytes_per_element"] * r["elements"] / s / 1e9 for s in every_run(c, "seconds")]
-    return f"Clone alone (its own timing pass): {spread(gbps, lambda g: f'{g:.1f} GB/s')}."
-
-
 def _attention_rows(a: dict) -> list[str]:
     sh, rows = a["shape"], []
     for path, e in a.items():
@@ -296,13 +290,14 @@ def _attention_rows(a: dict) -> list[str]:
 
 def render_record(r: dict) -> str:
     """The kernels section from the JSON of one ``tiered-kv bench kernels --json`` run."""
+    clone = [r["clone"]["bytes_per_element"] * r["elements"] / s / 1e9 for s in every_run(r["clone"], "seconds")]
     lines = [f"Device `{r['device']}`, torch {r['torch']}, {r['threads']} thread(s), {r['dtype']} input "
              f"shaped {r['shape']} ({r['elements']:,} elements), clock: {r['clock']}. Each path is timed "
              "right after a clone of the same input; the ratio of each call is against the clone "
              "timed just before it, and the cell is the median of those paired ratios (their range, "
              "how many). Bytes per element: "
              + "; ".join(f"{k}: {v}" for k, v in r["bytes_per_element_formulas"].items()) + ".",
-             "", _clone_line(r), "",
+             "", f"Clone alone (its own timing pass): {spread(clone, lambda g: f'{g:.1f} GB/s')}.", "",
              "| format | op | path | seconds per call | GB/s (median) | ratio vs clone (median of paired calls) |",
              "|---|---|---|---|---:|---|"]
     for fmt, ops in r["fp4"].items():

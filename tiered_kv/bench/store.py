@@ -265,11 +265,6 @@ def store_ratio(size: dict, raw: str, tier: str, runs: str = "seconds_all") -> P
     return Paired.between(size[runs][raw], size[runs][tier])
 
 
-def _latency_cell(s: dict) -> str:
-    return "; ".join(f"{n}: {d['p50_ms']:,.0f} / {d['p99_ms']:,.0f} ms ({d['samples']} reads)"
-                     for n, d in s["get_prefix_latency_ms"].items())
-
-
 def render_record(r: dict) -> str:
     """The local-directory section from the JSON of one ``tiered-kv bench store --json`` run."""
     lines = [f"Prefix of {r['prefix_tokens']:,} tokens in {r['block_size']}-token chunks, {r['repeat']} repeats "
@@ -281,8 +276,10 @@ def render_record(r: dict) -> str:
              "|---|---|" + "---|" * len(RATIOS) + "---|"]
     for label, s in r["sizes"].items():
         cells = " | ".join(store_ratio(s, a, b).text(bold=True) for _, a, b in RATIOS)
+        latency = "; ".join(f"{n}: {d['p50_ms']:,.0f} / {d['p99_ms']:,.0f} ms ({d['samples']} reads)"
+                            for n, d in s["get_prefix_latency_ms"].items())
         lines.append(f"| {label}: {s['kv_heads']} KV heads x {s['head_dim']}, {s['fmt']} = "
-                     f"{s['bytes_per_token']:.0f} B | {s['chunk_bytes'] / 1e3:.1f} KB | {cells} | {_latency_cell(s)} |")
+                     f"{s['bytes_per_token']:.0f} B | {s['chunk_bytes'] / 1e3:.1f} KB | {cells} | {latency} |")
     lines += ["", "Seconds per phase (median with range over the repeats):", "",
               "| size | phase | seconds | GB/s (median) |", "|---|---|---|---:|"]
     for label, s in r["sizes"].items():
