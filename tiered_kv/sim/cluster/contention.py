@@ -1,19 +1,18 @@
 """Restores and misses contending for one store: the scenario, the admission rule, the model's view.
 
-This is the simulator's half of ``tiered-kv bench contention`` (:mod:`tiered_kv.measure.contention`
-measures the same scenario with the real engine; its ``--help`` tells the scenario flag by flag):
-everything here is numpy, so the measurement and the model read one definition of the workload
-and of the admission decision.
+The simulator's half of ``tiered-kv bench contention`` (:mod:`tiered_kv.measure.contention`
+measures the same scenario with the real engine; its ``--help`` tells the scenario flag by flag),
+all numpy, so the measurement and the model read one definition of the workload and of the
+admission decision (:mod:`.shared_compute`'s rules, re-exported: both call the one :func:`decide`).
 
 The scenario (:class:`ContentionScenario`, :func:`workload`) draws its prompts once from its seed,
 so every bandwidth, load and admission setting sees the *same* prompts: restores read their
 ``blocks`` chunks and compute only a tail shorter than a block; misses compute everything and
-write their blocks back; arrivals are a Poisson stream dealt round robin to ``streams`` streams
-that share one link to the store and the machine's compute. The admission rules are
-:mod:`.shared_compute`'s (re-exported: the dispatcher and the model call the one :func:`decide`).
-The model's view (:func:`model_point`) runs the same requests through
-:func:`~.shared_compute.simulate_shared` with compute times fitted to the engine's isolated
-prefills (:func:`fit_compute`). Statistics over repeated runs are in :mod:`.tail_stats`.
+write their blocks back; a Poisson stream of arrivals is dealt round robin to ``streams`` streams
+sharing one link to the store and the machine's compute. The model's view (:func:`model_point`)
+runs the same requests through :func:`~.shared_compute.simulate_shared` with compute times
+fitted to the engine's isolated prefills (:func:`fit_compute`); :mod:`.tail_stats` holds the
+statistics over repeated runs.
 """
 
 from __future__ import annotations

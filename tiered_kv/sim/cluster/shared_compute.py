@@ -112,8 +112,9 @@ class SharedResult:
 class _Sim:
     """The event loop's state; one instance per :func:`simulate_shared` call."""
 
-    def __init__(self, streams: int, cores: float) -> None:
+    def __init__(self, streams: int, cores: float, requests: int) -> None:
         self.cores = cores
+        self.start = np.full(requests, math.nan)  # when each request's prefill started
         self.t = 0.0
         self.link_free = 0.0
         self.queue: list[deque] = [deque() for _ in range(streams)]  # (request, isolated seconds)
@@ -148,15 +149,15 @@ class _Sim:
         return sum(1 for k in range(len(self.running)) if k != s and (self.running[k] >= 0 or self.queue[k]
                                                                        or self.pending_n[k]))
 
-    def enqueue(self, s: int, i: int, work: float, start: np.ndarray) -> None:
+    def enqueue(self, s: int, i: int, work: float) -> None:
         self.queue[s].append((i, work))
-        self.start_next(s, start)
+        self.start_next(s)
 
-    def start_next(self, s: int, start: np.ndarray) -> None:
+    def start_next(self, s: int) -> None:
         if self.running[s] < 0 and self.queue[s]:
             i, work = self.queue[s].popleft()
             self.running[s], self.rem[s] = i, work
-            start[i] = self.t
+            self.start[i] = self.t
 
 
 def simulate_shared(arrival_s, stream, restore, *, restore_s, recompute_s, read_s, write_s, cores: float,
@@ -179,8 +180,8 @@ def simulate_shared(arrival_s, stream, restore, *, restore_s, recompute_s, read_
         raise ValueError(f"cores: must be > 0, got {cores!r}")
     if count and np.any(np.diff(arrival) < 0):
         raise ValueError("simulate_shared: arrival_s must be sorted")
-    sim = _Sim(int(stream.max()) + 1 if count else 0, float(cores))
-    done, start = np.full(count, math.nan), np.full(count, math.nan)
+    sim = _Sim(int(stream.max()) + 1 if count else 0, float(cores), count)
+    done = np.full(count, math.nan)
     recomputed = np.zeros(count, dtype=bool)
     reads: deque = deque()  # (ready time, request): the link serves reads in order
     writes: list = []  # heap of (time, request)
@@ -196,36 +197,30 @@ def simulate_shared(arrival_s, stream, restore, *, restore_s, recompute_s, read_
             done[i], sim.running[k] = t, -1
             if write_s[i] > 0:
                 heapq.heappush(writes, (t, i))
-            sim.start_next(k, start)
+            sim.start_next(k)
         elif kind == 1:
             _, i = reads.popleft()
             s = int(stream[i])
             sim.pending[s] -= restore_s[i]
             sim.pending_n[s] -= 1
-            sim.enqueue(s, i, restore_s[i], start)
+            sim.enqueue(s, i, restore_s[i])
         elif kind == 2:
             _, i = heapq.heappop(writes)
             sim.link_free = max(sim.link_free, t) + write_s[i]
-        else:
-            _arrive(sim, k, t, stream, restore, restore_s, recompute_s, read_s, policy, reads, recomputed, start)
+        else:  # an arrival: a miss queues its compute; a restore is recomputed or its read queued
             a += 1
-    return SharedResult(ttft_s=done - arrival, start_s=start, recomputed=recomputed)
+            s = int(stream[k])
+            ready = max(sim.link_free, t) + read_s[k]
+            if restore[k]:
+                state = QueueState(queued_read_s=ready - t, stream_backlog_s=sim.backlog(s),
+                                   busy_streams=sim.busy_others(s), cores=sim.cores)
+                recomputed[k] = decide(policy, state, restore_compute_s=restore_s[k], recompute_s=recompute_s[k])
+            if not restore[k] or recomputed[k]:
+                sim.enqueue(s, k, recompute_s[k])
+            else:
+                sim.link_free = ready
+                sim.pending[s] += restore_s[k]
+                sim.pending_n[s] += 1
+                reads.append((ready, k))
+    return SharedResult(ttft_s=done - arrival, start_s=sim.start, recomputed=recomputed)
 
-
-def _arrive(sim: _Sim, i: int, t: float, stream, restore, restore_s, recompute_s, read_s, policy: str,
-            reads: deque, recomputed: np.ndarray, start: np.ndarray) -> None:
-    s = int(stream[i])
-    if not restore[i]:
-        sim.enqueue(s, i, recompute_s[i], start)
-        return
-    ready = max(sim.link_free, t) + read_s[i]
-    state = QueueState(queued_read_s=ready - t, stream_backlog_s=sim.backlog(s), busy_streams=sim.busy_others(s),
-                       cores=sim.cores)
-    if decide(policy, state, restore_compute_s=restore_s[i], recompute_s=recompute_s[i]):
-        recomputed[i] = True
-        sim.enqueue(s, i, recompute_s[i], start)
-        return
-    sim.link_free = ready
-    sim.pending[s] += restore_s[i]
-    sim.pending_n[s] += 1
-    reads.append((ready, i))
