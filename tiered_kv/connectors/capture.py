@@ -45,8 +45,7 @@ class TraceRecorder:
 
     def __init__(self, path: str) -> None:
         self.path = path
-        folder = os.path.dirname(os.path.abspath(path))
-        os.makedirs(folder, exist_ok=True)
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
 
     def record(self, request: CapturedRequest) -> None:
         line = json.dumps(asdict(request), separators=(",", ":")) + "\n"

@@ -188,16 +188,11 @@ class TieredKVConnector(KVConnectorBase_V1):
         st.load = (st.local_tokens // bs, num_external_tokens // bs) if num_external_tokens > 0 else None
         st.loaded_tokens = num_external_tokens
         st.saved_blocks = st.hit_blocks
-        if not st.captured:
-            st.captured = True
-            self._capture(request.request_id, st)
-
-    def _capture(self, request_id: str, st: _Request) -> None:
-        if self.recorder is None:
-            return
-        self.recorder.record(CapturedRequest(
-            vllm_request_id=request_id, timestamp_s=st.arrival, input_length=len(st.tokens),
-            block_ids=[key_id(k) for k in st.keys], block_size=self.block_size, **st.measured(self.block_size)))
+        if not st.captured and self.recorder is not None:
+            self.recorder.record(CapturedRequest(
+                vllm_request_id=request.request_id, timestamp_s=st.arrival, input_length=len(st.tokens),
+                block_ids=[key_id(k) for k in st.keys], block_size=bs, **st.measured(bs)))
+        st.captured = True
 
     def build_connector_meta(self, scheduler_output: SchedulerOutput) -> TieredKVMetadata:
         meta = TieredKVMetadata()
