@@ -1,10 +1,9 @@
 """The main venv's handle on an engine: a process of the engine venv running :mod:`.engine_worker`.
 
-Tests, ``tiered-kv bench engine`` and notebook 08 run in the workbench's venv, which has no vLLM
-(its pins conflict). They start ``.venv-engine/bin/python -m tiered_kv.connectors.engine_worker``
-with one-process vLLM (``VLLM_ENABLE_V1_MULTIPROCESSING=0``: it starts several times faster)
-and exchange JSON lines with it. Without the engine venv, :func:`engine_python`
-raises :class:`EngineUnavailable` with the one command that makes it.
+Tests, ``tiered-kv bench engine`` and notebook 08 run in the workbench's venv, which has no vLLM.
+They start the worker with one-process vLLM (``VLLM_ENABLE_V1_MULTIPROCESSING=0``: it starts
+several times faster) and exchange JSON lines with it. Without the engine venv,
+:func:`engine_python` raises :class:`EngineUnavailable` with the one command that makes it.
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
 """One vLLM engine with the tiered-kv connector, driven by JSON lines (runs in the engine venv).
 
-Why a process of its own: vLLM's pins are not the workbench's, so tests, benchmarks and notebooks
-in the main venv start this module with ``.venv-engine/bin/python`` (:mod:`.client`) and talk to
-it over stdin/stdout. vLLM logs to stdout too, so every reply is one line that starts with
-:data:`REPLY` and the client skips the rest.
+:mod:`.client` starts it from the main venv and talks to it over stdin/stdout. vLLM logs to
+stdout too, so every reply is one line that starts with :data:`REPLY` and the client skips the rest.
 
 Commands (one JSON object a line, ``{"cmd": ...}``): ``start`` (build the engine: model
 directory, store, format, block size, batch budget, prefix caching, capture file), ``generate``

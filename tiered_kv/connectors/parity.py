@@ -14,11 +14,10 @@ the hit tokens the connector found in the tier. Which registered policy that is:
   :func:`trie_capacity_tokens`. The tier evicts in the order (last access, deepest first),
   where a chunk's last access includes its descendants', so it removes prefixes from their
   tails: prefix-tree LRU, not block LRU (``lru``/``watermark``/``gc-lru`` evict a chain's
-  head first, which loses the whole chain). It evicts from above ``high`` x capacity down to
-  ``low`` x capacity; that hysteresis is a plain capacity of ``k`` chunks exactly when ``k``
-  chunks fit under ``low`` and ``k + 1`` pass ``high`` (the function checks it; no registered
-  policy models the other capacities). Requests must not be longer than ``k`` blocks (there
-  the tier evicts the request's own tail, the peer's rule keeps one block fewer).
+  head first, which loses the whole chain). Its watermark hysteresis is one capacity only at
+  some capacities (:func:`trie_capacity_tokens` checks; no registered policy models the others).
+  Requests must not be longer than that capacity's ``k`` blocks (there the tier evicts the
+  request's own tail, the peer's rule keeps one block fewer).
 
 Runs in the main venv: it needs the simulator, not vLLM.
 """
