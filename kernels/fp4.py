@@ -153,8 +153,10 @@ _CHUNK_BLOCKS = 8192  # blocks per chunk of the reference: 256 KiB-1 MiB of fp32
 _CHUNK_BLOCKS_CUDA = 1 << 22  # on a GPU, chunks only bound the temporaries' memory
 
 
-def _chunk(device: torch.device) -> int:
-    return _CHUNK_BLOCKS_CUDA if device.type == "cuda" else _CHUNK_BLOCKS
+def _spans(n: int, device: torch.device):
+    """The [lo, hi) ranges of ``n`` blocks, a chunk at a time."""
+    step = _CHUNK_BLOCKS_CUDA if device.type == "cuda" else _CHUNK_BLOCKS
+    return ((lo, min(lo + step, n)) for lo in range(0, n, step))
 
 
 def _e2m1_encode_torch(v: torch.Tensor) -> torch.Tensor:
@@ -274,9 +276,7 @@ def _quantize_torch(blocks: torch.Tensor, fmt: str, scale_rule: str, gs: torch.T
     gs_blocks = _block_gs(gs, shape, block) if gs is not None else None
     data = torch.empty((nb, block // 2), dtype=torch.uint8, device=blocks.device)
     scales = torch.empty((nb,), dtype=torch.uint8, device=blocks.device)
-    step = _chunk(blocks.device)
-    for lo in range(0, nb, step):
-        hi = min(lo + step, nb)
+    for lo, hi in _spans(nb, blocks.device):
         gsb = gs_blocks[lo:hi] if gs_blocks is not None else None
         data[lo:hi], scales[lo:hi] = _quantize_blocks_torch(blocks[lo:hi], fmt, scale_rule, gsb)
     return data, scales
@@ -298,9 +298,7 @@ def _dequantize_torch(q: FP4Tensor, dtype: torch.dtype) -> torch.Tensor:
     table = _e2m1_pair_table(q.device)
     gs_blocks = _block_gs(q.global_scale, q.shape, block) if q.fmt == "nvfp4" else None
     out = torch.empty((nb, block), dtype=dtype, device=q.device)
-    step = _chunk(q.device)
-    for lo in range(0, nb, step):
-        hi = min(lo + step, nb)
+    for lo, hi in _spans(nb, q.device):
         vals = torch.nn.functional.embedding(packed[lo:hi].long(), table).reshape(hi - lo, block)
         if q.fmt == "mxfp4":
             scale = _e8m0_value_torch(codes[lo:hi])
