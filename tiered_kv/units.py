@@ -162,18 +162,20 @@ def _sig3(x: float) -> str:
 
 def format_bytes(n: float) -> str:
     """Binary units, three significant digits: ``890 B``, ``1.5 MiB``, ``1 TiB``, ``24.6 TiB``."""
+    steps = [(f" {u}", BYTE_UNITS[u.lower()]) for u in ("PiB", "TiB", "GiB", "MiB", "KiB")]
+    return _scaled(n, steps, "{:.0f} B")
+
+
+def _scaled(n: float, steps, below: str) -> str:
+    """``n`` in the first of ``steps`` (suffix, scale) it reaches, three significant digits;
+    ``below.format(n)`` under them all; ``n/a`` or ``unlimited`` when not finite."""
     n = float(n)
     if not math.isfinite(n):
         return "n/a" if math.isnan(n) else "unlimited"
-    return _scaled(n, [(f" {u}", BYTE_UNITS[u.lower()]) for u in ("PiB", "TiB", "GiB", "MiB", "KiB")]) or f"{n:.0f} B"
-
-
-def _scaled(n: float, steps) -> str | None:
-    """``n`` in the first of ``steps`` (suffix, scale) it reaches, three significant digits."""
     for suffix, scale in steps:
         if abs(n) >= scale * (1 - 0.0005):
             return f"{_sig3(n / scale)}{suffix}"
-    return None
+    return below.format(n)
 
 
 _TOKEN_UNITS = {"T": 10**12, "B": 10**9, "M": 10**6, "K": 10**3}
@@ -185,12 +187,8 @@ def format_tokens(n: float) -> str:
     Exact with thousands separators under 10,000; K/M/B/T (decimal) with three significant
     digits above. :func:`parse_tokens` reads every form back.
     """
-    n = float(n)
-    if not math.isfinite(n):
-        return "n/a" if math.isnan(n) else "unlimited"
-    if abs(n) < 10_000:
-        return f"{n:,.0f} tokens"
-    return _scaled(n, [(f"{unit} tokens", scale) for unit, scale in _TOKEN_UNITS.items()])
+    steps = [(f"{u} tokens", scale) for u, scale in _TOKEN_UNITS.items()]
+    return _scaled(n, steps if abs(float(n)) >= 10_000 else [], "{:,.0f} tokens")
 
 
 def parse_tokens(value: str | float | int, *, name: str = "tokens") -> int:
