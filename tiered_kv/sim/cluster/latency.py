@@ -385,11 +385,10 @@ def _queue_kernel(arrival, machine, machines, xfer, hit_compute, miss_compute, w
     return done, load_time, compute_time, recomputed
 
 
-def percentiles(values, qs=(50, 90, 99)) -> dict[str, float]:
+def percentiles(values) -> dict[str, float]:
+    """p50, p90 and p99 of ``values`` (NaN when there are none)."""
     values = np.asarray(values, dtype=np.float64)
-    if values.size == 0:
-        return {f"p{q}": math.nan for q in qs}
-    return {f"p{q}": float(np.percentile(values, q)) for q in qs}
+    return {f"p{q}": float(np.percentile(values, q)) if values.size else math.nan for q in (50, 90, 99)}
 
 
 @dataclass(frozen=True)

@@ -199,12 +199,11 @@ def hour_slice(config: SynthConfig | str, name: str, hour: int = 12, seed: int =
     return df.filter(pl.col("timestamp_s") >= hour * HOUR_S)
 
 
-def ttl_loss(df: pl.DataFrame, traffic_class: str = "chatbot",
-             long_s: float = DEEPSEEK_TTL_DAYS["chatbot"] * DAY_S,
-             short_s: float = DEEPSEEK_TTL_DAYS["agent"] * DAY_S) -> float:
-    """Token hit rate at TTL ``long_s`` minus at ``short_s`` (fraction, not points); by default
-    what a class loses when DeepSeek's chatbot TTL is cut to its agent TTL."""
-    long_rate, short_rate = ttl_hit_rates(df, [long_s, short_s], traffic_class=traffic_class)
+def ttl_loss(df: pl.DataFrame, traffic_class: str = "chatbot") -> float:
+    """What ``traffic_class`` loses when DeepSeek's chatbot TTL (7 d) is cut to its agent TTL (3 d):
+    the token hit rate at the one minus at the other (a fraction, not points)."""
+    ttls = [DEEPSEEK_TTL_DAYS[c] * DAY_S for c in ("chatbot", "agent")]
+    long_rate, short_rate = ttl_hit_rates(df, ttls, traffic_class=traffic_class)
     return float(long_rate - short_rate)
 
 
