@@ -27,14 +27,13 @@ import numpy as np
 from numba import njit
 
 from tiered_kv.sim.peers.trie import TrieTrace, curve_capacities, lookup, replay_at
+from tiered_kv.sim.policies.blockwise import ll_init, ll_push_head, ll_unlink
 
 
 def replay_lru_trie(t: TrieTrace, capacity: int) -> tuple[np.ndarray, bool]:
     """Exact trie-LRU at one capacity (blocks): (leading hit blocks per request, filled in warm-up)."""
-    n = t.parent.shape[0]
-    return replay_at(t, capacity, lambda hit: _lru_list_into(
-        t.node, t.offsets, t.fill_by, int(capacity), np.zeros(n, dtype=np.bool_), np.empty(n, dtype=np.int32),
-        np.empty(n, dtype=np.int32), np.empty(n, dtype=np.int32), hit))
+    return replay_at(t, capacity, lambda hit: _lru_list(t.node, t.offsets, t.fill_by, t.parent.shape[0],
+                                                           int(capacity), hit))
 
 
 def lru_trie_curve(t: TrieTrace, capacities) -> np.ndarray:
@@ -91,98 +90,62 @@ def _lru_small_capacities(dist, node, offsets, tokens, warmup, caps):
     return out
 
 
-@njit(cache=True, inline="always")
-def _unlink(x, prv, nxt, head, tail):
-    """Take node ``x`` out of the list (its links reset to -1); returns the new (head, tail)."""
-    p, q = prv[x], nxt[x]
-    if p >= 0:
-        nxt[p] = q
-    else:
-        head = q
-    if q >= 0:
-        prv[q] = p
-    else:
-        tail = p
-    prv[x] = -1
-    nxt[x] = -1
-    return head, tail
-
-
-@njit(cache=True, inline="always")
-def _push_head(x, prv, nxt, head, tail):
-    """Link the unlinked node ``x`` at the head (the newest end); returns the new (head, tail)."""
-    prv[x] = -1
-    nxt[x] = head
-    if head >= 0:
-        prv[head] = x
-    head = x
-    if tail < 0:
-        tail = x
-    return head, tail
-
-
 @njit(cache=True)
-def _relink_head(node, s, stop, r, owner, prv, nxt, head, tail):
-    """Move node[s:stop] to the list head, node[s] first; mark them as request ``r``'s."""
+def _relink_head(node, s, stop, r, owner, nx, pv, sentinel):
+    """Move node[s:stop] (all cached, so linked) to the list's head, node[s] first; mark them as
+    request ``r``'s."""
     for a in range(stop - 1, s - 1, -1):
         x = node[a]
-        if prv[x] >= 0 or nxt[x] >= 0 or head == x:
-            head, tail = _unlink(x, prv, nxt, head, tail)
-        head, tail = _push_head(x, prv, nxt, head, tail)
+        ll_unlink(nx, pv, x)
+        ll_push_head(nx, pv, sentinel, x)
         owner[x] = r
-    return head, tail
 
 
 @njit(cache=True)
-def _lru_list_into(node, offsets, fill_by, capacity, present, owner, prv, nxt, hit_blocks):
+def _lru_list(node, offsets, fill_by, n, capacity, hit_blocks):
     """Exact trie-LRU at one capacity in O(1) per access: an LRU list in (request, -depth) order.
 
     The current request's nodes sit at the head while it is admitted, so the tail is the
     oldest leaf of an earlier request (module docstring). When the tail belongs to the current
     request the cache holds nothing else: the peer then evicts the node just inserted (if any)
     and stops admission, which is reproduced here. Fills ``hit_blocks``; returns whether the
-    cache filled by request ``fill_by``.
+    cache filled by request ``fill_by``. Nodes are ``0..n-1``.
     """
-    present[:] = False
-    owner[:] = -1  # request that last touched the node
-    nxt[:] = -1  # towards the tail (older)
-    prv[:] = -1  # towards the head (newer)
-    hit_blocks[:] = 0
-    head = -1
-    tail = -1
+    present = np.zeros(n, dtype=np.bool_)
+    owner = np.full(n, -1, dtype=np.int64)  # request that last touched the node
+    nx, pv = ll_init(n, 1)  # one list (blockwise's), sentinel n: pv[n] is the tail
     size = 0
     filled = False
     for r in range(offsets.shape[0] - 1):
         if r >= fill_by and not filled:
             return False
         s, e, h = lookup(present, node, offsets, r, hit_blocks)
-        head, tail = _relink_head(node, s, h, r, owner, prv, nxt, head, tail)  # guard the hits
+        _relink_head(node, s, h, r, owner, nx, pv, n)  # guard the hits
         stop = h  # nodes s..stop-1 are present after admission
         for a in range(h, e):
             x = node[a]
             if size >= capacity:
-                v = tail
+                v = pv[n]
                 if owner[v] == r:  # only this request's path is cached
                     if a - 1 >= h:  # the node inserted just before is the one leaf: dropped
                         d = node[a - 1]
                         present[d] = False
                         size -= 1
                         stop = a - 1
-                        head, tail = _unlink(d, prv, nxt, head, tail)  # it was linked at the head
+                        ll_unlink(nx, pv, d)
                     break
                 present[v] = False  # evict the oldest leaf
                 size -= 1
-                head, tail = _unlink(v, prv, nxt, head, tail)
+                ll_unlink(nx, pv, v)
             present[x] = True
             size += 1
             owner[x] = r
-            # link at the head for now (final order is fixed below)
-            head, tail = _push_head(x, prv, nxt, head, tail)
+            ll_push_head(nx, pv, n, x)  # at the head for now (final order is fixed below)
             if size >= capacity and r < fill_by:
                 filled = True
             stop = a + 1
         # re-link this request's present nodes at the head, shallowest first (deepest oldest)
-        head, tail = _relink_head(node, s, stop, r, owner, prv, nxt, head, tail)
+        _relink_head(node, s, stop, r, owner, nx, pv, n)
     return filled
 
 
