@@ -124,13 +124,6 @@ def _day_kernel(offsets, ids, base, times, lengths, classes, counted, bs,
     return seq
 
 
-def _hour_files(root: Path, hour: int, parts: list[int]) -> list[Path]:
-    """The hour's shards of the manifest's parts, in part order (other files there are ignored:
-    e.g. those of a part whose generation was interrupted)."""
-    d = root / f"hour={hour:04d}"
-    return [f for f in (d / f"part-{k:05d}.parquet" for k in parts) if f.exists()]
-
-
 def _read_hour(files: list[Path]):
     """One hour of every part, sorted by time (stable: part order breaks ties), via a lazy scan."""
     import polars as pl
@@ -276,7 +269,10 @@ def replay_day(root: str | Path, *, capacities: dict[str, float] | None = None,
     inp, req = np.zeros((len(classes), hours), np.int64), np.zeros((len(classes), hours), np.int64)
     seq, read_s, kernel_s = 0, 0.0, 0.0
     for h in tqdm(range(hours), unit="hour", desc="replay day", disable=not progress):
-        files = _hour_files(root, h, part_numbers)
+        # the hour's shards of the manifest's parts, in part order (others there, e.g. of a part
+        # whose generation was interrupted, are not read)
+        folder = root / f"hour={h:04d}"
+        files = [f for f in (folder / f"part-{k:05d}.parquet" for k in part_numbers) if f.exists()]
         if not files:
             continue
         ta = time.perf_counter()
