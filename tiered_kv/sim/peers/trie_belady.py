@@ -13,7 +13,7 @@ cache + candidate" under one total order shared by every capacity at each step: 
 by (next use, id), a candidate after every resident with the same next use (ties keep the
 resident). That is a priority stack algorithm (Mattson, Gecsei, Slutz and Traiger 1970): the
 cache of size C is the top C of one stack, and an access pushes the candidate down the stack,
-swapping with whatever it beats. The pass is :func:`tiered_kv.sim.policies.belady.stack_hist`
+swapping with whatever it beats. The pass is :func:`tiered_kv.sim.policies.belady.stack_pass`
 (one heap segment per requested capacity; O(segments x log) per access at most), the one plain
 Belady uses too, given this policy's priorities (next use in requests, then node id).
 
@@ -28,7 +28,7 @@ from numba import njit
 
 from tiered_kv.sim.heap import heap_pop, heap_push
 from tiered_kv.sim.peers.trie import TrieTrace, curve_capacities, lookup, replay_at
-from tiered_kv.sim.policies.belady import stack_hist
+from tiered_kv.sim.policies.belady import stack_pass
 
 
 def replay_optimal_trie(t: TrieTrace, capacity: int) -> tuple[np.ndarray, bool]:
@@ -56,9 +56,10 @@ def optimal_trie_curve(t: TrieTrace, capacities) -> np.ndarray:
     bounds = np.unique(live)
     big = np.int64(t.n_nodes + 2)  # priority = next use * big + node id; a candidate ties last
     counted = np.arange(t.node.shape[0]) >= t.offsets[t.warmup]
-    hist = stack_hist(t.node, t.next_use * big + (big - 1), t.next_use * big + t.node,
+    no_writes = np.zeros(0, np.int64)
+    hist = stack_pass(t.node, t.next_use * big + (big - 1), t.next_use * big + t.node,
                       np.int64(t.n_requests + 1) * big, np.where(counted, t.tokens, 0), np.zeros_like(t.node), 1,
-                      t.n_nodes + 1, bounds)
+                      t.n_nodes + 1, bounds, no_writes, no_writes)
     cum = np.cumsum(hist[0])
     idx = np.searchsorted(bounds, caps)
     out[ok] = cum[idx[ok]]

@@ -20,25 +20,6 @@ from tiered_kv.sim.peers.trie_lru import replay_lru_trie
 from tiered_kv.sim.policies.registry import PolicyRun, check_capacity, register_policy
 
 
-def _trie_blocks(trace, capacity_tokens: int | None) -> int:
-    if capacity_tokens is None:
-        return int(np.unique(trace.blocks).shape[0]) + 1 if trace.n_accesses else 1
-    return int(capacity_tokens) // trace.uniform_block_size
-
-
-def _trie_run(trace, capacity_tokens: int | None, replay_fn):
-    """Replay ``trace`` with ``replay_fn`` at a capacity in tokens, under kvcache.ai's
-    underfilled rule (:func:`~tiered_kv.sim.peers.trie.underfilled_mask`)."""
-    t = from_compiled(trace)
-    cap = _trie_blocks(trace, capacity_tokens)
-    hit_blocks, counts = replay_fn(t, cap)
-    underfilled = bool(not counts or underfilled_mask(t, np.array([cap]))[0])
-    if underfilled:  # kvcache.ai: a cache that never filled during warm-up reports no hits
-        hit_blocks = np.zeros_like(hit_blocks)
-    return PolicyRun(np.asarray(hit_blocks, dtype=np.int64),
-                     {"capacity_blocks": cap, "underfilled": underfilled, "trie_nodes": t.n_nodes})
-
-
 @dataclass(frozen=True)
 class TriePolicy:
     """A kvcache.ai policy at ``capacity_tokens`` (None: every distinct block fits)."""
@@ -51,7 +32,19 @@ class TriePolicy:
         check_capacity(f"{self.name} capacity_tokens", self.capacity_tokens)
 
     def run(self, trace) -> PolicyRun:
-        return _trie_run(trace, self.capacity_tokens, type(self).replay)
+        """Replay at the capacity in blocks under kvcache.ai's underfilled rule
+        (:func:`~tiered_kv.sim.peers.trie.underfilled_mask`)."""
+        t = from_compiled(trace)
+        if self.capacity_tokens is None:
+            cap = int(np.unique(trace.blocks).shape[0]) + 1 if trace.n_accesses else 1
+        else:
+            cap = int(self.capacity_tokens) // trace.uniform_block_size
+        hit_blocks, counts = type(self).replay(t, cap)
+        underfilled = bool(not counts or underfilled_mask(t, np.array([cap]))[0])
+        if underfilled:  # kvcache.ai: a cache that never filled during warm-up reports no hits
+            hit_blocks = np.zeros_like(hit_blocks)
+        return PolicyRun(np.asarray(hit_blocks, dtype=np.int64),
+                         {"capacity_blocks": cap, "underfilled": underfilled, "trie_nodes": t.n_nodes})
 
 
 def _trie_policy(cls_name: str, name: str, replay_fn, doc: str) -> type:

@@ -254,13 +254,6 @@ def _first_room(fill, base, q):  # pragma: no cover - compiled
 
 
 @njit(cache=True)
-def stack_hist(items, cand, res, never, weight, cls, n_cls, n_items, bounds):  # pragma: no cover - compiled
-    """:func:`stack_pass` without the writes: ``hist[c, q]`` only."""
-    return stack_pass(items, cand, res, never, weight, cls, n_cls, n_items, bounds, np.zeros(0, np.int64),
-                      np.zeros(0, np.int64))
-
-
-@njit(cache=True)
 def stack_pass(items, cand, res, never, weight, cls, n_cls, n_items, bounds, wweight,
                whist):  # pragma: no cover - compiled
     """One pass of a priority stack algorithm over accesses, for the capacities ``bounds`` (sorted, > 0).
