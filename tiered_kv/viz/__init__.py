@@ -3,10 +3,8 @@
 Notebooks call these modules (one per notebook idea) and hold no logic of their own.
 :func:`notebook_size` is the one switch a notebook reads to pick small inputs: the notebook test
 sets ``TIERED_KV_QUICK=1`` so every notebook executes headless in seconds, while a researcher gets
-full-size runs by default; :func:`torch_threads` sets how many CPU threads a notebook's or
-figure's model run takes. :mod:`.widgets` holds what the dashboards share, :mod:`.render` the
-offline renderer of plain charts (made altair's renderer when imported into IPython), and
-:mod:`.figures` the figures of ``tiered-kv reproduce``.
+full-size runs by default. :mod:`.widgets` holds what the dashboards share, :mod:`.render` the
+offline renderer of plain charts, and :mod:`.figures` the figures of ``tiered-kv reproduce``.
 """
 
 from __future__ import annotations
@@ -23,9 +21,14 @@ def is_quick() -> bool:
     return os.environ.get(QUICK_ENV, "").strip().lower() in {"1", "true", "yes", "on"}
 
 
-def notebook_size() -> str:
-    """``"small"`` under ``TIERED_KV_QUICK=1`` (CI, workshops on laptops), else ``"full"``."""
-    return "small" if is_quick() else "full"
+def notebook_size(size: str | None = None) -> str:
+    """``size`` when given (checked), else ``"small"`` under ``TIERED_KV_QUICK=1`` (CI, workshops on
+    laptops) and ``"full"`` otherwise: the key of every size table a notebook function reads."""
+    if not size:
+        return "small" if is_quick() else "full"
+    if size not in ("small", "full"):
+        raise ValueError(f"size: must be 'small' or 'full', got {size!r}")
+    return size
 
 
 @contextmanager

@@ -61,9 +61,7 @@ def measure(size: str | None = None) -> ReplayMeasurements:
     from tiered_kv.viz import notebook_size, torch_threads
     from tiered_kv.viz.tour import notebook_model
 
-    size = size or notebook_size()
-    if size not in SIZES:
-        raise ValueError(f"size: must be {' or '.join(map(repr, SIZES))}, got {size!r}")
+    size = notebook_size(size)
     grid, threads, contexts, target, n = SIZES[size]
     s = rq.SETTINGS["full"] if grid is None else rq.ReplaySettings(**grid)
     contexts, target = contexts or CONTEXTS, target or TARGET_BYTES

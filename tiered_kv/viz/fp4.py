@@ -147,7 +147,7 @@ class FP4Dashboard(Dashboard):
     def __init__(self, size: str | None = None, dof: float = 3.0) -> None:
         from tiered_kv.viz import notebook_size
 
-        self.n = SAMPLE_ELEMENTS[size or notebook_size()]
+        self.n = SAMPLE_ELEMENTS[notebook_size(size)]
         self.dof_slider = slider(widgets.FloatLogSlider, "Student-t dof (lower = heavier tails)", value=dof,
                                  base=10, min=0, max=math.log10(50), step=0.05, width="520px")
         self.seed_slider = widgets.IntSlider(value=0, min=0, max=20, description="seed", continuous_update=False)

@@ -31,10 +31,7 @@ def study(size: str | None = None) -> tuple[dict, str]:
     from tiered_kv.sim.workload import generate
     from tiered_kv.viz import notebook_size
 
-    size = size or notebook_size()
-    if size not in SIZES:
-        raise ValueError(f"size: must be one of {sorted(SIZES)}, got {size!r}")
-    preset, days = SIZES[size]
+    preset, days = SIZES[notebook_size(size)]
     df = generate(preset, days, 0)
     return one_watermark_study(compile_trace(df)), f"preset '{preset}', {days:g} days, seed 0, {df.height:,} requests"
 

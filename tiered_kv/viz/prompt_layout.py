@@ -147,7 +147,7 @@ class PromptLayoutDashboard(Dashboard):
 
         from tiered_kv.viz import notebook_size
 
-        self.size = size or notebook_size()
+        self.size = notebook_size(size)
         self.quick = self.size == "small"
         self.curve = depth_curve(quick=self.quick)
         self.depth = slider(widgets.IntSlider, "depth of the per-call line (tokens)", value=int(depth_tokens),

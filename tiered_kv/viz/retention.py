@@ -165,7 +165,7 @@ def conversation_table(size: str | None = None) -> R.RetentionTable:
     from tiered_kv.viz import notebook_size
 
     frame = load_trace(shipped_trace("conversation"))
-    if (size or notebook_size()) == "small":
+    if notebook_size(size) == "small":
         frame = frame.filter(pl.col("timestamp_s") < frame["timestamp_s"].min() + SMALL_TRACE_SECONDS)
     return R.build_table(frame)
 
@@ -176,7 +176,7 @@ def synthetic_workload(size: str | None = None, days: float | None = None) -> tu
     from tiered_kv.sim.workload import synth
     from tiered_kv.viz import notebook_size
 
-    name, factor, d = SYNTH_SIZES[size or notebook_size()]
+    name, factor, d = SYNTH_SIZES[notebook_size(size)]
     d = days or d
     cfg = synth.PRESETS[name].scaled(factor) if factor != 1.0 else synth.PRESETS[name]
     rate = f" at {factor:g} of its rates" if factor != 1.0 else ""

@@ -156,7 +156,7 @@ def start_tour(size: str | None = None, root: str | Path | None = None) -> Tour:
     """A tour with its store in ``root`` (default: a new temporary folder), all requests run."""
     from tiered_kv.viz import notebook_size, torch_threads
 
-    size = size or notebook_size()
+    size = notebook_size(size)
     folder = Path(root) if root is not None else Path(tempfile.mkdtemp(prefix="tiered-kv-tour-"))
     with torch_threads(1 if size == "small" else 2):
         tour = Tour(size, folder)

@@ -146,7 +146,7 @@ class TTFTDashboard(Dashboard):
         from tiered_kv.sim.cluster.latency import PRESETS
         from tiered_kv.viz import notebook_size
 
-        machines, duration = RUN_SIZES[size or notebook_size()]
+        machines, duration = RUN_SIZES[notebook_size(size)]
         base = setting or TTFTSetting(machines=machines, duration_s=duration)
         self.base = base
         self.bandwidth = log_slider("SSD read bandwidth (GiB/s)", base.read_gib_s, 1.0, 400.0)

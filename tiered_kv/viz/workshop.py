@@ -109,7 +109,7 @@ def expected(exercise_id: str, size: str | None = None) -> float | bool:
     from tiered_kv.sim.retention import settings as R
     from tiered_kv.viz import notebook_size
 
-    size = size or notebook_size()
+    size = notebook_size(size)
     ex = exercise(exercise_id)
     if ex.id == "ttl-5min":
         table = _table("conversation", size)

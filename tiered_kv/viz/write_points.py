@@ -38,9 +38,7 @@ def strategies(size: str | None = None) -> tuple[pl.DataFrame, str]:
     from tiered_kv.sim.workload import generate
     from tiered_kv.viz import notebook_size
 
-    size = size or notebook_size()
-    if size not in SIZES:
-        raise ValueError(f"size: must be one of {sorted(SIZES)}, got {size!r}")
+    size = notebook_size(size)
     bpt = default_bytes_per_token()
     preset, days = SIZES[size]
     df = generate(preset, days, 0)
