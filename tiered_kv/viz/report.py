@@ -96,16 +96,11 @@ def claim_value(function: str, **inputs) -> tuple[str, dict]:
     return f"tiered_kv.viz.claim_values:{function}", inputs
 
 
-def resolve(function: str):
-    """The callable named ``"package.module:function"``."""
-    module, _, name = function.partition(":")
-    return getattr(importlib.import_module(module), name)
-
-
 def run_provenance(provenance: tuple[str, dict] | dict) -> float:
     """Call a claim's provenance (a tuple, or a claims.json record) again and return its value."""
     function, kwargs = (provenance["function"], provenance["inputs"]) if isinstance(provenance, dict) else provenance
-    return float(resolve(function)(**kwargs))
+    module, _, name = function.partition(":")
+    return float(getattr(importlib.import_module(module), name)(**kwargs))
 
 
 def format_value(value: float, unit: str, digits: int = 3) -> str:
@@ -115,14 +110,10 @@ def format_value(value: float, unit: str, digits: int = 3) -> str:
         return "n/a"
     if unit == "fraction":
         return f"{value:.{max(digits - 2, 0)}%}"
-    return f"{_number(value, digits)} {unit}"
-
-
-def _number(value: float, digits: int) -> str:
     if value == 0 or not math.isfinite(value):
-        return f"{value:g}"
+        return f"{value:g} {unit}"
     decimals = max(digits - 1 - math.floor(math.log10(abs(value))), 0)
-    return f"{value:,.{decimals}f}"
+    return f"{value:,.{decimals}f} {unit}"
 
 
 def format_claim(c: Claim) -> tuple[str, str, str]:
