@@ -52,16 +52,10 @@ def _chart(data: pl.DataFrame):
 
 def _claims() -> list[Claim]:
     """The 67B cache, DeepSeek's 437x and DeepSeek-V2's 93.3%: checks of published arithmetic."""
-    from tiered_kv.arch import (
-        DEEPSEEK_67B,
-        DEEPSEEK_MLA_BITS,
-        DEEPSEEK_V2,
-        REFERENCE_CACHE_BYTES_PER_TOKEN,
-        ratios,
-    )
+    from tiered_kv import arch as A
 
-    r = ratios()
-    b67 = DEEPSEEK_67B.bytes_per_token(16)
+    r = A.ratios()
+    b67 = A.DEEPSEEK_67B.bytes_per_token(16)
     return [
         Claim(claim="DeepSeek-LLM-67B KV cache in bf16 (GQA)", source="DeepSeek LLM (arXiv:2401.02954) shape",
               published=389_120, reproduced=b67, unit="bytes/token",
@@ -70,17 +64,17 @@ def _claims() -> list[Claim]:
               provenance=claim_value("kv_bytes_per_token", arch="DEEPSEEK_67B", bits=16)),
         Claim(claim="KV reduction of DeepSeek's 890 B/token cache vs 67B", source="DeepSeek tiered KV cache",
               published=437, reproduced=r["ratio_67b_vs_890"], unit="x",
-              inputs=f"{b67:,.0f} computed / {REFERENCE_CACHE_BYTES_PER_TOKEN:g} B/token typed in from "
+              inputs=f"{b67:,.0f} computed / {A.REFERENCE_CACHE_BYTES_PER_TOKEN:g} B/token typed in from "
                      "DeepSeek's account: a check of DeepSeek's arithmetic, not a reproduction of 890",
               kind="check",
               provenance=claim_value("kv_ratio_to_reference", arch="DEEPSEEK_67B", bits=16,
-                                     reference_bytes_per_token=REFERENCE_CACHE_BYTES_PER_TOKEN)),
+                                     reference_bytes_per_token=A.REFERENCE_CACHE_BYTES_PER_TOKEN)),
         Claim(claim="DeepSeek-V2 KV cache reduction vs DeepSeek 67B", source="DeepSeek-V2 (arXiv:2405.04434)",
               published=0.933, reproduced=r["deepseek_v2_reduction_vs_67b"], unit="fraction",
-              inputs=f"MLA 60 x (512+64) elements at {DEEPSEEK_MLA_BITS:g} bits = "
-                     f"{DEEPSEEK_V2.bytes_per_token(DEEPSEEK_MLA_BITS):,.0f} B vs {b67:,.0f} B; every input is "
-                     "DeepSeek-V2's own (layers, ranks, ~6 bits), so this checks its arithmetic",
+              inputs=f"MLA 60 x (512+64) elements at {A.DEEPSEEK_MLA_BITS:g} bits = "
+                     f"{A.DEEPSEEK_V2.bytes_per_token(A.DEEPSEEK_MLA_BITS):,.0f} B vs {b67:,.0f} B; "
+                     "every input is DeepSeek-V2's own (layers, ranks, ~6 bits), so this checks its arithmetic",
               kind="check",  # the paper's own inputs through the paper's own formula
-              provenance=claim_value("kv_reduction", arch="DEEPSEEK_V2", bits=DEEPSEEK_MLA_BITS,
+              provenance=claim_value("kv_reduction", arch="DEEPSEEK_V2", bits=A.DEEPSEEK_MLA_BITS,
                                      vs_arch="DEEPSEEK_67B", vs_bits=16)),
     ]

@@ -32,14 +32,12 @@ CASE_COLORS = {
 #: The measured cases of :func:`tiered_kv.measure.ttft.measure_ttft`, named as in the model panel.
 MEASURED_CASES = {"miss": MISS, "ssd_cold_hit": "SSD hit, page cache dropped (replay)",
                   "ssd_warm_hit": "SSD hit, page cache warm (replay)", "ssd_host_hit": "SSD + host hit (no replay)"}
-_SPARE = ("#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#ff7f0e")
 
 
 def case_scale(cases) -> dict:
     """Domain and range of the colour scale both panels share: one colour per case."""
     domain = list(dict.fromkeys(cases))
-    spare = iter(_SPARE * 4)
-    return {"domain": domain, "range": [CASE_COLORS.get(c) or next(spare) for c in domain]}
+    return {"domain": domain, "range": [CASE_COLORS[c] for c in domain]}
 
 
 def _model_frame() -> pl.DataFrame:
@@ -126,8 +124,7 @@ def _hit_inputs(c, kv: str) -> str:
     return (f"suffix prefill and replay priced with the machine FLOP/s fitted to the 13 s miss "
             f"(a={c.prefill_a_s_per_token:.3g} s/token, b={c.prefill_b_s_per_token2:.3g} s/token^2); "
             f"{kv} KV, {c.kv_bytes_per_token:,.0f} B/token at {c.read_bandwidth_bytes_per_s / 2**30:g} GiB/s; "
-            f"R={c.replay_tokens}; last "
-            f"{L.HIT_SCENARIO_NEW_TOKENS} tokens new")
+            f"R={c.replay_tokens}; last {L.HIT_SCENARIO_NEW_TOKENS} tokens new")
 
 
 def _claims(miss: float, hit: float, hit_fp4: float) -> list[Claim]:

@@ -17,22 +17,16 @@ TITLE = "One watermark, two TTLs: idle time at eviction per class (14-day mixed 
 
 def build(quick: bool) -> FigureResult:
     from tiered_kv.units import format_bytes
-    from tiered_kv.viz.one_watermark import (
-        COLLECTOR_NAMES,
-        idle_chart,
-        idle_quantiles,
-        median_idle_days,
-        study,
-    )
+    from tiered_kv.viz import one_watermark as W
 
-    res, size = study("small" if quick else "full")
-    data = idle_quantiles(res)
-    chart = idle_chart(res, TITLE)
+    res, size = W.study("small" if quick else "full")
+    data = W.idle_quantiles(res)
+    chart = W.idle_chart(res, TITLE)
     rate = dict(res["totals"].select("mechanism", "token_hit_rate").iter_rows())
     front, pair = res["frontier_token_hit_rate"], res["pair_token_hit_rate"]
-    parts = [f"{COLLECTOR_NAMES[m]}: median idle at eviction agent {median_idle_days(res, m, 'agent'):.2f} d, "
-             f"chatbot {median_idle_days(res, m, 'chatbot'):.2f} d, hit rate {rate[m]:.2%} "
-             f"({100 * (rate[m] - front):+.2f} points vs the oracle)" for m in COLLECTOR_NAMES]
+    parts = [f"{name}: median idle at eviction agent {W.median_idle_days(res, m, 'agent'):.2f} d, "
+             f"chatbot {W.median_idle_days(res, m, 'chatbot'):.2f} d, hit rate {rate[m]:.2%} "
+             f"({100 * (rate[m] - front):+.2f} points vs the oracle)" for m, name in W.COLLECTOR_NAMES.items()]
     notes = (
         f"Workload: {size}. One disk of {format_bytes(res['capacity_bytes'])} (the average stored bytes of "
         f"the 3 d / 7 d TTL pair), high/low watermarks 95 % / 85 %, cold at day 0. "
