@@ -2,8 +2,8 @@
 
 A dashboard recomputes its frames in a pure function of the slider values, then swaps the
 chart shown in a :class:`ChartView` in place (no flicker, no growing list of outputs, no CDN:
-the vega JavaScript is bundled locally). The frames and the chart of the last redraw stay on
-the object, which is what the widget tests read.
+the vega JavaScript is bundled locally). The frames and the spec of the last redraw stay on
+the objects, which is what the widget tests read.
 
 Every dashboard wires its controls with :func:`watch`, so an exception in a callback shows in
 the dashboard (:func:`error_box`) instead of leaving a stale chart; sliders whose values are
@@ -15,7 +15,6 @@ from __future__ import annotations
 import html
 import math
 import os
-import time
 import traceback
 from collections.abc import Callable
 from pathlib import Path
@@ -63,28 +62,21 @@ class ChartView:
 
     def __init__(self) -> None:
         self.output = widgets.Box()
-        self._jupyter_chart_cls = _offline_jupyter_chart()  # its bundle is ready before a redraw is timed
+        self._jupyter_chart_cls = _offline_jupyter_chart()  # its bundle is ready before the first redraw
         self._jc: Any = None
         self._template: Any = None
-        self.chart: Any = None
         self.spec: dict | None = None
         self.redraws = 0
-        self.last_redraw_s = 0.0
-
-    def show(self, chart: Any) -> None:
-        self._draw(chart, None)
 
     def show_data(self, template: Any, datasets: dict[str, list[dict]]) -> None:
         """Redraw ``template`` (a chart over named data sources) with new ``datasets``: its spec is built
         once and a redraw swaps only the spec's ``datasets``, so no altair object is rebuilt per move."""
         if self._template is not template:
             self._template, self._template_spec = template, template.to_dict()
-        self._draw(template, {**self._template_spec, "datasets": datasets})
+        self.show(template, {**self._template_spec, "datasets": datasets})
 
-    def _draw(self, chart: Any, spec: dict | None) -> None:
-        """Show ``chart``, or ``spec`` (a variant of it) when given; count and time the redraw."""
-        t0 = time.perf_counter()
-        self.chart = chart if spec is None else None  # with a spec, the spec alone describes it
+    def show(self, chart: Any, spec: dict | None = None) -> None:
+        """Show ``chart``, or ``spec`` (a variant of it) when given; count the redraw."""
         if self._jc is None:
             self._jc = self._jupyter_chart_cls(chart)
             self.output.children = (self._jc,)
@@ -94,7 +86,6 @@ class ChartView:
             self._jc.spec = spec
         self.spec = spec if spec is not None else self._jc.spec
         self.redraws += 1
-        self.last_redraw_s = time.perf_counter() - t0
 
 
 class Dashboard:
