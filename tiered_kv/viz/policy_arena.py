@@ -25,6 +25,7 @@ from tiered_kv.viz.widgets import Dashboard, html_table, records, slider, table_
 #: The policies the arena shows by default (``belady`` is drawn as the bound).
 POLICIES = ("lru", "fifo", "lfu", "arc", "slru", "2q", "s3fifo", "sieve", "gdsf")
 ADMISSIONS = ("all", "second-sighting")
+BOUND = "Belady (bound)"
 
 
 def load(trace_name: str):
@@ -53,7 +54,7 @@ def arena_table(trace, caps: np.ndarray, policies=POLICIES, *, admissions=ADMISS
         for spec, d in out.items():
             is_bound = spec == "belady"
             parts.append(pl.DataFrame({
-                "policy": "Belady (bound)" if is_bound else spec,
+                "policy": BOUND if is_bound else spec,
                 "admission": "bound" if is_bound else adm,
                 "capacity_tokens": np.asarray(caps, dtype=np.int64),
                 "token_hit_rate": np.asarray(d["token_hit_rate"], dtype=np.float64),
@@ -93,7 +94,6 @@ def summary(data: pl.DataFrame) -> dict:
 
 # --- the arena dashboard (notebook 07) --------------------------------------------------------
 
-BOUND = "Belady (bound)"
 #: Colours of the policies (Tableau 10); Belady is drawn in near-black, dashed.
 PALETTE = ("#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7", "#9c755f",
            "#bab0ac")
@@ -168,9 +168,8 @@ def arena_view(arena: Arena, policies, admission: str, capacity_tokens: float) -
     frame = arena.frames[admission]
     curves = frame.filter(pl.col("policy").is_in([BOUND, *chosen]))
     marks = curves.filter(pl.col("capacity_tokens") == cap)
-    belady = marks.filter(pl.col("policy") == BOUND)
-    bound = float(belady["token_hit_rate"][0]) if belady.height else math.nan
     by_policy = {r["policy"]: r for r in marks.iter_rows(named=True)}
+    bound = by_policy[BOUND]["token_hit_rate"]
     rows = []
     for p in (BOUND, *chosen):
         r = by_policy[p]
@@ -314,7 +313,7 @@ def conversation_arena(size: str | None = None, policies=POLICIES) -> Arena:
     """The arena of the shipped Mooncake conversation trace (its first 15 minutes at small size)."""
     from tiered_kv.viz import notebook_size
 
-    seconds, n, procs = SIZES[size or notebook_size()]
+    seconds, n, procs = SIZES[notebook_size(size)]
     if seconds is None:
         trace, what = load("conversation"), "Mooncake conversation trace (one hour)"
     else:

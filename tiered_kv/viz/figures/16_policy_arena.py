@@ -34,14 +34,14 @@ def _chart(data):
 
     from tiered_kv.viz import policy_arena as A
 
-    order = ["Belady (bound)", *A.POLICIES]
+    order = [A.BOUND, *A.POLICIES]
     color = alt.Color("policy:N", title="policy", sort=order)
     curve = alt.Chart(data.filter(pl.col("admission") != "second-sighting")).mark_line(
         point=alt.OverlayMarkDef(size=16)).encode(
         x=alt.X("capacity_tokens:Q", scale=alt.Scale(type="log"), title="cache capacity (tokens, log scale)"),
         y=alt.Y("token_hit_rate:Q", title="token hit rate (admit all)", axis=alt.Axis(format="%")),
         color=color,
-        strokeDash=alt.condition(alt.datum.policy == "Belady (bound)", alt.value([5, 4]), alt.value([1, 0])),
+        strokeDash=alt.condition(alt.datum.policy == A.BOUND, alt.value([5, 4]), alt.value([1, 0])),
         tooltip=["policy", alt.Tooltip("capacity_tokens:Q", format=","),
                  alt.Tooltip("capacity_bytes:Q", format=".3s", title="bytes (DeepSeek-V3 MLA bf16)"),
                  alt.Tooltip("token_hit_rate:Q", format=".2%")],
