@@ -99,8 +99,7 @@ def build_analysis(trace: CompiledTrace | pl.DataFrame, *, title: str = "",
 
     # capacity range: from a tiny share up to what keeping every reused chunk until reuse costs
     longest = max((float(k[-1]) for k in model.keys if len(k)), default=span)
-    hi = float(sum(model.cost(c, longest) for c in range(len(names)))) / span * 1.5
-    hi = max(hi, cb)
+    hi = max(float(sum(model.cost(c, longest) for c in range(len(names)))) / span * 1.5, cb)
     lo = max(hi / 1e4, cb / span)
     capacity_grid = np.geomspace(lo, hi, CAPACITY_STEPS + 1)
 

@@ -181,7 +181,8 @@ def arena_view(arena: Arena, policies, admission: str, capacity_tokens: float) -
             "capacity_bytes": float(cap * DEFAULT_BYTES_PER_TOKEN), "curves": curves, "marks": marks, "rows": rows}
 
 
-def _wear_points(frame: pl.DataFrame) -> pl.DataFrame:
+def wear_points(frame: pl.DataFrame) -> pl.DataFrame:
+    """The rows a log axis of drive writes per day can draw (finite and above zero)."""
     return frame.filter(pl.col("drive_writes_per_day").is_finite() & (pl.col("drive_writes_per_day") > 0))
 
 
@@ -191,7 +192,7 @@ def arena_datasets(view: dict) -> dict[str, list[dict]]:
             "bytes_written_per_hit_byte"]
     curves, marks = view["curves"].select(cols), view["marks"].select(cols)
     return {"curves": records(curves), "marks": records(marks),
-            "wear": records(_wear_points(curves)), "wear_marks": records(_wear_points(marks)),
+            "wear": records(wear_points(curves)), "wear_marks": records(wear_points(marks)),
             "capacity": [{"capacity_tokens": view["capacity_tokens"]}]}
 
 

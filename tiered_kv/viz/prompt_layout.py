@@ -22,8 +22,7 @@ SERIES = ("agent, synthetic", "chatbot, synthetic", "chatbot, real trace (Moonca
 def _config(quick: bool, name: str, **volatile):
     from tiered_kv.sim.workload import PRESETS
 
-    base = PRESETS["ci"] if quick else PRESETS[name]
-    cfg = replace(base, warmup_days=1.0) if quick else base
+    cfg = replace(PRESETS["ci"], warmup_days=1.0) if quick else PRESETS[name]
     if volatile:
         cfg = replace(cfg, classes=tuple(replace(c, **volatile) for c in cfg.classes))
     return cfg

@@ -46,8 +46,7 @@ def _chart(data):
                  alt.Tooltip("capacity_bytes:Q", format=".3s", title="bytes (DeepSeek-V3 MLA bf16)"),
                  alt.Tooltip("token_hit_rate:Q", format=".2%")],
     ).properties(width=420, height=300, title="hit rate vs capacity (dashed: Belady bound)")
-    wear = data.filter((pl.col("admission") != "bound") & pl.col("drive_writes_per_day").is_finite()
-                       & (pl.col("drive_writes_per_day") > 0))
+    wear = A.wear_points(data.filter(pl.col("admission") != "bound"))
     frontier = alt.Chart(wear).mark_point(filled=True, size=40, opacity=0.8).encode(
         x=alt.X("token_hit_rate:Q", title="token hit rate", axis=alt.Axis(format="%")),
         y=alt.Y("drive_writes_per_day:Q", scale=alt.Scale(type="log"),
