@@ -53,7 +53,7 @@ other; the tests check the bound in blocks and in unclamped tokens.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, fields, is_dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 from numba import njit
@@ -316,27 +316,18 @@ def lru_written_tokens(trace: CompiledTrace, capacities_tokens) -> np.ndarray:
     return (total - hits_upto).astype(np.int64)
 
 
-@dataclass
-class _Points:
-    """What every replay of one :func:`policy_curves` call shares: the trace, bytes per token, and
-    each admission filter's write-point mask (computed once per process, not per replay)."""
-
-    trace: CompiledTrace
-    bpt: float
-    masks: dict = field(default_factory=dict)
-
-
-#: Set only inside a pool worker, by its initializer: the one way a forked worker gets its trace.
-_POOL_POINTS: _Points | None = None
+#: Set only inside a pool worker, by its initializer: the one way a forked worker gets its trace
+#: (the arguments :func:`_replay_point` shares between its replays).
+_POOL_POINTS: tuple | None = None
 
 
 def _pool_init(trace: CompiledTrace, bytes_per_token: float) -> None:
     global _POOL_POINTS
-    _POOL_POINTS = _Points(trace, bytes_per_token)
+    _POOL_POINTS = (trace, bytes_per_token, {})
 
 
 def _pool_point(*point) -> tuple[int, int | None, int]:
-    return _replay_point(_POOL_POINTS, *point)
+    return _replay_point(*_POOL_POINTS, *point)
 
 
 def _make_point_policy(spec: str, capacity_tokens: int | None, admission: str, bpt: float,
@@ -347,12 +338,9 @@ def _make_point_policy(spec: str, capacity_tokens: int | None, admission: str, b
     bytes per token; unlimited (None) is ``footprint_tokens`` (every distinct block) for it.
     """
     from tiered_kv.sim.policies import make_policy, parse_policy_spec
-    from tiered_kv.sim.policies.registry import _REGISTRY, get_policy
+    from tiered_kv.sim.policies.plugin import policy_class
 
-    name, _ = parse_policy_spec(spec)
-    if name not in _REGISTRY:
-        get_policy(name)  # raises, listing the registered names
-    known = {f.name for f in fields(_REGISTRY[name])} if is_dataclass(_REGISTRY[name]) else set()
+    _, known = policy_class(parse_policy_spec(spec)[0])
     fixed = {"capacity_tokens": capacity_tokens}
     if "capacity_bytes" in known and "capacity_tokens" not in known:
         tokens = footprint_tokens if capacity_tokens is None else capacity_tokens
@@ -364,22 +352,22 @@ def _make_point_policy(spec: str, capacity_tokens: int | None, admission: str, b
     return make_policy(spec, **fixed)
 
 
-def _replay_point(shared: _Points, spec: str, capacity_tokens: int | None, admission: str
-                  ) -> tuple[int, int | None, int]:
+def _replay_point(trace: CompiledTrace, bpt: float, masks: dict, spec: str, capacity_tokens: int | None,
+                  admission: str) -> tuple[int, int | None, int]:
     """(counted hit tokens, tokens written or None, block hits or None) of one policy at one capacity.
 
     The policy's own run counts what it wrote (the zoo's through ``blockwise.wear_extra``) and,
-    for the zoo, its block hits; kvcache.ai's trie policies count neither.
+    for the zoo, its block hits; kvcache.ai's trie policies count neither. ``masks`` keeps each
+    admission filter's write points, computed once per process, not per replay.
     """
-    trace, bpt = shared.trace, shared.bpt
     pol = _make_point_policy(spec, capacity_tokens, admission, bpt,
                              footprint_tokens=trace.n_unique * trace.uniform_block_size)
     if hasattr(pol, "block_run") and admission != "all":  # one mask per process, not per replay
         from tiered_kv.sim.policies import WritePoints
 
-        if admission not in shared.masks:
-            shared.masks[admission] = pol.admission.mask(trace)
-        pol = replace(pol, admission=WritePoints(is_write_point=shared.masks[admission]))
+        if admission not in masks:
+            masks[admission] = pol.admission.mask(trace)
+        pol = replace(pol, admission=WritePoints(is_write_point=masks[admission]))
     run = pol.run(trace)
     written, block_hits = run.extra.get("tokens_written"), run.extra.get("block_hits")
     return (int(trace.hit_tokens_from_blocks(np.asarray(run.hit_blocks))[trace.counted].sum()),
@@ -479,9 +467,9 @@ def _replay_points(trace: CompiledTrace, points: list[tuple], bpt: float, worker
     results: list = [None] * len(points)
     with tqdm(total=len(points), desc="policies", unit="replay", leave=False, disable=not progress) as bar:
         if workers <= 1 or len(points) < 2:
-            shared = _Points(trace, bpt)
+            masks: dict = {}
             for i, point in enumerate(points):
-                results[i] = _replay_point(shared, *point)
+                results[i] = _replay_point(trace, bpt, masks, *point)
                 bar.update(1)
             return results
         import multiprocessing as mp

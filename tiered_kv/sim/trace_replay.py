@@ -120,7 +120,27 @@ class CompiledTrace:
 
     def with_options(self, options: ReplayOptions) -> CompiledTrace:
         """The same trace reordered / trimmed / re-weighted for ``options`` (cheap numpy)."""
-        return _apply_options(self, options)
+        t = self
+        key = t.request_id if options.order == "file" else t.timestamps
+        perm = np.argsort(key, kind="stable")
+        if not np.array_equal(perm, np.arange(t.n_requests)):
+            lengths = np.diff(t.offsets)[perm]
+            offsets = _offsets(lengths)
+            # access index of every access of the permuted requests, in their new order
+            idx = np.repeat(t.offsets[:-1][perm] - offsets[:-1], lengths) + np.arange(offsets[-1])
+            t = replace(t, offsets=offsets, **{f: getattr(t, f)[perm] for f in _PER_REQUEST},
+                        **{f: getattr(t, f)[idx] for f in _PER_ACCESS})
+        blocks, depth, chunk, offsets = t.blocks, t.depth, t.chunk_tokens, t.offsets
+        bs_a = t.block_size[t.access_request]
+        if options.full_blocks_only:
+            keep = chunk == bs_a
+            blocks, depth, chunk, bs_a = blocks[keep], depth[keep], chunk[keep], bs_a[keep]
+            offsets = _offsets(np.bincount(t.access_request[keep], minlength=t.n_requests))
+        tokens = chunk if options.clamp_to_input else bs_a.astype(np.int64)
+        counted = np.ones(t.n_requests, dtype=bool)
+        counted[: int(t.n_requests * options.warmup_fraction)] = False
+        return replace(t, offsets=offsets, blocks=blocks, depth=depth, tokens=np.ascontiguousarray(tokens),
+                       chunk_tokens=np.ascontiguousarray(chunk), counted=counted)
 
 
 def compile_trace(df: pl.DataFrame, options: ReplayOptions | None = None) -> CompiledTrace:
@@ -150,7 +170,7 @@ def compile_trace(df: pl.DataFrame, options: ReplayOptions | None = None) -> Com
         block_size=block_size, class_codes=codes.astype(np.int32), class_names=names, offsets=offsets,
         blocks=dense.astype(np.int32).reshape(-1), depth=depth, tokens=chunk.astype(np.int64),
         chunk_tokens=chunk.astype(np.int64), block_keys=keys, counted=np.ones(n, dtype=bool))
-    return _apply_options(base, options)
+    return base.with_options(options)
 
 
 #: The per-request and the per-access arrays of a :class:`CompiledTrace`.
@@ -162,29 +182,6 @@ def _offsets(lengths: np.ndarray) -> np.ndarray:
     offsets = np.zeros(lengths.shape[0] + 1, dtype=np.int64)
     np.cumsum(lengths, out=offsets[1:])
     return offsets
-
-
-def _apply_options(t: CompiledTrace, o: ReplayOptions) -> CompiledTrace:
-    key = t.request_id if o.order == "file" else t.timestamps
-    perm = np.argsort(key, kind="stable")
-    if not np.array_equal(perm, np.arange(t.n_requests)):
-        lengths = np.diff(t.offsets)[perm]
-        offsets = _offsets(lengths)
-        # access index of every access of the permuted requests, in their new order
-        idx = np.repeat(t.offsets[:-1][perm] - offsets[:-1], lengths) + np.arange(offsets[-1])
-        t = replace(t, offsets=offsets, **{f: getattr(t, f)[perm] for f in _PER_REQUEST},
-                    **{f: getattr(t, f)[idx] for f in _PER_ACCESS})
-    blocks, depth, chunk, offsets = t.blocks, t.depth, t.chunk_tokens, t.offsets
-    bs_a = t.block_size[t.access_request]
-    if o.full_blocks_only:
-        keep = chunk == bs_a
-        blocks, depth, chunk, bs_a = blocks[keep], depth[keep], chunk[keep], bs_a[keep]
-        offsets = _offsets(np.bincount(t.access_request[keep], minlength=t.n_requests))
-    tokens = chunk if o.clamp_to_input else bs_a.astype(np.int64)
-    counted = np.ones(t.n_requests, dtype=bool)
-    counted[: int(t.n_requests * o.warmup_fraction)] = False
-    return replace(t, offsets=offsets, blocks=blocks, depth=depth, tokens=np.ascontiguousarray(tokens),
-                   chunk_tokens=np.ascontiguousarray(chunk), counted=counted)
 
 
 # --------------------------------------------------------------------------------------------

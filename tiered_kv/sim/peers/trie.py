@@ -34,9 +34,6 @@ from functools import cached_property
 import numpy as np
 from numba import njit
 
-#: Next-use value of a node that is never used again (sorts after every request index).
-_NEVER_OFFSET = 1
-
 
 @dataclass(frozen=True)
 class TrieTrace:
@@ -181,7 +178,7 @@ def _build_trie(dense, offsets):
 @njit(cache=True)
 def _next_use(node, offsets, n_nodes):
     n = offsets.shape[0] - 1
-    never = n + _NEVER_OFFSET
+    never = n + 1  # a node never used again: after every request index
     last = np.full(n_nodes, never, dtype=np.int64)
     out = np.empty(node.shape[0], dtype=np.int64)
     for r in range(n - 1, -1, -1):
@@ -190,7 +187,6 @@ def _next_use(node, offsets, n_nodes):
         for a in range(offsets[r], offsets[r + 1]):
             last[node[a]] = r
     return out
-
 
 
 # --------------------------------------------------------------------------------------------

@@ -226,22 +226,26 @@ def parse_policy_spec(spec: str) -> tuple[str, dict]:
     return name, params
 
 
+def policy_class(name: str) -> tuple[type, set[str]]:
+    """A registered policy's class and the settings it takes; an unknown name is an error listing them."""
+    from tiered_kv.sim.policies.registry import get_policy, policy_names
+
+    if name not in policy_names():
+        get_policy(name)  # raises, listing the registered names
+    cls = _REGISTRY[name]
+    known = {f.name for f in dataclasses.fields(cls)} if dataclasses.is_dataclass(cls) else set()
+    if isinstance(cls, type) and issubclass(cls, PluginPolicy):
+        known = (known | set(plugin_parameters(cls))) - {"plugin_params"}
+    return cls, known
+
+
 def make_policy(spec: str, **fixed):
     """The policy object of a spec (name, plug-in file, parameters) plus ``fixed`` settings.
 
     Settings a policy does not take (``admission`` for ``lru``, say) are an error naming them.
     """
-    from dataclasses import fields, is_dataclass
-
-    from tiered_kv.sim.policies.registry import get_policy, policy_names
-
     name, params = parse_policy_spec(spec)
-    if name not in policy_names():
-        get_policy(name)  # raises, listing the registered names
-    cls = _REGISTRY[name]
-    known = {f.name for f in fields(cls)} if is_dataclass(cls) else set()
-    if isinstance(cls, type) and issubclass(cls, PluginPolicy):
-        known = (known | set(plugin_parameters(cls))) - {"plugin_params"}
+    cls, known = policy_class(name)
     unknown = sorted(set(params) - known)
     if unknown:
         raise ValueError(f"policy {name}: unknown parameter(s) {unknown}; it takes {sorted(known)}")
