@@ -1,16 +1,9 @@
 """Retention policies, registered by name: ``lru``, ``ttl``, ``watermark``, ``belady`` and the zoo.
 
-:mod:`.registry` sits at the bottom: the :class:`Policy` protocol, :class:`PolicyRun`, the
-registry (:func:`register_policy`, :func:`get_policy`, :func:`policy_names`) and capacity
-parsing; it imports no policy. :mod:`.blockwise` holds what the policies share (the zoo's base:
-one access at a time, an admission mask, SSD wear). Above them, one module per policy family,
-each with the numba kernel it runs: :mod:`.lru` (``lru``, ``ttl`` and the kernel the collectors
-share), :mod:`.collectors` (``watermark``, ``gc-lru``, ``gc-weighted``, ``gc-ttl-priority``,
-``gc-quotas``: byte watermarks with five victim rules), :mod:`.belady` (MIN with bypass;
-``belady-nobypass``, libCacheSim's MIN), and the zoo: :mod:`.fifo` (``fifo``, ``sieve``,
-``s3fifo``), :mod:`.frequency` (``lfu`` with aging, ``gdsf`` cost-aware), :mod:`.segmented`
-(``arc``, ``slru``, ``2q``), :mod:`.weighted` (``class-lru``); :mod:`.admission` holds the
-filters any zoo policy takes, :mod:`.plugin` the small-class API for user policies
+:mod:`.registry` sits at the bottom (the :class:`Policy` protocol, :class:`PolicyRun`, the
+registry, capacities) and imports no policy; :mod:`.blockwise` holds what the zoo shares. Above
+them, one module per policy family, each with the numba kernel it runs; :mod:`.admission` holds
+the filters any zoo policy takes, :mod:`.plugin` the small-class API for user policies
 (docs/policies.md). Importing this package registers every family. This package may import
 :mod:`tiered_kv.sim.trace_replay` and :mod:`tiered_kv.units`, nothing else of the simulator.
 """

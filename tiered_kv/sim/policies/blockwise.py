@@ -1,8 +1,8 @@
 """What the policies share: the zoo's base (one access at a time, an admission mask), SSD wear,
 and the checks of the parameters every policy takes.
 
-Every zoo policy (``fifo``, ``lfu``, ``arc``, ``slru``, ``2q``, ``s3fifo``, ``sieve``,
-``gdsf``, ``class-lru``, ``belady-nobypass``) is a numba kernel with one signature::
+Every zoo policy (``ZOO`` in :mod:`tiered_kv.sim.policies`, and ``belady-nobypass``) is a numba
+kernel with one signature::
 
     kernel(blocks, n_unique, capacity_blocks, admit, *params) -> (hit, inserted, peak)
 

@@ -31,13 +31,9 @@ from tiered_kv.sim.policies.registry import (
 from tiered_kv.sim.trace_replay import CompiledTrace
 from tiered_kv.units import DEFAULT_BYTES_PER_TOKEN
 
-#: Victim rules of the kernel, by code: which class list's least recent block goes when the used
-#: weight passes the high watermark (each class keeps its own LRU list; a rule only chooses
-#: between the heads). ``lru``: the least recent touch of all (by access index);
-#: ``weighted``: the largest ``idle * param[class]``; ``ttl-priority``: the earliest
-#: ``last touch + param[class]``; ``quotas``: the toucher's own list, when its own bytes pass
-#: ``param[class]`` of the watermarks. ``weighted`` and ``ttl-priority`` break ties between
-#: classes towards the lower class index.
+#: Victim rules of the kernel, by code: which class list's head goes when the used weight passes
+#: the high watermark (:mod:`.collectors` says what each does; ``lru``: the least recent touch
+#: of all). ``weighted`` and ``ttl-priority`` break ties towards the lower class index.
 VICTIM_RULES = {"lru": 0, "weighted": 1, "ttl-priority": 2, "quotas": 3}
 
 
