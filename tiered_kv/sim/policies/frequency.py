@@ -45,9 +45,19 @@ def _age(k1, k2, hv, members, used, freq, cur1, cur2):  # pragma: no cover - com
     return hn
 
 
+@njit(cache=True, inline="always")
+def _key(mode, floor, f, v):  # pragma: no cover - compiled
+    """A block's eviction key (lowest first): LFU (0) its frequency ``f``, GDSF (1) ``L + f x v``,
+    MIN (2, belady-nobypass, ``v`` the next use) minus its next use."""
+    if mode == 0:
+        return float(f)
+    return floor + f * v if mode == 1 else -v
+
+
 @njit(cache=True)
-def _heap_kernel(blocks, n_unique, cap, admit, value, aging, dynamic):  # pragma: no cover - compiled
-    """LFU (dynamic=False: key = frequency) or GDSF (dynamic=True: key = L + frequency x value)."""
+def heap_kernel(blocks, n_unique, cap, admit, value, aging, mode):  # pragma: no cover - compiled
+    """Evict the lowest key (:func:`_key`; ties: the older touch); ``value`` per access: GDSF's
+    value per byte, kept from the block's insertion, or MIN's next use, refreshed at every touch."""
     m = blocks.shape[0]
     size = m + n_unique + 1
     k1 = np.empty(size, np.float64)
@@ -73,7 +83,9 @@ def _heap_kernel(blocks, n_unique, cap, admit, value, aging, dynamic):  # pragma
         if present[b]:
             hit[i] = True
             freq[b] += 1
-            cur1[b] = floor + freq[b] * val[b] if dynamic else float(freq[b])
+            if mode == 2:
+                val[b] = value[i]
+            cur1[b] = _key(mode, floor, freq[b], val[b])
             cur2[b] = i
             hn = heap_push(k1, k2, hv, hn, cur1[b], i, b)
             continue
@@ -87,7 +99,7 @@ def _heap_kernel(blocks, n_unique, cap, admit, value, aging, dynamic):  # pragma
             if not present[x] or cur1[x] != a or cur2[x] != t:
                 continue  # stale entry
             present[x] = False
-            if dynamic:
+            if mode == 1:
                 floor = a
             used -= 1
             last = members[used]
@@ -97,7 +109,7 @@ def _heap_kernel(blocks, n_unique, cap, admit, value, aging, dynamic):  # pragma
         present[b] = True
         freq[b] = 1
         val[b] = value[i]
-        cur1[b] = floor + val[b] if dynamic else 1.0
+        cur1[b] = _key(mode, floor, 1, val[b])
         cur2[b] = i
         hn = heap_push(k1, k2, hv, hn, cur1[b], i, b)
         members[used] = b
@@ -123,7 +135,7 @@ class LFU(BlockPolicy):
 
     def kernel_run(self, trace, capacity_blocks, admit):
         ones = np.ones(trace.n_accesses, np.float64)
-        return _heap_kernel(trace.blocks, trace.n_unique, capacity_blocks, admit, ones, int(self.aging_accesses), False)
+        return heap_kernel(trace.blocks, trace.n_unique, capacity_blocks, admit, ones, int(self.aging_accesses), 0)
 
 
 #: The deepseek-v3 latency preset's prefill coefficients (s/token, s/token^2;
@@ -158,4 +170,4 @@ class GDSF(BlockPolicy):
         return cost / (tok * self.bytes_per_token)
 
     def kernel_run(self, trace, capacity_blocks, admit):
-        return _heap_kernel(trace.blocks, trace.n_unique, capacity_blocks, admit, self.value_per_byte(trace), 0, True)
+        return heap_kernel(trace.blocks, trace.n_unique, capacity_blocks, admit, self.value_per_byte(trace), 0, 1)
