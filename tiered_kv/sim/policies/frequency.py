@@ -1,9 +1,10 @@
 """The frequency family: ``lfu`` (with optional aging) and ``gdsf`` (cost-aware), numba kernels.
 
-Both keep a binary min-heap (:mod:`~tiered_kv.sim.heap`) of (key, tie, block) with
-lazy deletion: a block's entry is pushed again whenever its key changes, and a popped entry that
-no longer matches the block's current key is skipped. Ties break by the access sequence number
-(oldest first), so runs are exact and repeatable.
+Both (and ``belady-nobypass``, :mod:`.belady`) run one kernel, a binary min-heap
+(:mod:`~tiered_kv.sim.heap`) of (key, tie, block) with lazy deletion: a block's entry is pushed
+again whenever its key changes, and a popped entry that no longer matches the block's current
+key is skipped. Ties break by the access sequence number (oldest first), so runs are exact and
+repeatable.
 
 - ``lfu``: evict the least frequently used block, among equals the one least recently used;
   a block starts at frequency 1 when inserted and forgets its count when evicted. This is

@@ -224,12 +224,10 @@ def twoq_kernel(blocks, n_unique, cap, admit, in_ratio, out_ratio):  # pragma: n
     for i in range(m):
         b = blocks[i]
         w = where[b]
-        if w == 1:
-            hit[i] = True
-            continue
-        if w == 2:
-            ll_unlink(nx, pv, b)
-            ll_push_head(nx, pv, AM, b)
+        if w == 1 or w == 2:  # a hit in Am refreshes it; one in A1in changes nothing
+            if w == 2:
+                ll_unlink(nx, pv, b)
+                ll_push_head(nx, pv, AM, b)
             hit[i] = True
             continue
         if w == 3:
