@@ -14,7 +14,7 @@ from tiered_kv.sim.policies.blockwise import BlockPolicy, leading_runs, wear
 from tiered_kv.sim.policies.collectors import GCLRU, Collector, GCQuotas, GCTTLPriority, GCWeighted, Watermark
 from tiered_kv.sim.policies.fifo import FIFO, S3FIFO, Sieve
 from tiered_kv.sim.policies.frequency import GDSF, LFU
-from tiered_kv.sim.policies.lru import LRU, TTL, retention_quantiles, run_cache_kernel, ttl_vector
+from tiered_kv.sim.policies.lru import LRU, TTL, retention_quantiles, run_cache_kernel
 from tiered_kv.sim.policies.plugin import (
     PluginPolicy,
     load_policy_file,
@@ -45,5 +45,5 @@ __all__ = [
     "TwoQ", "Watermark", "WritePoints", "ZOO", "capacity_blocks", "capacity_tokens_from",
     "check_capacity", "get_admission", "get_policy", "leading_runs", "load_policy_file", "make_policy",
     "next_use", "parse_policy_spec", "plugin_parameters", "policy_names", "register_policy",
-    "retention_quantiles", "run_cache_kernel", "ttl_vector", "wear",
+    "retention_quantiles", "run_cache_kernel", "wear",
 ]

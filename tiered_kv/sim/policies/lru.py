@@ -267,11 +267,6 @@ class LRU:
         return PolicyRun(hit, {**extra, **wear_extra(trace, hit, ins, cap, self.bytes_per_token)})
 
 
-def ttl_vector(trace: CompiledTrace, ttl_seconds: dict[str, float], default: float) -> np.ndarray:
-    """Per-class TTL array in the trace's class order; unknown class names are an error."""
-    return per_class(trace, {k: v for k, v in ttl_seconds.items() if k not in ("*", "default")}, default, "ttl")
-
-
 @register_policy
 @dataclass(frozen=True)
 class TTL(LRU):
@@ -294,7 +289,8 @@ class TTL(LRU):
 
     def ttl_by_class(self, trace: CompiledTrace) -> np.ndarray:
         default = self.ttl_seconds.get("*", self.ttl_seconds.get("default", self.default_ttl_seconds))
-        return ttl_vector(trace, self.ttl_seconds, default)
+        named = {k: v for k, v in self.ttl_seconds.items() if k not in ("*", "default")}
+        return per_class(trace, named, default, "ttl")
 
 
 def retention_quantiles(ages: np.ndarray, classes: np.ndarray, names: tuple[str, ...]) -> dict[str, dict]:
