@@ -65,13 +65,12 @@ def heap_kernel(blocks, n_unique, cap, admit, value, aging, mode):  # pragma: no
     k2 = np.empty(size, np.int64)
     hv = np.empty(size, np.int64)
     hn = 0
-    present = np.zeros(n_unique, np.bool_)
     freq = np.zeros(n_unique, np.int64)
     cur1 = np.zeros(n_unique, np.float64)
     cur2 = np.zeros(n_unique, np.int64)
     val = np.zeros(n_unique, np.float64)
     members = np.empty(n_unique, np.int64)  # cached blocks, for aging
-    slot = np.full(n_unique, -1, np.int64)
+    slot = np.full(n_unique, -1, np.int64)  # the block's place in members; -1: not cached
     hit = np.zeros(m, np.bool_)
     ins = np.zeros(m, np.bool_)
     used = 0
@@ -81,11 +80,10 @@ def heap_kernel(blocks, n_unique, cap, admit, value, aging, mode):  # pragma: no
         if aging > 0 and i > 0 and i % aging == 0:
             hn = _age(k1, k2, hv, members, used, freq, cur1, cur2)
         b = blocks[i]
-        if present[b]:
+        if slot[b] >= 0:
             hit[i] = True
             freq[b] += 1
-            if mode == 2:
-                val[b] = value[i]
+            val[b] = value[i] if mode == 2 else val[b]
             cur1[b] = _key(mode, floor, freq[b], val[b])
             cur2[b] = i
             hn = heap_push(k1, k2, hv, hn, cur1[b], i, b)
@@ -97,9 +95,8 @@ def heap_kernel(blocks, n_unique, cap, admit, value, aging, mode):  # pragma: no
             a = k1[0]
             t = k2[0]
             hn = heap_pop(k1, k2, hv, hn)
-            if not present[x] or cur1[x] != a or cur2[x] != t:
+            if slot[x] < 0 or cur1[x] != a or cur2[x] != t:
                 continue  # stale entry
-            present[x] = False
             if mode == 1:
                 floor = a
             used -= 1
@@ -107,7 +104,6 @@ def heap_kernel(blocks, n_unique, cap, admit, value, aging, mode):  # pragma: no
             members[slot[x]] = last
             slot[last] = slot[x]
             slot[x] = -1
-        present[b] = True
         freq[b] = 1
         val[b] = value[i]
         cur1[b] = _key(mode, floor, 1, val[b])
