@@ -119,29 +119,31 @@ class FigureBar:
 
 
 def _build(mods, out: Path, quick: bool, expected: dict, jobs: int) -> None:
-    """Build ``mods`` in ``jobs`` processes, the longest (by last build) first, one bar each."""
+    """Build ``mods`` in ``jobs`` processes, the longest (by last build) first, one bar each.
+
+    A figure is submitted only when a worker is free: the pool marks a queued call as running
+    before a worker takes it, so a bar opened at submission would count its figure's wait.
+    """
     import multiprocessing as mp
     from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 
-    order = sorted(mods, key=lambda m: -(expected[m.NAME] or 0.0))
-    bars: dict = {}
+    todo = sorted(mods, key=lambda m: -(expected[m.NAME] or 0.0))
+    pending: dict = {}  # future -> the figure's bar
     with ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("spawn")) as pool:
-        pending = {pool.submit(build_figure, m.__name__, out, quick): m for m in order}
         try:
-            while pending:
-                for f in [f for f in pending if f.running() and f not in bars]:  # a bar when it starts
-                    bars[f] = FigureBar(pending[f].NAME, expected[pending[f].NAME])
+            while todo or pending:
+                while todo and len(pending) < jobs:
+                    m = todo.pop(0)
+                    pending[pool.submit(build_figure, m.__name__, out, quick)] = FigureBar(m.NAME, expected[m.NAME])
                 done, _ = wait(list(pending), timeout=0.5, return_when=FIRST_COMPLETED)
-                for bar in bars.values():
+                for bar in pending.values():
                     bar.tick()
                 for f in done:
-                    m = pending.pop(f)
-                    bar = bars.pop(f, None) or FigureBar(m.NAME, expected[m.NAME])
-                    bar.finish(failed=f.exception() is not None)
+                    pending.pop(f).finish(failed=f.exception() is not None)
                     f.result()  # a figure that failed stops the build with its own error
         except BaseException:
             pool.shutdown(wait=False, cancel_futures=True)
-            for bar in bars.values():
+            for bar in pending.values():
                 bar.bar.close()
             raise
 
