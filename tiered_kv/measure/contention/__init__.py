@@ -43,9 +43,13 @@ def measure_contention(scenario: C.ContentionScenario, *, model=None, model_sour
                        loads=DEFAULT_LOADS, policies=C.POLICIES, link: str = "shared", calibration: int = 6,
                        calibration_repeats: int = 2, repeats: int = 1, progress: bool = True,
                        store_dir: str | None = None, raw: bool = False) -> dict:
-    """``bandwidths``: bytes/s (``math.inf``: no limit); None: 1, 3 and 10 times the break-even
+    """Run the scenario at every (bandwidth, load, policy), ``repeats`` interleaved rounds, and
+    the queue model beside it; the JSON dict of ``tiered-kv bench contention``.
+
+    ``bandwidths``: bytes/s (``math.inf``: no limit); None: 1, 3 and 10 times the break-even
     bandwidth measured here. ``loads``: fractions of compute capacity. ``policies``: admission
-    policies of :data:`~tiered_kv.sim.cluster.shared_compute.POLICIES`."""
+    policies of :data:`~tiered_kv.sim.cluster.shared_compute.POLICIES`.
+    """
     from tiered_kv.engine import namespace_for
 
     check_settings(loads=loads, calibration=calibration, calibration_repeats=calibration_repeats, repeats=repeats,

@@ -62,10 +62,11 @@ def recompute_is_sooner(*, queued_read_s: float, restore_compute_s: float, recom
     """The own-latency rule: True when recomputing this restore alone finishes sooner.
 
     Loading finishes at ``max(compute_wait, queued_read) + restore_compute`` (``queued_read_s``:
-    the link's queue ahead plus its own transfer; ``restore_compute_s``: suffix and replay),
-    recomputing at ``compute_wait + recompute``; ties load. It is the inequality of
-    :func:`~tiered_kv.sim.cluster.latency.simulate_queue`'s admission (a test checks the two
-    agree), and ignores that the extra work slows every stream on shared cores.
+    the link's queue ahead plus its own transfer; ``restore_compute_s``: suffix and replay;
+    ``compute_wait_s``: until its stream is free), recomputing at ``compute_wait + recompute``;
+    ties load. It is the inequality of :func:`~tiered_kv.sim.cluster.latency.simulate_queue`'s
+    admission (a test checks the two agree), and ignores that the extra work slows every stream
+    on shared cores.
     """
     wait = max(compute_wait_s, 0.0)
     return wait + recompute_s < max(wait, queued_read_s) + restore_compute_s

@@ -12,15 +12,17 @@ link, the assumption of :func:`tiered_kv.sim.cluster.latency.simulate_queue`'s o
 The bucket is debt-based: a transfer of ``n`` bytes takes its tokens at once, even into debt,
 and the caller sleeps until the debt is repaid at ``rate`` bytes per second. So a transfer
 larger than the burst still passes, throughput over any window longer than ``burst / rate`` is
-at most ``rate``, and callers queue fairly by arrival. Waits use the monotonic wall clock: it
-is a link, not a simulated one.
+at most ``rate``, and callers queue fairly by arrival. Waits use the monotonic wall clock
+(``CLOCK_MONOTONIC``, one clock for every process of the machine, so the times kept in the shared
+file compare across processes): it is a link, not a simulated one.
 
 Between processes, the state (rate, burst, tokens, time: 32 bytes) is a file under ``/dev/shm``
 (else the temp dir) named by the process group, store and direction, updated under an
 exclusive ``flock``. Each user holds a shared ``flock`` on a companion ``.users`` file, so a
 file nobody holds is stale and the next opener starts it afresh at its own rate; the last user
 to close removes both (a process killed outright leaves them, harmless, reset by the next
-opener). Without ``fcntl`` (not POSIX) the bucket is per process.
+opener). Within a process every tier gets the same bucket object; without ``fcntl`` (not
+POSIX) the bucket is per process.
 """
 
 from __future__ import annotations
