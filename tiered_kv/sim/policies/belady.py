@@ -15,7 +15,6 @@ from numba import njit
 
 from tiered_kv.sim.heap import heap_pop, heap_push
 from tiered_kv.sim.policies.blockwise import BlockPolicy, check_bpt, wear_extra
-from tiered_kv.sim.policies.frequency import heap_kernel
 from tiered_kv.sim.policies.registry import (
     PolicyRun,
     capacity_blocks,
@@ -337,7 +336,44 @@ def stack_pass(items, cand, res, never, weight, cls, n_cls, n_items, bounds, wwe
 
 
 # --------------------------------------------------------------------------------------------
-# MIN without bypass, at block level: libCacheSim's Belady (the frequency family's heap kernel)
+# MIN without bypass, at block level: libCacheSim's Belady
+
+
+@njit(cache=True)
+def _belady_nobypass_kernel(blocks, n_unique, cap, admit, nxt):  # pragma: no cover - compiled
+    m = blocks.shape[0]
+    k1 = np.empty(m + 1, np.float64)  # min-heap of -next use
+    k2 = np.empty(m + 1, np.int64)
+    hv = np.empty(m + 1, np.int64)
+    hn = 0
+    present = np.zeros(n_unique, np.bool_)
+    cur = np.zeros(n_unique, np.int64)
+    hit = np.zeros(m, np.bool_)
+    ins = np.zeros(m, np.bool_)
+    used = 0
+    peak = 0
+    for i in range(m):
+        b = blocks[i]
+        if present[b]:
+            hit[i] = True
+        else:
+            if not admit[i] or cap < 1:
+                continue
+            while used + 1 > cap:
+                x = hv[0]
+                key = k1[0]
+                hn = heap_pop(k1, k2, hv, hn)
+                if present[x] and -key == cur[x]:
+                    present[x] = False
+                    used -= 1
+            present[b] = True
+            used += 1
+            ins[i] = True
+            if used > peak:
+                peak = used
+        cur[b] = nxt[i]
+        hn = heap_push(k1, k2, hv, hn, -float(nxt[i]), i, b)
+    return hit, ins, peak
 
 
 @register_policy
@@ -352,5 +388,4 @@ class BeladyNoBypass(BlockPolicy):
     name: ClassVar[str] = "belady-nobypass"
 
     def kernel_run(self, trace, capacity_blocks, admit):
-        return heap_kernel(trace.blocks, trace.n_unique, capacity_blocks, admit,
-                           next_use(trace).astype(np.float64), 0, 2)
+        return _belady_nobypass_kernel(trace.blocks, trace.n_unique, capacity_blocks, admit, next_use(trace))

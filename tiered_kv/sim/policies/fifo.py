@@ -32,8 +32,38 @@ from tiered_kv.sim.policies.registry import check_range, register_policy
 
 
 @njit(cache=True)
-def sieve_kernel(blocks, n_unique, cap, admit, visits):  # pragma: no cover - compiled
-    """SIEVE; ``visits`` False is FIFO: no block is ever visited, so the hand always sits at the tail."""
+def fifo_kernel(blocks, n_unique, cap, admit):  # pragma: no cover - compiled
+    m = blocks.shape[0]
+    nx, pv = ll_init(n_unique, 1)
+    s = n_unique
+    present = np.zeros(n_unique, np.bool_)
+    hit = np.zeros(m, np.bool_)
+    ins = np.zeros(m, np.bool_)
+    used = 0
+    peak = 0
+    for i in range(m):
+        b = blocks[i]
+        if present[b]:
+            hit[i] = True
+            continue
+        if not admit[i] or cap < 1:
+            continue
+        while used + 1 > cap:
+            t = pv[s]
+            ll_unlink(nx, pv, t)
+            present[t] = False
+            used -= 1
+        ll_push_head(nx, pv, s, b)
+        present[b] = True
+        used += 1
+        ins[i] = True
+        if used > peak:
+            peak = used
+    return hit, ins, peak
+
+
+@njit(cache=True)
+def sieve_kernel(blocks, n_unique, cap, admit):  # pragma: no cover - compiled
     m = blocks.shape[0]
     nx, pv = ll_init(n_unique, 1)
     s = n_unique
@@ -47,7 +77,7 @@ def sieve_kernel(blocks, n_unique, cap, admit, visits):  # pragma: no cover - co
     for i in range(m):
         b = blocks[i]
         if present[b]:
-            visited[b] = visits
+            visited[b] = True
             hit[i] = True
             continue
         if not admit[i] or cap < 1:
@@ -190,7 +220,7 @@ class FIFO(BlockPolicy):
     name: ClassVar[str] = "fifo"
 
     def kernel_run(self, trace, capacity_blocks, admit):
-        return sieve_kernel(trace.blocks, trace.n_unique, capacity_blocks, admit, False)
+        return fifo_kernel(trace.blocks, trace.n_unique, capacity_blocks, admit)
 
 
 @register_policy
@@ -201,7 +231,7 @@ class Sieve(BlockPolicy):
     name: ClassVar[str] = "sieve"
 
     def kernel_run(self, trace, capacity_blocks, admit):
-        return sieve_kernel(trace.blocks, trace.n_unique, capacity_blocks, admit, True)
+        return sieve_kernel(trace.blocks, trace.n_unique, capacity_blocks, admit)
 
 
 @register_policy

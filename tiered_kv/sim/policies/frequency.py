@@ -1,10 +1,9 @@
 """The frequency family: ``lfu`` (with optional aging) and ``gdsf`` (cost-aware), numba kernels.
 
-Both (and ``belady-nobypass``, :mod:`.belady`) run one kernel, a binary min-heap
-(:mod:`~tiered_kv.sim.heap`) of (key, tie, block) with lazy deletion: a block's entry is pushed
-again whenever its key changes, and a popped entry that no longer matches the block's current
-key is skipped. Ties break by the access sequence number (oldest first), so runs are exact and
-repeatable.
+Both keep a binary min-heap (:mod:`~tiered_kv.sim.heap`) of (key, tie, block) with
+lazy deletion: a block's entry is pushed again whenever its key changes, and a popped entry that
+no longer matches the block's current key is skipped. Ties break by the access sequence number
+(oldest first), so runs are exact and repeatable.
 
 - ``lfu``: evict the least frequently used block, among equals the one least recently used;
   a block starts at frequency 1 when inserted and forgets its count when evicted. This is
@@ -46,19 +45,9 @@ def _age(k1, k2, hv, members, used, freq, cur1, cur2):  # pragma: no cover - com
     return hn
 
 
-@njit(cache=True, inline="always")
-def _key(mode, floor, f, v):  # pragma: no cover - compiled
-    """A block's eviction key (lowest first): LFU (0) its frequency ``f``, GDSF (1) ``L + f x v``,
-    MIN (2, belady-nobypass, ``v`` the next use) minus its next use."""
-    if mode == 0:
-        return float(f)
-    return floor + f * v if mode == 1 else -v
-
-
 @njit(cache=True)
-def heap_kernel(blocks, n_unique, cap, admit, value, aging, mode):  # pragma: no cover - compiled
-    """Evict the lowest key (:func:`_key`; ties: the older touch); ``value`` per access: GDSF's
-    value per byte, kept from the block's insertion, or MIN's next use, refreshed at every touch."""
+def _heap_kernel(blocks, n_unique, cap, admit, value, aging, dynamic):  # pragma: no cover - compiled
+    """LFU (dynamic=False: key = frequency) or GDSF (dynamic=True: key = L + frequency x value)."""
     m = blocks.shape[0]
     size = m + n_unique + 1
     k1 = np.empty(size, np.float64)
@@ -83,8 +72,7 @@ def heap_kernel(blocks, n_unique, cap, admit, value, aging, mode):  # pragma: no
         if slot[b] >= 0:
             hit[i] = True
             freq[b] += 1
-            val[b] = value[i] if mode == 2 else val[b]
-            cur1[b] = _key(mode, floor, freq[b], val[b])
+            cur1[b] = floor + freq[b] * val[b] if dynamic else float(freq[b])
             cur2[b] = i
             hn = heap_push(k1, k2, hv, hn, cur1[b], i, b)
             continue
@@ -97,7 +85,7 @@ def heap_kernel(blocks, n_unique, cap, admit, value, aging, mode):  # pragma: no
             hn = heap_pop(k1, k2, hv, hn)
             if slot[x] < 0 or cur1[x] != a or cur2[x] != t:
                 continue  # stale entry
-            if mode == 1:
+            if dynamic:
                 floor = a
             used -= 1
             last = members[used]
@@ -106,7 +94,7 @@ def heap_kernel(blocks, n_unique, cap, admit, value, aging, mode):  # pragma: no
             slot[x] = -1
         freq[b] = 1
         val[b] = value[i]
-        cur1[b] = _key(mode, floor, 1, val[b])
+        cur1[b] = floor + val[b] if dynamic else 1.0
         cur2[b] = i
         hn = heap_push(k1, k2, hv, hn, cur1[b], i, b)
         members[used] = b
@@ -132,7 +120,7 @@ class LFU(BlockPolicy):
 
     def kernel_run(self, trace, capacity_blocks, admit):
         ones = np.ones(trace.n_accesses, np.float64)
-        return heap_kernel(trace.blocks, trace.n_unique, capacity_blocks, admit, ones, int(self.aging_accesses), 0)
+        return _heap_kernel(trace.blocks, trace.n_unique, capacity_blocks, admit, ones, int(self.aging_accesses), False)
 
 
 #: The deepseek-v3 latency preset's prefill coefficients (s/token, s/token^2;
@@ -167,4 +155,4 @@ class GDSF(BlockPolicy):
         return cost / (tok * self.bytes_per_token)
 
     def kernel_run(self, trace, capacity_blocks, admit):
-        return heap_kernel(trace.blocks, trace.n_unique, capacity_blocks, admit, self.value_per_byte(trace), 0, 1)
+        return _heap_kernel(trace.blocks, trace.n_unique, capacity_blocks, admit, self.value_per_byte(trace), 0, True)
