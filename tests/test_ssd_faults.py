@@ -311,3 +311,36 @@ def test_a_read_error_past_a_miss_is_not_the_callers_on_any_read_path(tmp_path):
         if io_threads == 0:  # the window of 4 reads in flight, none started after the error
             assert len(asked) <= 4, asked
         backend.close()
+
+
+def test_a_failed_existence_check_fails_the_put_on_both_paths(tmp_path):
+    """A put first asks which of its chunks exist. A store that cannot answer (permissions, a
+    flaky disk) fails the put with its own error, on the async path and the sync one alike,
+    rather than reading as "absent" and writing blindly; nothing is written."""
+    from tiered_kv.tiers.ssd.zarr_backend import ZarrBackend
+
+    toks = torch.arange(32)
+    paths = {layout.chunk_path(k) for k in block_keys(toks, suite.namespace())}
+
+    class Unanswering(LocalStore):
+        def _check(self, key: str) -> None:
+            if key in paths:
+                raise PermissionError(f"denied: {key}")
+
+        async def exists(self, key: str) -> bool:
+            self._check(key)
+            return await super().exists(key)
+
+        def get_sync(self, key, *, prototype=None, byte_range=None):
+            self._check(key)
+            return super().get_sync(key, prototype=prototype, byte_range=byte_range)
+
+    for io_threads in (0, 1):  # 0: zarr's async API; 1: the sync API on the caller's thread
+        root = tmp_path / str(io_threads)
+        backend = ZarrBackend(Unanswering(root), io_threads=io_threads)
+        assert backend.sync_path == (io_threads == 1)
+        tier = suite.make_tier(backend)
+        with pytest.raises(PermissionError, match="denied"):
+            tier.put(toks, suite.make_kv(32), "c")
+        assert _tier(root).stats()["chunks"] == 0
+        backend.close()

@@ -18,6 +18,8 @@ and, on an S3 server, ``tests/test_ssd_s3.py``:
   record that cannot be written never fails a read, and a namespace opened on a full disk
   warns instead of failing;
 * a writer killed mid-put leaves at most ``.partial`` files, which never read as chunks;
+* a store that cannot say whether a chunk exists (an error, not "absent") fails the put with
+  that error and writes nothing, on the sync and the async path alike;
 * a file where a shard directory should be, and a ``zarr.json`` that is not a Zarr group, are
   repaired by the next writer (and reported by ``verify``);
 * with a finite capacity, usage is bounded under any number of writers
