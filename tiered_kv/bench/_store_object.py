@@ -9,29 +9,20 @@ to read: :data:`.store.S3_CAVEAT`). On a real bucket everything is written under
 
 from __future__ import annotations
 
-import asyncio
 import time
 import uuid
 
 from zarr.core.sync import sync
 
 from tiered_kv.bench._store_payload import check_read, in_turn, latency_ms, payload, worst
-
-
-async def _bounded(coros, limit: int) -> list:
-    sem = asyncio.Semaphore(limit)
-
-    async def one(c):
-        async with sem:
-            return await c
-
-    return await asyncio.gather(*(one(c) for c in coros))
+from tiered_kv.tiers.ssd import layout
 
 
 def _raw_put(store, paths: list[str], objs: list[bytes], limit: int) -> None:
     import obstore as obs
 
-    sync(_bounded((obs.put_async(store, p, o, use_multipart=False) for p, o in zip(paths, objs, strict=True)), limit))
+    puts = (obs.put_async(store, p, o, use_multipart=False) for p, o in zip(paths, objs, strict=True))
+    layout.raise_first(sync(layout.bounded(puts, limit)))
 
 
 def _raw_get(store, paths: list[str], limit: int) -> int:
@@ -40,7 +31,7 @@ def _raw_get(store, paths: list[str], limit: int) -> int:
     async def get(p: str):
         return await (await obs.get_async(store, p)).bytes_async()
 
-    held = sync(_bounded((get(p) for p in paths), limit))
+    held = layout.raise_first(sync(layout.bounded((get(p) for p in paths), limit)))
     return sum(len(b) for b in held)
 
 
@@ -75,7 +66,7 @@ def _child(base, prefix: str):
 
 def _case(label: str, ns, tokens, base, args, run_id: str) -> dict:
     """One size per token on the object store: the tier against raw obstore, ``--repeat`` times."""
-    from tiered_kv.tiers.ssd import SSDConfig, SSDTier, layout
+    from tiered_kv.tiers.ssd import SSDConfig, SSDTier
 
     p = payload(ns, tokens)
     paths = [layout.chunk_path(k) for k in p.keys]
