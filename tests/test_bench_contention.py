@@ -13,6 +13,8 @@ import pytest
 from tiered_kv.cli import main
 from tiered_kv.sim.cluster import contention as C
 from tiered_kv.sim.cluster import latency as L
+from tiered_kv.sim.cluster.shared_compute import recompute_is_sooner
+from tiered_kv.sim.cluster.tail_stats import class_percentiles
 from tiered_kv.tiers.ssd.bandwidth import TokenBucket
 
 TINY = ["--model-preset", "tiny", "--streams", "2", "--requests", "8", "--median-tokens", "96", "--block-size", "32",
@@ -21,17 +23,17 @@ TINY = ["--model-preset", "tiny", "--streams", "2", "--requests", "8", "--median
 
 def test_admission_decision_against_a_hand_computed_case():
     # Idle machine: loading ends at queued read + restore compute, recomputing at the recompute time.
-    assert C.recompute_is_sooner(queued_read_s=2.5, restore_compute_s=0.2, recompute_s=1.0)  # 2.7 > 1.0
-    assert not C.recompute_is_sooner(queued_read_s=0.6, restore_compute_s=0.2, recompute_s=1.0)  # 0.8 < 1.0
-    assert not C.recompute_is_sooner(queued_read_s=0.75, restore_compute_s=0.25, recompute_s=1.0)  # a tie loads
+    assert recompute_is_sooner(queued_read_s=2.5, restore_compute_s=0.2, recompute_s=1.0)  # 2.7 > 1.0
+    assert not recompute_is_sooner(queued_read_s=0.6, restore_compute_s=0.2, recompute_s=1.0)  # 0.8 < 1.0
+    assert not recompute_is_sooner(queued_read_s=0.75, restore_compute_s=0.25, recompute_s=1.0)  # a tie loads
     # Busy machine (3 s to go): the read overlaps the wait, so loading (3.2) still beats recomputing (4.0).
-    assert not C.recompute_is_sooner(queued_read_s=2.5, restore_compute_s=0.2, recompute_s=1.0, compute_wait_s=3.0)
+    assert not recompute_is_sooner(queued_read_s=2.5, restore_compute_s=0.2, recompute_s=1.0, compute_wait_s=3.0)
     # The queued read time read off a token bucket: 2,000 bytes of debt ahead at 1,000 B/s, then 500 of ours.
     bucket = TokenBucket(1000.0, burst=10.0)
     bucket.reserve(2000)
     queued = bucket.predict(500)
     assert queued == pytest.approx((2000 - 10 + 500) / 1000, abs=0.01)
-    assert C.recompute_is_sooner(queued_read_s=queued, restore_compute_s=0.2, recompute_s=1.0)
+    assert recompute_is_sooner(queued_read_s=queued, restore_compute_s=0.2, recompute_s=1.0)
 
 
 def test_admission_rule_is_the_latency_models():
@@ -46,8 +48,8 @@ def test_admission_rule_is_the_latency_models():
     r = L.simulate_queue(cfg, [0.0, 0.5], [0, 1], [2112, 1088], [2048, 1024], admission=True)
     assert r.recomputed.tolist() == [False, True]
     assert r.ttft_s.tolist() == [2.0625, 1.0625]
-    assert not C.recompute_is_sooner(queued_read_s=2.0, restore_compute_s=64 / 1024, recompute_s=2112 / 1024)
-    assert C.recompute_is_sooner(queued_read_s=1.5 + 1.0, restore_compute_s=64 / 1024, recompute_s=1088 / 1024)
+    assert not recompute_is_sooner(queued_read_s=2.0, restore_compute_s=64 / 1024, recompute_s=2112 / 1024)
+    assert recompute_is_sooner(queued_read_s=1.5 + 1.0, restore_compute_s=64 / 1024, recompute_s=1088 / 1024)
     x = C.compute_regressors([2112, 1088], [2048, 0], 0) @ np.array([0.0, 1 / 1024, 0.0])
     assert x.tolist() == [64 / 1024, 1088 / 1024]
     # a fixed time per prefill is paid by loads and recomputes alike (so the decisions stand)
@@ -59,7 +61,7 @@ def test_admission_rule_is_the_latency_models():
 def test_per_class_percentiles():
     ttft = [1.0, 2.0, 3.0, 4.0, 10.0]
     restore = [True, True, False, False, False]
-    p = C.class_percentiles(ttft, restore, recomputed=[True, False, False, False, False])
+    p = class_percentiles(ttft, restore, recomputed=[True, False, False, False, False])
     assert p["restore"]["count"] == 2 and p["miss"]["count"] == 3 and p["all"]["count"] == 5
     assert p["restore"]["p50_ms"] == pytest.approx(1500.0)
     assert p["restore"]["p99_ms"] == pytest.approx(1000.0 + 0.99 * 1000.0)
@@ -68,7 +70,7 @@ def test_per_class_percentiles():
     assert p["all"]["p50_ms"] == pytest.approx(3000.0) and p["all"]["max_ms"] == 10_000.0
     assert p["restore"]["recomputed_fraction"] == 0.5 and p["miss"]["recomputed_fraction"] == 0.0
     assert p["miss"]["p50_ms_ci90"] == [None, None]  # three values bound no median at 90%
-    many = C.class_percentiles(np.arange(1, 21) / 1e3, np.ones(20, dtype=bool))
+    many = class_percentiles(np.arange(1, 21) / 1e3, np.ones(20, dtype=bool))
     assert many["restore"]["p50_ms_ci90"] == [6.0, 15.0]  # Bin(20, 0.5): ranks 6 and 15 (95.9% cover)
     assert many["restore"]["p99_ms_ci90"] == [19.0, None]  # 20 values give a p99 no upper end
 
@@ -230,7 +232,7 @@ def _fake_result() -> dict:
             scale = [factor * (1 + 0.01 * k) if pol == "own" else 1 + 0.01 * k for k in range(3)]
             rec = work["restore"] if pol == "own" and factor != 1.0 else np.zeros(4, dtype=bool)
             runs = [np.where(work["restore"], base * s, base) for s in scale]
-            reps = [{"measured": C.class_percentiles(t, work["restore"], rec, interval=False), "compute_slowdown": 1.5,
+            reps = [{"measured": class_percentiles(t, work["restore"], rec, interval=False), "compute_slowdown": 1.5,
                      "run_order": k, "wall_s": 1.0, "link_throughput_bytes_per_s": 1e5,
                      "dispatch_lateness_max_s": 0.0, "decisions_agree": {"model": 1.0, "model_shared": 1.0}}
                     for k, t in enumerate(runs)]

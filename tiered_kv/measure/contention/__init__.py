@@ -37,10 +37,11 @@ from tiered_kv.measure.contention.settings import (
     run_order,
 )
 from tiered_kv.sim.cluster import contention as C
+from tiered_kv.sim.cluster.shared_compute import POLICIES
 
 
 def measure_contention(scenario: C.ContentionScenario, *, model=None, model_source: str = "", bandwidths=None,
-                       loads=DEFAULT_LOADS, policies=C.POLICIES, link: str = "shared", calibration: int = 6,
+                       loads=DEFAULT_LOADS, policies=POLICIES, link: str = "shared", calibration: int = 6,
                        calibration_repeats: int = 2, repeats: int = 1, progress: bool = True,
                        store_dir: str | None = None, raw: bool = False) -> dict:
     """Run the scenario at every (bandwidth, load, policy), ``repeats`` interleaved rounds, and
@@ -82,7 +83,7 @@ def measure_contention(scenario: C.ContentionScenario, *, model=None, model_sour
             bandwidths = [f * ctx.break_even for f in DEFAULT_BANDWIDTH_FACTORS]
         points = _run_grid(ctx, bandwidths, loads, policies, repeats, progress, raw)
     points.sort(key=lambda p: (math.inf if p["bandwidth_bytes_per_s"] is None else p["bandwidth_bytes_per_s"],
-                               p["load"], C.POLICIES.index(p["policy"])))
+                               p["load"], POLICIES.index(p["policy"])))
     return _result(ctx, model_source, points, repeats=repeats, policies=policies, cpus=cpus,
                    load_avg_start=load_avg_start, wall=time.perf_counter() - t_start)
 

@@ -18,7 +18,7 @@ import numpy as np
 
 from tiered_kv.measure.contention.settings import request_tokens
 from tiered_kv.sim.cluster import contention as C
-from tiered_kv.sim.cluster.shared_compute import sharing_factor
+from tiered_kv.sim.cluster.shared_compute import QueueState, decide, sharing_factor
 
 
 class _StreamView:
@@ -151,7 +151,7 @@ class _Streams:
             self.unfinished[s].pop(i, None)
             self.running[s] = None
 
-    def state(self, s: int, now: float, queued_read_s: float) -> C.QueueState:
+    def state(self, s: int, now: float, queued_read_s: float) -> QueueState:
         """The queue state at ``now`` for a restore on stream ``s``: its backlog is the isolated
         compute of its unfinished requests less what the running one has done (its elapsed time
         over the sharing of the streams busy now)."""
@@ -163,7 +163,7 @@ class _Streams:
                 i, t = self.running[s]
                 done = (now - t) / sharing_factor(max(busy, 1), self.cores)
                 backlog -= min(done, self.unfinished[s].get(i, 0.0))
-        return C.QueueState(queued_read_s=max(queued_read_s, 0.0), stream_backlog_s=max(backlog, 0.0),
+        return QueueState(queued_read_s=max(queued_read_s, 0.0), stream_backlog_s=max(backlog, 0.0),
                             busy_streams=others, cores=self.cores)
 
 
@@ -173,7 +173,7 @@ def run_point(model, ns, seed_root: str, root: str, work: dict, tokens: list, ar
     """One (bandwidth, load, policy) point: every request of the scenario, measured.
 
     Admission reads the measured queue state (:class:`_Streams`; the link's debt from its token
-    bucket) and decides with :func:`~tiered_kv.sim.cluster.contention.decide`, the model's rule.
+    bucket) and decides with :func:`~tiered_kv.sim.cluster.shared_compute.decide`, the model's rule.
 
     Returns per-request arrays (seconds from the first arrival): ``ttft_s``, ``ready_s`` (prefix
     read or lookup done), ``start_s``, ``compute_s``, ``recomputed``; and the link's traffic.
@@ -306,7 +306,7 @@ class _Point:
         time at the raw read speed, and stream ``s``'s queue."""
         nbytes = int(int(self.work["blocks"][i]) * self.chunk_bytes)
         queued = (self.bucket.predict(nbytes) if self.bucket is not None else 0.0) + nbytes / raw_read_bytes_per_s
-        return C.decide(policy, self.queues.state(s, now, queued), restore_compute_s=restore_s,
+        return decide(policy, self.queues.state(s, now, queued), restore_compute_s=restore_s,
                         recompute_s=recompute_s)
 
     def drain(self, readers: list[threading.Thread], threads: list[threading.Thread]) -> None:

@@ -55,7 +55,7 @@ def repeat_record(m: dict, models: dict, work: dict, restore_s: np.ndarray, reco
     the isolated fit, median over the requests), link traffic and agreement with each model."""
     est = np.where(m["recomputed"] | ~work["restore"], recompute_s, restore_s)
     return {"run_order": run_order, "wall_s": wall,
-            "measured": C.class_percentiles(m["ttft_s"], work["restore"], m["recomputed"], interval=False),
+            "measured": T.class_percentiles(m["ttft_s"], work["restore"], m["recomputed"], interval=False),
             "compute_slowdown": float(np.median(m["compute_s"] / est)),
             "decisions_agree": {k: float(np.mean(m["recomputed"] == models[k]["recomputed"])) for k in MODELS},
             "link_bytes": m["link_bytes"], "written_bytes": m["written_bytes"], "link_window_s": m["link_window_s"],
@@ -80,8 +80,8 @@ def point_record(repeats: list[dict], pooled_ttft: np.ndarray, pooled_recomputed
         "offered_link_utilisation": rate * mean_link / bandwidth if math.isfinite(bandwidth) else 0.0,
         "repeats": repeats, "run_order": [r["run_order"] for r in repeats],
         "measured": T.over_repeats([r["measured"] for r in repeats]),
-        "pooled": C.class_percentiles(pooled_ttft, restore, pooled_recomputed),
-        **{k: C.class_percentiles(models[k]["ttft_s"], work["restore"], models[k]["recomputed"], interval=False)
+        "pooled": T.class_percentiles(pooled_ttft, restore, pooled_recomputed),
+        **{k: T.class_percentiles(models[k]["ttft_s"], work["restore"], models[k]["recomputed"], interval=False)
            for k in MODELS},
         "compute_slowdown": float(np.median(slow)), "compute_slowdown_spread": [float(min(slow)), float(max(slow))],
         "link_throughput_bytes_per_s": float(np.median(thr)) if thr else math.nan,
@@ -115,7 +115,7 @@ def model_fit(points: list[dict]) -> dict:
     out = {}
     for src in MODELS:
         d: dict = {}
-        for cls in C.CLASSES:
+        for cls in T.CLASSES:
             c: dict = {}
             for q in ("p50", "p99"):
                 r = [p[src][cls][f"{q}_ms"] / p["measured"][cls][f"{q}_ms"] for p in points
@@ -147,7 +147,7 @@ def admission_effects(points: list[dict]) -> list[dict]:
                      "recomputed_model_shared": p["model_shared"]["restore"].get("recomputed_fraction", 0.0)}
         changed = max(p["measured"]["restore"].get("recomputed_fraction_spread", [0.0, 0.0])[1],
                       row["recomputed_model_shared"]) > 0
-        for cls in C.CLASSES:
+        for cls in T.CLASSES:
             ratios = T.paired_ratios([r["measured"] for r in p["repeats"]], [r["measured"] for r in base["repeats"]],
                                      cls)
             row[cls] = {"measured": ratios, "direction": T.direction(ratios, changed=changed),

@@ -14,13 +14,14 @@ import math
 import numpy as np
 
 from tiered_kv.sim.cluster import contention as C
+from tiered_kv.sim.cluster.shared_compute import POLICIES
 
 DEFAULT_BANDWIDTH_FACTORS = (1.0, 3.0, 10.0)  # x the break-even bandwidth
 DEFAULT_LOADS = (0.3, 0.7)
 LINKS = ("shared", "split")
 #: --admission: which policies of :data:`~tiered_kv.sim.cluster.shared_compute.POLICIES` run; every
 #: choice but 'off' runs 'load' too, the baseline the others' paired ratios are taken against.
-ADMISSION = {"all": C.POLICIES, "shared": ("load", "shared"), "own": ("load", "own"), "off": ("load",)}
+ADMISSION = {"all": POLICIES, "shared": ("load", "shared"), "own": ("load", "own"), "off": ("load",)}
 PRESETS = ("tiny", "small")
 
 
@@ -38,12 +39,12 @@ def parse_bandwidth(value) -> float:
 
 
 def check_settings(*, loads, calibration: int = 6, calibration_repeats: int = 2, threads: int = 1,
-                   repeats: int = 1, link: str = "shared", policies=C.POLICIES) -> None:
+                   repeats: int = 1, link: str = "shared", policies=POLICIES) -> None:
     """Raise ValueError naming the flag of the first setting out of its range."""
     if link not in LINKS:
         raise ValueError(f"--link: must be one of {list(LINKS)}, got {link!r}")
-    if not policies or any(p not in C.POLICIES for p in policies):
-        raise ValueError(f"--admission: policies must be among {list(C.POLICIES)}, got {list(policies)!r}")
+    if not policies or any(p not in POLICIES for p in policies):
+        raise ValueError(f"--admission: policies must be among {list(POLICIES)}, got {list(policies)!r}")
     C._check("--repeats", repeats, 1, 20, integer=True)
     for x in loads:
         C._check("--loads", x, 0.0, 4.0, lo_open=True)

@@ -3,7 +3,7 @@
 The simulator's half of ``tiered-kv bench contention`` (:mod:`tiered_kv.measure.contention`
 measures the same scenario with the real engine; its ``--help`` tells the scenario flag by flag),
 all numpy, so the measurement and the model read one definition of the workload and of the
-admission decision (:mod:`.shared_compute`'s rules, re-exported: both call the one :func:`decide`).
+admission decision (both call :mod:`.shared_compute`'s one :func:`~.shared_compute.decide`).
 
 The scenario (:class:`ContentionScenario`, :func:`workload`) draws its prompts once from its seed,
 so every bandwidth, load and admission setting sees the *same* prompts: restores read their
@@ -22,14 +22,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from tiered_kv.sim.cluster.shared_compute import (  # noqa: F401 - re-exported: the dispatcher's rules
-    POLICIES,
-    QueueState,
-    decide,
-    recompute_is_sooner,
-    simulate_shared,
-)
-from tiered_kv.sim.cluster.tail_stats import CLASSES, QUANTILES, class_percentiles  # noqa: F401 - re-exported
+from tiered_kv.sim.cluster.shared_compute import simulate_shared
 
 #: Most concurrent streams a run may have.
 MAX_STREAMS = 16
