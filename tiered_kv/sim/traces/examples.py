@@ -19,20 +19,16 @@ def random_trace(seed: int, n_requests: int = 30, *, block_size: int = 4, max_bl
     """
     rng = np.random.default_rng(seed)
     ids: dict[tuple[int, ...], int] = {}
-    rows = {c: [] for c in SCHEMA}
+    rows = []
     t = 0
     for r in range(n_requests):
         t += int(rng.integers(0, max_gap_s + 1))
         nb = int(rng.integers(1, max_blocks + 1))
         content = tuple(int(x) for x in rng.integers(0, alphabet, nb))
-        chain = [ids.setdefault(content[: k + 1], len(ids)) for k in range(nb)]
-        rows["request_id"].append(r)
-        rows["timestamp_s"].append(float(t))
-        rows["input_length"].append((nb - 1) * block_size + int(rng.integers(1, block_size + 1)))
-        rows["output_length"].append(int(rng.integers(0, 10)))
-        rows["block_ids"].append(chain)
-        rows["block_size"].append(block_size)
-        rows["traffic_class"].append(classes[int(rng.integers(0, len(classes)))])
-        rows["session_id"].append(None)
-        rows["turn"].append(None)
+        rows.append({"request_id": r, "timestamp_s": float(t),
+                     "input_length": (nb - 1) * block_size + int(rng.integers(1, block_size + 1)),
+                     "output_length": int(rng.integers(0, 10)),
+                     "block_ids": [ids.setdefault(content[: k + 1], len(ids)) for k in range(nb)],
+                     "block_size": block_size, "traffic_class": classes[int(rng.integers(0, len(classes)))],
+                     "session_id": None, "turn": None})
     return validate_frame(pl.DataFrame(rows, schema=SCHEMA), source=f"random_trace(seed={seed})")
