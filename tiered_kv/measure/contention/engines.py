@@ -164,7 +164,7 @@ class _Streams:
                 done = (now - t) / sharing_factor(max(busy, 1), self.cores)
                 backlog -= min(done, self.unfinished[s].get(i, 0.0))
         return QueueState(queued_read_s=max(queued_read_s, 0.0), stream_backlog_s=max(backlog, 0.0),
-                            busy_streams=others, cores=self.cores)
+                          busy_streams=others, cores=self.cores)
 
 
 def run_point(model, ns, seed_root: str, root: str, work: dict, tokens: list, arrival: np.ndarray, *,
@@ -307,7 +307,7 @@ class _Point:
         nbytes = int(int(self.work["blocks"][i]) * self.chunk_bytes)
         queued = (self.bucket.predict(nbytes) if self.bucket is not None else 0.0) + nbytes / raw_read_bytes_per_s
         return decide(policy, self.queues.state(s, now, queued), restore_compute_s=restore_s,
-                        recompute_s=recompute_s)
+                      recompute_s=recompute_s)
 
     def drain(self, readers: list[threading.Thread], threads: list[threading.Thread]) -> None:
         """Wait for the reads, then the engines, then the writes behind them; close the tier."""
