@@ -143,9 +143,7 @@ def _raise_scores(score, mask, depth):
 
 @njit(cache=True)
 def _cache_aware_machine(load, slack, score, blocks, s0, s1, gmask, smask, hmask, ssd_mode):
-    """Cache-aware routing: among machines whose load is within ``slack`` of the mean, the one
-    holding the deepest prefix of ``blocks[s0:s1]`` (GPU tier, plus its own SSD cache when per
-    machine) or a window state deeper still; ties go to the least loaded. ``score`` is scratch."""
+    """The cache-aware machine for ``blocks[s0:s1]`` (the module docstring's rule); ``score`` is scratch."""
     nodes = load.shape[0]
     mean = load.sum() / nodes
     eligible = np.uint64(0)
@@ -303,8 +301,7 @@ def _drive(t, c: ClusterConfig, tiers: tuple, mode: int, ext_p: np.ndarray, hist
     rand_machine = np.random.default_rng(c.seed).integers(0, c.nodes, n).astype(np.int64)
     nfull = np.minimum(t.input_length // t.block_size, np.diff(t.offsets))
     window_idx = np.where(nfull > 0, t.offsets[:-1] + nfull - 1, -1).astype(np.int64)
-    out = (np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64),
-           np.zeros(n, dtype=np.bool_), np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64))
+    out = tuple(np.zeros(n, dtype=d) for d in (np.int64, np.int64, np.int64, np.bool_, np.int64, np.int64))
     state = np.zeros((2, c.nodes))
     last_cls = np.zeros(t.n_unique, dtype=np.int32)
     blocks = t.blocks.astype(np.int64)
