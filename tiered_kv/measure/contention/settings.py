@@ -45,12 +45,12 @@ def check_settings(*, loads, calibration: int = 6, calibration_repeats: int = 2,
         raise ValueError(f"--link: must be one of {list(LINKS)}, got {link!r}")
     if not policies or any(p not in POLICIES for p in policies):
         raise ValueError(f"--admission: policies must be among {list(POLICIES)}, got {list(policies)!r}")
-    C._check("--repeats", repeats, 1, 20, integer=True)
+    C.check_range("--repeats", repeats, 1, 20, integer=True)
     for x in loads:
-        C._check("--loads", x, 0.0, 4.0, lo_open=True)
-    C._check("--calibration", calibration, 2, 64, integer=True)
-    C._check("--calibration-repeats", calibration_repeats, 1, 10, integer=True)
-    C._check("--threads", threads, 1, 64, integer=True)
+        C.check_range("--loads", x, 0.0, 4.0, lo_open=True)
+    C.check_range("--calibration", calibration, 2, 64, integer=True)
+    C.check_range("--calibration-repeats", calibration_repeats, 1, 10, integer=True)
+    C.check_range("--threads", threads, 1, 64, integer=True)
 
 
 def scenario_from(**kw) -> C.ContentionScenario:

@@ -28,7 +28,10 @@ from tiered_kv.sim.cluster.shared_compute import simulate_shared
 MAX_STREAMS = 16
 
 
-def _check(name: str, value, lo: float, hi: float, *, integer: bool = False, lo_open: bool = False) -> None:
+def check_range(name: str, value, lo: float, hi: float, *, integer: bool = False, lo_open: bool = False) -> None:
+    """Refuse ``value`` unless it is a number (``integer``: an integer) in [lo, hi] (``lo_open``: (lo, hi]).
+
+    The error names ``name``: a field of the scenario, or the flag that fed it (``--repeats``)."""
     ok = isinstance(value, (int, np.integer)) if integer else isinstance(value, (int, float, np.number))
     if isinstance(value, bool) or not ok or (not integer and math.isnan(value)) or value > hi or value < lo \
             or (lo_open and value == lo):
@@ -51,15 +54,15 @@ class ContentionScenario:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        _check("streams", self.streams, 1, MAX_STREAMS, integer=True)
-        _check("requests", self.requests, 2, 100_000, integer=True)
-        _check("restore_fraction", self.restore_fraction, 0.0, 1.0)
-        _check("block_size", self.block_size, 1, 1 << 20, integer=True)
-        _check("suffix_tokens", self.suffix_tokens, 1, self.block_size - 1, integer=True)
-        _check("max_tokens", self.max_tokens, self.block_size + self.suffix_tokens, 1 << 24, integer=True)
-        _check("median_tokens", self.median_tokens, self.block_size, self.max_tokens, integer=True)
-        _check("sigma", self.sigma, 0.0, 3.0)
-        _check("seed", self.seed, 0, 2**32 - 1, integer=True)
+        check_range("streams", self.streams, 1, MAX_STREAMS, integer=True)
+        check_range("requests", self.requests, 2, 100_000, integer=True)
+        check_range("restore_fraction", self.restore_fraction, 0.0, 1.0)
+        check_range("block_size", self.block_size, 1, 1 << 20, integer=True)
+        check_range("suffix_tokens", self.suffix_tokens, 1, self.block_size - 1, integer=True)
+        check_range("max_tokens", self.max_tokens, self.block_size + self.suffix_tokens, 1 << 24, integer=True)
+        check_range("median_tokens", self.median_tokens, self.block_size, self.max_tokens, integer=True)
+        check_range("sigma", self.sigma, 0.0, 3.0)
+        check_range("seed", self.seed, 0, 2**32 - 1, integer=True)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -85,7 +88,7 @@ def workload(sc: ContentionScenario) -> dict[str, np.ndarray]:
 
 def arrivals(gaps: np.ndarray, rate_per_s: float) -> np.ndarray:
     """Arrival times (s) of a Poisson stream of ``rate_per_s``: the first at 0."""
-    _check("rate", rate_per_s, 0.0, math.inf, lo_open=True)
+    check_range("rate", rate_per_s, 0.0, math.inf, lo_open=True)
     t = np.cumsum(np.asarray(gaps, dtype=np.float64)) / rate_per_s
     return t - t[0]
 
