@@ -17,8 +17,7 @@ import torch
 
 from tiered_kv import codec
 from tiered_kv.keys import DEFAULT_FORMAT, Namespace
-from tiered_kv.testing.store_suite.base import BS, Clock, namespace
-from tiered_kv.tiers.ssd import SSDConfig, SSDTier
+from tiered_kv.testing.store_suite.base import BS, make_tier, namespace
 
 STRESS_PROMPTS = 6
 
@@ -54,8 +53,8 @@ def stress_worker(role: str, root, seconds: float, seed: int, barrier, results, 
     rng = random.Random(seed)
     part = role[2:] or None if role.startswith("gc") else None
     role = "gc" if role.startswith("gc") else role
-    tier = SSDTier(open_spec(root), namespace=namespace(), capacity_bytes=12_000, high_watermark=0.9, low_watermark=0.5,
-                   config=SSDConfig(orphan_grace=0.0, auto_gc=role == "writer", background_touch=False))
+    tier = make_tier(open_spec(root), namespace(), time.time, capacity_bytes=12_000, high_watermark=0.9,
+                     low_watermark=0.5, orphan_grace=0.0, auto_gc=role == "writer")
     out = {"role": role, "ops": 0, "checked_blocks": 0, "wrong": 0, "hits": 0, "errors": ""}
     codec.dequantize_chunks(codec.quantize_blocks(stress_kv(stress_tokens(0)), namespace()), torch.float32)  # warm-up
     barrier.wait()
@@ -92,7 +91,7 @@ def kill_target(root, ready_path: str, kv_heads: int = 8, head_dim: int = 256) -
     """Puts large chunks forever (killed with SIGKILL by the test mid-write); ``root``: a spec."""
     torch.set_num_threads(1)
     ns = kill_namespace(kv_heads, head_dim)
-    tier = SSDTier(open_spec(root), namespace=ns, config=SSDConfig(background_touch=False, io_threads=4))
+    tier = make_tier(open_spec(root), ns, time.time, io_threads=4)
     kv = torch.randn(64 * 16, 2, kv_heads, head_dim)
     i = 0
     while True:
@@ -118,8 +117,8 @@ def capacity_writer(store_spec, capacity: int, seconds: float, seed: int, barrie
     puts, the largest bytes one put wrote and its auto-GC count."""
     torch.set_num_threads(1)
     ns = capacity_namespace()
-    tier = SSDTier(open_spec(store_spec), namespace=ns, capacity_bytes=capacity, high_watermark=0.9,
-                   low_watermark=0.5, config=SSDConfig(orphan_grace=0.0, background_touch=False))
+    tier = make_tier(open_spec(store_spec), ns, time.time, capacity_bytes=capacity, high_watermark=0.9,
+                     low_watermark=0.5, orphan_grace=0.0)
     g = torch.Generator().manual_seed(seed)
     kv = torch.randn(CAPACITY_BLOCKS * ns.block_size, 2, ns.kv_heads, ns.head_dim, generator=g)
     chunks = codec.quantize_blocks(kv, ns)  # once: the test is about bytes, not quantization
@@ -143,7 +142,7 @@ def capacity_writer(store_spec, capacity: int, seconds: float, seed: int, barrie
 def bandwidth_reader(root: str, rate: float, n_tokens: int, reads: int, barrier, hold, results) -> None:
     """Reads the prefix ``arange(n_tokens)`` ``reads`` times through ``read_bandwidth=rate``;
     reports (bytes, monotonic start, end), then keeps its tier open until ``hold`` is set."""
-    tier = SSDTier(root, namespace=namespace(), clock=Clock(), config=SSDConfig(background_touch=False, read_bandwidth=rate))
+    tier = make_tier(root, read_bandwidth=rate)
     toks = torch.arange(n_tokens)
     barrier.wait()
     t0, nbytes = time.monotonic(), 0
