@@ -32,9 +32,8 @@ class Backend(Protocol):
 
     store: Store  # the zarr view: group documents, and what other zarr clients open
     rename_free: bool  # overwriting one name is cheap and atomic (usage ledgers keep one name)
+    name: str  # the store as a user would name it, for messages
 
-    @property
-    def name(self) -> str: ...  # the store as a user would name it, for messages
     def read_prefix(self, paths: Sequence[str]) -> list[bytes]: ...
     def exists(self, paths: Sequence[str]) -> list[bool]: ...
     def present_for_put(self, paths: Sequence[str]) -> list[bool]: ...
@@ -117,6 +116,6 @@ def open_store(store: Store | str | os.PathLike | None) -> Store:
         return LocalStore(path)
     if isinstance(store, Store):
         return store
-    if object_backend.is_obstore_store(store):
+    if type(store).__module__.startswith("obstore"):
         return object_backend.open_object_store(store)
     raise ValueError(f"store: must be a path, a URL, a zarr v3 Store or an obstore store, got {type(store).__name__}")

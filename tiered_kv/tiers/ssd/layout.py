@@ -130,10 +130,6 @@ class AccessRecord:
         return AccessRecord(key, cls, float(d["t"]))
 
 
-def _group_json(attributes: dict) -> bytes:
-    return json.dumps({"zarr_format": 3, "node_type": "group", "attributes": attributes}, indent=2).encode()
-
-
 ROOT_ATTRIBUTES = {"tiered_kv": {
     "layout": LAYOUT,
     "chunk_key": "chunks/<first hex digit of key>/<32-hex chained blake2b-128 block key>",
@@ -142,12 +138,6 @@ ROOT_ATTRIBUTES = {"tiered_kv": {
     "chunk_format": "b'TKVC' prefix (version, header_len, payload_len, crc32c) + JSON header + FP4 payload",
     "docs": "tiered_kv/tiers/ssd/layout.py, tiered_kv/codec.py",
 }}
-
-
-def namespace_attributes(namespace) -> dict:
-    return {"tiered_kv_namespace": {
-        "model": namespace.model, "fmt": namespace.fmt, "block_size": namespace.block_size,
-        "kv_heads": namespace.kv_heads, "head_dim": namespace.head_dim, "digest": namespace.digest.hex()}}
 
 
 def group_problem(data: bytes | None) -> str | None:
@@ -180,12 +170,13 @@ def read_object(backend, path: str) -> bytes | None:
     return raise_first(backend.get_many([path]))[0]
 
 
-def _fix_group(backend, path: str, doc: bytes) -> str | None:
-    """Write the group document ``doc`` unless a valid group is at ``path`` (a missing one with
-    put-if-absent); returns what was wrong with a document it had to overwrite."""
+def _fix_group(backend, path: str, attributes: dict) -> str | None:
+    """Write a group document of ``attributes`` unless a valid group is at ``path`` (a missing one
+    with put-if-absent); returns what was wrong with a document it had to overwrite."""
     why = group_problem(read_object(backend, path))
     if why is not None:
-        write_all(backend, [(path, doc)], create=why == "missing")
+        doc = {"zarr_format": 3, "node_type": "group", "attributes": attributes}
+        write_all(backend, [(path, json.dumps(doc, indent=2).encode())], create=why == "missing")
     return None if why == "missing" else why
 
 
@@ -203,8 +194,10 @@ def ensure_layout(backend, namespace=None) -> list[tuple[str, str]]:
     """
     docs = [("zarr.json", ROOT_ATTRIBUTES)]
     if namespace is not None:
-        docs.append((f"namespaces/{namespace.digest.hex()}/zarr.json", namespace_attributes(namespace)))
-    fixed = [(path, _fix_group(backend, path, _group_json(attrs))) for path, attrs in docs]
+        ns = {k: getattr(namespace, k) for k in ("model", "fmt", "block_size", "kv_heads", "head_dim")}
+        docs.append((f"namespaces/{namespace.digest.hex()}/zarr.json",
+                     {"tiered_kv_namespace": ns | {"digest": namespace.digest.hex()}}))
+    fixed = [(path, _fix_group(backend, path, attrs)) for path, attrs in docs]
     return [(path, f"{why}; rewritten") for path, why in fixed if why is not None]
 
 

@@ -49,10 +49,6 @@ def is_object_url(url: str) -> bool:
     return url.split("://", 1)[0].lower() in OBJECT_SCHEMES
 
 
-def is_obstore_store(obj) -> bool:
-    return type(obj).__module__.startswith("obstore")
-
-
 def open_object_store(store):
     """zarr ``ObjectStore`` over an obstore store or URL (``s3://bucket/prefix``).
 
@@ -146,10 +142,7 @@ class ObjectBackend(ZarrBackend):
                  on_repair: Callable[[str, str], None] | None = None) -> None:
         super().__init__(store, io_threads=0, concurrency=concurrency, on_repair=on_repair)
         self.obs_store = store.store
-
-    @property
-    def name(self) -> str:
-        return store_url(self.store)
+        self.name = store_url(store)
 
     def check_access(self) -> None:
         """List the store's prefix once; raise :class:`StoreAccessError` if that fails or hangs."""

@@ -47,6 +47,7 @@ class ZarrBackend:
                  on_repair: Callable[[str, str], None] | None = None) -> None:
         layout.check_io(io_threads, concurrency)
         self.store = store
+        self.name = str(store)
         self.on_repair = on_repair or (lambda path, reason: None)
         self.concurrency = concurrency
         self.sync_path = io_threads > 0 and isinstance(store, SupportsSyncStore)
@@ -56,11 +57,6 @@ class ZarrBackend:
         # Pack and write in small batches: the same few buffers are reused instead of holding
         # every packed chunk at once (fresh memory for 100+ MB costs page faults, not I/O).
         self.batch = max(8, 2 * io_threads)
-
-    @property
-    def name(self) -> str:
-        """The store as a user would name it, for messages."""
-        return str(self.store)
 
     def close(self) -> None:
         if self._pool is not None:
@@ -255,11 +251,8 @@ class LocalBackend(ZarrBackend):
         from zarr.storage import LocalStore
 
         self.root = root
+        self.name = str(root)
         self.direct = self.sync_path and type(store) is LocalStore
-
-    @property
-    def name(self) -> str:
-        return str(self.root)
 
     def read_prefix(self, paths: Sequence[str]) -> list[bytes]:
         if not self.direct:
