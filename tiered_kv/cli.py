@@ -17,14 +17,12 @@ from pathlib import Path
 
 import tiered_kv
 import tiered_kv.commands
-from tiered_kv.cli_args import discover
+from tiered_kv.cli_args import Parser, discover, flag_names, join_negative_values, name_flags
 
 
 def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     """The parser; given ``argv``, only the subcommand it names is imported and registered."""
-    from tiered_kv.cli_args import Parser, flag_names  # errors as one line naming the flag
-
-    parser = Parser(
+    parser = Parser(  # errors as one line naming the flag
         prog="tiered-kv",
         description="Research workbench for tiered LLM KV-cache storage "
         "(GPU -> host window tier -> SSD global KV).",
@@ -60,8 +58,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _run(argv: Sequence[str] | None) -> tuple[int, bool]:
     """(exit status, whether the command that ran may end the process without teardown)."""
-    from tiered_kv.cli_args import join_negative_values, name_flags
-
     argv = join_negative_values(sys.argv[1:] if argv is None else argv)  # --capacity -5GiB reaches its check
     parser = build_parser(argv)
     try:
