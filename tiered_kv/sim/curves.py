@@ -295,8 +295,7 @@ def default_ttls(trace: CompiledTrace, n: int = 100) -> np.ndarray:
     return np.geomspace(1.0, span, n)
 
 
-# --------------------------------------------------------------------------------------------
-# every registered policy at every capacity: hit tokens and SSD writes
+# --- every registered policy at every capacity: hit tokens and SSD writes ---------------------
 
 
 def lru_written_tokens(trace: CompiledTrace, capacities_tokens) -> np.ndarray:

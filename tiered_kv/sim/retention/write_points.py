@@ -170,6 +170,3 @@ def compare_strategies(trace: CompiledTrace, *, every_tokens: int = 4096, ttl_by
                **{f"token_hit_rate_{n}": c["hit_tokens"] / max(c["input_tokens"], 1) for n, c in by_class.items()}}
         rows.append(row)
     return pl.DataFrame(rows)
-
-
-__all__ = ["STRATEGIES", "compare_strategies", "replay_write_points", "write_points"]
