@@ -295,12 +295,9 @@ def paced(backend, read_bandwidth: float | None, write_bandwidth: float | None, 
 
     Rates are bytes/s (:func:`parse_rate`); ``link_bandwidth`` is one bucket for both directions.
     """
-    if read_bandwidth is None and write_bandwidth is None and link_bandwidth is None:
-        return backend
-    where = backend.name
     if link_bandwidth is not None:
-        read = write = shared_bucket(where, "link", link_bandwidth)
+        read = write = shared_bucket(backend.name, "link", link_bandwidth)
     else:
-        read = shared_bucket(where, "read", read_bandwidth)
-        write = shared_bucket(where, "write", write_bandwidth)
-    return PacedBackend(backend, read, write)
+        read = shared_bucket(backend.name, "read", read_bandwidth)
+        write = shared_bucket(backend.name, "write", write_bandwidth)
+    return backend if read is None and write is None else PacedBackend(backend, read, write)

@@ -111,7 +111,7 @@ def _first_line(exc: BaseException) -> str:
 
 def access_error(store, exc: BaseException, timeout: float) -> StoreAccessError:
     """One line naming the store and what failed, from an obstore (or timeout) exception."""
-    url = store_url(store) or str(store)
+    url = store_url(store)
     cfg = getattr(store.store, "config", {}) or {}
     text, where = str(exc), _configured_endpoint(store) or "the service's default endpoint"
     if isinstance(exc, (asyncio.TimeoutError, TimeoutError)):
