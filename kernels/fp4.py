@@ -229,11 +229,15 @@ def _pack_torch(codes: torch.Tensor) -> torch.Tensor:
     return ((pairs & 0x0F) | ((pairs >> 4) & 0xF0)).to(torch.uint8)
 
 
-def _nv_global_scale(x: torch.Tensor, amax: torch.Tensor | None = None) -> torch.Tensor:
+def _nv_global_scale(x: torch.Tensor, fused: bool) -> torch.Tensor:
     """Per-head (ndim >= 3) or per-tensor FP32 global scale: amax / (448 * 6).
 
-    ``amax`` may be passed in when a faster path has already reduced it."""
-    if amax is None:  # over every axis but the head axis (-2), or over all of a 1-D/2-D input
+    ``fused``: a per-head amax in fp4_cpu's one read of ``x`` (fp32) instead of torch's reduction."""
+    if fused and x.ndim >= 3:
+        from tiered_kv.kernels import fp4_cpu
+
+        amax = fp4_cpu.per_head_amax(x)
+    else:  # over every axis but the head axis (-2), or over all of a 1-D/2-D input
         amax = x.abs().amax(dim=[d for d in range(x.ndim) if d != x.ndim - 2] if x.ndim >= 3 else [])
     amax = amax.to(torch.float32)
     if not bool(torch.isfinite(amax).all()):
@@ -322,9 +326,17 @@ def _gs_heads(gs: torch.Tensor | None, shape: torch.Size, device) -> tuple[torch
     return gs.reshape(-1).to(torch.float32).contiguous(), shape[-2] if gs.ndim == 1 else 1
 
 
-def _blocks_per_prog(fmt: str) -> int:
-    """Scale blocks per program: ~4K elements on a GPU, more under the slow interpreter."""
-    return (16384 if interpreting() else 4096) // BLOCK[fmt]
+def _launch(kernel, fmt: str, gs: torch.Tensor | None, shape: torch.Size, device, **tensors) -> None:
+    """``kernel`` over the scale blocks of a ``shape`` input, ~4K elements a program on a GPU (more
+    under the slow interpreter); ``tensors``: its data pointers (and CEIL)."""
+    block = BLOCK[fmt]
+    nb = math.prod(shape) // block
+    if nb:
+        bpp = (16384 if interpreting() else 4096) // block
+        gs_arg, n_heads = _gs_heads(gs, shape, device)
+        kernel[(triton.cdiv(nb, bpp),)](gs_ptr=gs_arg, n_blocks=nb, blocks_per_row=shape[-1] // block,
+                                        n_heads=n_heads, BLOCK=block, BLOCKS_PER_PROG=bpp, IS_NV=fmt == "nvfp4",
+                                        **tensors)
 
 
 def _quantize_triton(blocks: torch.Tensor, fmt: str, scale_rule: str, gs: torch.Tensor | None,
@@ -332,26 +344,16 @@ def _quantize_triton(blocks: torch.Tensor, fmt: str, scale_rule: str, gs: torch.
     nb, block = blocks.shape
     data = torch.empty((nb, block // 2), dtype=torch.uint8, device=blocks.device)
     scales = torch.empty((nb,), dtype=torch.uint8, device=blocks.device)
-    gs_arg, n_heads = _gs_heads(gs, shape, blocks.device)
-    bpp = _blocks_per_prog(fmt)
-    if nb:
-        _quantize_kernel[(triton.cdiv(nb, bpp),)](blocks, data, scales, gs_arg, nb, shape[-1] // block, n_heads,
-                                                  BLOCK=block, BLOCKS_PER_PROG=bpp, IS_NV=fmt == "nvfp4",
-                                                  CEIL=scale_rule == "ceil")
+    _launch(_quantize_kernel, fmt, gs, shape, blocks.device, x_ptr=blocks, data_ptr=data, scale_ptr=scales,
+            CEIL=scale_rule == "ceil")
     return data, scales
 
 
 def _dequantize_triton(q: FP4Tensor, dtype: torch.dtype) -> torch.Tensor:
-    block = q.block
-    nb = q.data.numel() // (block // 2)
     # The interpreter's fp32 -> bf16/fp16 casts truncate: write fp32 there, round in torch.
     out = torch.empty(q.shape, dtype=torch.float32 if interpreting() else dtype, device=q.device)
-    gs_arg, n_heads = _gs_heads(q.global_scale, q.shape, q.device)
-    bpp = _blocks_per_prog(q.fmt)
-    if nb:
-        _dequantize_kernel[(triton.cdiv(nb, bpp),)](q.data.contiguous(), q.scales.contiguous(), gs_arg, out, nb,
-                                                    q.shape[-1] // block, n_heads, BLOCK=block,
-                                                    BLOCKS_PER_PROG=bpp, IS_NV=q.fmt == "nvfp4")
+    _launch(_dequantize_kernel, q.fmt, q.global_scale, q.shape, q.device, data_ptr=q.data.contiguous(),
+            scale_ptr=q.scales.contiguous(), out_ptr=out)
     return out
 
 
@@ -403,13 +405,7 @@ def quantize(x: torch.Tensor, fmt: str = DEFAULT_FORMAT, *, scale_rule: str = "f
     shape, dtype, block = x.shape, x.dtype, BLOCK[fmt]
     # the numba loops read fp32; the reference and the Triton kernel read 16-bit inputs as they are
     x = (x.to(torch.float32) if which == "numba" or dtype == torch.float64 else x).contiguous()
-    gs = None
-    if fmt == "nvfp4" and which == "numba" and x.ndim >= 3:
-        from tiered_kv.kernels import fp4_cpu
-
-        gs = _nv_global_scale(x, fp4_cpu.per_head_amax(x))
-    elif fmt == "nvfp4":
-        gs = _nv_global_scale(x)
+    gs = _nv_global_scale(x, which == "numba") if fmt == "nvfp4" else None
     data, scales = _QUANTIZE[which](x.reshape(-1, block), fmt, scale_rule, gs, shape)
     if fmt == "mxfp4" and scales.numel() and bool((scales == 255).any()):
         raise _nonfinite_error(fmt)
