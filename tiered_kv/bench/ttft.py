@@ -25,7 +25,8 @@ import tempfile
 from tiered_kv.bench._pages import Page, Paired, Row, ratio, yes
 from tiered_kv.flops import prefill_flops
 from tiered_kv.keys import DEFAULT_FORMAT, FORMATS, RAW_FORMATS
-from tiered_kv.measure.ttft import CASES, LENGTHS, aggregate, filesystem_of, load_model, measure_ttft
+from tiered_kv.measure import load_model
+from tiered_kv.measure.ttft import CASES, LENGTHS, aggregate, filesystem_of, measure_ttft
 
 NAME = "ttft"
 HELP = "measured TTFT (miss / cold and warm SSD hit / SSD+host hit, medians + IQR) and prefill FLOPs"
