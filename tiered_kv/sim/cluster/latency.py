@@ -201,19 +201,17 @@ def miss_ttft(cfg: LatencyConfig, n):
     return ttft_components(cfg, n)["ttft_s"]
 
 
-def hit_ttft(cfg: LatencyConfig, n, new_tokens: int = HIT_SCENARIO_NEW_TOKENS):
-    """A prompt of ``n`` tokens whose last ``new_tokens`` are new, prefix loaded from SSD, replayed."""
+def hit_ttft(cfg: LatencyConfig, n):
+    """The hit scenario: ``n`` tokens, the last 512 new, the prefix loaded from SSD and replayed."""
     n = np.asarray(n, dtype=np.float64)
-    loaded = np.maximum(n - new_tokens, 0.0)
-    return ttft_components(cfg, n, loaded=loaded)["ttft_s"]
+    return ttft_components(cfg, n, loaded=np.maximum(n - HIT_SCENARIO_NEW_TOKENS, 0.0))["ttft_s"]
 
 
-def hit_miss_compute_ratio(cfg: LatencyConfig, n, new_tokens: int = HIT_SCENARIO_NEW_TOKENS):
-    """Machine (GPU) seconds of a miss over those of a hit of the same prompt: the cost gap."""
+def hit_miss_compute_ratio(cfg: LatencyConfig, n):
+    """Machine (GPU) seconds of a miss over those of :func:`hit_ttft`'s hit: the cost gap."""
     n = np.asarray(n, dtype=np.float64)
-    cached = np.maximum(n - new_tokens, 0.0)
-    hit = prefill_seconds(cfg, cached, n) + replay_seconds(cfg, cached)
-    return prefill_seconds(cfg, 0.0, n) / hit
+    cached = np.maximum(n - HIT_SCENARIO_NEW_TOKENS, 0.0)
+    return prefill_seconds(cfg, 0.0, n) / (prefill_seconds(cfg, cached, n) + replay_seconds(cfg, cached))
 
 
 def recompute_crossover_tokens(cfg: LatencyConfig, hi: float = float(1 << 24)) -> float:
