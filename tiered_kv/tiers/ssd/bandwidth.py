@@ -41,6 +41,11 @@ from collections.abc import Callable, Sequence
 
 from tiered_kv.units import parse_bytes
 
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - not POSIX: buckets are per process
+    fcntl = None
+
 #: Seconds of traffic the bucket holds when full (how far a transfer may start early).
 BURST_SECONDS = 0.05
 _STATE = struct.Struct("<4d")  # rate, burst, tokens, time (monotonic seconds)
@@ -112,8 +117,6 @@ class GroupTokenBucket(TokenBucket):
         self._finalizer = weakref.finalize(self, _release, path, self._fds)
 
     def _open(self) -> None:
-        import fcntl
-
         while True:
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
             fcntl.flock(fd, fcntl.LOCK_EX)
@@ -146,8 +149,6 @@ class GroupTokenBucket(TokenBucket):
         self._fds = [fd, users]
 
     def _update(self, nbytes: int, take: bool) -> float:
-        import fcntl
-
         if self._pid != os.getpid():  # a forked child: its own open files (flock is per open file)
             self._finalizer.detach()
             inherited, old_state = self._fds, self._state
@@ -170,8 +171,6 @@ class GroupTokenBucket(TokenBucket):
 
 def _release(path: str, fds: list[int]) -> None:
     """Close this process's files of a group bucket; the last user removes them."""
-    import fcntl
-
     fd, users = fds
     with contextlib.suppress(OSError):  # (BlockingIOError: another process still uses them)
         fcntl.flock(fd, fcntl.LOCK_EX)
@@ -214,11 +213,9 @@ def shared_bucket(store_id: str, direction: str, rate: float | None) -> TokenBuc
     with _REGISTRY_LOCK:
         bucket = _BUCKETS.get((store_id, direction))
         if bucket is None:
-            try:
-                import fcntl  # noqa: F401 - POSIX only
-
+            if fcntl is not None:
                 bucket = GroupTokenBucket(group_state_path(store_id, direction), rate, name=name, what=what)
-            except ImportError:
+            else:
                 bucket = TokenBucket(rate)
             _BUCKETS[(store_id, direction)] = bucket
         elif bucket.rate != rate:
