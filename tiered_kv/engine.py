@@ -240,7 +240,7 @@ class Engine:
         """
         device = self.model.embed.weight.device  # CPU here; the same code runs on a CUDA model
         tokens = torch.as_tensor(tokens, dtype=torch.long).to(device)
-        check_tokens(tokens, self.model.cfg, what="prompt", end=int(tokens.shape[0]) if tokens.ndim == 1 else None)
+        check_tokens(tokens, self.model.cfg, what="prompt")
         t0 = time.perf_counter()
         st = _Prefill(tokens, block_keys(tokens.cpu(), self.namespace), traffic_class)
         st.timings["key"] = time.perf_counter() - t0

@@ -319,7 +319,8 @@ class SWALayer(nn.Module):
 
 # --------------------------------------------------------------------------- models
 
-def check_tokens(tokens: torch.Tensor, cfg: ModelConfig, *, what: str = "tokens", end: int | None = None) -> None:
+def check_tokens(tokens: torch.Tensor, cfg: ModelConfig, start: int = 0, *, what: str = "tokens") -> None:
+    """1-D ids of the vocabulary, at [start, start+T) within max_seq_len."""
     if tokens.ndim != 1:
         raise ValueError(f"{what}: must be a 1-D tensor of token ids, got shape {tuple(tokens.shape)}")
     if tokens.numel() == 0:
@@ -328,7 +329,8 @@ def check_tokens(tokens: torch.Tensor, cfg: ModelConfig, *, what: str = "tokens"
         lo, hi = int(tokens.min()), int(tokens.max())
         if lo < 0 or hi >= cfg.vocab_size:
             raise ValueError(f"{what}: token ids must be in [0, {cfg.vocab_size}), got range [{lo}, {hi}]")
-    if end is not None and end > cfg.max_seq_len:
+    end = start + tokens.shape[0]
+    if end > cfg.max_seq_len:
         raise ValueError(f"{what}: sequence of {end} tokens exceeds the model limit max_seq_len={cfg.max_seq_len}")
 
 
@@ -426,8 +428,7 @@ class EncoderDecoder(nn.Module):
         Returns the global KV [T,2,Hkv,D] of these tokens and the encoder window state at
         start+T. ``state`` None means empty windows: exact only when start == 0.
         """
-        check_tokens(tokens, self.cfg, end=start + tokens.shape[0])
-        _check_state(state, start, "encoder state")
+        self._check(tokens, start, state, "encoder")
         x, state = self._stack(self.encoder, tokens, start, state)
         return self._project(x, start), state
 
@@ -438,9 +439,8 @@ class EncoderDecoder(nn.Module):
         decoder window state at start+T. Earlier token ids are not an input: the context
         reaches the decoder only through ``global_kv`` and ``state``.
         """
+        self._check(tokens, start, state, "decoder")
         end = start + tokens.shape[0]
-        check_tokens(tokens, self.cfg, end=end)
-        _check_state(state, start, "decoder state")
         if global_kv.shape[0] < end:
             raise ValueError(f"global_kv: needs >= {end} tokens for positions [{start}, {end}), got {global_kv.shape[0]}")
         y, state = self._stack(self.decoder, tokens, start, state, global_kv[:, 0], global_kv[:, 1])
@@ -468,10 +468,10 @@ class EncoderDecoder(nn.Module):
         s = max(0, tokens.shape[0] - replay)
         return self.decode(tokens[s:], s, global_kv)
 
-
-def _check_state(state: WindowState | None, start: int, what: str) -> None:
-    if state is not None and state.end != start:
-        raise ValueError(f"{what}: windows end at position {state.end}, cannot continue at {start}")
+    def _check(self, tokens: torch.Tensor, start: int, state: WindowState | None, stack: str) -> None:
+        check_tokens(tokens, self.cfg, start)
+        if state is not None and state.end != start:
+            raise ValueError(f"{stack} state: windows end at position {state.end}, cannot continue at {start}")
 
 
 class DecoderOnly(nn.Module):
