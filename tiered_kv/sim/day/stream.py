@@ -305,12 +305,11 @@ def _result(m, names, classes, hit, inp, req, capacities, ttls, bs, timing) -> d
     total_in = int(inp.sum())
     policies = {}
     for i, name in enumerate(names):
-        kind = "lru" if name in capacities else "ttl"
+        lru = name in capacities
         policies[name] = {
-            "kind": kind,
-            "capacity_blocks": (None if math.isinf(capacities[name]) else int(capacities[name])) if kind == "lru"
-            else None,
-            "ttl_seconds": ttls.get(name) if kind == "ttl" else None,
+            "kind": "lru" if lru else "ttl",
+            "capacity_blocks": int(capacities[name]) if lru and math.isfinite(capacities[name]) else None,
+            "ttl_seconds": None if lru else ttls[name],
             "hit_tokens": int(hit[i].sum()),
             "disk_token_fraction": hit[i].sum() / total_in if total_in else math.nan,
             "by_class": {c: (hit[i, k].sum() / inp[k].sum() if inp[k].sum() else math.nan)
