@@ -184,18 +184,12 @@ def _np(t) -> np.ndarray:
     return np.ascontiguousarray(t)
 
 
-def _sections(q) -> list[tuple[str, np.ndarray]]:
-    out = [("data", _np(q.data)), ("scales", _np(q.scales))]
-    gs = getattr(q, "global_scale", None)
-    if gs is not None:
-        out.append(("global_scale", _np(gs).astype("<f4", copy=False)))
-    return out
-
-
 def pack_chunk(q, *, namespace: Namespace, key: bytes, parent: bytes, index: int,
                traffic_class: str, created: float) -> bytes:
     """Serialize an FP4-quantized block into one chunk object (see the module docstring)."""
-    secs = _sections(q)
+    secs = [("data", _np(q.data)), ("scales", _np(q.scales))]
+    if q.global_scale is not None:
+        secs.append(("global_scale", _np(q.global_scale).astype("<f4", copy=False)))
     header = {
         "index": int(index),
         "fmt": namespace.fmt,
