@@ -56,7 +56,7 @@ class SuiteBase:
         raise NotImplementedError
 
     def tier(self, store, clock=None, fmt=DEFAULT_FORMAT, **kw) -> SSDTier:
-        return make_tier(store, namespace(fmt), clock or Clock(), **kw)
+        return make_tier(store, namespace(fmt), clock, **kw)
 
 
 _CONFIG_FIELDS = {f.name for f in dataclasses.fields(SSDConfig)}
