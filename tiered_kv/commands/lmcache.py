@@ -20,7 +20,6 @@ Format and rules: tiered_kv/sim/peers/lmcache_io.py and docs/peers.md.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import sys
@@ -106,44 +105,5 @@ def _read_logs(logs: list[str], **kw):
         n, seq_len, cs, full = (int(g) for g in m.groups())
         if n != full + 1 or seq_len % cs == 0:
             raise ValueError(f"{exc} (only one extra hash, for a partial last chunk, is accepted)") from None
-    with tempfile.TemporaryDirectory(prefix="tiered-kv-lmcache-") as tmp:
-        copies, dropped = _without_partial_hashes(lmcache_io._log_files(logs), Path(tmp))
-        try:
-            df = lmcache_io.read_lookup_logs(list(copies), **kw)
-        except ValueError as exc:  # name the user's files, not the temporary copies
-            msg = str(exc)
-            for copy, orig in copies.items():
-                msg = msg.replace(copy, orig)
-            raise ValueError(msg) from None
-    return df, dropped
-
-
-def _without_partial_hashes(files: list[Path], tmp: Path) -> tuple[dict[str, str], int]:
-    """Copies of the log files (same order, same line numbers) where an event with
-    ``ceil(seq_len / chunk_size)`` hashes loses the last one. Returns ({copy: original}, dropped)."""
-    copies: dict[str, str] = {}
-    dropped = 0
-    for k, src in enumerate(files):
-        dst = tmp / f"{k:06d}" / src.name
-        dst.parent.mkdir()
-        with src.open(encoding="utf-8") as fin, dst.open("w", encoding="utf-8") as fout:
-            for line in fin:
-                try:
-                    ev = json.loads(line) if line.strip() else None
-                except json.JSONDecodeError:
-                    ev = None  # left as it is: the reader reports it with its line number
-                if _has_partial_hash(ev):
-                    ev["chunk_hashes"] = ev["chunk_hashes"][:-1]
-                    dropped += 1
-                    line = json.dumps(ev) + "\n"
-                fout.write(line)
-        copies[str(dst)] = str(src)
-    return copies, dropped
-
-
-def _has_partial_hash(ev) -> bool:
-    if not isinstance(ev, dict):
-        return False
-    hashes, seq_len, cs = ev.get("chunk_hashes"), ev.get("seq_len"), ev.get("chunk_size")
-    return (isinstance(hashes, list) and isinstance(seq_len, int) and isinstance(cs, int) and cs >= 1
-            and seq_len % cs != 0 and len(hashes) == seq_len // cs + 1)
+    files = lmcache_io._log_files(logs)  # a bad frame is then named by its file, not its folder
+    return lmcache_io.read_lookup_logs(files, drop_partial_hash=True, **kw)

@@ -111,7 +111,8 @@ def _log_files(paths: Iterable[str | Path]) -> list[Path]:
 
 
 def read_lookup_logs(paths: str | Path | Iterable[str | Path], *, model: str | None = None,
-                     traffic_class: str | None = None) -> pl.DataFrame:
+                     traffic_class: str | None = None, drop_partial_hash: bool = False
+                     ) -> pl.DataFrame | tuple[pl.DataFrame, int]:
     """LMCache lookup-hash logs -> a validated trace frame (:data:`tiered_kv.sim.traces.SCHEMA`).
 
     Files are read in name order and lines in file order; ``request_id`` numbers them in that
@@ -119,15 +120,24 @@ def read_lookup_logs(paths: str | Path | Iterable[str | Path], *, model: str | N
     LMCache's sort). ``model`` keeps one ``model_name``; the traffic class is ``traffic_class``
     or the model name. Events without hashes and with ``seq_len == 0`` are skipped, as LMCache
     does. A malformed line is an error naming file, line and field.
+
+    ``drop_partial_hash``: an event listing one hash more than its complete chunks (a hash for
+    the partial last chunk, as LMCache's converter writes in its "all" mode) loses that hash,
+    which can never hit; returns ``(frame, hashes dropped)``, counted before the model filter.
     """
     import polars as pl
 
     from tiered_kv.sim.traces import SCHEMA, validate_frame
 
     paths = [paths] if isinstance(paths, (str, Path)) else list(paths)
-    rows = [row for where, ev in _events(paths)
-            if (model is None or ev.get("model_name") == model)
-            and (row := _event_row(ev, where, traffic_class)) is not None]
+    rows, dropped = [], 0
+    for where, ev in _events(paths):
+        if drop_partial_hash and _has_partial_hash(ev):
+            ev["chunk_hashes"] = ev["chunk_hashes"][:-1]
+            dropped += 1
+        if (model is None or ev.get("model_name") == model) \
+                and (row := _event_row(ev, where, traffic_class)) is not None:
+            rows.append(row)
     if not rows:
         raise ValueError(f"{[str(p) for p in paths]}: no lookup events (after the model filter)")
     ts = np.array([r[0] for r in rows])
@@ -141,7 +151,8 @@ def read_lookup_logs(paths: str | Path | Iterable[str | Path], *, model: str | N
     order = np.argsort(ts, kind="stable")
     if not np.array_equal(order, np.arange(n)):
         df = df[order.tolist()]
-    return validate_frame(df, source=str(paths[0]) if len(paths) == 1 else "lmcache logs")
+    df = validate_frame(df, source=str(paths[0]) if len(paths) == 1 else "lmcache logs")
+    return (df, dropped) if drop_partial_hash else df
 
 
 def _events(paths: list[Path]) -> Iterator[tuple[str, dict]]:
@@ -179,3 +190,11 @@ def _event_row(ev: dict, where: str, traffic_class: str | None) -> tuple | None:
                          f"seq_len {seq_len} // chunk_size {cs} = {seq_len // cs}")
     return (float(ev["timestamp"]), int(seq_len), [hash_to_u64(str(h)) for h in hashes],
             cs, traffic_class or str(ev.get("model_name") or "lmcache"))
+
+
+def _has_partial_hash(ev) -> bool:
+    if not isinstance(ev, dict):
+        return False
+    hashes, seq_len, cs = ev.get("chunk_hashes"), ev.get("seq_len"), ev.get("chunk_size")
+    return (isinstance(hashes, list) and isinstance(seq_len, int) and isinstance(cs, int) and cs >= 1
+            and seq_len % cs != 0 and len(hashes) == seq_len // cs + 1)
