@@ -30,6 +30,21 @@ def dashed_lines(data: Any, *, x: Any, y: Any, dash: str, dash_title: str, color
     return alt.layer(lines, points, data=data)
 
 
+def capacity_curves(data: Any, *, y_title: str, color: Any, dashed: str, point_size: int) -> Any:
+    """Figures 07 and 16: token hit rate against cache capacity (log), a line per ``policy``, the
+    ``dashed`` one (the bound the others are read against) dashed, bytes in the tooltip."""
+    import altair as alt
+
+    return alt.Chart(data).mark_line(point=alt.OverlayMarkDef(size=point_size)).encode(
+        x=alt.X("capacity_tokens:Q", scale=alt.Scale(type="log"), title="cache capacity (tokens, log scale)"),
+        y=alt.Y("token_hit_rate:Q", title=y_title, axis=alt.Axis(format="%")),
+        color=color,
+        strokeDash=alt.condition(alt.datum.policy == dashed, alt.value([5, 4]), alt.value([1, 0])),
+        tooltip=["policy", alt.Tooltip("capacity_tokens:Q", format=","),
+                 alt.Tooltip("capacity_bytes:Q", format=".3s", title="bytes (DeepSeek-V3 MLA bf16)"),
+                 alt.Tooltip("token_hit_rate:Q", format=".2%")])
+
+
 def hourly_disk_share(hourly: Any, *, x_title: str, y_title: str, color: Any, tooltip: list, title: str) -> Any:
     """Figures 05 and 15: the share of input tokens served from disk (``disk_token_fraction``) per
     ``hour``, one line per ``color``, and DeepSeek's published share dashed, labelled at hour 0.5."""

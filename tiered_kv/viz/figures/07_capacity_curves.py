@@ -15,6 +15,7 @@ import numpy as np
 import polars as pl
 
 from tiered_kv.viz.report import Claim, FigureResult, claim_value
+from tiered_kv.viz.style import capacity_curves
 
 NAME = "07_capacity_curves"
 TITLE = "Token hit rate vs cache capacity (Mooncake conversation trace)"
@@ -54,15 +55,9 @@ def build(quick: bool) -> FigureResult:
 
     data, info = curve_frame("conversation", belady_points=8 if quick else 40)
     _, synth = curve_frame("synthetic", belady_points=2)
-    chart = alt.Chart(data).mark_line(point=alt.OverlayMarkDef(size=14)).encode(
-        x=alt.X("capacity_tokens:Q", scale=alt.Scale(type="log"), title="cache capacity (tokens, log scale)"),
-        y=alt.Y("token_hit_rate:Q", title="token hit rate (fraction of input tokens)", axis=alt.Axis(format="%")),
-        color=alt.Color("policy:N", title="policy",
-                        sort=["Belady (upper bound)", "LRU", "infinite cache"]),
-        strokeDash=alt.condition(alt.datum.policy == "infinite cache", alt.value([5, 4]), alt.value([1, 0])),
-        tooltip=["policy", alt.Tooltip("capacity_tokens:Q", format=","),
-                 alt.Tooltip("capacity_bytes:Q", format=".3s", title="bytes (DeepSeek-V3 MLA bf16)"),
-                 alt.Tooltip("token_hit_rate:Q", format=".2%")],
+    chart = capacity_curves(
+        data, y_title="token hit rate (fraction of input tokens)", dashed="infinite cache", point_size=14,
+        color=alt.Color("policy:N", title="policy", sort=["Belady (upper bound)", "LRU", "infinite cache"]),
     ).properties(width=520, height=300, title=TITLE)
     claims = [Claim(
         claim="Cache ratio of the Mooncake synthetic trace (infinite-cache token hit rate)",

@@ -13,6 +13,7 @@ No published number is reproduced here, so the figure has no claim rows.
 from __future__ import annotations
 
 from tiered_kv.viz.report import FigureResult
+from tiered_kv.viz.style import capacity_curves
 
 NAME = "16_policy_arena"
 TITLE = "Policy arena: token hit rate vs capacity, and SSD writes/day vs hit rate (conversation trace)"
@@ -36,15 +37,9 @@ def _chart(data):
 
     order = [A.BOUND, *A.POLICIES]
     color = alt.Color("policy:N", title="policy", sort=order)
-    curve = alt.Chart(data.filter(pl.col("admission") != "second-sighting")).mark_line(
-        point=alt.OverlayMarkDef(size=16)).encode(
-        x=alt.X("capacity_tokens:Q", scale=alt.Scale(type="log"), title="cache capacity (tokens, log scale)"),
-        y=alt.Y("token_hit_rate:Q", title="token hit rate (admit all)", axis=alt.Axis(format="%")),
-        color=color,
-        strokeDash=alt.condition(alt.datum.policy == A.BOUND, alt.value([5, 4]), alt.value([1, 0])),
-        tooltip=["policy", alt.Tooltip("capacity_tokens:Q", format=","),
-                 alt.Tooltip("capacity_bytes:Q", format=".3s", title="bytes (DeepSeek-V3 MLA bf16)"),
-                 alt.Tooltip("token_hit_rate:Q", format=".2%")],
+    curve = capacity_curves(
+        data.filter(pl.col("admission") != "second-sighting"), y_title="token hit rate (admit all)", color=color,
+        dashed=A.BOUND, point_size=16,
     ).properties(width=420, height=300, title="hit rate vs capacity (dashed: Belady bound)")
     wear = A.wear_points(data.filter(pl.col("admission") != "bound"))
     frontier = alt.Chart(wear).mark_point(filled=True, size=40, opacity=0.8).encode(
