@@ -117,6 +117,8 @@ def _chart(rep: pl.DataFrame, fp4: pl.DataFrame, curve: pl.DataFrame, windows, m
     """Replay KL and agreement vs R, the context curve, and the two FP4 bars."""
     import altair as alt
 
+    from tiered_kv.viz.bounded_replay import context_chart
+
     plot = rep.with_columns(pl.col("kl_nats").clip(lower_bound=1e-9).alias("kl_nats_plot"),
                             pl.col("kl_ci95_low").clip(lower_bound=1e-9).alias("kl_lo_plot"),
                             pl.col("kl_ci95_high").clip(lower_bound=1e-9).alias("kl_hi_plot"))
@@ -139,23 +141,10 @@ def _chart(rep: pl.DataFrame, fp4: pl.DataFrame, curve: pl.DataFrame, windows, m
                 title="next-token agreement (argmax)"))
         + base.mark_rule().encode(y="agreement_ci95_low:Q", y2="agreement_ci95_high:Q")
     ).properties(width=300, height=230, title="Replay: next-token agreement")
-    return alt.vconcat(alt.hconcat(kl, agree), alt.hconcat(_context_panel(curve, model_window), _fp4_panel(fp4))
-                       ).properties(title=TITLE)
-
-
-def _context_panel(curve: pl.DataFrame, model_window: int):
-    """Loss of the same 256 bytes against the context before them, the window dashed."""
-    import altair as alt
-
-    cbase = alt.Chart(curve).encode(x=alt.X("context_bytes:Q", scale=alt.Scale(type="log", base=2),
-                                            title="context before the 256 scored bytes (bytes, log2)"))
-    return (cbase.mark_line(point=True).encode(y=alt.Y("nats_per_byte:Q", scale=alt.Scale(zero=False),
-                                                       title="loss of the same 256 bytes (nats/byte)"),
-                                               tooltip=["context_bytes", alt.Tooltip("nats_per_byte:Q", format=".3f")])
-            + cbase.mark_rule().encode(y="ci95_low:Q", y2="ci95_high:Q")
-            + alt.Chart(pl.DataFrame({"w": [model_window]})).mark_rule(strokeDash=[4, 3], color="gray")
-            .encode(x="w:Q")).properties(width=300, height=230,
-                                         title=f"Does it use context? (dashed: W={model_window})")
+    context = context_chart(curve, model_window, "context before the 256 scored bytes (bytes, log2)",
+                            intervals=True).properties(width=300, height=230,
+                                                       title=f"Does it use context? (dashed: W={model_window})")
+    return alt.vconcat(alt.hconcat(kl, agree), alt.hconcat(context, _fp4_panel(fp4))).properties(title=TITLE)
 
 
 def _fp4_panel(fp4: pl.DataFrame):
