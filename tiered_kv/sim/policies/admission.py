@@ -18,7 +18,6 @@ stream only (never on what the policy holds), so one mask serves every policy an
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -138,8 +137,8 @@ class AllOf:
         return out
 
 
-ADMISSIONS: dict[str, Callable[..., Any]] = {"all": AdmitAll, "second-sighting": SecondSighting,
-                                             "write-points": WritePoints}
+#: The filters a name alone builds (write-points needs its array).
+ADMISSIONS = {"all": AdmitAll, "second-sighting": SecondSighting}
 
 
 def get_admission(spec: Any):
@@ -147,10 +146,9 @@ def get_admission(spec: Any):
     if spec is None:
         return AdmitAll()
     if isinstance(spec, str):
-        if spec not in ADMISSIONS or spec == "write-points":
-            names = sorted(set(ADMISSIONS) - {"write-points"})
-            raise ValueError(f"admission: must be one of {names} by name (write-points needs its array: "
-                             f"WritePoints(is_write_point=...)), got {spec!r}")
+        if spec not in ADMISSIONS:
+            raise ValueError(f"admission: must be one of {sorted(ADMISSIONS)} by name (write-points needs its "
+                             f"array: WritePoints(is_write_point=...)), got {spec!r}")
         return ADMISSIONS[spec]()
     if not callable(getattr(spec, "mask", None)):
         raise ValueError(f"admission: must be None, a name or an object with mask(trace), got {spec!r}")

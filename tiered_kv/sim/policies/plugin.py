@@ -32,7 +32,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from tiered_kv.sim.policies.blockwise import BlockPolicy
-from tiered_kv.sim.policies.registry import _REGISTRY, register_policy
+from tiered_kv.sim.policies.registry import _REGISTRY, get_policy, policy_names, register_policy
 from tiered_kv.units import DEFAULT_BYTES_PER_TOKEN
 
 METHODS = ("reset", "lookup", "touch", "insert", "evict")
@@ -228,8 +228,6 @@ def parse_policy_spec(spec: str) -> tuple[str, dict]:
 
 def policy_class(name: str) -> tuple[type, set[str]]:
     """A registered policy's class and the settings it takes; an unknown name is an error listing them."""
-    from tiered_kv.sim.policies.registry import get_policy, policy_names
-
     if name not in policy_names():
         get_policy(name)  # raises, listing the registered names
     cls = _REGISTRY[name]
