@@ -15,7 +15,7 @@ from functools import lru_cache
 import numpy as np
 import polars as pl
 
-from tiered_kv.measure.crossover import measured_crossover
+from tiered_kv.measure.crossover import measured_crossover  # noqa: F401 - notebook 04 reads it here
 
 GIB = float(1 << 30)
 
@@ -145,7 +145,3 @@ def crossover_chart(max_tokens: int = 1024):
             x="crossover_tokens:Q", tooltip=[alt.Tooltip("crossover_tokens:Q", title="crossover (tokens)", format=",.1f")])
         panels.append(alt.layer(lines, rule).properties(width=260, height=180, title=name))
     return alt.hconcat(*panels)
-
-
-__all__ = ["BANDWIDTHS_GIB_S", "SIZES", "crossover_chart", "crossover_curves", "crossover_table", "measured_crossover",
-           "strategies", "strategy_chart", "strategy_table"]
