@@ -80,12 +80,9 @@ def write_lookup_jsonl(df: pl.DataFrame, path: str | Path, *, model_name: str = 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     cols = df.select("request_id", "timestamp_s", "input_length", "block_size", "block_ids")
-    layouts: dict[int, tuple[list, list]] = {}
     with path.open("w", encoding="utf-8") as fh:
         for rid, ts, length, bs, ids in cols.iter_rows():
-            if bs not in layouts:
-                layouts[bs] = chunk_layout(bs, bytes_per_token, dtype)
-            shapes, dtypes = layouts[bs]
+            shapes, dtypes = chunk_layout(bs, bytes_per_token, dtype)
             full = int(length) // int(bs)
             fh.write(json.dumps({
                 "timestamp": float(epoch_s + ts), "request_id": str(rid), "model_name": model_name,
