@@ -80,8 +80,8 @@ def summarize_run(trace: CompiledTrace, run: GCRun) -> list[dict]:
     for code, (name, c) in enumerate(summarize(trace, trace.hit_tokens_from_blocks(run.hit_blocks))[3].items()):
         idle, age = run.idle_s[run.evicted_class == code], run.age_s[run.evicted_class == code]
         rows.append({"mechanism": run.mechanism, "traffic_class": name, "hit_tokens": c["hit_tokens"],
-                     "input_tokens": c["input_tokens"], "evictions": int(idle.size), "idle_p10_s": q(idle, 0.1),
-                     "idle_p50_s": q(idle, 0.5), "idle_p90_s": q(idle, 0.9), "age_p50_s": q(age, 0.5)})
+                     "input_tokens": c["input_tokens"], "evictions": int(idle.size),
+                     **{f"idle_p{p}_s": q(idle, p / 100) for p in (10, 50, 90)}, "age_p50_s": q(age, 0.5)})
     return rows
 
 
@@ -117,10 +117,9 @@ def one_watermark_study(trace: CompiledTrace, *, ttl_s: dict[str, float] | None 
     pair_hits, _ = evaluate(trace, gaps, cb, ttl)
     frontier_rate = float(oracle_frontier(trace, gaps, cb).at(capacity * span)) / max(inp, 1)
     weights = np.ones(len(names))
-    agent = [i for i, n in enumerate(names) if n == "agent"]
-    if agent:
-        others = [t for i, t in enumerate(ttl) if i not in agent]
-        weights[agent] = max(others) / ttl[agent[0]] if others else 1.0
+    if "agent" in names and len(names) > 1:  # class names are unique: one agent class at most
+        a = names.index("agent")
+        weights[a] = np.delete(ttl, a).max() / ttl[a]
     params = {"lru": None, "weighted": weights, "ttl-priority": ttl, "quotas": cost / cost.sum()}
     rows, frames = [], []
     for mech, param in params.items():
