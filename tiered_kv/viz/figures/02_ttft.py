@@ -34,12 +34,6 @@ MEASURED_CASES = {"miss": MISS, "ssd_cold_hit": "SSD hit, page cache dropped (re
                   "ssd_warm_hit": "SSD hit, page cache warm (replay)", "ssd_host_hit": "SSD + host hit (no replay)"}
 
 
-def case_scale(cases) -> dict:
-    """Domain and range of the colour scale both panels share: one colour per case."""
-    domain = list(dict.fromkeys(cases))
-    return {"domain": domain, "range": [CASE_COLORS[c] for c in domain]}
-
-
 def _model_frame() -> pl.DataFrame:
     from tiered_kv.sim.cluster import latency as L
 
@@ -91,7 +85,8 @@ def _chart(model: pl.DataFrame, measured: pl.DataFrame | None):
 
     if measured is not None:
         measured = measured.with_columns(pl.col("case").replace(MEASURED_CASES))
-    scale = alt.Scale(**case_scale([*model["case"], *([] if measured is None else measured["case"])]))
+    cases = list(dict.fromkeys([*model["case"], *([] if measured is None else measured["case"])]))
+    scale = alt.Scale(domain=cases, range=[CASE_COLORS[c] for c in cases])
     left = alt.Chart(model).mark_line(point=True).encode(
         x=alt.X("prompt_tokens:Q", scale=alt.Scale(type="log", base=2), title="prompt length (tokens, log)"),
         y=alt.Y("ttft_s:Q", scale=alt.Scale(type="log"), title="TTFT (seconds, log)"),
