@@ -59,17 +59,15 @@ class TileLayout:
 
     def unpack(self, tiles: torch.Tensor) -> torch.Tensor:
         """``[..., block_size, 2 * head_size]`` tiles -> ``[..., 2, block_size, head_size]`` (K, V)."""
-        flat = tiles.reshape(*tiles.shape[:-2], -1)
-        k = flat[..., self.k_index].reshape(*tiles.shape[:-2], self.block_size, self.head_size)
-        v = flat[..., self.v_index].reshape(*tiles.shape[:-2], self.block_size, self.head_size)
-        return torch.stack([k, v], dim=-3)
+        lead = tiles.shape[:-2]
+        flat = tiles.reshape(*lead, -1)[..., torch.cat([self.k_index, self.v_index])]
+        return flat.reshape(*lead, 2, self.block_size, self.head_size)
 
     def pack(self, kv: torch.Tensor) -> torch.Tensor:
         """Inverse of :meth:`unpack`: ``[..., 2, block_size, head_size]`` -> tiles."""
         lead = kv.shape[:-3]
         flat = torch.empty(*lead, 2 * self.block_size * self.head_size, dtype=kv.dtype)
-        flat[..., self.k_index] = kv[..., 0, :, :].reshape(*lead, -1)
-        flat[..., self.v_index] = kv[..., 1, :, :].reshape(*lead, -1)
+        flat[..., torch.cat([self.k_index, self.v_index])] = kv.reshape(*lead, -1)
         return flat.reshape(*lead, self.block_size, 2 * self.head_size)
 
 
@@ -105,10 +103,7 @@ def probe_layout(pack_op: PackOp, isa: str, block_size: int, head_size: int) -> 
     # which half (K or V) each position holds: K = 1, V = 2
     which = _probe_tile(pack_op, isa, block_size, head_size, one.bfloat16(), (2 * one).bfloat16()).long()
     linear = coords[0] * head_size + coords[1]
-    n = block_size * head_size
-    k_index = torch.full((n,), -1, dtype=torch.int64)
-    v_index = torch.full((n,), -1, dtype=torch.int64)
-    pos = torch.arange(2 * n)
-    k_index[linear[which == 1]] = pos[which == 1]
-    v_index[linear[which == 2]] = pos[which == 2]
-    return TileLayout(isa=isa, block_size=block_size, head_size=head_size, k_index=k_index, v_index=v_index)
+    index = torch.full((2, block_size * head_size), -1, dtype=torch.int64)  # row 0: K, row 1: V
+    for row in (0, 1):
+        index[row, linear[which == row + 1]] = torch.nonzero(which == row + 1).flatten()
+    return TileLayout(isa=isa, block_size=block_size, head_size=head_size, k_index=index[0], v_index=index[1])
