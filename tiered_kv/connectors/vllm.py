@@ -7,7 +7,7 @@ Load it out of tree::
                      kv_connector_extra_config={"store": "/data/kv", "fmt": "bf16"})
 
 * Scheduler side. ``get_num_new_matched_tokens`` looks the prompt's chained tier keys up with
-  ``get_prefix`` (every chunk verified: a corrupt one is a miss) and offers vLLM the hit beyond
+  ``get_prefix_keys`` (every chunk verified: a corrupt one is a miss) and offers vLLM the hit beyond
   its own prefix cache, in whole blocks, never the prompt's last token (vLLM must compute one).
   ``build_connector_meta`` turns each step into loads (blocks to fill before the forward) and
   saves: every *full prompt block computed by the end of this step* and not yet in the tier, so
@@ -63,9 +63,10 @@ logger = logging.getLogger("tiered_kv.connectors.vllm")
 
 @dataclass(frozen=True)
 class BlockOp:
-    """Engine ``block_ids`` <-> tier blocks ``first_block ..`` of ``tokens`` (a prefix of the prompt)."""
+    """Engine ``block_ids`` <-> tier blocks ``first_block ..`` of the prompt prefix whose chained
+    ``keys`` these are (the scheduler hashed the prompt once; the worker never hashes it again)."""
 
-    tokens: list[int]
+    keys: list[bytes]
     block_ids: list[int]
     first_block: int
     traffic_class: str | None = None  # (a save's)
@@ -175,8 +176,7 @@ class TieredKVConnector(KVConnectorBase_V1):
         bs = self.block_size
         if self.settings.gc_each_request:
             self.tier.gc()
-        full = len(st.keys) * bs
-        hit = self.tier.get_prefix(st.tokens[:full], traffic_class=st.traffic_class) if full else None
+        hit = self.tier.get_prefix_keys(st.keys, traffic_class=st.traffic_class) if st.keys else None
         st.hit_blocks = hit.blocks if hit else 0
         st.local_tokens = num_computed_tokens
         loadable = min(st.hit_blocks * bs, (len(st.tokens) - 1) // bs * bs)
@@ -223,15 +223,15 @@ class TieredKVConnector(KVConnectorBase_V1):
             return
         first, n = st.load
         st.load = None
-        meta.loads.append(BlockOp(tokens=st.tokens[:(first + n) * self.block_size],
-                                 block_ids=st.block_ids[first:first + n], first_block=first))
+        meta.loads.append(BlockOp(keys=st.keys[:first + n], block_ids=st.block_ids[first:first + n],
+                                 first_block=first))
 
     def _take_saves(self, st: _Request, computed: int, meta: TieredKVMetadata) -> None:
         """Save the full prompt blocks this step completes (chunked prefill saves chunk by chunk)."""
         bs = self.block_size
         done = min(computed, len(st.tokens)) // bs
         if done > st.saved_blocks and done <= len(st.block_ids):
-            meta.saves.append(BlockOp(tokens=st.tokens[:done * bs], block_ids=st.block_ids[st.saved_blocks:done],
+            meta.saves.append(BlockOp(keys=st.keys[:done], block_ids=st.block_ids[st.saved_blocks:done],
                                      first_block=st.saved_blocks, traffic_class=st.traffic_class))
             st.saved_blocks = done
 
@@ -254,7 +254,7 @@ class TieredKVConnector(KVConnectorBase_V1):
     def start_load_kv(self, forward_context, **kwargs: Any) -> None:
         meta = self._get_connector_metadata()
         for op in meta.loads:
-            hit = self.tier.get_prefix(op.tokens)
+            hit = self.tier.get_prefix_keys(op.keys)
             want = op.first_block + len(op.block_ids)
             if hit.blocks < want:  # deleted (GC, another process) or corrupt since the lookup
                 self._load_errors.update(op.block_ids[max(0, hit.blocks - op.first_block):])
@@ -277,7 +277,7 @@ class TieredKVConnector(KVConnectorBase_V1):
         meta = self._get_connector_metadata()
         for op in meta.saves:
             kv = gather_blocks(self._caches, self.layout, op.block_ids)
-            self.tier.put(op.tokens, kv, op.traffic_class, kv_offset=op.first_block * self.block_size)
+            self.tier.put_keys(op.keys, kv, op.traffic_class, kv_offset=op.first_block * self.block_size)
 
     def get_block_ids_with_load_errors(self) -> set[int]:
         errors, self._load_errors = self._load_errors, set()
