@@ -91,8 +91,7 @@ class EngineProcess:
                 self.call("stop")
                 self.proc.wait(timeout=30)
             except (EngineError, OSError, subprocess.TimeoutExpired, ValueError):
-                self.proc.kill()
-                self.proc.wait()
+                self.kill()
         self._log.close()
         if self._owns_log and self.proc.returncode == 0 and not keep_log:
             self.log_path.unlink(missing_ok=True)
