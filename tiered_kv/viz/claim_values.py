@@ -12,17 +12,13 @@ import importlib
 from functools import lru_cache
 
 
-def _arch(name: str):
-    import tiered_kv.arch as A
-
-    if name not in ("DEEPSEEK_67B", "DEEPSEEK_V2"):
-        raise ValueError(f"arch: must be 'DEEPSEEK_67B' or 'DEEPSEEK_V2', got {name!r}")
-    return getattr(A, name)
-
-
 def kv_bytes_per_token(arch: str, bits: float) -> float:
     """KV bytes per token of ``tiered_kv.arch.<arch>`` at ``bits`` per element."""
-    return float(_arch(arch).bytes_per_token(bits))
+    import tiered_kv.arch as A
+
+    if arch not in ("DEEPSEEK_67B", "DEEPSEEK_V2"):
+        raise ValueError(f"arch: must be 'DEEPSEEK_67B' or 'DEEPSEEK_V2', got {arch!r}")
+    return float(getattr(A, arch).bytes_per_token(bits))
 
 
 def kv_ratio_to_reference(arch: str, bits: float, reference_bytes_per_token: float) -> float:

@@ -15,23 +15,17 @@ NAME = "tiered-kv"
 
 def svg_mimebundle(spec: dict, **_metadata) -> dict:
     """The mimebundle of one vega-lite ``spec``: SVG drawn by vl-convert, and a plain-text line."""
+    import altair as alt
     import vl_convert as vlc
 
-    svg = vlc.vegalite_to_svg(spec, vl_version=_vl_version())
+    major, minor = alt.SCHEMA_VERSION.lstrip("v").split(".")[:2]  # vl-convert's name: 6.4.1 -> v6_4
+    svg = vlc.vegalite_to_svg(spec, vl_version=f"v{major}_{minor}")
     title = spec.get("title")
     if isinstance(title, dict):
         title = title.get("text")
     if isinstance(title, list):
         title = " ".join(map(str, title))
     return {"image/svg+xml": svg, "text/plain": f"<chart: {title}>" if title else "<chart>"}
-
-
-def _vl_version() -> str:
-    """vl-convert's name for altair's vega-lite version (``6.4.1`` -> ``v6_4``)."""
-    import altair as alt
-
-    major, minor = alt.SCHEMA_VERSION.lstrip("v").split(".")[:2]
-    return f"v{major}_{minor}"
 
 
 def enable() -> bool:
