@@ -23,7 +23,7 @@ from tiered_kv import REPO_ROOT
 from tiered_kv.sim.cluster.disk_day import PUBLISHED_DISK_FRACTION
 from tiered_kv.sim.day.stream import ttl_policy_name
 from tiered_kv.units import DEEPSEEK_TTL_SPEC
-from tiered_kv.viz.report import Claim, FigureResult, claim_value
+from tiered_kv.viz.report import Claim, FigureResult, claim_value, run_provenance
 from tiered_kv.viz.style import hourly_disk_share
 
 NAME = "15_deepseek_day"
@@ -99,17 +99,15 @@ def _chart(res: dict):
 def _recorded_row() -> tuple[Claim, str]:
     """The claim and the note of the recorded DeepSeek-volume day (:data:`RECORDED`)."""
     full = json.loads(RECORDED.read_text())
-    p = full["policies"].get(TTL_NAME) or next(iter(full["policies"].values()))
     g = full["generated"]
+    prov = claim_value("recorded_day_disk_fraction", path=str(RECORDED.relative_to(REPO_ROOT)), policy=TTL_NAME)
     claim = Claim(
         "share of input tokens served from disk, DeepSeek-volume day (cold start)", SOURCE,
-        PUBLISHED_DISK_FRACTION, float(p["disk_token_fraction"]), "fraction",
+        PUBLISHED_DISK_FRACTION, run_provenance(prov), "fraction",
         f"tiered-kv day: {g['input_tokens'] / 1e9:,.0f} B tokens, {g['accesses'] / 1e9:.2f} G block accesses, "
         f"one day from an empty cache (TTLs of days never expire within it), recorded in "
         f"benchmarks/results/deepseek_day.json; a proxy for the same reason as the row above",
-        kind="proxy",  # the same workload as the row above, at DeepSeek's volume from a cold start
-        provenance=claim_value("recorded_day_disk_fraction", path=str(RECORDED.relative_to(REPO_ROOT)),
-                               policy=TTL_NAME))
+        kind="proxy", provenance=prov)  # the same workload as the row above, at DeepSeek's volume, cold start
     note = (f"The DeepSeek-volume day (BENCHMARKS.md) replayed in {full['replay_s'] / 60:.1f} min at "
             f"{full['replay_peak_rss_bytes'] / 2**30:.1f} GiB peak RSS; from a cold start its share is a "
             "lower bound of a live service's.")
