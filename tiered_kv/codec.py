@@ -77,7 +77,8 @@ class RawBlock:
 def raw_dtype(fmt: str):
     """The torch dtype an unquantized ablation format stores (``"bf16"``, ``"fp32"``); public
     because the engine applies the same cast to the KV it keeps on the GPU."""
-    torch = _torch()
+    import torch
+
     return {"bf16": torch.bfloat16, "fp32": torch.float32}[fmt]
 
 
@@ -110,21 +111,10 @@ class ChunkHeader:
         return PREFIX.size + self.header_len + self.payload_len + TRAILER
 
 
-def _torch():
-    import torch
-
-    return torch
-
-
-def _fp4():
-    from tiered_kv.kernels import fp4
-
-    return fp4
-
-
 def check_kv(kv: torch.Tensor, namespace: Namespace) -> None:
     """Raise a ValueError naming ``kv`` when it does not fit the namespace."""
-    torch = _torch()
+    import torch
+
     if not isinstance(kv, torch.Tensor):
         raise ValueError(f"kv: must be a torch.Tensor [tokens, 2, kv_heads, head_dim], got {type(kv).__name__}")
     want = namespace.kv_shape
@@ -148,8 +138,10 @@ def quantize_blocks(kv: torch.Tensor, namespace: Namespace) -> list:
     (``[bs, 2, n * H, D]``): one kernel call then yields one global scale per chunk *and* head.
     """
     check_kv(kv, namespace)
-    torch = _torch()
-    fp4 = _fp4()
+    import torch
+
+    from tiered_kv.kernels import fp4
+
     bs, H, D = namespace.block_size, namespace.kv_heads, namespace.head_dim
     n = kv.shape[0] // bs
     if n * bs != kv.shape[0]:
@@ -175,7 +167,8 @@ def quantize_blocks(kv: torch.Tensor, namespace: Namespace) -> list:
 
 
 def _np(t) -> np.ndarray:
-    torch = _torch()
+    import torch
+
     if isinstance(t, torch.Tensor):
         t = t.detach().cpu().contiguous()
         if t.dtype == torch.bfloat16:  # numpy has no bf16: keep the raw 16-bit patterns
@@ -282,8 +275,10 @@ def payload_arrays(buf: bytes | memoryview, header: ChunkHeader) -> dict[str, np
 
 def unpack_chunk(buf: bytes | memoryview, header: ChunkHeader, *, device: str = "cpu"):
     """Rebuild the kernels' FP4Tensor from a verified chunk."""
-    torch = _torch()
-    fp4 = _fp4()
+    import torch
+
+    from tiered_kv.kernels import fp4
+
     arrs = payload_arrays(buf, header)
     in_dtype = getattr(torch, header.extra.get("fp4", {}).get("input_dtype", "float32"), torch.float32)
     if header.fmt in ("bf16", "fp32"):
@@ -306,8 +301,10 @@ def dequantize_chunks(chunks: list, dtype: torch.dtype) -> torch.Tensor:
     NVFP4 chunks carry their own per-head global scale, so they are folded into the head axis
     (the inverse of :func:`quantize_blocks`) to keep one scale per chunk and head.
     """
-    torch = _torch()
-    fp4 = _fp4()
+    import torch
+
+    from tiered_kv.kernels import fp4
+
     if not chunks:
         raise ValueError("dequantize_chunks: no chunks")
     n = len(chunks)
