@@ -140,6 +140,11 @@ def key_hex(key: bytes) -> str:
     return bytes(key).hex()
 
 
+def key_id(key: bytes) -> int:
+    """A 16-byte tier key as the 63-bit integer block id of a trace (an engine's capture)."""
+    return int.from_bytes(key[:8], "little") & _MASK63
+
+
 def _encode_block(block) -> bytes:
     if isinstance(block, (int, np.integer)):
         return b"i" + int(block).to_bytes(16, "little", signed=True)

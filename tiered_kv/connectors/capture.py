@@ -19,13 +19,6 @@ import json
 import os
 from dataclasses import asdict, dataclass
 
-_MASK63 = (1 << 63) - 1
-
-
-def key_id(key: bytes) -> int:
-    """A 16-byte tier key as the 63-bit integer block id of a trace."""
-    return int.from_bytes(key[:8], "little") & _MASK63
-
 
 @dataclass(frozen=True, kw_only=True)
 class CapturedRequest:

@@ -47,10 +47,10 @@ except ImportError as exc:  # one line naming what to do, not a traceback throug
 
 from tiered_kv import codec
 from tiered_kv.connectors.blocks import engine_namespace, foreign_namespaces, gather_blocks, scatter_blocks
-from tiered_kv.connectors.capture import CapturedRequest, TraceRecorder, key_id
+from tiered_kv.connectors.capture import CapturedRequest, TraceRecorder
 from tiered_kv.connectors.cpu_layout import TileLayout, probe_layout
 from tiered_kv.connectors.settings import SUPPORTED_VLLM, ConnectorSettings, open_tier
-from tiered_kv.keys import block_keys
+from tiered_kv.keys import block_keys, key_id
 
 if TYPE_CHECKING:
     from vllm.v1.core.sched.output import SchedulerOutput
