@@ -161,10 +161,11 @@ def _banded_attention(q, k, v, window: int) -> torch.Tensor:
     return out.reshape(b, n * c, h, d)[:, :t]
 
 
-def rope(x: torch.Tensor, positions: torch.Tensor, theta: float) -> torch.Tensor:
-    """Rotary embedding of x [..., T, H, D] at absolute ``positions`` [T] (rotate-half form)."""
+def rope(x: torch.Tensor, start: int, theta: float) -> torch.Tensor:
+    """Rotary embedding of x [..., T, H, D] at absolute positions [start, start+T) (rotate-half form)."""
     d = x.shape[-1]
     inv = theta ** (-torch.arange(0, d, 2, device=x.device, dtype=torch.float32) / d)
+    positions = torch.arange(start, start + x.shape[-3], device=x.device)
     ang = positions.to(torch.float32)[:, None] * inv[None, :]
     cos = torch.cat([ang.cos(), ang.cos()], -1)[:, None, :].to(x.dtype)
     sin = torch.cat([ang.sin(), ang.sin()], -1)[:, None, :].to(x.dtype)

@@ -210,8 +210,7 @@ class SelfAttention(nn.Module):
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
         v = self.wv(x).unflatten(-1, (c.kv_heads, c.head_dim))
-        positions = torch.arange(start, start + x.shape[-2], device=x.device)
-        return rope(q, positions, c.rope_theta), rope(k, positions, c.rope_theta), v
+        return rope(q, start, c.rope_theta), rope(k, start, c.rope_theta), v
 
     def forward(self, x: torch.Tensor, start: int, cache: LayerWindow | None, window: int,
                 keep: int) -> tuple[torch.Tensor, LayerWindow]:
@@ -265,13 +264,13 @@ class CrossAttention(nn.Module):
         """Values, with a zero channel when keys carry the position one (SDPA wants equal widths)."""
         return gv if self.recency is None else F.pad(gv, (0, 1))
 
-    def _q(self, x, positions):
+    def _q(self, x, start: int):
         q = self.wq(x).unflatten(-1, (self.cfg.n_heads, self.cfg.head_dim))
         if self.q_norm is not None:
             q = self.q_norm(q)
         if self.log_scale is not None:  # scaling the queries scales every logit of the head
             q = q * self.log_scale.exp().to(q.dtype)[:, None]
-        q = rope(q, positions, self.cfg.rope_theta) if self.cfg.cross_rope else q
+        q = rope(q, start, self.cfg.rope_theta) if self.cfg.cross_rope else q
         if self.recency is None:
             return q
         d = self.cfg.head_dim  # attention scales by 1/sqrt(d+1) now: undo that on the content part
@@ -280,7 +279,7 @@ class CrossAttention(nn.Module):
 
     def forward(self, x, start, gk, gv):
         """x [..., T, d] at [start, start+T) over the global keys/values [..., >= start+T, Hkv, D]."""
-        q = self._q(x, torch.arange(start, start + x.shape[-2], device=x.device))
+        q = self._q(x, start)
         end = start + x.shape[-2]
         out = windowed_attention(q, self._k(gk[..., :end, :, :]), self._v(gv[..., :end, :, :]), None, start, 0)
         return self.wo(out[..., : self.cfg.head_dim].flatten(-2))
@@ -384,8 +383,7 @@ class EncoderDecoder(nn.Module):
     def _project(self, h: torch.Tensor, start: int) -> torch.Tensor:
         c = self.cfg
         kv = self.kv_proj(self.enc_norm(h)).unflatten(-1, (2, c.kv_heads, c.head_dim))
-        positions = torch.arange(start, start + h.shape[-2], device=h.device)
-        k = rope(kv[..., 0, :, :], positions, c.rope_theta) if c.cross_rope else kv[..., 0, :, :]
+        k = rope(kv[..., 0, :, :], start, c.rope_theta) if c.cross_rope else kv[..., 0, :, :]
         return torch.stack([k, kv[..., 1, :, :]], -3)
 
     # ---- training path (batched)
