@@ -223,7 +223,8 @@ def copy_probe(model: EncoderDecoder, stream: torch.Tensor, distances=(256, 1024
 def evaluate_checkpoint(model: EncoderDecoder, stream: torch.Tensor, *, samples: int = 64,
                         curve_samples: int = 16, progress: bool = False) -> dict:
     """Everything ``tiered-kv eval --json`` reports."""
-    contexts = [c for c in CONTEXTS if c + TARGET_BYTES <= min(model.cfg.max_seq_len, stream.numel() - 1)]
+    limit = min(model.cfg.max_seq_len, stream.numel() - 1)  # the longest sequence a measurement may read
+    contexts = [c for c in CONTEXTS if c + TARGET_BYTES <= limit]
     decomposition = gain_decomposition(model, stream, n=samples)  # its first row is long_context_gain's losses
     return {
         "heldout_nats_per_byte": heldout_loss(model, stream),
@@ -231,6 +232,5 @@ def evaluate_checkpoint(model: EncoderDecoder, stream: torch.Tensor, *, samples:
                         decomposition["short_context_bytes"], decomposition["target_bytes"], samples),
         "gain_decomposition": decomposition,
         "context_curve": context_curve(model, stream, contexts, n=curve_samples, progress=progress),
-        "copy_probe": copy_probe(model, stream, [d for d in (256, 1024, 2048)
-                                                 if d + 2 * 128 < min(model.cfg.max_seq_len, stream.numel() - 1)]),
+        "copy_probe": copy_probe(model, stream, [d for d in (256, 1024, 2048) if d + 2 * 128 < limit]),
     }
