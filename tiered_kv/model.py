@@ -32,11 +32,13 @@ from __future__ import annotations
 import copy
 import math
 from dataclasses import asdict, dataclass, replace
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from tiered_kv import DATA_DIR
 from tiered_kv.attention import rope, windowed_attention
 
 BOS = 256  #: start of a document (every file in the training corpus starts with it)
@@ -505,8 +507,6 @@ def load_checkpoint(path, expect_preset: str | None = None, **settings) -> tuple
     ``expect_preset``, or weights that do not fit the recorded config get one clear error
     naming the file and what differs.
     """
-    from pathlib import Path
-
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"checkpoint {path}: no such file")
@@ -537,6 +537,4 @@ def load_checkpoint(path, expect_preset: str | None = None, **settings) -> tuple
 
 
 def default_checkpoint(preset_name: str = "small"):
-    from tiered_kv import DATA_DIR
-
     return DATA_DIR / "checkpoints" / f"{preset_name}.pt"
