@@ -8,6 +8,7 @@ into a silent default that stores nothing.
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
@@ -78,8 +79,6 @@ def open_tier(settings: ConnectorSettings, namespace):
     unreachable bucket, a folder that cannot be written) becomes a ``RuntimeError`` naming the
     store and what to check.
     """
-    import time
-
     from tiered_kv.tiers.ssd import SSDTier
 
     try:
