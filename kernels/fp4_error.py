@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 from tiered_kv.kernels.fp4 import BLOCK, FP4Tensor, dequantize, quantize
 
@@ -79,8 +80,6 @@ def student_t(shape: tuple[int, ...], dof: float, seed: int) -> torch.Tensor:
     ``Z / sqrt(V / dof)`` with ``V ~ chi2(dof) = Gamma(dof / 2, scale 2)``: numpy's generator,
     because torch's gamma sampler takes no generator.
     """
-    import numpy as np
-
     rng = np.random.default_rng([seed, 7])
     z = rng.standard_normal(shape)
     v = rng.gamma(dof / 2.0, 2.0, size=shape)
