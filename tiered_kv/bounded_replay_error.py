@@ -31,6 +31,7 @@ from tqdm.auto import tqdm
 from tiered_kv.attention import band_mask
 from tiered_kv.keys import DEFAULT_FORMAT, FORMATS
 from tiered_kv.model import EncoderDecoder, need_ints
+from tiered_kv.train import load_corpus
 
 WINDOWS = (128, 256, 512)
 REPLAYS = (16, 32, 64, 128, 256, 512, 1024)
@@ -303,6 +304,4 @@ def attention_locality(model: EncoderDecoder, sequences: list[torch.Tensor], rec
 
 def load_heldout(max_bytes: int | None = None) -> torch.Tensor:
     """Held-out token stream of the training corpus (same split as training)."""
-    from tiered_kv.train import load_corpus
-
     return load_corpus(max_bytes=max_bytes, heldout_only=True).heldout
