@@ -23,8 +23,6 @@ Design choices worth knowing:
   The model reads its context only through the KV the tiers hold: there is no path from
   earlier token ids to the output except the global KV and the window caches, so what FP4 or
   bounded replay does to that KV is what the model's answers feel.
-- :class:`DecoderOnly` is a plain decoder-only transformer of the same depth (L_e+L_d
-  sliding-window layers, each with its own KV), the baseline for prefill FLOP counts.
 """
 
 from __future__ import annotations
