@@ -281,18 +281,15 @@ def unpack_chunk(buf: bytes | memoryview, header: ChunkHeader, *, device: str = 
 
     arrs = payload_arrays(buf, header)
     in_dtype = getattr(torch, header.extra.get("fp4", {}).get("input_dtype", "float32"), torch.float32)
+    shape = torch.Size((header.tokens, 2, header.kv_heads, header.head_dim))
+    data = torch.from_numpy(arrs["data"].copy())
     if header.fmt in ("bf16", "fp32"):
-        data = torch.from_numpy(arrs["data"].copy())
-        if header.fmt == "bf16":
-            data = data.view(torch.bfloat16)
-        return RawBlock(data.reshape(header.tokens, 2, header.kv_heads, header.head_dim).to(device), header.fmt,
-                        in_dtype, torch.zeros(0, dtype=torch.uint8))
-    data = torch.from_numpy(arrs["data"].copy()).to(device)
+        data = data.view(torch.bfloat16) if header.fmt == "bf16" else data  # stored as its int16 bits
+        return RawBlock(data.reshape(shape).to(device), header.fmt, in_dtype, torch.zeros(0, dtype=torch.uint8))
     scales = torch.from_numpy(arrs["scales"].copy()).to(device)
     gs = arrs.get("global_scale")
     gs = None if gs is None else torch.from_numpy(gs.astype(np.float32)).to(device)
-    return fp4.FP4Tensor(data, scales, gs, header.fmt,
-                         torch.Size((header.tokens, 2, header.kv_heads, header.head_dim)), in_dtype)
+    return fp4.FP4Tensor(data.to(device), scales, gs, header.fmt, shape, in_dtype)
 
 
 def dequantize_chunks(chunks: list, dtype: torch.dtype) -> torch.Tensor:
