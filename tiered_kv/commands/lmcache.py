@@ -97,7 +97,7 @@ def _read_logs(logs: list[str], **kw):
     from tiered_kv.sim.peers import lmcache_io
 
     try:
-        return lmcache_io.read_lookup_logs(logs, **kw), 0
+        return lmcache_io.read_lookup_logs_counted(logs, **kw)
     except ValueError as exc:
         m = _PARTIAL.search(str(exc))
         if not m:
@@ -106,4 +106,4 @@ def _read_logs(logs: list[str], **kw):
         if n != full + 1 or seq_len % cs == 0:
             raise ValueError(f"{exc} (only one extra hash, for a partial last chunk, is accepted)") from None
     files = lmcache_io._log_files(logs)  # a bad frame is then named by its file, not its folder
-    return lmcache_io.read_lookup_logs(files, drop_partial_hash=True, **kw)
+    return lmcache_io.read_lookup_logs_counted(files, drop_partial_hash=True, **kw)

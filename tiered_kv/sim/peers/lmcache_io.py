@@ -108,8 +108,7 @@ def _log_files(paths: Iterable[str | Path]) -> list[Path]:
 
 
 def read_lookup_logs(paths: str | Path | Iterable[str | Path], *, model: str | None = None,
-                     traffic_class: str | None = None, drop_partial_hash: bool = False
-                     ) -> pl.DataFrame | tuple[pl.DataFrame, int]:
+                     traffic_class: str | None = None) -> pl.DataFrame:
     """LMCache lookup-hash logs -> a validated trace frame (:data:`tiered_kv.sim.traces.SCHEMA`).
 
     Files are read in name order and lines in file order; ``request_id`` numbers them in that
@@ -117,10 +116,18 @@ def read_lookup_logs(paths: str | Path | Iterable[str | Path], *, model: str | N
     LMCache's sort). ``model`` keeps one ``model_name``; the traffic class is ``traffic_class``
     or the model name. Events without hashes and with ``seq_len == 0`` are skipped, as LMCache
     does. A malformed line is an error naming file, line and field.
+    """
+    return read_lookup_logs_counted(paths, model=model, traffic_class=traffic_class)[0]
+
+
+def read_lookup_logs_counted(paths: str | Path | Iterable[str | Path], *, model: str | None = None,
+                             traffic_class: str | None = None, drop_partial_hash: bool = False
+                             ) -> tuple[pl.DataFrame, int]:
+    """:func:`read_lookup_logs` and the number of hashes it dropped.
 
     ``drop_partial_hash``: an event listing one hash more than its complete chunks (a hash for
     the partial last chunk, as LMCache's converter writes in its "all" mode) loses that hash,
-    which can never hit; returns ``(frame, hashes dropped)``, counted before the model filter.
+    which can never hit; the count is taken before the model filter (0 without the option).
     """
     import polars as pl
 
@@ -149,7 +156,7 @@ def read_lookup_logs(paths: str | Path | Iterable[str | Path], *, model: str | N
     if not np.array_equal(order, np.arange(n)):
         df = df[order.tolist()]
     df = validate_frame(df, source=str(paths[0]) if len(paths) == 1 else "lmcache logs")
-    return (df, dropped) if drop_partial_hash else df
+    return df, dropped
 
 
 def _events(paths: list[Path]) -> Iterator[tuple[str, dict]]:
