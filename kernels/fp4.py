@@ -335,8 +335,8 @@ def _launch(kernel, fmt: str, gs: torch.Tensor | None, shape: torch.Size, device
         bpp = (16384 if interpreting() else 4096) // block
         gs_arg, n_heads = _gs_heads(gs, shape, device)
         kernel[(triton.cdiv(nb, bpp),)](gs_ptr=gs_arg, n_blocks=nb, blocks_per_row=shape[-1] // block,
-                                        n_heads=n_heads, BLOCK=block, BLOCKS_PER_PROG=bpp, IS_NV=fmt == "nvfp4",
-                                        **tensors)
+                                        n_heads=n_heads, BLOCK=block, BLOCKS_PER_PROG=bpp,
+                                        IS_NV=fmt == "nvfp4", **tensors)
 
 
 def _quantize_triton(blocks: torch.Tensor, fmt: str, scale_rule: str, gs: torch.Tensor | None,

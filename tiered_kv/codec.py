@@ -285,7 +285,8 @@ def unpack_chunk(buf: bytes | memoryview, header: ChunkHeader, *, device: str = 
     data = torch.from_numpy(arrs["data"].copy())
     if header.fmt in ("bf16", "fp32"):
         data = data.view(torch.bfloat16) if header.fmt == "bf16" else data  # stored as its int16 bits
-        return RawBlock(data.reshape(shape).to(device), header.fmt, in_dtype, torch.zeros(0, dtype=torch.uint8))
+        return RawBlock(data.reshape(shape).to(device), header.fmt, in_dtype,
+                        torch.zeros(0, dtype=torch.uint8))
     scales = torch.from_numpy(arrs["scales"].copy()).to(device)
     gs = arrs.get("global_scale")
     gs = None if gs is None else torch.from_numpy(gs.astype(np.float32)).to(device)

@@ -469,7 +469,8 @@ class EncoderDecoder(nn.Module):
     def _check(self, tokens: torch.Tensor, start: int, state: WindowState | None, stack: str) -> None:
         check_tokens(tokens, self.cfg, start)
         if state is not None and state.end != start:
-            raise ValueError(f"{stack} state: windows end at position {state.end}, cannot continue at {start}")
+            raise ValueError(f"{stack} state: windows end at position {state.end}, "
+                             f"cannot continue at {start}")
 
 
 class DecoderOnly(nn.Module):

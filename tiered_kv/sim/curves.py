@@ -269,7 +269,8 @@ def _belady_replays(trace: CompiledTrace, caps: np.ndarray, nxt: np.ndarray, pro
         run = Belady(capacity_tokens=None if math.isinf(c) else int(c)).run(trace, nxt=nxt)
         hit = trace.hit_tokens_from_blocks(run.hit_blocks)
         written[j] = run.extra["tokens_written"]
-        out[:, j] = np.bincount(trace.class_codes[trace.counted], weights=hit[trace.counted], minlength=len(out))
+        out[:, j] = np.bincount(trace.class_codes[trace.counted], weights=hit[trace.counted],
+                                minlength=len(out))
     return out, written
 
 

@@ -42,21 +42,24 @@ class ReplayMeasurements:
     window: int = 0  # the model's own W
 
     def context_chart(self) -> alt.LayerChart:
+        title = ["loss vs context (dashed: the model's window W)", f"({self.description})"]
         return context_chart(self.context, self.window, "context (bytes, log2)").properties(
-            width=360, height=220, title=["loss vs context (dashed: the model's window W)", f"({self.description})"])
+            width=360, height=220, title=title)
 
 
-def context_chart(curve: pl.DataFrame, window: int, x_title: str, *, intervals: bool = False) -> alt.LayerChart:
+def context_chart(curve: pl.DataFrame, window: int, x_title: str, *,
+                  intervals: bool = False) -> alt.LayerChart:
     """Loss of the same held-out bytes against the context before them, the model's window W dashed
     (with ``intervals``, each point's 95% interval): does the model look back at all? Notebook 01 and
     figure 09."""
     x = alt.X("context_bytes:Q", scale=alt.Scale(type="log", base=2), title=x_title)
+    y = alt.Y("nats_per_byte:Q", scale=alt.Scale(zero=False), title="loss of the same 256 bytes (nats/byte)")
     line = alt.Chart(curve).mark_line(point=True).encode(
-        x=x, y=alt.Y("nats_per_byte:Q", scale=alt.Scale(zero=False), title="loss of the same 256 bytes (nats/byte)"),
-        tooltip=["context_bytes", alt.Tooltip("nats_per_byte:Q", format=".3f")])
+        x=x, y=y, tooltip=["context_bytes", alt.Tooltip("nats_per_byte:Q", format=".3f")])
     if intervals:
         line += alt.Chart(curve).mark_rule().encode(x=x, y="ci95_low:Q", y2="ci95_high:Q")
-    return line + alt.Chart(pl.DataFrame({"w": [window]})).mark_rule(strokeDash=[4, 3], color="gray").encode(x="w:Q")
+    dashed = alt.Chart(pl.DataFrame({"w": [window]})).mark_rule(strokeDash=[4, 3], color="gray")
+    return line + dashed.encode(x="w:Q")
 
 
 def measure(size: str | None = None) -> ReplayMeasurements:

@@ -81,8 +81,8 @@ def point_record(repeats: list[dict], pooled_ttft: np.ndarray, pooled_recomputed
         "repeats": repeats, "run_order": [r["run_order"] for r in repeats],
         "measured": T.over_repeats([r["measured"] for r in repeats]),
         "pooled": T.class_percentiles(pooled_ttft, restore, pooled_recomputed),
-        **{k: T.class_percentiles(models[k]["ttft_s"], work["restore"], models[k]["recomputed"], interval=False)
-           for k in MODELS},
+        **{k: T.class_percentiles(models[k]["ttft_s"], work["restore"], models[k]["recomputed"],
+                                  interval=False) for k in MODELS},
         "compute_slowdown": float(np.median(slow)), "compute_slowdown_spread": [float(min(slow)), float(max(slow))],
         "link_throughput_bytes_per_s": float(np.median(thr)) if thr else math.nan,
         "dispatch_lateness_max_s": max(r["dispatch_lateness_max_s"] for r in repeats),

@@ -28,7 +28,8 @@ from tiered_kv.sim.cluster.shared_compute import simulate_shared
 MAX_STREAMS = 16
 
 
-def check_range(name: str, value, lo: float, hi: float, *, integer: bool = False, lo_open: bool = False) -> None:
+def check_range(name: str, value, lo: float, hi: float, *, integer: bool = False,
+                lo_open: bool = False) -> None:
     """Refuse ``value`` unless it is a number (``integer``: an integer) in [lo, hi] (``lo_open``: (lo, hi]).
 
     The error names ``name``: a field of the scenario, or the flag that fed it (``--repeats``)."""
@@ -59,7 +60,8 @@ class ContentionScenario:
         check_range("restore_fraction", self.restore_fraction, 0.0, 1.0)
         check_range("block_size", self.block_size, 1, 1 << 20, integer=True)
         check_range("suffix_tokens", self.suffix_tokens, 1, self.block_size - 1, integer=True)
-        check_range("max_tokens", self.max_tokens, self.block_size + self.suffix_tokens, 1 << 24, integer=True)
+        check_range("max_tokens", self.max_tokens, self.block_size + self.suffix_tokens, 1 << 24,
+                    integer=True)
         check_range("median_tokens", self.median_tokens, self.block_size, self.max_tokens, integer=True)
         check_range("sigma", self.sigma, 0.0, 3.0)
         check_range("seed", self.seed, 0, 2**32 - 1, integer=True)

@@ -147,8 +147,8 @@ def get_admission(spec: Any):
         return AdmitAll()
     if isinstance(spec, str):
         if spec not in ADMISSIONS:
-            raise ValueError(f"admission: must be one of {sorted(ADMISSIONS)} by name (write-points needs its "
-                             f"array: WritePoints(is_write_point=...)), got {spec!r}")
+            raise ValueError(f"admission: must be one of {sorted(ADMISSIONS)} by name (write-points needs "
+                             f"its array: WritePoints(is_write_point=...)), got {spec!r}")
         return ADMISSIONS[spec]()
     if not callable(getattr(spec, "mask", None)):
         raise ValueError(f"admission: must be None, a name or an object with mask(trace), got {spec!r}")

@@ -142,8 +142,8 @@ def _chart(rep: pl.DataFrame, fp4: pl.DataFrame, curve: pl.DataFrame, windows, m
         + base.mark_rule().encode(y="agreement_ci95_low:Q", y2="agreement_ci95_high:Q")
     ).properties(width=300, height=230, title="Replay: next-token agreement")
     context = context_chart(curve, model_window, "context before the 256 scored bytes (bytes, log2)",
-                            intervals=True).properties(width=300, height=230,
-                                                       title=f"Does it use context? (dashed: W={model_window})")
+                            intervals=True).properties(
+        width=300, height=230, title=f"Does it use context? (dashed: W={model_window})")
     return alt.vconcat(alt.hconcat(kl, agree), alt.hconcat(context, _fp4_panel(fp4))).properties(title=TITLE)
 
 

@@ -100,7 +100,8 @@ def _recorded_row() -> tuple[Claim, str]:
     """The claim and the note of the recorded DeepSeek-volume day (:data:`RECORDED`)."""
     full = json.loads(RECORDED.read_text())
     g = full["generated"]
-    prov = claim_value("recorded_day_disk_fraction", path=str(RECORDED.relative_to(REPO_ROOT)), policy=TTL_NAME)
+    prov = claim_value("recorded_day_disk_fraction", path=str(RECORDED.relative_to(REPO_ROOT)),
+                       policy=TTL_NAME)
     claim = Claim(
         "share of input tokens served from disk, DeepSeek-volume day (cold start)", SOURCE,
         PUBLISHED_DISK_FRACTION, run_provenance(prov), "fraction",

@@ -38,7 +38,8 @@ def _chart(data):
     order = [A.BOUND, *A.POLICIES]
     color = alt.Color("policy:N", title="policy", sort=order)
     curve = capacity_curves(
-        data.filter(pl.col("admission") != "second-sighting"), y_title="token hit rate (admit all)", color=color,
+        data.filter(pl.col("admission") != "second-sighting"), y_title="token hit rate (admit all)",
+        color=color,
         dashed=A.BOUND, point_size=16,
     ).properties(width=420, height=300, title="hit rate vs capacity (dashed: Belady bound)")
     wear = A.wear_points(data.filter(pl.col("admission") != "bound"))
