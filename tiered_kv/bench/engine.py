@@ -279,11 +279,13 @@ def _render_workbench(w: dict[str, Any]) -> list[str]:
 def _render_mooncake(s: dict[str, Any] | None) -> list[str]:
     if not s:
         return []
+    cache = ("on (it serves the hits its cache still holds; the tier is looked up for each)"
+             if s["vllm_prefix_caching"] else "off (every hit is the tier's)")  # as the run recorded it
     return ["## A slice of the Mooncake conversation trace against the engine", "",
             f"The first {s['requests']} requests in timestamp order, prompts synthesized from `hash_ids` "
             f"({s['block_size']} tokens per id, drawn from the id), {s['input_tokens']:,} prompt tokens, sent one at "
-            f"a time to an engine with vLLM's own prefix cache off (every hit is the tier's); the tier's measured hits beside the simulator's `lru` "
-            "replay at unlimited capacity.", "",
+            f"a time to an engine with vLLM's own prefix cache {cache}; the tier's measured hits beside the "
+            "simulator's `lru` replay at unlimited capacity.", "",
             "| | hit tokens | token hit rate |", "|---|---:|---:|",
             *(f"| {label} | {s[k + '_hit_tokens']:,} | {s[k + '_token_hit_rate']:.4f} |" for label, k in (
                 ("measured (connector)", "measured"), ("predicted (simulator, the captured trace)", "predicted"),
