@@ -153,9 +153,9 @@ def _timer(args: argparse.Namespace, cuda: bool) -> Timer:
     return lambda fn, baseline, reps: _cpu_pair(fn, baseline, reps, clock)
 
 
-def _paired_gbps(t: Timing, clone_gbps: float, clone_bytes: float) -> float:
-    """The clone's GB/s timed beside this path when there is one, else the run's clone."""
-    return clone_gbps if t[1] is None else clone_bytes / t[1] / 1e9
+def _paired_gbps(t: Timing, clone_bytes: float) -> float | None:
+    """GB/s of the clone timed beside this path (None where the timer pairs none: on CUDA)."""
+    return None if t[1] is None else clone_bytes / t[1] / 1e9
 
 
 def _header(args: argparse.Namespace, torch, device, dtype, tokens: int, cuda: bool) -> dict[str, Any]:
@@ -196,8 +196,8 @@ def _run(args: argparse.Namespace, torch, device, dtype, size: int, cuda: bool) 
     if peak:
         result["clone"]["fraction_of_peak"] = clone_gbps / peak
     backends = ("triton", "torch") if cuda else ("numba", "torch") if fp4._has_numba() else ("torch",)
-    result["fp4"] = _fp4(args, x, backends, timed, clone_gbps, peak, cuda)
-    result["attention"] = _attention(args, torch, g, x.dtype, timed, clone_gbps, peak, cuda)
+    result["fp4"] = _fp4(args, x, backends, timed, peak, cuda)
+    result["attention"] = _attention(args, torch, g, x.dtype, timed, peak, cuda)
     result["bytes_per_element_formulas"] = {
         "clone": "2 * in_bytes",
         "quantize": "in_bytes + 0.5 + 1/block (block 32 mxfp4, 16 nvfp4)",
@@ -207,8 +207,8 @@ def _run(args: argparse.Namespace, torch, device, dtype, size: int, cuda: bool) 
     return result
 
 
-def _fp4(args: argparse.Namespace, x, backends: tuple[str, ...], timed: Timer, clone_gbps: float,
-         peak: float | None, cuda: bool) -> dict[str, Any]:
+def _fp4(args: argparse.Namespace, x, backends: tuple[str, ...], timed: Timer, peak: float | None,
+         cuda: bool) -> dict[str, Any]:
     """Quantize and dequantize in every format and backend, each timed beside a clone of ``x``."""
     from tqdm import tqdm
 
@@ -229,13 +229,13 @@ def _fp4(args: argparse.Namespace, x, backends: tuple[str, ...], timed: Timer, c
         td = timed(lambda q=q, b=backend: fp4.dequantize(q, x.dtype, backend=b), lambda: x.clone(), reps)
         side = bytes_per_element(fmt)
         for op, t in (("quantize", tq), ("dequantize", td)):  # each moves the input and the FP4 side
-            out[fmt][op][backend] = _entry(t, n, in_bytes + side, _paired_gbps(t, clone_gbps, clone_bytes), peak)
+            out[fmt][op][backend] = _entry(t, n, in_bytes + side, _paired_gbps(t, clone_bytes), peak)
         out[fmt]["quantize"][backend]["first_call_seconds"] = jit_s
     return out
 
 
-def _attention(args: argparse.Namespace, torch, g, dtype, timed: Timer, clone_gbps: float,
-               peak: float | None, cuda: bool) -> dict[str, Any]:
+def _attention(args: argparse.Namespace, torch, g, dtype, timed: Timer, peak: float | None,
+               cuda: bool) -> dict[str, Any]:
     """A replay segment of Tq queries at the end of Tq + window keys (GQA 4:1), per backend."""
     from tiered_kv.kernels import swa
 
@@ -253,7 +253,7 @@ def _attention(args: argparse.Namespace, torch, g, dtype, timed: Timer, clone_gb
     for backend in ("triton", "torch") if cuda else ("torch",):
         t = timed(lambda b=backend: swa.sliding_window_attention(q, k, v, W, W, backend=b),
                   lambda: q.clone(), args.repeat if cuda else max(2, args.repeat // 2))
-        e = _entry(t, q.numel(), attn_bytes, _paired_gbps(t, clone_gbps, 2 * q.numel() * in_bytes), peak)
+        e = _entry(t, q.numel(), attn_bytes, _paired_gbps(t, 2 * q.numel() * in_bytes), peak)
         e["tflops"] = 4.0 * pairs * Hq * D / t[0] / 1e12
         attn[backend] = e
     return attn
