@@ -19,16 +19,10 @@ from tiered_kv.viz.report import Claim, FigureResult, claim_value
 NAME = "02_ttft"
 TITLE = "TTFT vs prompt length: hit vs miss (model) and measured on this machine"
 
-#: One colour per case in both panels: a miss is red wherever it is drawn.
 MISS = "miss (recompute)"
-CASE_COLORS = {
-    MISS: "#d62728",
-    "hit, BF16 MLA KV (70,272 B/token)": "#1f77b4",
-    "hit, FP4 KV (890 B/token)": "#17becf",
-    "SSD hit, page cache dropped (replay)": "#2ca02c",
-    "SSD hit, page cache warm (replay)": "#98df8a",
-    "SSD + host hit (no replay)": "#9467bd",
-}
+#: One colour per case in both panels, in the order miss (red wherever it is drawn), the model's
+#: BF16 and FP4 hits, then the measured hits of :data:`MEASURED_CASES`.
+CASE_COLORS = ("#d62728", "#1f77b4", "#17becf", "#2ca02c", "#98df8a", "#9467bd")
 #: The measured cases of :func:`tiered_kv.measure.ttft.measure_ttft`, named as in the model panel.
 MEASURED_CASES = {"miss": MISS, "ssd_cold_hit": "SSD hit, page cache dropped (replay)",
                   "ssd_warm_hit": "SSD hit, page cache warm (replay)", "ssd_host_hit": "SSD + host hit (no replay)"}
@@ -41,8 +35,8 @@ def _model_frame() -> pl.DataFrame:
     bf16, fp4 = L.preset("deepseek-v3"), L.preset("deepseek-v3-fp4")
     rows = []
     for case, values in ((MISS, L.miss_ttft(bf16, n)),
-                         ("hit, BF16 MLA KV (70,272 B/token)", L.hit_ttft(bf16, n)),
-                         ("hit, FP4 KV (890 B/token)", L.hit_ttft(fp4, n))):
+                         (f"hit, BF16 MLA KV ({bf16.kv_bytes_per_token:,.0f} B/token)", L.hit_ttft(bf16, n)),
+                         (f"hit, FP4 KV ({fp4.kv_bytes_per_token:,.0f} B/token)", L.hit_ttft(fp4, n))):
         rows += [{"prompt_tokens": int(a), "ttft_s": float(b), "case": case} for a, b in zip(n, values, strict=True)]
     return pl.DataFrame(rows)
 
@@ -67,11 +61,12 @@ def build(quick: bool) -> FigureResult:
     cfg = L.preset()
     k128 = L.CALIBRATION_TOKENS
     miss, hit = float(L.miss_ttft(cfg, k128)), float(L.hit_ttft(cfg, k128))
-    hit_fp4 = float(L.hit_ttft(L.preset("deepseek-v3-fp4"), k128))
+    fp4 = L.preset("deepseek-v3-fp4")
+    hit_fp4 = float(L.hit_ttft(fp4, k128))
     measured, how = _measured(quick)
     chart, data = _chart(model, measured)
     notes = (f"Model: TTFT = load + prefill of the uncached suffix + replay of R tokens (no queueing here). "
-             f"With FP4 KV (890 B/token) the 128K hit falls to {hit_fp4:.3f} s: the load "
+             f"With FP4 KV ({fp4.kv_bytes_per_token:,.0f} B/token) the 128K hit falls to {hit_fp4:.3f} s: the load "
              f"({float(L.load_seconds(cfg, k128 - 512)):.3f} s in BF16) nearly vanishes; what remains is the suffix prefill and the replay. "
              f"Right panel: {how}; an SSD hit replays R tokens, an SSD + host hit finds the window state; one "
              "repeat on a CPU shared with other jobs, so single bars can be off by a large factor "
@@ -86,7 +81,8 @@ def _chart(model: pl.DataFrame, measured: pl.DataFrame | None):
     if measured is not None:
         measured = measured.with_columns(pl.col("case").replace(MEASURED_CASES))
     cases = list(dict.fromkeys([*model["case"], *([] if measured is None else measured["case"])]))
-    scale = alt.Scale(domain=cases, range=[CASE_COLORS[c] for c in cases])
+    colors = dict(zip(dict.fromkeys([*model["case"], *MEASURED_CASES.values()]), CASE_COLORS, strict=True))
+    scale = alt.Scale(domain=cases, range=[colors[c] for c in cases])
     left = alt.Chart(model).mark_line(point=True).encode(
         x=alt.X("prompt_tokens:Q", scale=alt.Scale(type="log", base=2), title="prompt length (tokens, log)"),
         y=alt.Y("ttft_s:Q", scale=alt.Scale(type="log"), title="TTFT (seconds, log)"),
