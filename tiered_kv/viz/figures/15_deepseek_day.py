@@ -22,7 +22,7 @@ import polars as pl
 from tiered_kv import REPO_ROOT
 from tiered_kv.sim.cluster.disk_day import PUBLISHED_DISK_FRACTION
 from tiered_kv.sim.day.stream import ttl_policy_name
-from tiered_kv.units import DEEPSEEK_TTL_SPEC
+from tiered_kv.units import DEEPSEEK_TTL_SPEC, DEFAULT_BYTES_PER_TOKEN
 from tiered_kv.viz.report import Claim, FigureResult, claim_value, run_provenance
 from tiered_kv.viz.style import hourly_disk_share
 
@@ -43,7 +43,7 @@ def run(quick: bool) -> dict:
     cfg = DayConfig(input_tokens_per_day=tokens, days=8.0, warmup_days=7.0, tokens_per_part=min(tokens, 8e9))
     # capacities scale with the volume: DeepSeek-scale 1/4/16 PiB become these
     caps, ttls = day_policies([f"{c * scale:.6g}PiB" for c in (1, 4, 16)] + ["inf"],
-                          [DEEPSEEK_TTL_SPEC, "agent=1d,chatbot=1d"], 70_272.0)
+                          [DEEPSEEK_TTL_SPEC, "agent=1d,chatbot=1d"], float(DEFAULT_BYTES_PER_TOKEN))
     with tempfile.TemporaryDirectory(prefix="tiered-kv-day-") as root:
         generate_day(root, cfg, workers=1, progress=False)
         res = replay_day(root, capacities=caps, ttls=ttls, progress=False)
@@ -66,8 +66,8 @@ def build(quick: bool) -> FigureResult:
         kind="proxy",  # the classes are calibrated on one-hour hit rates, the mix on Mooncake; the total follows the mix
         provenance=claim_value("deepseek_day_disk_fraction", quick=quick, policy=TTL_NAME))]
     notes = [f"Policies replayed in one streaming pass over {res['generated']['accesses']:,} block accesses "
-             f"(7 warm-up days + the counted day); LRU capacities are DeepSeek-scale 1/4/16 PiB at 70,272 "
-             f"bytes/token times {scale_text}. "
+             f"(7 warm-up days + the counted day); LRU capacities are DeepSeek-scale 1/4/16 PiB at "
+             f"{DEFAULT_BYTES_PER_TOKEN:,} bytes/token times {scale_text}. "
              + "; ".join(f"{k}: {p['disk_token_fraction']:.1%}" for k, p in res["policies"].items()) + "."]
     if RECORDED.is_file():
         claim, note = _recorded_row()

@@ -12,6 +12,7 @@ No published number is reproduced here, so the figure has no claim rows.
 
 from __future__ import annotations
 
+from tiered_kv.units import DEFAULT_BYTES_PER_TOKEN
 from tiered_kv.viz.report import FigureResult
 from tiered_kv.viz.style import capacity_curves
 
@@ -73,7 +74,8 @@ def _notes(trace, data) -> str:
     return (
         f"Mooncake conversation trace: {trace.n_requests:,} requests, {trace.n_accesses:,} accesses of "
         f"{trace.uniform_block_size}-token blocks; {data['capacity_tokens'].n_unique()} log-spaced capacities "
-        "from one block to the footprint; bytes at 70,272 B/token (DeepSeek-V3 MLA, bf16); lru and Belady from "
+        f"from one block to the footprint; bytes at {DEFAULT_BYTES_PER_TOKEN:,} B/token (DeepSeek-V3 MLA, bf16); "
+        "lru and Belady from "
         "one pass, every other policy replayed per capacity (tiered-kv curves --policy). "
         f"Best policy by capacity (admit all; ties listed): {win_txt}. "
         f"Mean (max) distance below Belady over the capacities: {dist_txt}. "
