@@ -15,7 +15,7 @@ from functools import lru_cache
 import numpy as np
 import polars as pl
 
-from tiered_kv.measure.crossover import measured_crossover  # noqa: F401 - notebook 04 reads it here
+from tiered_kv.measure.crossover import measured_crossover  # noqa: F401 - figure 19, notebook 04 read it here
 
 GIB = float(1 << 30)
 
